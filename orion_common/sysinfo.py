@@ -19,7 +19,10 @@ from typing import Any
 
 # Where NVIDIA installs tools outside PATH on common images.
 _NCU_FALLBACKS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu")
-_MPS_FALLBACKS = ("/usr/local/nvidia/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control")
+_MPS_FALLBACKS = (
+    "/usr/local/nvidia/bin/nvidia-cuda-mps-control",
+    "/usr/bin/nvidia-cuda-mps-control",
+)
 _NVIDIA_PARAMS = Path("/proc/driver/nvidia/params")
 
 

@@ -1,0 +1,130 @@
+"""The sharing policies ``orion colocate`` can run, and what each one means for the runner.
+
+This table is the single place that says how a policy is carried out (MPS or not, which policy
+the preload library runs, whether profiles and an HP client are needed). The config validator,
+the runner and the report all read it, so adding a policy means adding one row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from orion_common.errors import OrionError
+
+NativePolicy = Literal["passthrough", "priority", "reef", "orion"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One sharing policy.
+
+    ``native_policy`` is the name the preload library knows; ``passthrough`` means the library
+    forwards every call untouched (the sharing then comes from the driver or MPS alone).
+    """
+
+    name: str
+    description: str
+    uses_mps: bool
+    native_policy: NativePolicy
+    needs_hp: bool
+    """The policy treats one client differently, so exactly one client must have role ``hp``."""
+    needs_profiles: bool
+    """The library gates kernels by profiled durations and SM needs, so every client needs a
+    kernel profile."""
+    hp_stream_priority_by_client: bool
+    """The HP client itself submits its work on a high-priority CUDA stream."""
+    sequential: bool
+    """Clients run alone, one after another (the no-interference reference)."""
+
+
+_POLICY_LIST: tuple[Policy, ...] = (
+    Policy(
+        name="dedicated",
+        description="each client alone on the GPU, one after another (the reference)",
+        uses_mps=False,
+        native_policy="passthrough",
+        needs_hp=False,
+        needs_profiles=False,
+        hp_stream_priority_by_client=False,
+        sequential=True,
+    ),
+    Policy(
+        name="timeslice",
+        description="separate processes without MPS: the driver time-slices the GPU",
+        uses_mps=False,
+        native_policy="passthrough",
+        needs_hp=False,
+        needs_profiles=False,
+        hp_stream_priority_by_client=False,
+        sequential=False,
+    ),
+    Policy(
+        name="mps",
+        description="separate processes under a private MPS daemon, no scheduling",
+        uses_mps=True,
+        native_policy="passthrough",
+        needs_hp=False,
+        needs_profiles=False,
+        hp_stream_priority_by_client=False,
+        sequential=False,
+    ),
+    Policy(
+        name="mps-priority",
+        description="MPS; the HP client puts its work on a high-priority CUDA stream itself",
+        uses_mps=True,
+        native_policy="passthrough",
+        needs_hp=True,
+        needs_profiles=False,
+        hp_stream_priority_by_client=True,
+        sequential=False,
+    ),
+    Policy(
+        name="priority",
+        description="MPS; orion's preload library sets stream priorities (HP highest, BE lowest)",
+        uses_mps=True,
+        native_policy="priority",
+        needs_hp=True,
+        needs_profiles=False,
+        hp_stream_priority_by_client=False,
+        sequential=False,
+    ),
+    Policy(
+        name="reef",
+        description=(
+            "MPS; BE kernels run only while no HP kernel is in flight, with a bounded BE queue"
+        ),
+        uses_mps=True,
+        native_policy="reef",
+        needs_hp=True,
+        needs_profiles=True,
+        hp_stream_priority_by_client=False,
+        sequential=False,
+    ),
+    Policy(
+        name="orion",
+        description="MPS; the full Orion interference-aware policy",
+        uses_mps=True,
+        native_policy="orion",
+        needs_hp=True,
+        needs_profiles=True,
+        hp_stream_priority_by_client=False,
+        sequential=False,
+    ),
+)
+
+POLICIES: dict[str, Policy] = {policy.name: policy for policy in _POLICY_LIST}
+"""Every policy by name, in the order they are documented (reference first)."""
+
+POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+
+
+def get_policy(name: str) -> Policy:
+    """The policy called ``name``; an unknown name is a user error listing the known ones."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise OrionError(
+            f"unknown policy {name!r}; known policies: {', '.join(POLICY_NAMES)}",
+            hint="set run.policy in jobs.json to one of the known policies",
+        ) from None

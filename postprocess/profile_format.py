@@ -1,0 +1,279 @@
+"""The profile file (format ``orion-profile``, version 1; spec in docs/architecture.md).
+
+Line 1 names the format and version, line 2 is one JSON object of metadata, then one CSV row per
+kernel launch. Metadata sits in ``#`` lines so ``pandas.read_csv(path, comment="#")`` reads the
+table with no orion code. The scheduler refuses what it cannot trust: another format, a newer
+version, missing columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orion_common.atomic_io import write_text_atomic
+from orion_common.errors import OrionError
+
+PROFILE_FORMAT = "orion-profile"
+PROFILE_VERSION = 1
+
+PROFILE_COLUMNS: dict[str, str] = {
+    "order": "Int64",
+    "kernel_name": "string",
+    "demangled_name": "string",
+    "grid_x": "Int64",
+    "grid_y": "Int64",
+    "grid_z": "Int64",
+    "block_x": "Int64",
+    "block_y": "Int64",
+    "block_z": "Int64",
+    "occurrence": "Int64",
+    "registers_per_thread": "Int64",
+    "static_shared_memory_bytes": "Int64",
+    "dynamic_shared_memory_bytes": "Int64",
+    "blocks_per_sm": "Int64",
+    "sm_needed": "Int64",
+    "waves": "float64",
+    "compute_throughput_pct": "float64",
+    "memory_throughput_pct": "float64",
+    "tensor_pipe_pct": "float64",
+    "kernel_class": "string",
+    "duration_ns": "float64",
+    "measured_duration_ns": "float64",
+}
+"""Column -> pandas dtype, in file order. Nullable dtypes: an ``n/a`` counter stays empty."""
+
+IDENTITY_COLUMNS: tuple[str, ...] = (
+    "kernel_name",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+)
+"""A kernel's identity: name plus launch shape. Nothing is matched by position alone."""
+
+METADATA_KEYS: tuple[str, ...] = (
+    "format",
+    "version",
+    "created_utc",
+    "gpu_name",
+    "sm_count",
+    "compute_capability",
+    "driver_version",
+    "cuda_version",
+    "torch_version",
+    "cudnn_version",
+    "ncu_version",
+    "workload",
+    "mode",
+    "batch_size",
+    "dtype",
+    "classification_rule",
+    "device_limits",
+    "source",
+    "ncu_command",
+)
+"""Every key a version-1 profile's metadata carries (None when unknown), in file order."""
+
+_COMPATIBILITY_CHECKS: dict[str, tuple[str, str]] = {
+    "gpu_name": ("GPU", "SM needs and durations do not carry over to another GPU"),
+    "sm_count": ("SM count", "SM needs do not carry over to another SM count"),
+    "driver_version": ("NVIDIA driver", "kernel durations may differ"),
+    "cuda_version": ("CUDA version", "libraries may pick other kernels"),
+    "torch_version": ("PyTorch version", "the workload may launch other kernels"),
+    "cudnn_version": ("cuDNN version", "convolutions may use other kernels"),
+}
+_FIRST_LINE = re.compile(r"^#\s*orion-profile:\s*(\S+)\s*$")
+_SECOND_LINE = re.compile(r"^#\s*metadata:\s*(.*)$")
+_REPROFILE_HINT = "re-make it with 'orion profile' (or 'orion profile --from-ncu FILE.csv')"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profile in memory: ``metadata`` as in the file's line 2, ``kernels`` one row per launch."""
+
+    metadata: dict[str, Any]
+    kernels: pd.DataFrame
+
+
+def complete_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Every declared key (None when unknown) in file order, format and version forced to this
+    writer's, then any extra keys the caller added."""
+    ordered: dict[str, Any] = {key: metadata.get(key) for key in METADATA_KEYS}
+    ordered["format"] = PROFILE_FORMAT
+    ordered["version"] = PROFILE_VERSION
+    ordered.update({key: value for key, value in metadata.items() if key not in ordered})
+    return ordered
+
+
+def write_profile(profile: Profile, path: str | os.PathLike[str]) -> Path:
+    """Write ``profile`` atomically (a reader never sees half a file) and return the path."""
+    missing = [column for column in PROFILE_COLUMNS if column not in profile.kernels.columns]
+    if missing:
+        raise ValueError(f"profile table lacks column(s): {', '.join(missing)}")
+    metadata = complete_metadata(profile.metadata)
+    buffer = io.StringIO()
+    buffer.write(f"# {PROFILE_FORMAT}: {PROFILE_VERSION}\n")
+    buffer.write(f"# metadata: {json.dumps(metadata, default=str, allow_nan=False)}\n")
+    table = profile.kernels[list(PROFILE_COLUMNS)].astype(PROFILE_COLUMNS)
+    # Quote every text cell: libstdc++ spells lambdas "{lambda()#1}", and pandas'
+    # comment="#" cuts an unquoted cell at the '#'.
+    table.to_csv(buffer, index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
+    target = Path(path)
+    write_text_atomic(target, buffer.getvalue())
+    return target
+
+
+def _parse_version(first_line: str, source: Path) -> int:
+    match = _FIRST_LINE.match(first_line.strip())
+    if match is None:
+        raise OrionError(
+            f"{source} is not an orion profile: line 1 should be "
+            f"'# {PROFILE_FORMAT}: {PROFILE_VERSION}'",
+            hint=_REPROFILE_HINT,
+        )
+    try:
+        version = int(match.group(1))
+    except ValueError:
+        raise OrionError(
+            f"{source}: profile version {match.group(1)!r} is not an integer",
+            hint=_REPROFILE_HINT,
+        ) from None
+    if version > PROFILE_VERSION:
+        raise OrionError(
+            f"{source} is an {PROFILE_FORMAT} version {version} file; this orion reads "
+            f"version {PROFILE_VERSION} only",
+            hint="upgrade orion, or " + _REPROFILE_HINT,
+        )
+    if version != PROFILE_VERSION:
+        raise OrionError(
+            f"{source}: {PROFILE_FORMAT} version {version} is not supported (only "
+            f"{PROFILE_VERSION})",
+            hint=_REPROFILE_HINT,
+        )
+    return version
+
+
+def _parse_metadata(second_line: str, version: int, source: Path) -> dict[str, Any]:
+    match = _SECOND_LINE.match(second_line.strip())
+    if match is None:
+        raise OrionError(
+            f"{source}: line 2 should be '# metadata: {{...}}' (one JSON object)",
+            hint=_REPROFILE_HINT,
+        )
+    try:
+        metadata = json.loads(match.group(1))
+    except json.JSONDecodeError as error:
+        raise OrionError(
+            f"{source}: the metadata on line 2 is not valid JSON ({error.msg})",
+            hint=_REPROFILE_HINT,
+        ) from None
+    if not isinstance(metadata, dict):
+        raise OrionError(f"{source}: the metadata on line 2 is not a JSON object", _REPROFILE_HINT)
+    if metadata.get("format") != PROFILE_FORMAT or metadata.get("version") != version:
+        raise OrionError(
+            f"{source}: metadata says format {metadata.get('format')!r} version "
+            f"{metadata.get('version')!r}, expected {PROFILE_FORMAT!r} version {version}",
+            hint=_REPROFILE_HINT,
+        )
+    return metadata
+
+
+def read_profile(path: str | os.PathLike[str]) -> Profile:
+    """Load and validate a profile; raise :class:`OrionError` when it cannot be trusted."""
+    source = Path(path)
+    if not source.is_file():
+        raise OrionError(f"profile not found: {source}", hint="make one with 'orion profile'")
+    text = source.read_text(encoding="utf-8")
+    lines = text.split("\n", 2)
+    if len(lines) < 3:
+        raise OrionError(
+            f"{source} is not an orion profile: expected a format line, a metadata line and "
+            "a table",
+            hint=_REPROFILE_HINT,
+        )
+    version = _parse_version(lines[0], source)
+    metadata = _parse_metadata(lines[1], version, source)
+    try:
+        # Only empty cells are missing: a kernel could be called "NA".
+        table = pd.read_csv(io.StringIO(lines[2]), dtype=str, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise OrionError(f"{source}: the kernel table is not valid CSV ({error})") from None
+    missing = [column for column in PROFILE_COLUMNS if column not in table.columns]
+    if missing:
+        raise OrionError(
+            f"{source}: the kernel table lacks column(s) {', '.join(missing)}",
+            hint=_REPROFILE_HINT,
+        )
+    kernels = pd.DataFrame(index=table.index)
+    for column, dtype in PROFILE_COLUMNS.items():
+        values = table[column]
+        try:
+            if dtype == "Int64":
+                kernels[column] = pd.to_numeric(values, errors="raise").astype(dtype)
+            else:
+                # astype parses floats exactly; pandas 2's to_numeric can be one ulp off.
+                kernels[column] = values.astype(dtype)
+        except (ValueError, TypeError):
+            raise OrionError(
+                f"{source}: column {column} has values that are not {dtype}",
+                hint=_REPROFILE_HINT,
+            ) from None
+    return Profile(metadata=metadata, kernels=kernels)
+
+
+def _differs(old: Any, new: Any) -> bool:
+    return str(old).strip() != str(new).strip()
+
+
+def profile_compatibility_warnings(profile: Profile, current: dict[str, Any]) -> list[str]:
+    """One sentence per fact that differs between where the profile was made and ``current``.
+
+    ``current`` is shaped like :func:`orion_common.sysinfo.software_summary`. A value unknown on
+    either side (None or absent) is skipped: no evidence is not a mismatch.
+    """
+    warnings: list[str] = []
+    for key, (label, consequence) in _COMPATIBILITY_CHECKS.items():
+        made_with, here = profile.metadata.get(key), current.get(key)
+        if made_with is None or here is None or not _differs(made_with, here):
+            continue
+        warnings.append(
+            f"profile was made with {label} {made_with}, this machine has {here}: {consequence}."
+        )
+    return warnings
+
+
+def gpu_slug(gpu_name: str) -> str:
+    """``NVIDIA H200`` -> ``nvidia-h200``: a folder name that is safe everywhere."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+    return slug or "unknown-gpu"
+
+
+def default_profile_path(
+    workload: str, mode: str, batch_size: int, dtype: str, gpu_name: str
+) -> Path:
+    """Where ``orion profile`` writes and the scheduler looks by default.
+
+    ``$ORION_PROFILE_DIR`` (else ``~/.cache/orion/profiles``) /
+    ``<gpu slug>/<workload>-<mode>-bs<N>-<dtype>/profile.csv``: keyed by GPU because SM needs and
+    durations do not carry over from one GPU to another.
+    """
+    if not workload or "/" in workload or os.sep in workload or workload in (".", ".."):
+        raise OrionError(
+            f"workload name {workload!r} cannot be used in a file name",
+            hint="use the workload's registered name",
+        )
+    root_env = os.environ.get("ORION_PROFILE_DIR")
+    root = Path(root_env).expanduser() if root_env else Path.home() / ".cache/orion/profiles"
+    folder = f"{workload}-{mode}-bs{int(batch_size)}-{dtype}"
+    return root / gpu_slug(gpu_name) / folder / "profile.csv"

@@ -1,0 +1,514 @@
+"""Per-client figures of merit, and the same figures relative to a dedicated (alone) run.
+
+Definitions (everything in the reports follows from these):
+
+- Each client is measured over its own window ``[window_start_s, window_end_s]`` (closed), from
+  ``run.json``; it falls back to the run's ``measure_start_s``/``measure_end_s``. In a
+  ``dedicated`` run the clients run alone one after another, so their windows differ.
+- Inference: the requests that *arrived* inside the window and completed (``end_s`` present).
+  Latency is ``latency_ms`` (from arrival, so queueing counts). Throughput is those requests
+  divided by the window length; samples/s multiplies by the batch size.
+- Training: the iterations whose ``end_s`` lies inside the window. The latency columns hold
+  iteration-duration percentiles; throughput is iterations (samples) per second of window.
+- Percentiles use numpy's default linear interpolation (``numpy.percentile(..., method="linear")``):
+  for n sorted values the q-th percentile sits at rank ``q/100 * (n - 1)``, interpolated.
+- Against a dedicated run: ``hp_p99_slowdown = p99_shared / p99_alone`` (HP clients) and
+  ``throughput_fraction = throughput_shared / throughput_alone`` (every client), matching
+  clients by name, workload, mode, batch size and dtype.
+- Headline per run: the HP slowdown (the worst HP client when there are several) and the BE
+  throughput fraction, defined as the *mean of the per-BE-client fractions* (so each BE job
+  counts equally, whatever its absolute speed). The target is met when
+  ``hp_p99_slowdown <= 1.05`` and ``be_throughput_fraction >= 0.90``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reporting.rundata import ClientInfo, RunData
+
+POLICY_DEDICATED = "dedicated"
+HP_P99_SLOWDOWN_MAX = 1.05
+BE_FRACTION_MIN = 0.90
+PERCENTILE_METHOD = "linear"
+# Ratios exactly on a limit count as meeting it; this absorbs float round-off (1.05 computed as
+# 1.0500000000000003) and nothing a measurement could resolve.
+LIMIT_TOLERANCE = 1e-9
+
+CLIENT_SUMMARY_COLUMNS = [
+    "run",
+    "policy",
+    "complete",
+    "client",
+    "role",
+    "workload",
+    "mode",
+    "batch_size",
+    "dtype",
+    "window_s",
+    "count",
+    "unfinished",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "mean_ms",
+    "throughput_per_s",
+    "samples_per_s",
+    "offered_per_s",
+    "exit_code",
+    "errors",
+]
+
+RELATIVE_COLUMNS = [
+    "run",
+    "policy",
+    "complete",
+    "baseline",
+    "client",
+    "role",
+    "workload",
+    "mode",
+    "batch_size",
+    "matched",
+    "p99_ms",
+    "p99_alone_ms",
+    "hp_p99_slowdown",
+    "throughput_per_s",
+    "throughput_alone_per_s",
+    "throughput_fraction",
+    "samples_per_s",
+    "samples_alone_per_s",
+]
+
+HEADLINE_COLUMNS = [
+    "run",
+    "policy",
+    "complete",
+    "is_baseline",
+    "baseline",
+    "hp_clients",
+    "hp_p99_ms",
+    "hp_p99_alone_ms",
+    "hp_p99_slowdown",
+    "be_clients",
+    "be_throughput_per_s",
+    "be_throughput_fraction",
+    "hp_target_met",
+    "be_target_met",
+    "target_met",
+    "hp_slowdown_excess",
+    "be_fraction_shortfall",
+]
+
+SCHEDULER_COLUMNS = [
+    "run",
+    "policy",
+    "client",
+    "launches",
+    "unknown_launches",
+    "blocked_launches",
+    "blocked_ms",
+]
+
+
+def run_labels(runs: Sequence[RunData]) -> list[str]:
+    """A short, unique name per run: its policy when no other run shares it, else its dir name."""
+    policies = Counter(r.policy for r in runs)
+    labels = [r.policy if policies[r.policy] == 1 else r.name for r in runs]
+    totals = Counter(labels)
+    seen: Counter[str] = Counter()
+    unique = []
+    for label in labels:
+        if totals[label] > 1:
+            seen[label] += 1
+            label = f"{label} ({seen[label]})"
+        unique.append(label)
+    return unique
+
+
+def client_window(run: RunData, client: ClientInfo) -> tuple[float, float] | None:
+    """The client's measurement window, falling back to the run's; None when neither is known."""
+    start = client.window_start_s if client.window_start_s is not None else run.measure_start_s
+    end = client.window_end_s if client.window_end_s is not None else run.measure_end_s
+    if start is None or end is None or end <= start:
+        return None
+    return start, end
+
+
+def window_rows(run: RunData, client: ClientInfo) -> pd.DataFrame:
+    """The rows that count for ``client``: completed requests that arrived in the window, or
+    iterations that ended in it. Inference rows get ``latency_ms`` filled from the timestamps
+    where the writer left it empty."""
+    table = run.tables[client.name]
+    window = client_window(run, client)
+    if client.is_inference:
+        table = _with_latency(table)
+        done = table["end_s"].notna() & table["latency_ms"].notna()
+        if window is None:
+            return table[done]
+        inside = table["arrival_s"].between(window[0], window[1], inclusive="both")
+        return table[done & inside]
+    done = table["end_s"].notna()
+    if window is None:
+        return table[done]
+    return table[done & table["end_s"].between(window[0], window[1], inclusive="both")]
+
+
+def percentile_summary(values: Sequence[float] | np.ndarray | pd.Series) -> dict[str, float]:
+    """p50/p95/p99 (numpy linear interpolation), max and mean; NaN for no values."""
+    data = np.asarray(values, dtype=float)
+    data = data[~np.isnan(data)]
+    if data.size == 0:
+        return {k: float("nan") for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms")}
+    p50, p95, p99 = np.percentile(data, [50, 95, 99], method=PERCENTILE_METHOD)
+    return {
+        "p50_ms": float(p50),
+        "p95_ms": float(p95),
+        "p99_ms": float(p99),
+        "max_ms": float(data.max()),
+        "mean_ms": float(data.mean()),
+    }
+
+
+def client_summary(run: RunData, label: str | None = None) -> pd.DataFrame:
+    """One row per client of ``run`` (columns: ``CLIENT_SUMMARY_COLUMNS``).
+
+    ``label`` names the run in the ``run`` column; alone, a run is labelled by its policy.
+    """
+    label = label if label is not None else run.policy
+    rows = [_client_row(run, info, label) for info in run.clients]
+    return pd.DataFrame(rows, columns=CLIENT_SUMMARY_COLUMNS)
+
+
+def compare_runs(runs: Sequence[RunData]) -> pd.DataFrame:
+    """Every client of every run, one row each; rows of one client are adjacent (HP clients
+    first, then by name), and within a client the runs keep the order they were given, so the
+    same job under each policy reads side by side."""
+    labels = run_labels(runs)
+    frames = [client_summary(run, label) for run, label in zip(runs, labels, strict=True)]
+    rows = [row for frame in frames for row in frame.to_dict("records")]
+    if not rows:
+        return pd.DataFrame(columns=CLIENT_SUMMARY_COLUMNS)
+    run_order = {label: i for i, label in enumerate(labels)}
+    first_seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        first_seen.setdefault(row["client"], i)
+    rows.sort(
+        key=lambda r: (
+            0 if r["role"] == "hp" else 1,
+            first_seen[r["client"]],
+            run_order[r["run"]],
+        )
+    )
+    return pd.DataFrame(rows, columns=CLIENT_SUMMARY_COLUMNS).reset_index(drop=True)
+
+
+def find_baseline(runs: Sequence[RunData]) -> RunData | None:
+    """The first run with policy ``dedicated``, which every other run is compared against."""
+    return next((r for r in runs if r.policy == POLICY_DEDICATED), None)
+
+
+def relative_to_dedicated(runs: Sequence[RunData], baseline: RunData | None = None) -> pd.DataFrame:
+    """Each client of each non-baseline run against the same client alone (``RELATIVE_COLUMNS``).
+
+    ``baseline`` defaults to the first ``dedicated`` run; with none, the table is empty. A client
+    with no counterpart in the baseline gets ``matched=False`` and NaN ratios.
+    """
+    baseline = baseline if baseline is not None else find_baseline(runs)
+    if baseline is None:
+        return pd.DataFrame(columns=RELATIVE_COLUMNS)
+    labels = run_labels(runs)
+    base_label = labels[_index_of(runs, baseline)]
+    base_rows = {
+        row["client"]: row for row in client_summary(baseline, base_label).to_dict("records")
+    }
+    rows: list[dict[str, Any]] = []
+    for run, label in zip(runs, labels, strict=True):
+        if run is baseline:
+            continue
+        for row in client_summary(run, label).to_dict("records"):
+            alone = base_rows.get(row["client"])
+            matched = alone is not None and all(
+                _same(row[k], alone[k]) for k in ("workload", "mode", "batch_size", "dtype")
+            )
+            nan = float("nan")
+            p99_alone = alone["p99_ms"] if matched else nan
+            tput_alone = alone["throughput_per_s"] if matched else nan
+            samples_alone = alone["samples_per_s"] if matched else nan
+            rows.append(
+                {
+                    "run": label,
+                    "policy": run.policy,
+                    "complete": run.complete,
+                    "baseline": base_label,
+                    "client": row["client"],
+                    "role": row["role"],
+                    "workload": row["workload"],
+                    "mode": row["mode"],
+                    "batch_size": row["batch_size"],
+                    "matched": matched,
+                    "p99_ms": row["p99_ms"],
+                    "p99_alone_ms": p99_alone,
+                    "hp_p99_slowdown": _ratio(row["p99_ms"], p99_alone)
+                    if row["role"] == "hp"
+                    else nan,
+                    "throughput_per_s": row["throughput_per_s"],
+                    "throughput_alone_per_s": tput_alone,
+                    "throughput_fraction": _ratio(row["throughput_per_s"], tput_alone),
+                    "samples_per_s": row["samples_per_s"],
+                    "samples_alone_per_s": samples_alone,
+                }
+            )
+    return pd.DataFrame(rows, columns=RELATIVE_COLUMNS)
+
+
+def headline(
+    runs: Sequence[RunData],
+    baseline: RunData | None = None,
+    *,
+    hp_slowdown_max: float = HP_P99_SLOWDOWN_MAX,
+    be_fraction_min: float = BE_FRACTION_MIN,
+) -> pd.DataFrame:
+    """One row per run: HP p99 slowdown, BE throughput fraction and whether the target is met.
+
+    The baseline run itself is included (slowdown and fraction 1 by definition,
+    ``is_baseline=True``, target not judged). Without a baseline the ratios are NaN and the
+    target columns are None ("cannot be judged"). A side with no client of that role (say, no BE
+    job) does not count against the target; a side whose ratio is unknown (no completed HP
+    request, no matching dedicated client) makes the verdict None.
+    """
+    baseline = baseline if baseline is not None else find_baseline(runs)
+    labels = run_labels(runs)
+    relative = relative_to_dedicated(runs, baseline)
+    base_label = labels[_index_of(runs, baseline)] if baseline is not None else None
+    base_summary = client_summary(baseline, base_label) if baseline is not None else pd.DataFrame()
+    rows = []
+    for run, label in zip(runs, labels, strict=True):
+        summary = client_summary(run, label)
+        hp = summary[summary["role"] == "hp"]
+        be = summary[summary["role"] != "hp"]
+        row: dict[str, Any] = {
+            "run": label,
+            "policy": run.policy,
+            "complete": run.complete,
+            "is_baseline": run is baseline,
+            "baseline": base_label,
+            "hp_clients": ", ".join(hp["client"]),
+            "hp_p99_ms": _nanmax(hp["p99_ms"]),
+            "be_clients": len(be),
+            "be_throughput_per_s": float(be["throughput_per_s"].sum(min_count=1)),
+        }
+        if run is baseline:
+            row.update(
+                hp_p99_alone_ms=row["hp_p99_ms"],
+                # 1 by definition, where there is something measured to compare with.
+                hp_p99_slowdown=1.0 if row["hp_p99_ms"] > 0 else float("nan"),
+                be_throughput_fraction=1.0 if row["be_throughput_per_s"] > 0 else float("nan"),
+                hp_target_met=None,
+                be_target_met=None,
+                target_met=None,
+            )
+        else:
+            mine = relative[relative["run"] == label] if len(relative) else relative
+            row.update(
+                _judge(
+                    mine,
+                    has_hp=len(hp) > 0,
+                    has_be=len(be) > 0,
+                    have_baseline=baseline is not None,
+                    base_hp_p99=_nanmax(
+                        base_summary.loc[base_summary["role"] == "hp", "p99_ms"]
+                        if len(base_summary)
+                        else pd.Series(dtype=float)
+                    ),
+                    hp_slowdown_max=hp_slowdown_max,
+                    be_fraction_min=be_fraction_min,
+                )
+            )
+        slowdown = row["hp_p99_slowdown"]
+        fraction = row["be_throughput_fraction"]
+        row["hp_slowdown_excess"] = _excess(slowdown, hp_slowdown_max)
+        row["be_fraction_shortfall"] = _excess(be_fraction_min, fraction)
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
+    for column in ("hp_target_met", "be_target_met", "target_met"):
+        frame[column] = frame[column].astype(object)
+    return frame
+
+
+def scheduler_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    """The preload library's per-client counters, one row per (run, client) that has them.
+
+    Known counters come first (``SCHEDULER_COLUMNS``); any other numeric counter the library
+    wrote is kept as an extra column rather than dropped.
+    """
+    rows = []
+    extra: list[str] = []
+    for run, label in zip(runs, run_labels(runs), strict=True):
+        for client, stats in (run.scheduler or {}).items():
+            row: dict[str, Any] = {"run": label, "policy": run.policy, "client": client}
+            for key, value in stats.items():
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    continue
+                row[key] = value
+                if key not in SCHEDULER_COLUMNS and key not in extra:
+                    extra.append(key)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=SCHEDULER_COLUMNS + extra)
+
+
+def _client_row(run: RunData, info: ClientInfo, label: str) -> dict[str, Any]:
+    window = client_window(run, info)
+    window_s = window[1] - window[0] if window is not None else float("nan")
+    rows = window_rows(run, info)
+    count = len(rows)
+    if info.is_inference:
+        stats = percentile_summary(rows["latency_ms"])
+        samples = count * info.batch_size if info.batch_size is not None else float("nan")
+        table = run.tables[info.name]
+        arrived = (
+            table["arrival_s"].between(window[0], window[1], inclusive="both")
+            if window is not None
+            else pd.Series(True, index=table.index)
+        )
+        unfinished = int((arrived & table["end_s"].isna()).sum())
+    else:
+        stats = percentile_summary(rows["duration_ms"])
+        per_iteration = rows["samples"]
+        if info.batch_size is not None:
+            per_iteration = per_iteration.fillna(info.batch_size)
+        samples = float(per_iteration.sum()) if count else 0.0
+        unfinished = 0
+    return {
+        "run": label,
+        "policy": run.policy,
+        "complete": run.complete,
+        "client": info.name,
+        "role": info.role,
+        "workload": info.workload,
+        "mode": info.mode,
+        "batch_size": info.batch_size,
+        "dtype": info.dtype,
+        "window_s": window_s,
+        "count": count,
+        "unfinished": unfinished,
+        **stats,
+        "throughput_per_s": _ratio(count, window_s),
+        "samples_per_s": _ratio(samples, window_s),
+        "offered_per_s": info.offered_rate_per_s
+        if info.offered_rate_per_s is not None
+        else float("nan"),
+        "exit_code": info.exit_code,
+        "errors": _error_text(info),
+    }
+
+
+def _judge(
+    relative: pd.DataFrame,
+    *,
+    has_hp: bool,
+    has_be: bool,
+    have_baseline: bool,
+    base_hp_p99: float,
+    hp_slowdown_max: float,
+    be_fraction_min: float,
+) -> dict[str, Any]:
+    nan = float("nan")
+    if not have_baseline:
+        return {
+            "hp_p99_alone_ms": nan,
+            "hp_p99_slowdown": nan,
+            "be_throughput_fraction": nan,
+            "hp_target_met": None,
+            "be_target_met": None,
+            "target_met": None,
+        }
+    hp = relative[relative["role"] == "hp"]
+    be = relative[relative["role"] != "hp"]
+    slowdowns = hp["hp_p99_slowdown"].to_numpy(dtype=float)
+    # The worst HP client decides; an HP client with an unknown ratio makes the HP side unknown.
+    slowdown = float(slowdowns.max()) if len(slowdowns) and not np.isnan(slowdowns).any() else nan
+    fractions = be["throughput_fraction"].to_numpy(dtype=float)
+    fraction = float(fractions.mean()) if len(fractions) and not np.isnan(fractions).any() else nan
+    hp_met = (
+        (slowdown <= hp_slowdown_max + LIMIT_TOLERANCE if not np.isnan(slowdown) else None)
+        if has_hp
+        else True
+    )
+    be_met = (
+        (fraction >= be_fraction_min - LIMIT_TOLERANCE if not np.isnan(fraction) else None)
+        if has_be
+        else True
+    )
+    verdict = None if hp_met is None or be_met is None else bool(hp_met and be_met)
+    return {
+        "hp_p99_alone_ms": base_hp_p99,
+        "hp_p99_slowdown": slowdown,
+        "be_throughput_fraction": fraction,
+        "hp_target_met": hp_met if has_hp else None,
+        "be_target_met": be_met if has_be else None,
+        "target_met": verdict,
+    }
+
+
+def _excess(value: float, limit: float) -> float:
+    """How far ``value`` is above ``limit`` (0 when within it, round-off included)."""
+    if np.isnan(value) or np.isnan(limit):
+        return float("nan")
+    over = value - limit
+    return over if over > LIMIT_TOLERANCE else 0.0
+
+
+def _with_latency(table: pd.DataFrame) -> pd.DataFrame:
+    if not table["latency_ms"].isna().any():
+        return table
+    table = table.copy()
+    derived = (table["end_s"] - table["arrival_s"]) * 1000.0
+    table["latency_ms"] = table["latency_ms"].fillna(derived)
+    return table
+
+
+def _error_text(info: ClientInfo) -> str | None:
+    parts = []
+    if info.error:
+        parts.append(info.error)
+    if info.exit_code not in (None, 0):
+        parts.append(f"exit code {info.exit_code}")
+    return "; ".join(parts) or None
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    try:
+        num, den = float(numerator), float(denominator)
+    except (TypeError, ValueError):
+        return float("nan")
+    if np.isnan(num) or np.isnan(den) or den == 0:
+        return float("nan")
+    return num / den
+
+
+def _nanmax(values: pd.Series) -> float:
+    data = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    data = data[~np.isnan(data)]
+    return float(data.max()) if data.size else float("nan")
+
+
+def _same(a: Any, b: Any) -> bool:
+    missing_a = a is None or (isinstance(a, float) and np.isnan(a))
+    missing_b = b is None or (isinstance(b, float) and np.isnan(b))
+    if missing_a or missing_b:
+        return missing_a and missing_b
+    return a == b
+
+
+def _index_of(runs: Sequence[RunData], run: RunData | None) -> int:
+    for i, candidate in enumerate(runs):
+        if candidate is run:
+            return i
+    raise ValueError("the baseline must be one of the runs")

@@ -1,0 +1,385 @@
+"""Figures as PNG files. Each function takes the DataFrames that ``metrics``/``series`` return,
+writes one PNG and returns its path; none computes a figure of merit itself.
+
+Figures are drawn on matplotlib's Agg canvas directly, never through pyplot, so no display is
+needed, no global backend is switched under a caller (a notebook keeps its own), and no figure
+is left open in pyplot's registry. ``order`` arguments fix the
+run order (and so each run's colour) across figures; by default runs appear as in the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from reporting.metrics import BE_FRACTION_MIN, HP_P99_SLOWDOWN_MAX
+
+DPI = 110
+# A scatter of more points than this is thinned with a fixed stride: the eye cannot tell, the
+# PNG stays small, and the result does not depend on a random seed.
+MAX_POINTS_PER_RUN = 40_000
+CLASS_COLOURS = {"compute": "tab:blue", "memory": "tab:orange", "unknown": "tab:gray"}
+
+
+def run_colours(labels: Sequence[str]) -> dict[str, str]:
+    """A stable colour per run label (tab10, then tab20 beyond ten runs)."""
+    cmap = matplotlib.colormaps["tab10" if len(labels) <= 10 else "tab20"]
+    return {label: to_hex(cmap(i % cmap.N)) for i, label in enumerate(labels)}
+
+
+def plot_latency_cdf(
+    latencies: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    target_ms: float | None = None,
+    title: str = "HP request latency CDF (requests in the measurement window)",
+) -> Path:
+    """Empirical CDF of HP request latency, one line per run; the p99 of each run is marked.
+
+    ``latencies`` is ``series.request_latencies(...)``; only ``in_window`` rows are drawn.
+    ``target_ms`` draws the latency target (1.05 × dedicated p99) as a vertical line.
+    """
+    data = latencies[latencies["in_window"].astype(bool)] if len(latencies) else latencies
+    labels = _order(data, order)
+    colours = run_colours(labels)
+    fig, ax = _figure((8, 5))
+    drawn = False
+    all_values = []
+    for label in labels:
+        values = np.sort(data.loc[data["run"] == label, "latency_ms"].to_numpy(dtype=float))
+        values = values[~np.isnan(values)]
+        if not values.size:
+            continue
+        all_values.append(values)
+        fraction = np.arange(1, values.size + 1) / values.size
+        p99 = float(np.percentile(values, 99))
+        ax.step(
+            values,
+            fraction,
+            where="post",
+            color=colours[label],
+            label=f"{label} (n={values.size}, p99 {p99:.2f} ms)",
+        )
+        ax.plot([p99], [0.99], "o", color=colours[label], markersize=4)
+        drawn = True
+    if target_ms is not None and np.isfinite(target_ms):
+        ax.axvline(target_ms, color="black", linestyle="--", linewidth=1, label="p99 target")
+    if drawn:
+        merged = np.concatenate(all_values)
+        low, high = float(merged.min()), float(merged.max())
+        if low > 0 and high / low > 20:
+            ax.set_xscale("log")
+        ax.axhline(0.99, color="grey", linestyle=":", linewidth=0.8)
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        _no_data(ax, "no completed HP requests in any measurement window")
+    ax.set_xlabel("request latency (ms, from arrival)")
+    ax.set_ylabel("fraction of requests ≤ latency")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return _save(fig, out_path)
+
+
+def plot_tradeoff(
+    headline: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    hp_slowdown_max: float = HP_P99_SLOWDOWN_MAX,
+    be_fraction_min: float = BE_FRACTION_MIN,
+) -> Path:
+    """HP tail latency against BE throughput, one labelled point per run.
+
+    With a dedicated baseline (``headline`` has slowdowns) the axes are ratios to it and the
+    target region (slowdown ≤ 1.05, fraction ≥ 0.90) is shaded; without one, absolute HP p99
+    (ms) and summed BE throughput are drawn and nothing is shaded.
+    """
+    relative = len(headline) > 0 and bool(headline["is_baseline"].astype(bool).any())
+    if relative:
+        x_col, y_col = "hp_p99_slowdown", "be_throughput_fraction"
+        x_label = "HP p99 latency slowdown (× dedicated p99)"
+        y_label = "BE throughput (fraction of dedicated, mean over BE clients)"
+    else:
+        x_col, y_col = "hp_p99_ms", "be_throughput_per_s"
+        x_label = "HP p99 latency (ms)"
+        y_label = "BE throughput (iterations or requests / s, summed over BE clients)"
+    labels = _order(headline, order)
+    colours = run_colours(labels)
+    fig, ax = _figure((8, 5.5))
+    xs, ys = [], []
+    for label in labels:
+        row = headline[headline["run"] == label].iloc[0]
+        x, y = float(row[x_col]), float(row[y_col])
+        if not (np.isfinite(x) and np.isfinite(y)):
+            continue
+        xs.append(x)
+        ys.append(y)
+        marker = "*" if bool(row["is_baseline"]) else "o"
+        ax.scatter(
+            [x],
+            [y],
+            s=120 if marker == "*" else 60,
+            marker=marker,
+            color=colours[label],
+            zorder=3,
+            label=label if label == row["policy"] else f"{label} ({row['policy']})",
+        )
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
+    handles, legend_labels = ax.get_legend_handles_labels()
+    if relative:
+        x_low = min([0.95, *xs]) * 0.97
+        x_high = max([hp_slowdown_max * 1.15, *xs]) * 1.05
+        y_high = max([1.1, *ys]) * 1.05
+        ax.set_xlim(x_low, x_high)
+        ax.set_ylim(0, y_high)
+        ax.add_patch(
+            Rectangle(
+                (x_low, be_fraction_min),
+                hp_slowdown_max - x_low,
+                y_high - be_fraction_min,
+                color="tab:green",
+                alpha=0.15,
+                zorder=1,
+            )
+        )
+        handles.append(Patch(color="tab:green", alpha=0.15))
+        legend_labels.append(
+            f"target: HP p99 ≤ {hp_slowdown_max:g}×, BE ≥ {be_fraction_min:.0%} of dedicated"
+        )
+        title = "Trade-off against dedicated: HP tail latency vs BE throughput"
+    else:
+        if xs:
+            ax.set_xlim(0, max(xs) * 1.2)
+            ax.set_ylim(0, max(ys) * 1.2 if max(ys) > 0 else 1)
+        title = "Trade-off (no dedicated run: absolute values, target not shown)"
+    if not xs:
+        _no_data(ax, "no run has both an HP p99 and a BE throughput")
+    if handles:
+        ax.legend(handles, legend_labels, loc="best", fontsize=8)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return _save(fig, out_path)
+
+
+def plot_latency_over_time(
+    latencies: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    title: str = "HP request latency over time",
+) -> Path:
+    """HP latency against arrival time, one panel per run (each on its own run clock).
+
+    Requests inside the measurement window are coloured; warm-up and drain requests are grey.
+    """
+    labels = _order(latencies, order)
+    colours = run_colours(labels)
+    panels = max(1, len(labels))
+    fig = _new_figure((9, 1.2 + 2.2 * panels))
+    axes = fig.subplots(panels, 1, sharey=True, squeeze=False)
+    values = latencies["latency_ms"].to_numpy(dtype=float) if len(latencies) else np.array([])
+    values = values[np.isfinite(values)]
+    log_y = values.size > 0 and values.min() > 0 and values.max() / values.min() > 20
+    for ax, label in zip(axes[:, 0], labels, strict=False):
+        rows = latencies[latencies["run"] == label]
+        inside = rows["in_window"].astype(bool)
+        for subset, colour, name in (
+            (rows[~inside], "lightgrey", "outside window"),
+            (rows[inside], colours[label], "in window"),
+        ):
+            subset = _thin(subset)
+            if len(subset):
+                ax.scatter(
+                    subset["arrival_s"],
+                    subset["latency_ms"],
+                    s=3,
+                    color=colour,
+                    label=name,
+                    rasterized=True,
+                )
+        if len(rows[inside]):
+            ax.axvspan(
+                rows.loc[inside, "arrival_s"].min(),
+                rows.loc[inside, "arrival_s"].max(),
+                color=colours[label],
+                alpha=0.06,
+            )
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title(label, fontsize=10, loc="left")
+        ax.set_ylabel("latency (ms)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=7, markerscale=3)
+    if not labels:
+        _no_data(axes[0, 0], "no completed HP requests")
+        axes[0, 0].set_ylabel("latency (ms)")
+    axes[-1, 0].set_xlabel("request arrival time (s on the run clock)")
+    fig.suptitle(title)
+    return _save(fig, out_path)
+
+
+def plot_gpu_utilisation(
+    gpu: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    title: str = "GPU utilisation over time (NVML samples)",
+) -> Path:
+    """SM and memory utilisation (%) and memory used (GiB, right axis), one panel per run.
+
+    The shaded span is the run's measurement window.
+    """
+    labels = _order(gpu, order)
+    panels = max(1, len(labels))
+    fig = _new_figure((9, 1.2 + 2.2 * panels))
+    axes = fig.subplots(panels, 1, squeeze=False)
+    for ax, label in zip(axes[:, 0], labels, strict=False):
+        rows = gpu[gpu["run"] == label].sort_values("time_s")
+        ax.plot(rows["time_s"], rows["sm_util_pct"], color="tab:blue", label="SM util (%)")
+        ax.plot(rows["time_s"], rows["mem_util_pct"], color="tab:orange", label="memory util (%)")
+        inside = rows[rows["in_window"].astype(bool)]
+        if len(inside):
+            ax.axvspan(
+                inside["time_s"].min(),
+                inside["time_s"].max(),
+                color="tab:green",
+                alpha=0.08,
+                label="measurement window",
+            )
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("utilisation (%)")
+        twin = ax.twinx()
+        twin.plot(
+            rows["time_s"],
+            rows["mem_used_mib"] / 1024.0,
+            color="tab:purple",
+            linestyle="--",
+            linewidth=1,
+            label="memory used (GiB)",
+        )
+        twin.set_ylabel("memory used (GiB)")
+        twin.set_ylim(bottom=0)
+        handles, names = ax.get_legend_handles_labels()
+        twin_handles, twin_names = twin.get_legend_handles_labels()
+        ax.legend(handles + twin_handles, names + twin_names, loc="lower right", fontsize=7)
+        ax.set_title(label, fontsize=10, loc="left")
+        ax.grid(True, alpha=0.3)
+    if not labels:
+        _no_data(axes[0, 0], "no GPU samples (gpu.csv) in any run")
+        axes[0, 0].set_ylabel("utilisation (%)")
+    axes[-1, 0].set_xlabel("time (s on the run clock)")
+    fig.suptitle(title)
+    return _save(fig, out_path)
+
+
+def plot_kernel_timeline(
+    kernels: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    title: str | None = None,
+) -> Path:
+    """Kernel launches of a trace slice: one row per client (HP on top), a bar per kernel from
+    its launch for its profiled duration, coloured by kernel class.
+
+    ``kernels`` is ``series.kernel_slice(...)``. Bars shorter than 0.05 % of the shown span are
+    widened to that so single kernels stay visible.
+    """
+    fig_height = 1.6 + 0.6 * max(1, kernels["client"].nunique() if len(kernels) else 1)
+    fig, ax = _figure((10, fig_height))
+    if len(kernels):
+        origin = float(kernels["launch_s"].min())
+        start_ms = (kernels["launch_s"].to_numpy(dtype=float) - origin) * 1000.0
+        duration = np.nan_to_num(kernels["duration_ms"].to_numpy(dtype=float), nan=0.0)
+        span = float(np.max(start_ms + duration)) if len(start_ms) else 1.0
+        min_width = max(span, 1e-6) * 0.0005
+        frame = kernels.assign(start_ms=start_ms, width_ms=np.maximum(duration, min_width))
+        clients = _client_rows(frame)
+        for row, client in enumerate(clients):
+            mine = frame[frame["client"] == client]
+            for kernel_class, group in mine.groupby("kernel_class", sort=True):
+                colour = CLASS_COLOURS.get(str(kernel_class), "tab:red")
+                ax.broken_barh(
+                    list(zip(group["start_ms"], group["width_ms"], strict=True)),
+                    (row - 0.4, 0.8),
+                    facecolors=colour,
+                    linewidth=0,
+                )
+        ax.set_yticks(range(len(clients)))
+        ax.set_yticklabels(clients)
+        ax.set_ylim(len(clients) - 0.5, -0.5)
+        ax.set_xlim(0, span * 1.01)
+        present = sorted(frame["kernel_class"].astype(str).unique())
+        ax.legend(
+            [Patch(color=CLASS_COLOURS.get(c, "tab:red")) for c in present],
+            [f"{c} kernels" for c in present],
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=8,
+        )
+        ax.set_xlabel(f"time since first launch shown (ms; slice starts at {origin:.3f} s)")
+    else:
+        _no_data(ax, "no kernel trace")
+        ax.set_xlabel("time (ms)")
+    ax.set_ylabel("client")
+    ax.set_title(title or f"Kernel timeline ({len(kernels)} launches)")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, out_path)
+
+
+def _client_rows(kernels: pd.DataFrame) -> list[str]:
+    """HP clients first, then the rest, each group by name."""
+    pairs = kernels[["client", "role"]].drop_duplicates().astype(str)
+    ordered = sorted(
+        zip(pairs["role"], pairs["client"], strict=True), key=lambda p: (p[0] != "hp", p[1])
+    )
+    return list(dict.fromkeys(client for _, client in ordered))
+
+
+def _order(frame: pd.DataFrame, order: Sequence[str] | None) -> list[str]:
+    present = list(dict.fromkeys(frame["run"].astype(str))) if len(frame) else []
+    if order is None:
+        return present
+    return [label for label in order if label in present]
+
+
+def _thin(rows: pd.DataFrame) -> pd.DataFrame:
+    if len(rows) <= MAX_POINTS_PER_RUN:
+        return rows
+    stride = int(np.ceil(len(rows) / MAX_POINTS_PER_RUN))
+    return rows.iloc[::stride]
+
+
+def _no_data(ax: Axes, message: str) -> None:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def _save(fig: Figure, out_path: str | Path) -> Path:
+    path = Path(out_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _new_figure(size: tuple[float, float]) -> Figure:
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _figure(size: tuple[float, float]) -> tuple[Figure, Axes]:
+    fig = _new_figure(size)
+    return fig, fig.subplots()

@@ -1,0 +1,422 @@
+"""Read one ``orion-run`` directory (docs/architecture.md) into typed tables.
+
+Everything downstream (metrics, plots, the Markdown report) works on :class:`RunData`, never on
+files, so the format is checked in one place: a missing required column is one clear error, and
+damage a crash can leave behind (a cut last CSV line, a missing table, ``status: running``) is
+tolerated and recorded in ``RunData.notes`` instead of failing the whole report.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from orion_common.errors import OrionError
+
+RUN_FORMAT = "orion-run"
+RUN_VERSION = 1
+STATUS_COMPLETE = "complete"
+
+MODE_INFER = "infer"
+MODE_TRAIN = "train"
+_MODE_ALIASES = {
+    "infer": MODE_INFER,
+    "inference": MODE_INFER,
+    "train": MODE_TRAIN,
+    "training": MODE_TRAIN,
+}
+
+ColumnType = Literal["int", "float", "str"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One declared table column: its name (unit in the name) and the type it is parsed to."""
+
+    name: str
+    kind: ColumnType
+
+
+# Declared schemas, one per table of the run directory (docs/architecture.md, "Run directory").
+INFERENCE_COLUMNS: tuple[Column, ...] = (
+    Column("request", "int"),
+    Column("arrival_s", "float"),
+    Column("start_s", "float"),
+    Column("end_s", "float"),
+    Column("latency_ms", "float"),
+)
+TRAINING_COLUMNS: tuple[Column, ...] = (
+    Column("iteration", "int"),
+    Column("start_s", "float"),
+    Column("end_s", "float"),
+    Column("duration_ms", "float"),
+    Column("samples", "float"),
+)
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("time_s", "float"),
+    Column("sm_util_pct", "float"),
+    Column("mem_util_pct", "float"),
+    Column("mem_used_mib", "float"),
+)
+TRACE_COLUMNS: tuple[Column, ...] = (
+    Column("client", "str"),
+    Column("seq", "int"),
+    Column("kernel_name", "str"),
+    Column("kernel_class", "str"),
+    Column("sm_needed", "float"),
+    Column("duration_ns", "float"),
+    Column("enqueue_s", "float"),
+    Column("launch_s", "float"),
+)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Software and hardware the run was measured on, as ``run.json`` recorded it."""
+
+    gpu_name: str | None = None
+    sm_count: int | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    torch_version: str | None = None
+    cudnn_version: str | None = None
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """One client's entry in ``run.json``; its table lives in ``RunData.tables[name]``."""
+
+    name: str
+    role: str
+    workload: str
+    mode: str
+    batch_size: int | None
+    dtype: str | None
+    arrivals: dict[str, Any] | None
+    exit_code: int | None
+    error: str | None
+    table_path: Path
+    log_path: Path | None
+    window_start_s: float | None
+    window_end_s: float | None
+
+    @property
+    def is_inference(self) -> bool:
+        return self.mode == MODE_INFER
+
+    @property
+    def offered_rate_per_s(self) -> float | None:
+        """The open-loop arrival rate asked for, when the client had one."""
+        rate = (self.arrivals or {}).get("rate_per_s")
+        return _as_float(rate)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error) or (self.exit_code is not None and self.exit_code != 0)
+
+
+@dataclass(frozen=True, eq=False)
+class RunData:
+    """One run directory, parsed. Tables keep the file's columns, typed as declared above."""
+
+    path: Path
+    status: str
+    policy: str
+    orion_version: str | None
+    git_revision: str | None
+    started_utc: str | None
+    ended_utc: str | None
+    measure_start_s: float | None
+    measure_end_s: float | None
+    environment: Environment
+    clients: tuple[ClientInfo, ...]
+    tables: dict[str, pd.DataFrame]
+    gpu: pd.DataFrame | None
+    scheduler: dict[str, dict[str, Any]] | None
+    trace: pd.DataFrame | None
+    config: dict[str, Any]
+    meta: dict[str, Any]
+    notes: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """The run directory's own name (used as its label when policies repeat)."""
+        return self.path.name
+
+    @property
+    def complete(self) -> bool:
+        """False for ``running`` (writer died), ``incomplete`` and ``failed`` runs."""
+        return self.status == STATUS_COMPLETE
+
+    def client(self, name: str) -> ClientInfo:
+        for info in self.clients:
+            if info.name == name:
+                return info
+        known = ", ".join(c.name for c in self.clients) or "none"
+        raise OrionError(f"run {self.path} has no client {name!r} (clients: {known})")
+
+    def table(self, name: str) -> pd.DataFrame:
+        self.client(name)
+        return self.tables[name]
+
+
+def load_run(path: str | Path) -> RunData:
+    """Parse the run directory at ``path``; a directory that is not a run is a one-line error."""
+    root = Path(path)
+    meta = _read_run_json(root)
+    notes: list[str] = []
+
+    status = _as_str(meta.get("status")) or "unknown"
+    if status != STATUS_COMPLETE:
+        notes.append(
+            f"run status is {status!r}, not 'complete': numbers cover only what was written"
+        )
+    policy = _as_str(meta.get("policy")) or _as_str(_dig(meta, "config", "run", "policy"))
+    if not policy:
+        raise OrionError(f"{root / 'run.json'} names no policy", hint="the run.json is damaged")
+
+    raw_clients = meta.get("clients")
+    if not isinstance(raw_clients, list):
+        raise OrionError(
+            f"{root / 'run.json'} has no 'clients' list", hint="the run.json is damaged"
+        )
+    clients = tuple(_client_info(root, entry, index) for index, entry in enumerate(raw_clients))
+    names = [c.name for c in clients]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise OrionError(f"{root / 'run.json'} lists client(s) twice: {', '.join(duplicates)}")
+
+    tables: dict[str, pd.DataFrame] = {}
+    for info in clients:
+        columns = INFERENCE_COLUMNS if info.is_inference else TRAINING_COLUMNS
+        if info.table_path.is_file():
+            tables[info.name] = read_table(info.table_path, columns, notes=notes)
+        else:
+            notes.append(f"client {info.name!r} wrote no table ({info.table_path.name} is missing)")
+            tables[info.name] = empty_table(columns)
+        if info.failed:
+            notes.append(f"client {info.name!r} failed: {_client_error_text(info)}")
+
+    gpu_path = root / "gpu.csv"
+    gpu = read_table(gpu_path, GPU_COLUMNS, notes=notes) if gpu_path.is_file() else None
+    trace_path = root / "trace.csv"
+    trace = read_table(trace_path, TRACE_COLUMNS, notes=notes) if trace_path.is_file() else None
+    if trace is not None:
+        trace["kernel_class"] = trace["kernel_class"].fillna("unknown")
+
+    return RunData(
+        path=root,
+        status=status,
+        policy=policy,
+        orion_version=_as_str(meta.get("orion_version")),
+        git_revision=_as_str(meta.get("git_revision")),
+        started_utc=_as_str(meta.get("started_utc")),
+        ended_utc=_as_str(meta.get("ended_utc")),
+        measure_start_s=_as_float(meta.get("measure_start_s")),
+        measure_end_s=_as_float(meta.get("measure_end_s")),
+        environment=_environment(meta.get("environment")),
+        clients=clients,
+        tables=tables,
+        gpu=gpu,
+        scheduler=_read_scheduler(root / "scheduler.json", notes),
+        trace=trace,
+        config=meta.get("config") if isinstance(meta.get("config"), dict) else {},
+        meta=meta,
+        notes=tuple(notes),
+    )
+
+
+def load_runs(paths: Iterable[str | Path]) -> list[RunData]:
+    """Load several run directories, in the order given (that order is kept in every table)."""
+    runs = [load_run(p) for p in paths]
+    if not runs:
+        raise OrionError("no run directories given", hint="pass one or more RUN_DIR paths")
+    return runs
+
+
+def empty_table(columns: Sequence[Column]) -> pd.DataFrame:
+    return pd.DataFrame({c.name: pd.Series(dtype=_pandas_dtype(c.kind)) for c in columns})
+
+
+def read_table(path: Path, columns: Sequence[Column], *, notes: list[str]) -> pd.DataFrame:
+    """Read one CSV table of the run directory and type its declared columns.
+
+    Writers end every row with a newline, so a last line without one is what a crash leaves
+    when it cuts a write: it is dropped (and noted) even if it happens to parse, because a cut
+    number still parses (``12.3`` from ``12.345``) and would be silently wrong.
+    """
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise OrionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if text and not text.endswith("\n"):
+        keep = text.rfind("\n") + 1
+        cut = text[keep:]
+        text = text[:keep]
+        if cut.strip():
+            notes.append(f"{path.name}: dropped a cut last line ({_shorten(cut)!r})")
+    if not text.strip():
+        return empty_table(columns)
+    text_dtypes = {c.name: str for c in columns if c.kind == "str"}
+    try:
+        frame = pd.read_csv(io.StringIO(text), comment="#", dtype=text_dtypes)
+    except pd.errors.EmptyDataError:
+        return empty_table(columns)
+    except (pd.errors.ParserError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise OrionError(f"{path} is not a readable CSV table: {reason}") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c.name for c in columns if c.name not in frame.columns]
+    if missing:
+        raise OrionError(
+            f"{path} lacks column(s) {', '.join(missing)}",
+            hint="expected columns: " + ",".join(c.name for c in columns),
+        )
+    for column in columns:
+        frame[column.name] = _typed(frame[column.name], column.kind)
+    return frame.reset_index(drop=True)
+
+
+def _typed(values: pd.Series, kind: ColumnType) -> pd.Series:
+    if kind == "str":
+        return values.astype(object).where(values.notna(), None)
+    numbers = pd.to_numeric(values, errors="coerce")
+    if kind == "int" and not numbers.isna().any():
+        return numbers.astype("int64")
+    return numbers.astype("float64")
+
+
+def _pandas_dtype(kind: ColumnType) -> str:
+    return {"int": "int64", "float": "float64", "str": "object"}[kind]
+
+
+def _read_run_json(root: Path) -> dict[str, Any]:
+    not_a_run = OrionError(
+        f"{root} is not an orion run directory (no run.json)",
+        hint="pass a directory written by `orion colocate`",
+    )
+    try:
+        meta = json.loads((root / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise not_a_run from None
+    if not isinstance(meta, dict) or meta.get("format") != RUN_FORMAT:
+        raise not_a_run
+    version = meta.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise OrionError(f"{root / 'run.json'} has no integer 'version'")
+    if version > RUN_VERSION:
+        raise OrionError(
+            f"{root} is an orion-run version {version}; this orion reads up to {RUN_VERSION}",
+            hint="report it with the orion version that wrote it",
+        )
+    return meta
+
+
+def _client_info(root: Path, entry: Any, index: int) -> ClientInfo:
+    where = f"{root / 'run.json'} client #{index}"
+    if not isinstance(entry, dict) or not _as_str(entry.get("name")):
+        raise OrionError(f"{where} has no name")
+    name = str(entry["name"])
+    raw_mode = _as_str(entry.get("mode")) or ""
+    mode = _MODE_ALIASES.get(raw_mode.lower())
+    if mode is None:
+        raise OrionError(f"{where} ({name}) has mode {raw_mode!r}; expected 'infer' or 'train'")
+    table = _as_str(entry.get("table")) or f"clients/{name}.csv"
+    log = _as_str(entry.get("log"))
+    arrivals = entry.get("arrivals")
+    return ClientInfo(
+        name=name,
+        role=(_as_str(entry.get("role")) or "be").lower(),
+        workload=_as_str(entry.get("workload")) or "?",
+        mode=mode,
+        batch_size=_as_int(entry.get("batch_size")),
+        dtype=_as_str(entry.get("dtype")),
+        arrivals=arrivals if isinstance(arrivals, dict) else None,
+        exit_code=_as_int(entry.get("exit_code")),
+        error=_as_str(entry.get("error")),
+        table_path=root / table,
+        log_path=root / log if log else None,
+        window_start_s=_as_float(entry.get("window_start_s")),
+        window_end_s=_as_float(entry.get("window_end_s")),
+    )
+
+
+def _client_error_text(info: ClientInfo) -> str:
+    parts = []
+    if info.error:
+        parts.append(info.error)
+    if info.exit_code not in (None, 0):
+        parts.append(f"exit code {info.exit_code}")
+    return "; ".join(parts)
+
+
+def _environment(raw: Any) -> Environment:
+    env = raw if isinstance(raw, dict) else {}
+    return Environment(
+        gpu_name=_as_str(env.get("gpu_name")),
+        sm_count=_as_int(env.get("sm_count")),
+        driver_version=_as_str(env.get("driver_version")),
+        cuda_version=_as_str(env.get("cuda_version")),
+        torch_version=_as_str(env.get("torch_version")),
+        cudnn_version=_as_str(env.get("cudnn_version")),
+        hostname=_as_str(env.get("hostname")),
+    )
+
+
+def _read_scheduler(path: Path, notes: list[str]) -> dict[str, dict[str, Any]] | None:
+    """Per-client preload statistics; damage here only loses that table, so it is a note."""
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        notes.append("scheduler.json is not readable JSON; scheduler statistics left out")
+        return None
+    clients = raw.get("clients") if isinstance(raw, dict) else None
+    if not isinstance(clients, dict):
+        notes.append("scheduler.json has no 'clients' object; scheduler statistics left out")
+        return None
+    return {str(k): v for k, v in clients.items() if isinstance(v, dict)}
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _as_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _as_int(value: Any) -> int | None:
+    number = _as_float(value)
+    return int(number) if number is not None and number.is_integer() else None
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

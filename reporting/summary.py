@@ -1,0 +1,497 @@
+"""The report: a Markdown file with its figures (``write_report``) and the same numbers as plain
+JSON (``report_json``, for ``orion report --json``).
+
+Both are built from the one set of DataFrames in :func:`report_tables`, so the Markdown, the
+JSON and whatever the CLI prints cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from orion_common.errors import OrionError
+from reporting import plots
+from reporting.metrics import (
+    BE_FRACTION_MIN,
+    HP_P99_SLOWDOWN_MAX,
+    PERCENTILE_METHOD,
+    compare_runs,
+    find_baseline,
+    headline,
+    relative_to_dedicated,
+    run_labels,
+    scheduler_table,
+)
+from reporting.rundata import RunData
+from reporting.series import DEFAULT_MAX_KERNELS, gpu_samples, kernel_slice, request_latencies
+
+REPORT_FORMAT = "orion-report"
+REPORT_VERSION = 1
+REPORT_FILE = "report.md"
+
+# Columns shown in the Markdown tables (the DataFrames and the JSON keep all of them).
+_CLIENT_VIEW = [
+    ("run", "run"),
+    ("client", "client"),
+    ("role", "role"),
+    ("workload", "workload"),
+    ("mode", "mode"),
+    ("batch_size", "batch"),
+    ("count", "count"),
+    ("p50_ms", "p50 ms"),
+    ("p95_ms", "p95 ms"),
+    ("p99_ms", "p99 ms"),
+    ("max_ms", "max ms"),
+    ("throughput_per_s", "per s"),
+    ("samples_per_s", "samples/s"),
+    ("errors", "errors"),
+]
+_HEADLINE_VIEW = [
+    ("run", "run"),
+    ("policy", "policy"),
+    ("complete", "complete"),
+    ("hp_p99_ms", "HP p99 ms"),
+    ("hp_p99_slowdown", "HP p99 slowdown ×"),
+    ("be_throughput_per_s", "BE per s"),
+    ("be_throughput_fraction", "BE fraction"),
+    ("target_met", "target met"),
+]
+_RELATIVE_VIEW = [
+    ("run", "run"),
+    ("client", "client"),
+    ("role", "role"),
+    ("matched", "matched"),
+    ("p99_ms", "p99 ms"),
+    ("p99_alone_ms", "p99 alone ms"),
+    ("hp_p99_slowdown", "p99 slowdown ×"),
+    ("throughput_per_s", "per s"),
+    ("throughput_alone_per_s", "alone per s"),
+    ("throughput_fraction", "fraction"),
+]
+
+
+@dataclass(frozen=True)
+class ReportTables:
+    """Every table of one report, computed once."""
+
+    labels: list[str]
+    clients: pd.DataFrame
+    relative: pd.DataFrame
+    headline: pd.DataFrame
+    scheduler: pd.DataFrame
+    verdicts: list[str]
+    warnings: list[str]
+
+
+def report_tables(runs: Sequence[RunData]) -> ReportTables:
+    """All tables, the verdict sentences and the warnings for ``runs`` (at least one)."""
+    if not runs:
+        raise OrionError("no runs to report on", hint="pass one or more RUN_DIR paths")
+    head = headline(runs)
+    return ReportTables(
+        labels=run_labels(runs),
+        clients=compare_runs(runs),
+        relative=relative_to_dedicated(runs),
+        headline=head,
+        scheduler=scheduler_table(runs),
+        verdicts=verdicts(head),
+        warnings=run_warnings(runs),
+    )
+
+
+def verdicts(head: pd.DataFrame) -> list[str]:
+    """One plain sentence per non-baseline run: is the target met, and by how much it misses."""
+    return [_verdict(row) for row in head.to_dict("records") if not row["is_baseline"]]
+
+
+def run_warnings(runs: Sequence[RunData]) -> list[str]:
+    """What a reader must know before trusting the numbers: incomplete runs, failed clients,
+    dropped lines, a missing baseline. Each line starts with the run's label."""
+    lines = []
+    for run, label in zip(runs, run_labels(runs), strict=True):
+        lines.extend(f"{label}: {note}" for note in run.notes)
+    if find_baseline(runs) is None:
+        lines.append(
+            "no dedicated run among these: slowdowns and throughput fractions cannot be computed"
+        )
+    return lines
+
+
+def write_report(
+    runs: Sequence[RunData],
+    out_dir: str | Path,
+    *,
+    max_kernels: int = DEFAULT_MAX_KERNELS,
+) -> Path:
+    """Write the figures and ``report.md`` (which embeds them) into ``out_dir``; return the
+    Markdown file's path. Figures with nothing to show are left out, and the report says so."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OrionError(f"cannot create report folder {out}: {exc.strerror or exc}") from None
+    tables = report_tables(runs)
+    labels = tables.labels
+    lines: list[str] = ["# orion run report", ""]
+    lines.append(
+        f"Runs: {', '.join(f'`{label}`' for label in labels)}. "
+        f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."
+    )
+    lines.append("")
+
+    for run, label in zip(runs, labels, strict=True):
+        if not run.complete:
+            lines.append(
+                f"> **Incomplete run `{label}`** (status `{run.status}`): the run did not finish "
+                "cleanly, so its numbers cover only what was written before it stopped."
+            )
+            lines.append("")
+
+    lines += ["## Verdict", ""]
+    baseline = find_baseline(runs)
+    if baseline is None:
+        lines.append(
+            "No `dedicated` run was given, so the target (HP p99 within "
+            f"{HP_P99_SLOWDOWN_MAX:g}× of dedicated, BE throughput at least "
+            f"{BE_FRACTION_MIN:.0%} of dedicated) cannot be judged."
+        )
+    lines += [f"- {sentence}" for sentence in tables.verdicts]
+    lines += ["", markdown_table(tables.headline, _HEADLINE_VIEW), ""]
+
+    figures: list[tuple[str, Path | None, str]] = []
+    has_points = tables.headline[["hp_p99_ms", "be_throughput_per_s"]].notna().all(axis=1).any()
+    figures.append(
+        (
+            "Trade-off",
+            plots.plot_tradeoff(tables.headline, out / "tradeoff.png", order=labels)
+            if has_points
+            else None,
+            "no run has both an HP client and a BE client with measurements",
+        )
+    )
+    lines += _figure_lines(*figures[-1])
+
+    lines += ["## Clients", "", markdown_table(tables.clients, _CLIENT_VIEW), ""]
+    lines.append(
+        "Inference: requests that arrived in the client's measurement window and completed; "
+        "latency from arrival. Training: iterations that ended in the window; latency columns "
+        f"are iteration durations. Percentiles: numpy `{PERCENTILE_METHOD}` interpolation. "
+        "Throughput: count / window length."
+    )
+    lines.append("")
+
+    if len(tables.relative):
+        lines += ["## Relative to dedicated", ""]
+        lines += [markdown_table(tables.relative, _RELATIVE_VIEW), ""]
+        lines.append(
+            "Slowdown = p99 shared / p99 alone (HP clients); fraction = throughput shared / "
+            "throughput alone. The BE fraction of a run is the mean over its BE clients."
+        )
+        lines.append("")
+
+    latencies = request_latencies(runs)
+    target_ms = _target_ms(tables.headline)
+    lines += ["## HP latency", ""]
+    has_latency = len(latencies) > 0
+    lines += _figure_lines(
+        "HP latency CDF",
+        plots.plot_latency_cdf(
+            latencies, out / "hp_latency_cdf.png", order=labels, target_ms=target_ms
+        )
+        if has_latency
+        else None,
+        "no HP inference client completed a request",
+    )
+    lines += _figure_lines(
+        "HP latency over time",
+        plots.plot_latency_over_time(latencies, out / "hp_latency_over_time.png", order=labels)
+        if has_latency
+        else None,
+        "no HP inference client completed a request",
+    )
+
+    gpu = gpu_samples(runs)
+    lines += ["## GPU utilisation", ""]
+    lines += _figure_lines(
+        "GPU utilisation",
+        plots.plot_gpu_utilisation(gpu, out / "gpu_utilisation.png", order=labels)
+        if len(gpu)
+        else None,
+        "no run has GPU samples (gpu.csv)",
+    )
+
+    traced = [(r, label) for r, label in zip(runs, labels, strict=True) if r.trace is not None]
+    if traced:
+        lines += ["## Kernel timelines", ""]
+        used: set[str] = set()
+        for run, label in traced:
+            kernels = kernel_slice(run, label=label, max_kernels=max_kernels)
+            total = len(run.trace) if run.trace is not None else 0
+            name = _unique_name(f"kernel_timeline_{_slug(label)}.png", used)
+            title = f"Kernel timeline, {label}: {len(kernels)} of {total} launches"
+            lines += _figure_lines(
+                f"Kernel timeline ({label})",
+                plots.plot_kernel_timeline(kernels, out / name, title=title)
+                if len(kernels)
+                else None,
+                f"the trace of `{label}` is empty",
+            )
+            if len(kernels):
+                waits = kernels["wait_ms"].to_numpy(dtype=float)
+                waits = waits[np.isfinite(waits)]
+                wait_text = (
+                    f"; enqueue-to-launch wait mean {waits.mean():.3f} ms, max {waits.max():.3f} ms"
+                    if waits.size
+                    else ""
+                )
+                lines.append(
+                    f"`{label}`: {len(kernels)} consecutive launches from mid-window, bar = "
+                    f"profiled kernel duration{wait_text}."
+                )
+                lines.append("")
+
+    if len(tables.scheduler):
+        lines += ["## Scheduler statistics", ""]
+        view = [(c, c) for c in tables.scheduler.columns if c != "policy"]
+        lines += [markdown_table(tables.scheduler, view), ""]
+
+    lines += ["## Environment", "", markdown_table(environment_table(runs), None), ""]
+
+    if tables.warnings:
+        lines += ["## Warnings", ""]
+        lines += [f"- {line}" for line in tables.warnings]
+        lines.append("")
+
+    report = out / REPORT_FILE
+    try:
+        report.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise OrionError(f"cannot write {report}: {exc.strerror or exc}") from None
+    return report
+
+
+def environment_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    """Where and with what each run was measured, one row per run."""
+    rows = []
+    for run, label in zip(runs, run_labels(runs), strict=True):
+        env = run.environment
+        rows.append(
+            {
+                "run": label,
+                "policy": run.policy,
+                "status": run.status,
+                "GPU": env.gpu_name,
+                "SMs": env.sm_count,
+                "driver": env.driver_version,
+                "CUDA": env.cuda_version,
+                "torch": env.torch_version,
+                "cuDNN": env.cudnn_version,
+                "orion": run.orion_version,
+                "git": run.git_revision,
+                "started (UTC)": run.started_utc,
+                "path": str(run.path),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def report_json(runs: Sequence[RunData]) -> dict[str, Any]:
+    """The report's numbers as plain JSON types (NaN and missing values become ``None``)."""
+    tables = report_tables(runs)
+    run_entries = []
+    for run, label in zip(runs, tables.labels, strict=True):
+        run_entries.append(
+            {
+                "label": label,
+                "path": str(run.path),
+                "policy": run.policy,
+                "status": run.status,
+                "complete": run.complete,
+                "orion_version": run.orion_version,
+                "git_revision": run.git_revision,
+                "started_utc": run.started_utc,
+                "ended_utc": run.ended_utc,
+                "measure_start_s": run.measure_start_s,
+                "measure_end_s": run.measure_end_s,
+                "environment": asdict(run.environment),
+                "has_trace": run.trace is not None,
+                "notes": list(run.notes),
+            }
+        )
+    baseline = find_baseline(runs)
+    return to_jsonable(
+        {
+            "format": REPORT_FORMAT,
+            "version": REPORT_VERSION,
+            "baseline": tables.labels[list(runs).index(baseline)] if baseline is not None else None,
+            "target": {
+                "hp_p99_slowdown_max": HP_P99_SLOWDOWN_MAX,
+                "be_throughput_fraction_min": BE_FRACTION_MIN,
+                "be_fraction_definition": "mean of per-BE-client throughput fractions",
+            },
+            "percentile_method": PERCENTILE_METHOD,
+            "runs": run_entries,
+            "headline": tables.headline.to_dict("records"),
+            "clients": tables.clients.to_dict("records"),
+            "relative": tables.relative.to_dict("records"),
+            "scheduler": tables.scheduler.to_dict("records"),
+            "verdicts": tables.verdicts,
+            "warnings": tables.warnings,
+        }
+    )
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` with numpy/pandas scalars made plain and NaN, inf, NA and NaT made ``None``."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | bool):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, pd.Timestamp | datetime):
+        return None if pd.isna(value) else value.isoformat()
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return None
+    return str(value)
+
+
+def markdown_table(frame: pd.DataFrame, view: Sequence[tuple[str, str]] | None) -> str:
+    """``frame`` as a GitHub Markdown table; ``view`` picks (column, header) pairs."""
+    pairs = list(view) if view is not None else [(c, c) for c in frame.columns]
+    pairs = [(c, h) for c, h in pairs if c in frame.columns]
+    if not pairs:
+        return ""
+    out = ["| " + " | ".join(h for _, h in pairs) + " |"]
+    out.append("|" + "|".join("---:" if _numeric(frame[c]) else "---" for c, _ in pairs) + "|")
+    for record in frame.to_dict("records"):
+        out.append("| " + " | ".join(_cell(record[c]) for c, _ in pairs) + " |")
+    return "\n".join(out)
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    label = f"`{row['run']}`"
+    caveat = " (incomplete run: read with care)" if not row["complete"] else ""
+    slowdown, fraction = row["hp_p99_slowdown"], row["be_throughput_fraction"]
+    if row["baseline"] is None:
+        parts = []
+        if _finite(row["hp_p99_ms"]):
+            parts.append(f"HP p99 {row['hp_p99_ms']:.2f} ms")
+        if _finite(row["be_throughput_per_s"]):
+            parts.append(f"BE {row['be_throughput_per_s']:.2f} per s")
+        measured = f" ({', '.join(parts)})" if parts else ""
+        return (
+            f"{label}: no dedicated run to compare with, so the target cannot be judged"
+            f"{measured}{caveat}."
+        )
+
+    hp_part = _hp_clause(row, slowdown)
+    be_part = _be_clause(row, fraction)
+    clauses = "; ".join(p for p in (hp_part, be_part) if p)
+    if row["target_met"] is True:
+        head = "target met"
+    elif row["target_met"] is False:
+        head = "target missed"
+    else:
+        head = "target cannot be judged"
+    return f"{label}: {head}: {clauses}{caveat}."
+
+
+def _hp_clause(row: dict[str, Any], slowdown: float) -> str:
+    if row["hp_target_met"] is None and not row["hp_clients"]:
+        return "no HP client"
+    if not _finite(slowdown):
+        return "HP p99 slowdown unknown (no completed HP requests or no matching dedicated client)"
+    if row["hp_target_met"]:
+        return f"HP p99 is {slowdown:.2f}× dedicated (limit {HP_P99_SLOWDOWN_MAX:g}×)"
+    return (
+        f"HP p99 is {slowdown:.2f}× dedicated, {row['hp_slowdown_excess']:.2f}× over the "
+        f"{HP_P99_SLOWDOWN_MAX:g}× limit"
+    )
+
+
+def _be_clause(row: dict[str, Any], fraction: float) -> str:
+    if row["be_target_met"] is None and not row["be_clients"]:
+        return "no BE client"
+    if not _finite(fraction):
+        return "BE throughput fraction unknown (no matching dedicated client)"
+    if row["be_target_met"]:
+        return f"BE throughput is {fraction:.0%} of dedicated (floor {BE_FRACTION_MIN:.0%})"
+    shortfall = row["be_fraction_shortfall"] * 100
+    return (
+        f"BE throughput is {fraction:.0%} of dedicated, {shortfall:.0f} percentage points "
+        f"under the {BE_FRACTION_MIN:.0%} floor"
+    )
+
+
+def _target_ms(head: pd.DataFrame) -> float | None:
+    base = head[head["is_baseline"].astype(bool)]
+    if not len(base) or not _finite(base["hp_p99_ms"].iloc[0]):
+        return None
+    return float(base["hp_p99_ms"].iloc[0]) * HP_P99_SLOWDOWN_MAX
+
+
+def _figure_lines(title: str, path: Path | None, reason: str) -> list[str]:
+    if path is None:
+        return [f"*{title}: figure left out ({reason}).*", ""]
+    return [f"![{title}]({path.name})", ""]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        if not math.isfinite(number):
+            return "–"
+        return f"{number:.3f}" if abs(number) < 1000 else f"{number:.1f}"
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return "–"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _numeric(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "run"
+
+
+def _unique_name(name: str, used: set[str]) -> str:
+    stem, suffix = name.rsplit(".", 1)
+    candidate, n = name, 1
+    while candidate in used:
+        n += 1
+        candidate = f"{stem}_{n}.{suffix}"
+    used.add(candidate)
+    return candidate

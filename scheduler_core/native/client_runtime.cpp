@@ -1,0 +1,458 @@
+#include "client_runtime.h"
+
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "clock.h"
+#include "driver.h"
+#include "hooked_symbols.h"
+#include "kernel_key.h"
+#include "tracking.h"
+
+namespace orion {
+namespace {
+
+constexpr std::uint64_t kRingMask = kInflightSlots - 1;
+// A blocked BE launch spins this long (a kernel finishing soon is the common case), then sleeps
+// with exponential back-off up to kMaxSleepNs, so a long wait does not burn a core.
+constexpr std::uint64_t kSpinNs = 20'000;
+constexpr std::uint64_t kFirstSleepNs = 2'000;
+constexpr std::uint64_t kMaxSleepNs = 50'000;
+// How often a sleeping BE client checks that the peers it waits on are still alive.
+constexpr std::uint64_t kReapIntervalNs = 2'000'000;
+
+void log_message(const char* text) {
+    // One write, so messages of concurrent processes do not interleave mid-line.
+    std::string line = std::string("orion: ") + text + "\n";
+    [[maybe_unused]] ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+}
+
+bool env_flag(const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+void sleep_ns(std::uint64_t ns) {
+    timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
+    nanosleep(&ts, nullptr);
+}
+
+bool is_legacy_stream(CUstream stream, int variant) {
+    return stream == cu_stream_legacy() || (stream == nullptr && variant == hooks::kLegacy);
+}
+
+void atfork_child() { ClientRuntime::instance().disable_in_child(); }
+
+}  // namespace
+
+ClientRuntime& ClientRuntime::instance() {
+    // Never destroyed: hooks may still run while other libraries' destructors execute at exit.
+    static ClientRuntime* runtime = new ClientRuntime();
+    return *runtime;
+}
+
+ClientRuntime::ClientRuntime() { attach_from_environment(); }
+
+void ClientRuntime::attach_from_environment() {
+    const char* run = std::getenv("ORION_RUN");
+    if (run == nullptr || run[0] == '\0') return;  // not part of a run: pass everything through
+    const bool strict = env_flag("ORION_STRICT");
+    auto fail = [strict](const std::string& why) {
+        log_message((why + (strict ? "; exiting (ORION_STRICT is set)" : "; passing every call through")).c_str());
+        if (strict) _exit(70);
+    };
+    const char* client_text = std::getenv("ORION_CLIENT");
+    char* end = nullptr;
+    const long client = client_text != nullptr ? std::strtol(client_text, &end, 10) : -1;
+    if (client_text == nullptr || end == client_text || *end != '\0' || client < 0 ||
+        client >= static_cast<long>(kMaxClients)) {
+        fail("ORION_RUN is set but ORION_CLIENT is missing or not a client index");
+        return;
+    }
+    std::string error;
+    RunMapping mapping = RunMapping::attach(run, &error);
+    if (!mapping.valid()) {
+        fail("cannot join run: " + error);
+        return;
+    }
+    RunView view = mapping.view();
+    if (view.header().ready.load(std::memory_order_acquire) == 0) {
+        fail(std::string("run '") + run + "' is not ready (its controller has not published it)");
+        return;
+    }
+    const auto index = static_cast<std::uint32_t>(client);
+    if (index >= view.header().client_count) {
+        fail("client index " + std::to_string(index) + " is not configured in run '" + run + "'");
+        return;
+    }
+    ClientSlot& slot = view.client(index);
+    auto expected = static_cast<std::uint32_t>(ClientState::kRegistered);
+    if (!slot.state.compare_exchange_strong(expected,
+                                            static_cast<std::uint32_t>(ClientState::kAttached),
+                                            std::memory_order_acq_rel)) {
+        // Typically a helper process (a compiler worker) that inherited its parent's environment.
+        if (env_flag("ORION_DEBUG")) log_message("client slot already taken; this process passes through");
+        return;
+    }
+    slot.pid.store(static_cast<std::int32_t>(getpid()), std::memory_order_release);
+    mapping_ = std::move(mapping);
+    view_ = mapping_.view();
+    index_ = index;
+    slot_ = &slot;
+    policy_ = static_cast<Policy>(view_.header().policy);
+    role_ = static_cast<Role>(slot.role);
+    tracks_ = policy_tracks_launches(policy_);
+    tracing_ = view_.header().trace_capacity != 0;
+    has_profile_ = slot.kernel_count != 0;
+    pthread_atfork(nullptr, nullptr, atfork_child);
+    active_.store(true, std::memory_order_release);
+    if (env_flag("ORION_DEBUG")) {
+        log_message((std::string("client ") + std::to_string(index_) + " attached, policy " +
+                     policy_name(policy_) + ", role " +
+                     (role_ == Role::kHighPriority ? "hp" : "be"))
+                        .c_str());
+    }
+}
+
+void ClientRuntime::detach() {
+    if (slot_ == nullptr || !active()) return;
+    if (slot_->pid.load(std::memory_order_relaxed) != static_cast<std::int32_t>(getpid())) return;
+    auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
+    slot_->state.compare_exchange_strong(expected,
+                                         static_cast<std::uint32_t>(ClientState::kExited),
+                                         std::memory_order_acq_rel);
+}
+
+std::uint64_t ClientRuntime::name_hash(CUfunction function) {
+    auto compute = [function]() -> std::uint64_t {
+        const driver::Helpers& h = driver::helpers();
+        const char* name = nullptr;
+        if (h.func_get_name == nullptr || h.func_get_name(&name, function) != CUDA_SUCCESS ||
+            name == nullptr) {
+            name = nullptr;
+            if (h.kernel_get_name != nullptr &&
+                h.kernel_get_name(&name, reinterpret_cast<CUkernel>(function)) != CUDA_SUCCESS) {
+                name = nullptr;
+            }
+        }
+        const std::uint64_t hash = hash_name(name != nullptr ? name : "");
+        return hash == 0 ? 1 : hash;
+    };
+    const auto bits = reinterpret_cast<std::uintptr_t>(function);
+    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
+    for (std::uint32_t probe = 0; probe < 64; ++probe) {
+        FunctionSlot& slot = functions_[(start + probe) & (kFunctionSlots - 1)];
+        CUfunction seen = slot.function.load(std::memory_order_acquire);
+        if (seen == nullptr) {
+            if (slot.function.compare_exchange_strong(seen, function, std::memory_order_acq_rel)) {
+                const std::uint64_t hash = compute();
+                slot.name_hash.store(hash, std::memory_order_release);
+                return hash;
+            }
+        }
+        if (seen == function || slot.function.load(std::memory_order_acquire) == function) {
+            const std::uint64_t hash = slot.name_hash.load(std::memory_order_acquire);
+            return hash != 0 ? hash : compute();  // another thread is filling it in right now
+        }
+    }
+    return compute();  // cache full in this neighbourhood: correct, just slower
+}
+
+void ClientRuntime::report_unknown(CUfunction function, const LaunchShape& shape) {
+    slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
+    if (function == nullptr) return;
+    const auto bits = reinterpret_cast<std::uintptr_t>(function);
+    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
+    for (std::uint32_t probe = 0; probe < 64; ++probe) {
+        FunctionSlot& slot = functions_[(start + probe) & (kFunctionSlots - 1)];
+        if (slot.function.load(std::memory_order_acquire) != function) continue;
+        if (slot.unknown_reported.exchange(1, std::memory_order_acq_rel) != 0) return;
+        break;
+    }
+    const std::uint32_t n = slot_->unknown_name_count.fetch_add(1, std::memory_order_relaxed);
+    if (n >= kUnknownNames) return;
+    const char* name = nullptr;
+    const driver::Helpers& h = driver::helpers();
+    if (h.func_get_name == nullptr || h.func_get_name(&name, function) != CUDA_SUCCESS) {
+        name = nullptr;
+    }
+    std::snprintf(slot_->unknown_names[n], kNameBytes, "%s grid(%u,%u,%u) block(%u,%u,%u)",
+                  name != nullptr ? name : "<unnamed>", shape.grid[0], shape.grid[1],
+                  shape.grid[2], shape.block[0], shape.block[1], shape.block[2]);
+}
+
+bool ClientRuntime::stream_is_capturing(CUstream own_stream) const {
+    const auto fn = driver::helpers().stream_is_capturing;
+    if (fn == nullptr) return false;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    // An error here means the stream is in a state where extra work must not be added either.
+    return fn(own_stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void ClientRuntime::ensure_completion_tracking() {
+    std::call_once(completion_once_, [this] {
+        const driver::Helpers& h = driver::helpers();
+        CompletionMode mode = CompletionMode::kEstimate;
+        void* words = view_.completion(index_);
+        // Register just this client's page-aligned block of completion words, so the GPU can
+        // write a launch's sequence number into shared memory the moment the launch finishes.
+        const std::size_t bytes = sizeof(std::uint64_t) * kInflightSlots;
+        if (h.mem_host_register != nullptr && h.mem_host_get_device_pointer != nullptr &&
+            h.stream_write_value64 != nullptr &&
+            h.mem_host_register(words, bytes,
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
+                CUDA_SUCCESS &&
+            h.mem_host_get_device_pointer(&completion_device_base_, words, 0) == CUDA_SUCCESS) {
+            mode = CompletionMode::kGpuWrite;
+        } else {
+            log_message("cannot map completion words for the GPU; estimating finish times");
+        }
+        completion_mode_.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
+        slot_->completion_mode.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
+    });
+}
+
+CUstream ClientRuntime::redirect_legacy_launch() {
+    if (redirect_failed_.load(std::memory_order_relaxed)) return nullptr;
+    const driver::Helpers& h = driver::helpers();
+    if (!redirect_ready_.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(redirect_mutex_);
+        if (!redirect_ready_.load(std::memory_order_relaxed)) {
+            auto create = hooks::real_cuStreamCreateWithPriority(hooks::kLegacy);
+            CUcontext context = nullptr;
+            // A blocking stream: the legacy default stream's implicit synchronisation keeps
+            // every later legacy-stream operation ordered after the moved launches.
+            if (create == nullptr || h.ctx_get_current == nullptr || h.event_record == nullptr ||
+                h.stream_wait_event == nullptr || h.event_create == nullptr ||
+                h.ctx_get_current(&context) != CUDA_SUCCESS || context == nullptr ||
+                create(&redirect_stream_, CU_STREAM_DEFAULT, stream_priority(0)) != CUDA_SUCCESS) {
+                redirect_failed_.store(true, std::memory_order_relaxed);
+                return nullptr;
+            }
+            redirect_context_ = context;
+            redirect_ready_.store(true, std::memory_order_release);
+        }
+    }
+    CUcontext context = nullptr;
+    if (h.ctx_get_current(&context) != CUDA_SUCCESS || context != redirect_context_) return nullptr;
+    // Each thread records its own event, so concurrent launches need no lock.
+    thread_local CUevent event = nullptr;
+    if (event == nullptr && h.event_create(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        event = nullptr;
+        return nullptr;
+    }
+    // The launch must still wait for everything the legacy stream would have waited for.
+    if (h.event_record(event, cu_stream_legacy()) != CUDA_SUCCESS ||
+        h.stream_wait_event(redirect_stream_, event, 0) != CUDA_SUCCESS) {
+        return nullptr;
+    }
+    redirect_used_.store(true, std::memory_order_release);
+    slot_->stats.redirected_launches.fetch_add(1, std::memory_order_relaxed);
+    return redirect_stream_;
+}
+
+int ClientRuntime::stream_priority(int requested) {
+    if (!sets_priorities()) return requested;
+    std::call_once(priority_once_, [this] {
+        const auto fn = driver::helpers().ctx_get_stream_priority_range;
+        priority_known_ =
+            fn != nullptr && fn(&least_priority_, &greatest_priority_) == CUDA_SUCCESS;
+    });
+    if (!priority_known_) return requested;
+    return role_ == Role::kHighPriority ? greatest_priority_ : least_priority_;
+}
+
+void ClientRuntime::count_prioritised_stream() {
+    if (slot_ != nullptr) slot_->stats.streams_prioritised.fetch_add(1, std::memory_order_relaxed);
+}
+
+Reason ClientRuntime::wait_for_turn(const KernelInfo& kernel, bool* waited) {
+    const std::uint64_t start = monotonic_ns();
+    std::uint64_t now = start;
+    std::uint64_t last_reap = start;
+    std::uint64_t sleep = kFirstSleepNs;
+    std::uint32_t wait_reasons = 0;  // bit per Reason this launch waited for
+    Snapshot snapshot;
+    for (;;) {
+        gather_snapshot(view_, now, &snapshot);
+        const Decision decision = decide(policy_, role_, kernel, snapshot);
+        if (decision.launch) {
+            *waited = wait_reasons != 0;
+            if (*waited) {
+                slot_->stats.blocked_launches.fetch_add(1, std::memory_order_relaxed);
+                slot_->stats.blocked_ns.fetch_add(now - start, std::memory_order_relaxed);
+                for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
+                    if (wait_reasons & (1U << r)) {
+                        slot_->stats.reasons[r].fetch_add(1, std::memory_order_relaxed);
+                    }
+                }
+            }
+            return decision.reason;
+        }
+        wait_reasons |= 1U << static_cast<unsigned>(decision.reason);
+        if (now - start < kSpinNs) {
+            for (int i = 0; i < 32; ++i) cpu_relax();
+        } else {
+            if (now - last_reap > kReapIntervalNs) {
+                reap_dead_peers(view_, index_);
+                last_reap = now;
+            }
+            thread_local bool slack_set = false;
+            if (!slack_set) {
+                prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // this thread only: wake on time
+                slack_set = true;
+            }
+            sleep_ns(sleep);
+            sleep = std::min(sleep * 2, kMaxSleepNs);
+        }
+        now = monotonic_ns();
+    }
+}
+
+std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_t key,
+                                          std::uint64_t now_ns) {
+    ensure_completion_tracking();
+    const std::uint64_t seq = slot_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    InflightEntry& entry = view_.inflight(index_)[seq & kRingMask];
+    std::uint64_t previous_end = slot_->last_expected_end_ns.load(std::memory_order_relaxed);
+    std::uint64_t expected_end = 0;
+    do {
+        expected_end = std::max(now_ns, previous_end) + kernel.duration_ns;
+    } while (!slot_->last_expected_end_ns.compare_exchange_weak(previous_end, expected_end,
+                                                                std::memory_order_relaxed));
+    entry.key = key;
+    entry.launch_ns = now_ns;
+    entry.expected_end_ns = expected_end;
+    entry.duration_ns = kernel.duration_ns;
+    entry.sm_needed = kernel.sm_needed;
+    entry.kernel_class = static_cast<std::uint8_t>(kernel.kernel_class);
+    entry.known = kernel.known ? 1 : 0;
+    entry.seq.store(seq, std::memory_order_release);
+    std::uint64_t published = slot_->published_seq.load(std::memory_order_relaxed);
+    while (published < seq && !slot_->published_seq.compare_exchange_weak(
+                                  published, seq, std::memory_order_release,
+                                  std::memory_order_relaxed)) {
+    }
+    slot_->stats.tracked_launches.fetch_add(1, std::memory_order_relaxed);
+    return seq;
+}
+
+void ClientRuntime::mark_finished_by_cpu(std::uint64_t seq) {
+    view_.completion(index_)[seq & kRingMask].store(seq, std::memory_order_release);
+}
+
+LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream stream, int variant) {
+    LaunchTicket ticket;
+    ticket.stream = stream;
+    ticket.own_stream =
+        (stream == nullptr && variant == hooks::kPerThread) ? cu_stream_per_thread() : stream;
+    ticket.enqueue_ns = monotonic_ns();
+    ticket.trace = tracing_;
+    slot_->stats.launches.fetch_add(1, std::memory_order_relaxed);
+    if (shape.function == nullptr) {
+        slot_->stats.graph_launches.fetch_add(1, std::memory_order_relaxed);
+    }
+    const bool may_redirect = role_ == Role::kHighPriority && policy_sets_priorities(policy_) &&
+                              is_legacy_stream(stream, variant);
+    if ((tracks_ || may_redirect) && stream_is_capturing(ticket.own_stream)) {
+        // Work captured into a graph runs later, as a graph launch; adding or gating now would
+        // change the graph. Pass it through untouched.
+        slot_->stats.capture_launches.fetch_add(1, std::memory_order_relaxed);
+        ticket.trace = false;
+        return ticket;
+    }
+    const RunHeader& header = view_.header();
+    ticket.kernel.sm_needed = header.sm_count;
+    ticket.kernel.duration_ns = header.unknown_duration_ns;
+    if (shape.function != nullptr && (tracks_ || tracing_ || has_profile_)) {
+        ticket.key = kernel_key(name_hash(shape.function), shape.grid[0], shape.grid[1],
+                                shape.grid[2], shape.block[0], shape.block[1], shape.block[2]);
+        if (const KernelEntry* entry = view_.find_kernel(index_, ticket.key)) {
+            ticket.kernel.known = true;
+            ticket.kernel.sm_needed = entry->sm_needed;
+            ticket.kernel.kernel_class = static_cast<KernelClass>(entry->kernel_class);
+            ticket.kernel.duration_ns = entry->duration_ns;
+        } else if (has_profile_) {
+            report_unknown(shape.function, shape);
+        }
+    } else if (shape.function == nullptr && has_profile_) {
+        slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (may_redirect) {
+        if (CUstream moved = redirect_legacy_launch()) {
+            ticket.stream = moved;
+            ticket.own_stream = moved;
+        }
+    }
+    bool waited = false;
+    if (role_ == Role::kBestEffort && tracks_) {
+        ticket.reason = wait_for_turn(ticket.kernel, &waited);
+    } else {
+        ticket.reason = role_ == Role::kHighPriority ? Reason::kHighPriority : Reason::kNotGated;
+    }
+    slot_->stats.reasons[static_cast<int>(ticket.reason)].fetch_add(1, std::memory_order_relaxed);
+    ticket.launch_ns = (waited || tracing_) ? monotonic_ns() : ticket.enqueue_ns;
+    if (tracks_) ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns);
+    return ticket;
+}
+
+void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
+    if (ticket.seq != 0) {
+        bool recorded = false;
+        if (result == CUDA_SUCCESS &&
+            completion_mode_.load(std::memory_order_acquire) ==
+                static_cast<std::uint32_t>(CompletionMode::kGpuWrite)) {
+            const CUdeviceptr address =
+                completion_device_base_ + sizeof(std::uint64_t) * (ticket.seq & kRingMask);
+            // Runs on the GPU after the launch finishes (stream order): publishes completion with
+            // no polling thread and no extra synchronisation.
+            recorded = driver::helpers().stream_write_value64(ticket.own_stream, address,
+                                                              ticket.seq,
+                                                              CU_STREAM_WRITE_VALUE_DEFAULT) ==
+                       CUDA_SUCCESS;
+            if (!recorded) {
+                log_message("GPU completion write failed; estimating finish times from now on");
+                completion_mode_.store(static_cast<std::uint32_t>(CompletionMode::kEstimate),
+                                       std::memory_order_release);
+                slot_->completion_mode.store(static_cast<std::uint32_t>(CompletionMode::kEstimate),
+                                             std::memory_order_release);
+            }
+        }
+        // A failed launch never runs, so nothing on the GPU will ever mark it finished.
+        if (result != CUDA_SUCCESS) mark_finished_by_cpu(ticket.seq);
+    }
+    if (ticket.trace) write_trace(ticket);
+}
+
+void ClientRuntime::write_trace(const LaunchTicket& ticket) {
+    const RunHeader& header = view_.header();
+    const std::uint64_t index = slot_->trace_head.fetch_add(1, std::memory_order_acq_rel);
+    TraceRecord& record = view_.trace(index_)[index & (header.trace_capacity - 1)];
+    record.seq = index + 1;
+    record.key = ticket.key;
+    record.enqueue_ns = ticket.enqueue_ns;
+    record.launch_ns = ticket.launch_ns;
+    record.duration_ns = ticket.kernel.duration_ns;
+    record.sm_needed = ticket.kernel.sm_needed;
+    record.kernel_class = static_cast<std::uint8_t>(ticket.kernel.kernel_class);
+    record.reason = static_cast<std::uint8_t>(ticket.reason);
+    record.known = ticket.kernel.known ? 1 : 0;
+}
+
+}  // namespace orion

@@ -1,0 +1,118 @@
+// What the preload library does inside one client process.
+//
+// An LD_PRELOAD library has no caller to hand it an object, so one `ClientRuntime` per process is
+// created on first use and lives until exit: that is the only global state, and the reason for it.
+// Without `ORION_RUN` in the environment it stays inactive and every hook passes straight through.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "cuda_api.h"
+#include "policy.h"
+#include "run_region.h"
+#include "shared_state.h"
+
+namespace orion {
+
+struct LaunchShape {
+    CUfunction function = nullptr;  // nullptr for a graph launch
+    unsigned int grid[3] = {1, 1, 1};
+    unsigned int block[3] = {1, 1, 1};
+};
+
+// What `before_launch` decided, carried to `after_launch`.
+struct LaunchTicket {
+    CUstream stream = nullptr;        // the stream to launch on (an HP legacy launch is moved)
+    CUstream own_stream = nullptr;    // the same stream as an explicit handle for orion's own calls
+    std::uint64_t seq = 0;            // 0: not tracked
+    std::uint64_t key = 0;
+    std::uint64_t enqueue_ns = 0;
+    std::uint64_t launch_ns = 0;
+    KernelInfo kernel;
+    Reason reason = Reason::kNotGated;
+    bool trace = false;
+};
+
+class ClientRuntime {
+public:
+    static ClientRuntime& instance();
+
+    ClientRuntime(const ClientRuntime&) = delete;
+    ClientRuntime& operator=(const ClientRuntime&) = delete;
+
+    // Attached to a run, and not a forked child of the process that attached.
+    bool active() const { return active_.load(std::memory_order_relaxed); }
+    // Stream priorities are set by role (every policy but passthrough).
+    bool sets_priorities() const { return active() && policy_sets_priorities(policy_); }
+
+    // Called by every launch hook around the real launch. May block a BE client (gating).
+    LaunchTicket before_launch(const LaunchShape& shape, CUstream stream, int variant);
+    void after_launch(const LaunchTicket& ticket, CUresult result);
+
+    // The priority a stream created by this process gets.
+    int stream_priority(int requested);
+    void count_prioritised_stream();
+
+    // The private stream HP legacy-stream launches were moved to, or nullptr if none was used.
+    CUstream redirect_stream() const { return redirect_used_.load(std::memory_order_acquire) ? redirect_stream_ : nullptr; }
+
+    // Marks this client's slot as exited (normal process exit).
+    void detach();
+    // pthread_atfork child handler: a forked child must not act as its parent's client.
+    void disable_in_child() { active_.store(false, std::memory_order_relaxed); }
+
+private:
+    ClientRuntime();
+    void attach_from_environment();
+    std::uint64_t name_hash(CUfunction function);
+    void report_unknown(CUfunction function, const LaunchShape& shape);
+    bool stream_is_capturing(CUstream own_stream) const;
+    void ensure_completion_tracking();
+    CUstream redirect_legacy_launch();
+    // Blocks until the policy admits `kernel`; counts every reason it waited for.
+    Reason wait_for_turn(const KernelInfo& kernel, bool* waited);
+    std::uint64_t track_launch(const KernelInfo& kernel, std::uint64_t key, std::uint64_t now_ns);
+    void mark_finished_by_cpu(std::uint64_t seq);
+    void write_trace(const LaunchTicket& ticket);
+
+    // A lock-free cache from CUfunction to the hash of its name, filled on first sight.
+    struct FunctionSlot {
+        std::atomic<CUfunction> function{nullptr};
+        std::atomic<std::uint64_t> name_hash{0};
+        std::atomic<std::uint32_t> unknown_reported{0};
+    };
+    static constexpr std::uint32_t kFunctionSlots = 16384;
+
+    std::atomic<bool> active_{false};
+    RunMapping mapping_;
+    RunView view_;
+    std::uint32_t index_ = 0;
+    Policy policy_ = Policy::kPassthrough;
+    Role role_ = Role::kBestEffort;
+    bool tracks_ = false;
+    bool tracing_ = false;
+    bool has_profile_ = false;
+    ClientSlot* slot_ = nullptr;
+
+    std::once_flag completion_once_;
+    std::atomic<std::uint32_t> completion_mode_{static_cast<std::uint32_t>(CompletionMode::kNone)};
+    CUdeviceptr completion_device_base_ = 0;
+
+    std::once_flag priority_once_;
+    int least_priority_ = 0;
+    int greatest_priority_ = 0;
+    bool priority_known_ = false;
+
+    std::mutex redirect_mutex_;  // taken once, when the redirect stream is created
+    CUcontext redirect_context_ = nullptr;
+    CUstream redirect_stream_ = nullptr;
+    std::atomic<bool> redirect_ready_{false};
+    std::atomic<bool> redirect_failed_{false};
+    std::atomic<bool> redirect_used_{false};
+
+    FunctionSlot functions_[kFunctionSlots];
+};
+
+}  // namespace orion

@@ -1,0 +1,380 @@
+// `scheduler_core._native`: the controller's view of a run's shared memory.
+//
+// The Python side creates a run, registers clients, loads their kernel tables, publishes the run,
+// and later reads statistics and the trace. It shares the layout, hash and policy code with the
+// preload library, so there is no second description of any of them in Python.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernel_key.h"
+#include "policy.h"
+#include "run_region.h"
+#include "shared_state.h"
+#include "tracking.h"
+#include "clock.h"
+
+namespace py = pybind11;
+
+namespace orion {
+namespace {
+
+KernelClass parse_class(const std::string& name) {
+    if (name == "compute") return KernelClass::kCompute;
+    if (name == "memory") return KernelClass::kMemory;
+    if (name == "unknown") return KernelClass::kUnknown;
+    throw py::value_error("kernel class must be 'compute', 'memory' or 'unknown', not '" + name + "'");
+}
+
+const char* class_name(std::uint8_t value) {
+    switch (static_cast<KernelClass>(value)) {
+        case KernelClass::kCompute:
+            return "compute";
+        case KernelClass::kMemory:
+            return "memory";
+        case KernelClass::kUnknown:
+            break;
+    }
+    return "unknown";
+}
+
+Role parse_role(const std::string& name) {
+    if (name == "hp") return Role::kHighPriority;
+    if (name == "be") return Role::kBestEffort;
+    throw py::value_error("role must be 'hp' or 'be', not '" + name + "'");
+}
+
+Policy policy_from(const std::string& name) {
+    Policy policy;
+    if (!parse_policy(name.c_str(), &policy)) {
+        throw py::value_error("policy must be passthrough, priority, reef or orion, not '" + name +
+                              "'");
+    }
+    return policy;
+}
+
+const char* state_name(std::uint32_t state) {
+    switch (static_cast<ClientState>(state)) {
+        case ClientState::kFree:
+            return "free";
+        case ClientState::kRegistered:
+            return "registered";
+        case ClientState::kAttached:
+            return "attached";
+        case ClientState::kExited:
+            return "exited";
+        case ClientState::kDead:
+            return "dead";
+    }
+    return "unknown";
+}
+
+class Run {
+public:
+    static Run create(const std::string& name, const std::string& policy, std::uint32_t sm_count,
+                      std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns,
+                      std::uint64_t stale_ns, std::uint32_t trace_capacity) {
+        if (sm_count == 0) throw py::value_error("sm_count must be positive");
+        RunConfig config;
+        config.policy = policy_from(policy);
+        config.sm_count = sm_count;
+        config.queue_limit_ns = queue_limit_ns;
+        config.unknown_duration_ns = unknown_duration_ns;
+        config.stale_ns = stale_ns;
+        config.trace_capacity = trace_capacity;
+        std::string error;
+        RunMapping mapping = RunMapping::create(name, config, &error);
+        if (!mapping.valid()) throw std::runtime_error(error);
+        return Run(name, std::move(mapping));
+    }
+
+    static Run attach(const std::string& name) {
+        std::string error;
+        RunMapping mapping = RunMapping::attach(name, &error);
+        if (!mapping.valid()) throw std::runtime_error(error);
+        return Run(name, std::move(mapping));
+    }
+
+    const std::string& name() const { return name_; }
+    std::string policy() const { return policy_name(static_cast<Policy>(header().policy)); }
+    std::uint32_t sm_count() const { return header().sm_count; }
+    std::uint32_t client_count() const { return header().client_count; }
+    std::uint32_t trace_capacity() const { return header().trace_capacity; }
+    std::uint64_t queue_limit_ns() const { return header().queue_limit_ns; }
+    std::uint64_t size_bytes() const { return mapping_.size(); }
+    bool ready() const { return header().ready.load(std::memory_order_acquire) != 0; }
+
+    int add_client(const std::string& client_name, const std::string& role) {
+        require_unpublished();
+        RunHeader& h = header();
+        if (h.client_count >= kMaxClients) {
+            throw py::value_error("a run holds at most " + std::to_string(kMaxClients) + " clients");
+        }
+        if (client_name.empty() || client_name.size() >= kClientNameBytes) {
+            throw py::value_error("client name must have 1 to " +
+                                  std::to_string(kClientNameBytes - 1) + " characters");
+        }
+        const std::uint32_t index = h.client_count;
+        ClientSlot& slot = view().client(index);
+        slot.role = static_cast<std::uint32_t>(parse_role(role));
+        std::memcpy(slot.name, client_name.data(), client_name.size());
+        slot.name[client_name.size()] = '\0';
+        slot.state.store(static_cast<std::uint32_t>(ClientState::kRegistered),
+                         std::memory_order_release);
+        h.client_count = index + 1;
+        return static_cast<int>(index);
+    }
+
+    void add_kernel(std::uint32_t client, std::uint64_t key, std::uint32_t sm_needed,
+                    const std::string& kernel_class, std::uint64_t duration_ns) {
+        require_unpublished();
+        check_client(client);
+        if (key == 0) throw py::value_error("kernel key 0 is reserved");
+        ClientSlot& slot = view().client(client);
+        if (slot.kernel_count >= kKernelSlots / 2) {
+            throw py::value_error("a client's profile holds at most " +
+                                  std::to_string(kKernelSlots / 2) + " distinct kernels");
+        }
+        KernelEntry* table = view().kernels(client);
+        for (std::uint32_t probe = 0; probe < kKernelSlots; ++probe) {
+            KernelEntry& entry = table[(key + probe) & (kKernelSlots - 1)];
+            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
+            if (stored != 0 && stored != key) continue;
+            entry.duration_ns = duration_ns;
+            entry.sm_needed = sm_needed;
+            entry.kernel_class = static_cast<std::uint8_t>(parse_class(kernel_class));
+            if (stored == 0) {
+                entry.key.store(key, std::memory_order_relaxed);
+                ++slot.kernel_count;
+            }
+            return;
+        }
+    }
+
+    std::uint32_t kernel_count(std::uint32_t client) const {
+        check_client(client);
+        return view().client(client).kernel_count;
+    }
+
+    void publish() { header().ready.store(1, std::memory_order_release); }
+
+    std::string client_state(std::uint32_t client) const {
+        check_client(client);
+        return state_name(view().client(client).state.load(std::memory_order_acquire));
+    }
+
+    int client_pid(std::uint32_t client) const {
+        check_client(client);
+        return view().client(client).pid.load(std::memory_order_acquire);
+    }
+
+    // The controller saw the process end: nobody should wait on its launches any more.
+    void mark_gone(std::uint32_t client, bool crashed) {
+        check_client(client);
+        ClientSlot& slot = view().client(client);
+        auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
+        slot.state.compare_exchange_strong(
+            expected,
+            static_cast<std::uint32_t>(crashed ? ClientState::kDead : ClientState::kExited),
+            std::memory_order_acq_rel);
+    }
+
+    py::dict client_stats(std::uint32_t client) const {
+        check_client(client);
+        const ClientSlot& slot = view().client(client);
+        const ClientStats& s = slot.stats;
+        py::dict out;
+        out["name"] = std::string(slot.name);
+        out["role"] = slot.role == static_cast<std::uint32_t>(Role::kHighPriority) ? "hp" : "be";
+        out["state"] = state_name(slot.state.load(std::memory_order_acquire));
+        out["pid"] = slot.pid.load(std::memory_order_acquire);
+        out["profiled_kernels"] = slot.kernel_count;
+        const auto mode = slot.completion_mode.load(std::memory_order_acquire);
+        out["completion_mode"] = mode == static_cast<std::uint32_t>(CompletionMode::kGpuWrite)
+                                     ? "gpu-write"
+                                     : (mode == static_cast<std::uint32_t>(CompletionMode::kEstimate)
+                                            ? "estimate"
+                                            : "none");
+        out["launches"] = s.launches.load();
+        out["tracked_launches"] = s.tracked_launches.load();
+        out["unknown_launches"] = s.unknown_launches.load();
+        out["graph_launches"] = s.graph_launches.load();
+        out["blocked_launches"] = s.blocked_launches.load();
+        out["blocked_ns"] = s.blocked_ns.load();
+        out["redirected_launches"] = s.redirected_launches.load();
+        out["capture_launches"] = s.capture_launches.load();
+        out["streams_prioritised"] = s.streams_prioritised.load();
+        out["trace_records"] = slot.trace_head.load();
+        py::dict reasons;
+        for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
+            reasons[reason_name(static_cast<Reason>(r))] = s.reasons[r].load();
+        }
+        out["reasons"] = reasons;
+        return out;
+    }
+
+    std::vector<std::string> unknown_kernels(std::uint32_t client) const {
+        check_client(client);
+        const ClientSlot& slot = view().client(client);
+        std::uint32_t count = slot.unknown_name_count.load(std::memory_order_acquire);
+        if (count > kUnknownNames) count = kUnknownNames;
+        std::vector<std::string> names;
+        for (std::uint32_t i = 0; i < count; ++i) {
+            names.emplace_back(slot.unknown_names[i],
+                               strnlen(slot.unknown_names[i], kNameBytes));
+        }
+        return names;
+    }
+
+    // Trace records of `client` from index `start` on: (records, next start, records lost).
+    std::tuple<py::list, std::uint64_t, std::uint64_t> read_trace(std::uint32_t client,
+                                                                  std::uint64_t start) const {
+        check_client(client);
+        const std::uint32_t capacity = header().trace_capacity;
+        py::list records;
+        if (capacity == 0) return {records, start, 0};
+        const std::uint64_t head = view().client(client).trace_head.load(std::memory_order_acquire);
+        std::uint64_t lost = 0;
+        if (head > start + capacity) {
+            lost = head - capacity - start;
+            start = head - capacity;
+        }
+        const TraceRecord* ring = view().trace(client);
+        for (std::uint64_t index = start; index < head; ++index) {
+            const TraceRecord& r = ring[index & (capacity - 1)];
+            records.append(py::make_tuple(r.key, r.enqueue_ns, r.launch_ns, r.duration_ns,
+                                          r.sm_needed, class_name(r.kernel_class),
+                                          reason_name(static_cast<Reason>(r.reason)),
+                                          r.known != 0));
+        }
+        return {records, head, lost};
+    }
+
+    // Launches of `client` not yet finished, as the scheduler sees them now.
+    std::uint64_t in_flight(std::uint32_t client) const {
+        check_client(client);
+        const std::uint64_t now = monotonic_ns();
+        const std::uint64_t low = advance_low_water(view(), client, now);
+        const std::uint64_t published =
+            view().client(client).published_seq.load(std::memory_order_acquire);
+        std::uint64_t count = 0;
+        for (std::uint64_t seq = low + 1; seq <= published; ++seq) {
+            if (!launch_finished(view(), client, seq, now)) ++count;
+        }
+        return count;
+    }
+
+    void unlink() {
+        std::string error;
+        if (!RunMapping::unlink(name_, &error)) throw std::runtime_error(error);
+    }
+
+    void close() { mapping_ = RunMapping(); }
+
+private:
+    Run(std::string name, RunMapping mapping) : name_(std::move(name)), mapping_(std::move(mapping)) {}
+
+    RunView view() const {
+        if (!mapping_.valid()) throw std::runtime_error("run '" + name_ + "' is closed");
+        return mapping_.view();
+    }
+    RunHeader& header() const { return view().header(); }
+    void check_client(std::uint32_t client) const {
+        if (client >= header().client_count) {
+            throw py::index_error("no client " + std::to_string(client) + " in run '" + name_ + "'");
+        }
+    }
+    void require_unpublished() const {
+        if (ready()) throw std::runtime_error("run '" + name_ + "' is already published");
+    }
+
+    std::string name_;
+    RunMapping mapping_;
+};
+
+std::uint64_t key_for(const std::string& name, std::array<std::uint32_t, 3> grid,
+                      std::array<std::uint32_t, 3> block) {
+    return kernel_key(hash_name(name.c_str()), grid[0], grid[1], grid[2], block[0], block[1],
+                      block[2]);
+}
+
+KernelInfo kernel_from(const py::dict& d) {
+    KernelInfo info;
+    info.known = d.contains("known") ? d["known"].cast<bool>() : true;
+    info.sm_needed = d.contains("sm_needed") ? d["sm_needed"].cast<std::uint32_t>() : 0;
+    info.kernel_class =
+        parse_class(d.contains("kernel_class") ? d["kernel_class"].cast<std::string>() : "unknown");
+    info.duration_ns = d.contains("duration_ns") ? d["duration_ns"].cast<std::uint64_t>() : 0;
+    return info;
+}
+
+py::tuple decide_for(const std::string& policy, const std::string& role, const py::dict& kernel,
+                     std::uint32_t sm_count, std::uint64_t queue_limit_ns,
+                     std::uint64_t be_outstanding_ns, const py::list& hp_in_flight) {
+    Snapshot snapshot;
+    snapshot.sm_count = sm_count;
+    snapshot.queue_limit_ns = queue_limit_ns;
+    snapshot.be_outstanding_ns = be_outstanding_ns;
+    for (const py::handle item : hp_in_flight) {
+        if (snapshot.hp_in_flight == kMaxHpInspected) {
+            snapshot.hp_backlog = true;
+            break;
+        }
+        snapshot.hp_kernels[snapshot.hp_in_flight++] = kernel_from(item.cast<py::dict>());
+    }
+    const Decision decision = decide(policy_from(policy), parse_role(role), kernel_from(kernel), snapshot);
+    return py::make_tuple(decision.launch, reason_name(decision.reason));
+}
+
+}  // namespace
+}  // namespace orion
+
+PYBIND11_MODULE(_native, m) {
+    using orion::Run;
+    m.doc() = "Controller access to orion's per-run shared memory (create, load, publish, read).";
+    m.attr("LAYOUT_VERSION") = orion::kLayoutVersion;
+    m.attr("MAX_CLIENTS") = orion::kMaxClients;
+    m.attr("MAX_KERNELS_PER_CLIENT") = orion::kKernelSlots / 2;
+    m.attr("MAX_HP_INSPECTED") = orion::kMaxHpInspected;
+    m.def("kernel_key", &orion::key_for, py::arg("name"), py::arg("grid"), py::arg("block"),
+          "The 64-bit identity the preload library computes for a launch.");
+    m.def("decide", &orion::decide_for, py::arg("policy"), py::arg("role"), py::arg("kernel"),
+          py::arg("sm_count"), py::arg("queue_limit_ns"), py::arg("be_outstanding_ns"),
+          py::arg("hp_in_flight"),
+          "Runs the scheduling policy on a hand-made snapshot: (launch?, reason).");
+    m.def("process_is_gone", &orion::process_is_gone, py::arg("pid"));
+    py::class_<Run>(m, "Run")
+        .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),
+                    py::arg("sm_count"), py::arg("queue_limit_ns"),
+                    py::arg("unknown_duration_ns"), py::arg("stale_ns"),
+                    py::arg("trace_capacity") = 0)
+        .def_static("attach", &Run::attach, py::arg("name"))
+        .def_property_readonly("name", &Run::name)
+        .def_property_readonly("policy", &Run::policy)
+        .def_property_readonly("sm_count", &Run::sm_count)
+        .def_property_readonly("client_count", &Run::client_count)
+        .def_property_readonly("trace_capacity", &Run::trace_capacity)
+        .def_property_readonly("queue_limit_ns", &Run::queue_limit_ns)
+        .def_property_readonly("size_bytes", &Run::size_bytes)
+        .def_property_readonly("ready", &Run::ready)
+        .def("add_client", &Run::add_client, py::arg("name"), py::arg("role"))
+        .def("add_kernel", &Run::add_kernel, py::arg("client"), py::arg("key"),
+             py::arg("sm_needed"), py::arg("kernel_class"), py::arg("duration_ns"))
+        .def("kernel_count", &Run::kernel_count, py::arg("client"))
+        .def("publish", &Run::publish)
+        .def("client_state", &Run::client_state, py::arg("client"))
+        .def("client_pid", &Run::client_pid, py::arg("client"))
+        .def("mark_gone", &Run::mark_gone, py::arg("client"), py::arg("crashed"))
+        .def("client_stats", &Run::client_stats, py::arg("client"))
+        .def("unknown_kernels", &Run::unknown_kernels, py::arg("client"))
+        .def("read_trace", &Run::read_trace, py::arg("client"), py::arg("start"))
+        .def("in_flight", &Run::in_flight, py::arg("client"))
+        .def("unlink", &Run::unlink)
+        .def("close", &Run::close);
+}

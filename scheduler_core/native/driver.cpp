@@ -1,0 +1,98 @@
+#include "driver.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace orion::driver {
+namespace {
+
+// The ABI version orion's declarations follow; every function orion calls has kept its
+// signature since CUDA 12.0.
+constexpr int kCudaAbiVersion = 12000;
+
+}  // namespace
+
+DlsymFn real_dlsym() {
+    static const DlsymFn fn = [] {
+        // glibc >= 2.34 exports dlsym@GLIBC_2.34; older ones only dlsym@GLIBC_2.2.5.
+        for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5"}) {
+            if (void* found = dlvsym(RTLD_NEXT, "dlsym", version)) {
+                return reinterpret_cast<DlsymFn>(found);
+            }
+        }
+        return static_cast<DlsymFn>(nullptr);
+    }();
+    return fn;
+}
+
+void* libcuda_handle() {
+    static void* handle = [] {
+        void* loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        return loaded != nullptr ? loaded : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    }();
+    return handle;
+}
+
+decltype(&::cuGetProcAddress_v2) real_get_proc_address_v2() {
+    static const auto fn = [] {
+        void* handle = libcuda_handle();
+        DlsymFn sym = real_dlsym();
+        return reinterpret_cast<decltype(&::cuGetProcAddress_v2)>(
+            handle != nullptr && sym != nullptr ? sym(handle, "cuGetProcAddress_v2") : nullptr);
+    }();
+    return fn;
+}
+
+decltype(&::cuGetProcAddress) real_get_proc_address_v1() {
+    static const auto fn = [] {
+        void* handle = libcuda_handle();
+        DlsymFn sym = real_dlsym();
+        return reinterpret_cast<decltype(&::cuGetProcAddress)>(
+            handle != nullptr && sym != nullptr ? sym(handle, "cuGetProcAddress") : nullptr);
+    }();
+    return fn;
+}
+
+void* lookup(const char* symbol, bool per_thread) {
+    auto get = real_get_proc_address_v2();
+    if (get == nullptr) return nullptr;
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = 0;
+    const cuuint64_t flags = per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                        : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+    if (get(symbol, &fn, kCudaAbiVersion, flags, &status) != CUDA_SUCCESS ||
+        status != CU_GET_PROC_ADDRESS_SUCCESS) {
+        return nullptr;
+    }
+    return fn;
+}
+
+const Helpers& helpers() {
+    static const Helpers resolved = [] {
+        Helpers h;
+        h.func_get_name = reinterpret_cast<cuda::FuncGetNameFn>(lookup("cuFuncGetName", false));
+        h.kernel_get_name =
+            reinterpret_cast<cuda::KernelGetNameFn>(lookup("cuKernelGetName", false));
+        h.ctx_get_current =
+            reinterpret_cast<cuda::CtxGetCurrentFn>(lookup("cuCtxGetCurrent", false));
+        h.ctx_get_stream_priority_range = reinterpret_cast<cuda::CtxGetStreamPriorityRangeFn>(
+            lookup("cuCtxGetStreamPriorityRange", false));
+        h.stream_is_capturing =
+            reinterpret_cast<cuda::StreamIsCapturingFn>(lookup("cuStreamIsCapturing", false));
+        h.stream_write_value64 =
+            reinterpret_cast<cuda::StreamWriteValue64Fn>(lookup("cuStreamWriteValue64", false));
+        h.mem_host_register =
+            reinterpret_cast<cuda::MemHostRegisterFn>(lookup("cuMemHostRegister", false));
+        h.mem_host_get_device_pointer = reinterpret_cast<cuda::MemHostGetDevicePointerFn>(
+            lookup("cuMemHostGetDevicePointer", false));
+        h.event_create = reinterpret_cast<cuda::EventCreateFn>(lookup("cuEventCreate", false));
+        h.event_record = reinterpret_cast<cuda::EventRecordFn>(lookup("cuEventRecord", false));
+        h.stream_wait_event =
+            reinterpret_cast<cuda::StreamWaitEventFn>(lookup("cuStreamWaitEvent", false));
+        return h;
+    }();
+    return resolved;
+}
+
+}  // namespace orion::driver

@@ -1,0 +1,40 @@
+// Finding the real libc and CUDA driver functions, whatever route the application used.
+#pragma once
+
+#include "cuda_api.h"
+
+namespace orion::driver {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+// glibc's dlsym, fetched with dlvsym so that our own dlsym interposer is never re-entered.
+DlsymFn real_dlsym();
+
+// The driver library, loaded by the application already (RTLD_NOLOAD first).
+void* libcuda_handle();
+
+// The driver's own cuGetProcAddress (both ABI versions), never our wrappers.
+decltype(&::cuGetProcAddress_v2) real_get_proc_address_v2();
+decltype(&::cuGetProcAddress) real_get_proc_address_v1();
+
+// Looks a driver entry point up through the real cuGetProcAddress_v2 (CUDA 12 ABI), with the
+// per-thread-default-stream flavour when `per_thread` is set. nullptr when absent.
+void* lookup(const char* symbol, bool per_thread);
+
+// Driver functions orion calls for itself, each resolved once.
+struct Helpers {
+    cuda::FuncGetNameFn func_get_name = nullptr;
+    cuda::KernelGetNameFn kernel_get_name = nullptr;
+    cuda::CtxGetCurrentFn ctx_get_current = nullptr;
+    cuda::CtxGetStreamPriorityRangeFn ctx_get_stream_priority_range = nullptr;
+    cuda::StreamIsCapturingFn stream_is_capturing = nullptr;
+    cuda::StreamWriteValue64Fn stream_write_value64 = nullptr;
+    cuda::MemHostRegisterFn mem_host_register = nullptr;
+    cuda::MemHostGetDevicePointerFn mem_host_get_device_pointer = nullptr;
+    cuda::EventCreateFn event_create = nullptr;
+    cuda::EventRecordFn event_record = nullptr;
+    cuda::StreamWaitEventFn stream_wait_event = nullptr;
+};
+const Helpers& helpers();
+
+}  // namespace orion::driver

@@ -1,0 +1,54 @@
+// Every driver entry point orion hooks, listed once. The X-macros below generate the hook ids,
+// the typed real-function accessors and the name table that dlsym/cuGetProcAddress interception
+// consult, so the list cannot drift out of sync with itself.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda_api.h"
+
+// Entry points that also exist as a per-thread-default-stream variant `<name>_ptsz`.
+#define ORION_HOOKS_WITH_PTSZ(X) \
+    X(cuLaunchKernel)            \
+    X(cuLaunchKernelEx)          \
+    X(cuLaunchCooperativeKernel) \
+    X(cuGraphLaunch)             \
+    X(cuStreamSynchronize)       \
+    X(cuStreamQuery)
+
+// Entry points with a single variant.
+#define ORION_HOOKS_PLAIN(X) \
+    X(cuStreamCreate)        \
+    X(cuStreamCreateWithPriority)
+
+namespace orion::hooks {
+
+enum class HookId : int {
+#define ORION_HOOK_ENUM(name) name,
+    ORION_HOOKS_WITH_PTSZ(ORION_HOOK_ENUM) ORION_HOOKS_PLAIN(ORION_HOOK_ENUM)
+#undef ORION_HOOK_ENUM
+        kCount
+};
+
+// Variant 0: legacy default stream semantics; 1: per-thread default stream (`_ptsz`).
+constexpr int kLegacy = 0;
+constexpr int kPerThread = 1;
+
+// The real driver function behind a hook, found lazily (from whichever route saw it first).
+void* real_function(HookId id, int variant);
+
+// The wrapper to hand out instead of `real`, or `real` itself when the symbol is not hooked or
+// orion is not active in this process. Records `real` as the hook's target.
+void* intercept(const char* symbol, void* real, int variant_hint);
+
+// Typed accessors: real_cuLaunchKernel(variant) returns decltype(&cuLaunchKernel).
+#define ORION_HOOK_ACCESSOR(name)                                        \
+    inline decltype(&::name) real_##name(int variant) {                 \
+        return reinterpret_cast<decltype(&::name)>(real_function(HookId::name, variant)); \
+    }
+ORION_HOOKS_WITH_PTSZ(ORION_HOOK_ACCESSOR)
+ORION_HOOKS_PLAIN(ORION_HOOK_ACCESSOR)
+#undef ORION_HOOK_ACCESSOR
+
+}  // namespace orion::hooks

@@ -1,0 +1,399 @@
+// The interception layer: every route by which a launch can reach the driver leads here.
+//
+// 1. Direct linking: this library exports the hooked driver symbols, so LD_PRELOAD interposes them.
+// 2. dlsym: libcudart, cuBLAS, cuDNN and Triton find the driver with dlsym on their own
+//    dlopen("libcuda.so.1") handle; our dlsym hands back wrappers for hooked symbols.
+// 3. cuGetProcAddress(_v2): CUDA 12/13 runtimes fetch every entry point through it; our version
+//    calls the driver's and swaps hooked entry points for wrappers, per-thread variants included.
+// Each wrapper calls the real function exactly once, so every launch is seen exactly once.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "client_runtime.h"
+#include "driver.h"
+#include "hooked_symbols.h"
+
+#define ORION_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The per-thread-default-stream variants share their base function's type.
+#define ORION_DECLARE_PTSZ(name) extern "C" decltype(::name) name##_ptsz;
+ORION_HOOKS_WITH_PTSZ(ORION_DECLARE_PTSZ)
+#undef ORION_DECLARE_PTSZ
+
+namespace orion::hooks {
+namespace {
+
+constexpr int kHookCount = static_cast<int>(HookId::kCount);
+
+struct HookSymbol {
+    const char* name;
+    HookId id;
+    int variant;
+    void* wrapper;
+};
+
+#define ORION_ENTRY_PTSZ(name)                                                      \
+    {#name, HookId::name, kLegacy, reinterpret_cast<void*>(&::name)},               \
+        {#name "_ptsz", HookId::name, kPerThread, reinterpret_cast<void*>(&::name##_ptsz)},
+#define ORION_ENTRY_PLAIN(name) {#name, HookId::name, kLegacy, reinterpret_cast<void*>(&::name)},
+const HookSymbol kHookSymbols[] = {ORION_HOOKS_WITH_PTSZ(ORION_ENTRY_PTSZ)
+                                       ORION_HOOKS_PLAIN(ORION_ENTRY_PLAIN)};
+#undef ORION_ENTRY_PTSZ
+#undef ORION_ENTRY_PLAIN
+
+std::atomic<void*> g_real[kHookCount][2];
+
+bool has_per_thread_variant(HookId id) {
+    for (const HookSymbol& symbol : kHookSymbols) {
+        if (symbol.id == id && symbol.variant == kPerThread) return true;
+    }
+    return false;
+}
+
+const char* base_name(HookId id) {
+    for (const HookSymbol& symbol : kHookSymbols) {
+        if (symbol.id == id && symbol.variant == kLegacy) return symbol.name;
+    }
+    return nullptr;
+}
+
+void* wrapper_for(HookId id, int variant) {
+    for (const HookSymbol& symbol : kHookSymbols) {
+        if (symbol.id == id && symbol.variant == variant) return symbol.wrapper;
+    }
+    return nullptr;
+}
+
+bool is_own_function(void* address) {
+    if (address == reinterpret_cast<void*>(&::cuGetProcAddress) ||
+        address == reinterpret_cast<void*>(&::cuGetProcAddress_v2)) {
+        return true;
+    }
+    for (const HookSymbol& symbol : kHookSymbols) {
+        if (symbol.wrapper == address) return true;
+    }
+    return false;
+}
+
+void* intercept_get_proc_address(void* real) {
+    if (!ClientRuntime::instance().active()) return real;
+    if (real == reinterpret_cast<void*>(driver::real_get_proc_address_v2())) {
+        return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
+    }
+    if (real == reinterpret_cast<void*>(driver::real_get_proc_address_v1())) {
+        return reinterpret_cast<void*>(&::cuGetProcAddress);
+    }
+    return real;
+}
+
+// RTLD_NEXT means "after the object that called dlsym". Our forwarding call would make it "after
+// orion", so emulate it: search the objects loaded after the caller, in load order.
+void* next_symbol(const char* symbol, const void* caller) {
+    const driver::DlsymFn real = driver::real_dlsym();
+    Dl_info caller_info{};
+    link_map* caller_map = nullptr;
+    if (dladdr1(caller, &caller_info, reinterpret_cast<void**>(&caller_map), RTLD_DL_LINKMAP) ==
+            0 ||
+        caller_map == nullptr) {
+        return real(RTLD_NEXT, symbol);
+    }
+    Dl_info own_info{};
+    if (dladdr(reinterpret_cast<void*>(&next_symbol), &own_info) != 0 &&
+        own_info.dli_fbase == caller_info.dli_fbase) {
+        return real(RTLD_NEXT, symbol);
+    }
+    for (link_map* map = caller_map->l_next; map != nullptr; map = map->l_next) {
+        if (map->l_name == nullptr || map->l_name[0] == '\0') continue;
+        void* handle = dlopen(map->l_name, RTLD_LAZY | RTLD_NOLOAD);
+        if (handle == nullptr) continue;
+        void* found = real(handle, symbol);
+        dlclose(handle);
+        Dl_info found_info{};
+        if (found != nullptr && dladdr(found, &found_info) != 0 && found_info.dli_fname != nullptr &&
+            std::strcmp(found_info.dli_fname, map->l_name) == 0) {
+            return found;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+void* real_function(HookId id, int variant) {
+    if (!has_per_thread_variant(id)) variant = kLegacy;
+    void* fn = g_real[static_cast<int>(id)][variant].load(std::memory_order_acquire);
+    if (fn != nullptr) return fn;
+    fn = driver::lookup(base_name(id), variant == kPerThread);
+    if (fn != nullptr && !is_own_function(fn)) {
+        void* expected = nullptr;
+        g_real[static_cast<int>(id)][variant].compare_exchange_strong(expected, fn,
+                                                                      std::memory_order_acq_rel);
+        return g_real[static_cast<int>(id)][variant].load(std::memory_order_acquire);
+    }
+    return nullptr;
+}
+
+void* intercept(const char* symbol, void* real, int variant_hint) {
+    if (real == nullptr || is_own_function(real)) return real;
+    if (std::strcmp(symbol, "cuGetProcAddress") == 0 ||
+        std::strcmp(symbol, "cuGetProcAddress_v2") == 0) {
+        return intercept_get_proc_address(real);
+    }
+    for (const HookSymbol& entry : kHookSymbols) {
+        if (std::strcmp(entry.name, symbol) != 0) continue;
+        int variant = entry.variant;
+        if (variant == kLegacy && variant_hint == kPerThread && has_per_thread_variant(entry.id)) {
+            variant = kPerThread;
+        }
+        void* expected = nullptr;
+        g_real[static_cast<int>(entry.id)][variant].compare_exchange_strong(
+            expected, real, std::memory_order_acq_rel);
+        return ClientRuntime::instance().active() ? wrapper_for(entry.id, variant) : real;
+    }
+    return real;
+}
+
+}  // namespace orion::hooks
+
+using orion::ClientRuntime;
+using orion::LaunchShape;
+using orion::LaunchTicket;
+namespace hooks = orion::hooks;
+
+namespace {
+
+constexpr CUresult kNotFound = CUDA_ERROR_NOT_FOUND;
+
+CUresult launch_kernel(int variant, CUfunction f, unsigned int gx, unsigned int gy,
+                       unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
+                       unsigned int shared, CUstream stream, void** params, void** extra) {
+    auto real = hooks::real_cuLaunchKernel(variant);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active()) return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+    LaunchShape shape{f, {gx, gy, gz}, {bx, by, bz}};
+    const LaunchTicket ticket = runtime.before_launch(shape, stream, variant);
+    const CUresult result = real(f, gx, gy, gz, bx, by, bz, shared, ticket.stream, params, extra);
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+CUresult launch_kernel_ex(int variant, const CUlaunchConfig* config, CUfunction f, void** params,
+                          void** extra) {
+    auto real = hooks::real_cuLaunchKernelEx(variant);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active() || config == nullptr) return real(config, f, params, extra);
+    LaunchShape shape{f,
+                      {config->gridDimX, config->gridDimY, config->gridDimZ},
+                      {config->blockDimX, config->blockDimY, config->blockDimZ}};
+    const LaunchTicket ticket = runtime.before_launch(shape, config->hStream, variant);
+    CUresult result;
+    if (ticket.stream == config->hStream) {
+        result = real(config, f, params, extra);
+    } else {
+        CUlaunchConfig moved = *config;  // attributes are shared, only the stream differs
+        moved.hStream = ticket.stream;
+        result = real(&moved, f, params, extra);
+    }
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+CUresult launch_cooperative(int variant, CUfunction f, unsigned int gx, unsigned int gy,
+                            unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
+                            unsigned int shared, CUstream stream, void** params) {
+    auto real = hooks::real_cuLaunchCooperativeKernel(variant);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active()) return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);
+    LaunchShape shape{f, {gx, gy, gz}, {bx, by, bz}};
+    const LaunchTicket ticket = runtime.before_launch(shape, stream, variant);
+    const CUresult result = real(f, gx, gy, gz, bx, by, bz, shared, ticket.stream, params);
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+CUresult graph_launch(int variant, CUgraphExec graph, CUstream stream) {
+    auto real = hooks::real_cuGraphLaunch(variant);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active()) return real(graph, stream);
+    const LaunchTicket ticket = runtime.before_launch(LaunchShape{}, stream, variant);
+    const CUresult result = real(graph, ticket.stream);
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+bool is_legacy(CUstream stream, int variant) {
+    return stream == cu_stream_legacy() || (stream == nullptr && variant == hooks::kLegacy);
+}
+
+// Work moved off the legacy stream must still be covered when the program waits on that stream.
+CUresult stream_synchronize(int variant, CUstream stream) {
+    auto real = hooks::real_cuStreamSynchronize(variant);
+    if (real == nullptr) return kNotFound;
+    CUresult result = real(stream);
+    CUstream moved = ClientRuntime::instance().redirect_stream();
+    if (result == CUDA_SUCCESS && moved != nullptr && is_legacy(stream, variant)) {
+        result = real(moved);
+    }
+    return result;
+}
+
+CUresult stream_query(int variant, CUstream stream) {
+    auto real = hooks::real_cuStreamQuery(variant);
+    if (real == nullptr) return kNotFound;
+    CUresult result = real(stream);
+    CUstream moved = ClientRuntime::instance().redirect_stream();
+    if (result == CUDA_SUCCESS && moved != nullptr && is_legacy(stream, variant)) {
+        result = real(moved);
+    }
+    return result;
+}
+
+}  // namespace
+
+ORION_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                     unsigned int gz, unsigned int bx, unsigned int by,
+                                     unsigned int bz, unsigned int shared, CUstream stream,
+                                     void** params, void** extra) {
+    return launch_kernel(hooks::kLegacy, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+}
+
+ORION_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                          unsigned int gz, unsigned int bx, unsigned int by,
+                                          unsigned int bz, unsigned int shared, CUstream stream,
+                                          void** params, void** extra) {
+    return launch_kernel(hooks::kPerThread, f, gx, gy, gz, bx, by, bz, shared, stream, params,
+                         extra);
+}
+
+ORION_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                       void** extra) {
+    return launch_kernel_ex(hooks::kLegacy, config, f, params, extra);
+}
+
+ORION_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                            void** params, void** extra) {
+    return launch_kernel_ex(hooks::kPerThread, config, f, params, extra);
+}
+
+ORION_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                                unsigned int gz, unsigned int bx, unsigned int by,
+                                                unsigned int bz, unsigned int shared,
+                                                CUstream stream, void** params) {
+    return launch_cooperative(hooks::kLegacy, f, gx, gy, gz, bx, by, bz, shared, stream, params);
+}
+
+ORION_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx,
+                                                     unsigned int gy, unsigned int gz,
+                                                     unsigned int bx, unsigned int by,
+                                                     unsigned int bz, unsigned int shared,
+                                                     CUstream stream, void** params) {
+    return launch_cooperative(hooks::kPerThread, f, gx, gy, gz, bx, by, bz, shared, stream,
+                              params);
+}
+
+ORION_EXPORT CUresult cuGraphLaunch(CUgraphExec graph, CUstream stream) {
+    return graph_launch(hooks::kLegacy, graph, stream);
+}
+
+ORION_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec graph, CUstream stream) {
+    return graph_launch(hooks::kPerThread, graph, stream);
+}
+
+ORION_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
+    return stream_synchronize(hooks::kLegacy, stream);
+}
+
+ORION_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream stream) {
+    return stream_synchronize(hooks::kPerThread, stream);
+}
+
+ORION_EXPORT CUresult cuStreamQuery(CUstream stream) { return stream_query(hooks::kLegacy, stream); }
+
+ORION_EXPORT CUresult cuStreamQuery_ptsz(CUstream stream) {
+    return stream_query(hooks::kPerThread, stream);
+}
+
+ORION_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (runtime.sets_priorities()) {
+        auto with_priority = hooks::real_cuStreamCreateWithPriority(hooks::kLegacy);
+        if (with_priority != nullptr) {
+            runtime.count_prioritised_stream();
+            return with_priority(stream, flags, runtime.stream_priority(0));
+        }
+    }
+    auto real = hooks::real_cuStreamCreate(hooks::kLegacy);
+    return real != nullptr ? real(stream, flags) : kNotFound;
+}
+
+ORION_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags,
+                                                 int priority) {
+    auto real = hooks::real_cuStreamCreateWithPriority(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (runtime.sets_priorities()) {
+        runtime.count_prioritised_stream();
+        priority = runtime.stream_priority(priority);
+    }
+    return real(stream, flags, priority);
+}
+
+ORION_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
+                                          cuuint64_t flags,
+                                          CUdriverProcAddressQueryResult* status) {
+    auto real = orion::driver::real_get_proc_address_v2();
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(symbol, pfn, cuda_version, flags, status);
+    if (result == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr) {
+        const int variant =
+            (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? hooks::kPerThread
+                                                                    : hooks::kLegacy;
+        *pfn = hooks::intercept(symbol, *pfn, variant);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
+                                       cuuint64_t flags) {
+    auto real = orion::driver::real_get_proc_address_v1();
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(symbol, pfn, cuda_version, flags);
+    if (result == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr) {
+        const int variant =
+            (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? hooks::kPerThread
+                                                                    : hooks::kLegacy;
+        *pfn = hooks::intercept(symbol, *pfn, variant);
+    }
+    return result;
+}
+
+ORION_EXPORT void* dlsym(void* handle, const char* symbol) {
+    const orion::driver::DlsymFn real = orion::driver::real_dlsym();
+    if (real == nullptr) return nullptr;
+    // glibc declares `symbol` nonnull; hide that from the optimiser so a NULL from a buggy caller
+    // is forwarded instead of dereferenced here.
+    asm("" : "+r"(symbol));
+    void* result = handle == RTLD_NEXT
+                       ? hooks::next_symbol(symbol, __builtin_return_address(0))
+                       : real(handle, symbol);
+    if (result == nullptr || symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') {
+        return result;
+    }
+    return hooks::intercept(symbol, result, hooks::kLegacy);
+}
+
+namespace {
+
+// Attach at load time (before main), so a misconfigured run fails before the program starts.
+__attribute__((constructor)) void orion_preload_init() { ClientRuntime::instance(); }
+
+__attribute__((destructor)) void orion_preload_fini() { ClientRuntime::instance().detach(); }
+
+}  // namespace

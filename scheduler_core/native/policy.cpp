@@ -1,0 +1,92 @@
+#include "policy.h"
+
+#include <cstring>
+#include <initializer_list>
+
+namespace orion {
+namespace {
+
+// The BE queue bound, common to REEF and Orion: an arriving HP request never waits behind more
+// than `queue_limit_ns` of BE work. An empty queue always admits one kernel, or a kernel longer
+// than the limit could never run.
+bool queue_admits(const KernelInfo& kernel, const Snapshot& snapshot) {
+    if (snapshot.be_outstanding_ns == 0) return true;
+    return snapshot.be_outstanding_ns + kernel.duration_ns <= snapshot.queue_limit_ns;
+}
+
+Decision orion_decide(const KernelInfo& kernel, const Snapshot& snapshot) {
+    if (!queue_admits(kernel, snapshot)) return {false, Reason::kQueueFull};
+    if (snapshot.hp_in_flight == 0 && !snapshot.hp_backlog) return {true, Reason::kHpIdle};
+    if (snapshot.hp_backlog) return {false, Reason::kHpBacklog};
+    if (!kernel.known) return {false, Reason::kUnknownBesideHp};
+    for (std::uint32_t i = 0; i < snapshot.hp_in_flight; ++i) {
+        const KernelInfo& hp = snapshot.hp_kernels[i];
+        if (!hp.known) return {false, Reason::kHpKernelUnknown};
+        const std::uint32_t hp_sms = hp.sm_needed < snapshot.sm_count ? hp.sm_needed
+                                                                       : snapshot.sm_count;
+        if (kernel.sm_needed > snapshot.sm_count - hp_sms) return {false, Reason::kNotEnoughSms};
+        if (!classes_complement(kernel.kernel_class, hp.kernel_class)) {
+            return {false, Reason::kClassClash};
+        }
+    }
+    return {true, Reason::kFitsBeside};
+}
+
+Decision reef_decide(const KernelInfo& kernel, const Snapshot& snapshot) {
+    if (!queue_admits(kernel, snapshot)) return {false, Reason::kQueueFull};
+    if (snapshot.hp_in_flight != 0 || snapshot.hp_backlog) return {false, Reason::kHpBusy};
+    return {true, Reason::kHpIdle};
+}
+
+}  // namespace
+
+Decision decide(Policy policy, Role role, const KernelInfo& kernel, const Snapshot& snapshot) {
+    if (role == Role::kHighPriority) return {true, Reason::kHighPriority};
+    switch (policy) {
+        case Policy::kReef:
+            return reef_decide(kernel, snapshot);
+        case Policy::kOrion:
+            return orion_decide(kernel, snapshot);
+        case Policy::kPassthrough:
+        case Policy::kPriority:
+            break;
+    }
+    return {true, Reason::kNotGated};
+}
+
+const char* policy_name(Policy policy) {
+    switch (policy) {
+        case Policy::kPassthrough:
+            return "passthrough";
+        case Policy::kPriority:
+            return "priority";
+        case Policy::kReef:
+            return "reef";
+        case Policy::kOrion:
+            return "orion";
+    }
+    return "unknown";
+}
+
+bool parse_policy(const char* name, Policy* out) {
+    for (Policy policy : {Policy::kPassthrough, Policy::kPriority, Policy::kReef, Policy::kOrion}) {
+        if (std::strcmp(name, policy_name(policy)) == 0) {
+            *out = policy;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char* reason_name(Reason reason) {
+    static const char* const kNames[] = {
+        "high_priority", "not_gated",       "hp_idle",         "fits_beside",
+        "queue_full",    "unknown_beside_hp", "hp_kernel_unknown", "not_enough_sms",
+        "class_clash",   "hp_backlog",      "hp_busy",
+    };
+    static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Reason::kCount));
+    const auto index = static_cast<unsigned>(reason);
+    return index < static_cast<unsigned>(Reason::kCount) ? kNames[index] : "unknown";
+}
+
+}  // namespace orion

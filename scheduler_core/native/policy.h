@@ -1,0 +1,59 @@
+// The scheduling policies, written once as a pure function of a snapshot.
+//
+// `decide` knows nothing of shared memory, processes or the GPU: the preload library builds a
+// `Snapshot` from the run's shared state and asks; tests and simulators build one by hand. So the
+// rule exists in exactly one place.
+#pragma once
+
+#include <cstdint>
+
+#include "shared_state.h"
+
+namespace orion {
+
+struct KernelInfo {
+    bool known = false;
+    std::uint32_t sm_needed = 0;
+    KernelClass kernel_class = KernelClass::kUnknown;
+    std::uint64_t duration_ns = 0;
+};
+
+// How many in-flight HP kernels orion inspects. More than this means HP has a deep queue, and a
+// BE kernel would run beside work nobody looked at: it waits (kHpBacklog).
+constexpr std::uint32_t kMaxHpInspected = 32;
+
+struct Snapshot {
+    std::uint32_t sm_count = 0;
+    std::uint64_t queue_limit_ns = 0;
+    std::uint64_t be_outstanding_ns = 0;  // profiled work of launched, unfinished BE kernels
+    std::uint32_t hp_in_flight = 0;       // HP kernels launched and not finished (inspected ones)
+    bool hp_backlog = false;              // more HP kernels in flight than kMaxHpInspected
+    KernelInfo hp_kernels[kMaxHpInspected];
+};
+
+struct Decision {
+    bool launch;
+    Reason reason;
+};
+
+// Complementary classes may share the SMs: compute-bound beside memory-bound. Unknown never pairs.
+inline bool classes_complement(KernelClass a, KernelClass b) {
+    return (a == KernelClass::kCompute && b == KernelClass::kMemory) ||
+           (a == KernelClass::kMemory && b == KernelClass::kCompute);
+}
+
+Decision decide(Policy policy, Role role, const KernelInfo& kernel, const Snapshot& snapshot);
+
+// Whether the policy needs the in-flight ring and completion tracking at all.
+inline bool policy_tracks_launches(Policy policy) {
+    return policy == Policy::kReef || policy == Policy::kOrion;
+}
+
+// Whether the policy sets stream priorities by role.
+inline bool policy_sets_priorities(Policy policy) { return policy != Policy::kPassthrough; }
+
+const char* policy_name(Policy policy);
+bool parse_policy(const char* name, Policy* out);
+const char* reason_name(Reason reason);
+
+}  // namespace orion

@@ -1,0 +1,251 @@
+// The per-run shared memory that every client process of one run maps.
+//
+// One POSIX shared-memory object per run, created by the controller (Python, through the
+// `_native` module) with permissions 0600 and a run-unique name. It holds a header, one slot per
+// client, each client's kernel table (loaded from its profile), a ring of the launches each client
+// made and has not yet seen finish, the completion words the GPU itself writes when a launch
+// finishes, and an optional kernel trace.
+//
+// Everything here is standard layout with fixed-size arrays and lock-free atomics: no pointers, no
+// locks, so a client that dies at any instant (SIGKILL included) cannot leave anything held.
+// The controller fills the tables and then publishes `ready` with release semantics; clients refuse
+// to attach before that or when the magic, layout version or size disagree.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace orion {
+
+constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
+constexpr std::uint32_t kLayoutVersion = 1;
+constexpr std::uint32_t kMaxClients = 16;
+constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
+constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
+constexpr std::uint32_t kUnknownNames = 64;
+constexpr std::uint32_t kNameBytes = 256;
+constexpr std::uint32_t kClientNameBytes = 32;
+constexpr std::size_t kPageBytes = 4096;
+
+static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
+static_assert((kInflightSlots & (kInflightSlots - 1)) == 0, "ring size must be a power of two");
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
+
+enum class Policy : std::uint32_t { kPassthrough = 0, kPriority = 1, kReef = 2, kOrion = 3 };
+enum class Role : std::uint32_t { kHighPriority = 0, kBestEffort = 1 };
+enum class KernelClass : std::uint8_t { kUnknown = 0, kCompute = 1, kMemory = 2 };
+enum class ClientState : std::uint32_t {
+    kFree = 0,        // slot unused
+    kRegistered = 1,  // the controller configured it; no process attached yet
+    kAttached = 2,    // a live process owns it
+    kExited = 3,      // its process detached normally
+    kDead = 4,        // its process died without detaching (seen by a peer or the controller)
+};
+enum class CompletionMode : std::uint32_t {
+    kNone = 0,      // nothing tracked yet
+    kGpuWrite = 1,  // the GPU writes each launch's sequence number when it finishes
+    kEstimate = 2,  // fallback: finish times estimated from profiled durations
+};
+
+// One kernel identity of a client's profile: name + grid + block, hashed (see kernel_key.h).
+struct KernelEntry {
+    std::atomic<std::uint64_t> key;  // 0 marks an empty slot
+    std::uint64_t duration_ns;
+    std::uint32_t sm_needed;
+    std::uint8_t kernel_class;
+    std::uint8_t reserved[3];
+};
+static_assert(sizeof(KernelEntry) == 24);
+
+// One tracked launch. Written by its owner before the launch, `seq` stored last with release, so a
+// reader that sees `seq` equal to what it expects also sees the rest (checked again after reading).
+struct InflightEntry {
+    std::atomic<std::uint64_t> seq;
+    std::uint64_t key;
+    std::uint64_t launch_ns;
+    std::uint64_t expected_end_ns;
+    std::uint64_t duration_ns;
+    std::uint32_t sm_needed;
+    std::uint8_t kernel_class;
+    std::uint8_t known;
+    std::uint8_t reserved[2];
+    std::uint64_t reserved2[2];
+};
+static_assert(sizeof(InflightEntry) == 64);
+
+// Why a launch went ahead or waited; recorded in the trace and counted in statistics.
+enum class Reason : std::uint8_t {
+    kHighPriority = 0,      // HP kernels always launch at once
+    kNotGated = 1,          // the policy does not gate (passthrough, priority)
+    kHpIdle = 2,            // no HP kernel in flight
+    kFitsBeside = 3,        // fits in the SMs HP leaves free, and the classes complement
+    kQueueFull = 4,         // outstanding BE work would exceed the queue limit
+    kUnknownBesideHp = 5,   // an unprofiled BE kernel never runs beside HP work
+    kHpKernelUnknown = 6,   // the HP kernel in flight is unprofiled: nothing runs beside it
+    kNotEnoughSms = 7,      // the BE kernel needs more SMs than HP leaves free
+    kClassClash = 8,        // same class as the HP kernel (or one of them unknown)
+    kHpBacklog = 9,         // more HP kernels in flight than orion inspects
+    kHpBusy = 10,           // REEF: HP has work in flight
+    kCount = 11,
+};
+
+struct TraceRecord {
+    std::uint64_t seq;
+    std::uint64_t key;
+    std::uint64_t enqueue_ns;
+    std::uint64_t launch_ns;
+    std::uint64_t duration_ns;
+    std::uint32_t sm_needed;
+    std::uint8_t kernel_class;
+    std::uint8_t reason;
+    std::uint8_t known;
+    std::uint8_t reserved;
+};
+static_assert(sizeof(TraceRecord) == 48);
+
+struct ClientStats {
+    std::atomic<std::uint64_t> launches;            // every kernel and graph launch seen
+    std::atomic<std::uint64_t> tracked_launches;    // launches entered in the in-flight ring
+    std::atomic<std::uint64_t> unknown_launches;    // kernels absent from the profile
+    std::atomic<std::uint64_t> graph_launches;      // cuGraphLaunch calls
+    std::atomic<std::uint64_t> blocked_launches;    // BE launches that had to wait
+    std::atomic<std::uint64_t> blocked_ns;          // total time BE launches waited
+    std::atomic<std::uint64_t> redirected_launches; // HP legacy-stream launches moved to a priority stream
+    std::atomic<std::uint64_t> capture_launches;    // launches into a capturing stream (passed through)
+    std::atomic<std::uint64_t> streams_prioritised; // streams created with the role's priority
+    std::atomic<std::uint64_t> trace_dropped;       // trace records overwritten before being read
+    // Launch reasons count each launch once; wait reasons count each blocked launch once per
+    // distinct reason it waited for.
+    std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
+    std::atomic<std::uint64_t> reserved[5];
+};
+
+struct alignas(64) ClientSlot {
+    std::atomic<std::uint32_t> state;
+    std::uint32_t role;
+    std::atomic<std::int32_t> pid;
+    std::atomic<std::uint32_t> completion_mode;
+    char name[kClientNameBytes];
+    std::uint32_t kernel_count;
+    std::uint32_t reserved0;
+    alignas(64) std::atomic<std::uint64_t> next_seq;       // owner's sequence allocator
+    std::atomic<std::uint64_t> published_seq;              // highest seq whose entry is written
+    std::atomic<std::uint64_t> low_water;                  // every seq <= low_water has finished
+    std::atomic<std::uint64_t> last_expected_end_ns;       // owner's estimate of its queue's end
+    alignas(64) ClientStats stats;
+    alignas(64) std::atomic<std::uint64_t> trace_head;     // trace records written so far
+    std::atomic<std::uint32_t> unknown_name_count;
+    std::uint32_t reserved1;
+    char unknown_names[kUnknownNames][kNameBytes];
+};
+
+struct alignas(64) RunHeader {
+    std::uint64_t magic;
+    std::uint32_t layout_version;
+    std::uint32_t header_bytes;
+    std::uint64_t total_bytes;
+    std::atomic<std::uint32_t> ready;
+    std::uint32_t policy;
+    std::uint32_t sm_count;
+    std::uint32_t client_count;
+    std::uint64_t queue_limit_ns;       // BE work allowed on the GPU at once (sum of durations)
+    std::uint64_t unknown_duration_ns;  // duration assumed for an unprofiled kernel
+    std::uint64_t stale_ns;             // a launch older than this counts as finished
+    std::uint32_t trace_capacity;       // per client, power of two; 0 = tracing off
+    std::uint32_t reserved0;
+    std::uint64_t clients_offset;
+    std::uint64_t kernels_offset;
+    std::uint64_t inflight_offset;
+    std::uint64_t completion_offset;  // page aligned: registered with the driver for GPU writes
+    std::uint64_t completion_bytes;
+    std::uint64_t trace_offset;
+    std::uint64_t reserved[16];
+};
+
+static_assert(std::is_standard_layout_v<RunHeader>);
+static_assert(std::is_standard_layout_v<ClientSlot>);
+static_assert(std::is_standard_layout_v<InflightEntry>);
+static_assert(std::is_standard_layout_v<KernelEntry>);
+
+// Byte offsets of each region for a given trace capacity.
+struct Layout {
+    std::uint64_t clients_offset;
+    std::uint64_t kernels_offset;
+    std::uint64_t inflight_offset;
+    std::uint64_t completion_offset;
+    std::uint64_t completion_bytes;
+    std::uint64_t trace_offset;
+    std::uint64_t total_bytes;
+};
+
+constexpr std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
+    return (value + alignment - 1) / alignment * alignment;
+}
+
+constexpr Layout compute_layout(std::uint32_t trace_capacity) {
+    Layout layout{};
+    layout.clients_offset = align_up(sizeof(RunHeader), kPageBytes);
+    layout.kernels_offset =
+        align_up(layout.clients_offset + sizeof(ClientSlot) * kMaxClients, kPageBytes);
+    layout.inflight_offset = align_up(
+        layout.kernels_offset + sizeof(KernelEntry) * kKernelSlots * kMaxClients, kPageBytes);
+    layout.completion_offset = align_up(
+        layout.inflight_offset + sizeof(InflightEntry) * kInflightSlots * kMaxClients, kPageBytes);
+    layout.completion_bytes =
+        align_up(sizeof(std::uint64_t) * kInflightSlots * kMaxClients, kPageBytes);
+    layout.trace_offset = layout.completion_offset + layout.completion_bytes;
+    layout.total_bytes = align_up(
+        layout.trace_offset + sizeof(TraceRecord) * std::uint64_t{trace_capacity} * kMaxClients,
+        kPageBytes);
+    return layout;
+}
+
+// Typed access to a mapped run. Holds no state of its own beyond the base address.
+class RunView {
+public:
+    RunView() = default;
+    explicit RunView(void* base) : base_(static_cast<unsigned char*>(base)) {}
+
+    bool valid() const { return base_ != nullptr; }
+    void* base() const { return base_; }
+    RunHeader& header() const { return *reinterpret_cast<RunHeader*>(base_); }
+    ClientSlot& client(std::uint32_t index) const {
+        return reinterpret_cast<ClientSlot*>(base_ + header().clients_offset)[index];
+    }
+    KernelEntry* kernels(std::uint32_t index) const {
+        return reinterpret_cast<KernelEntry*>(base_ + header().kernels_offset) +
+               std::uint64_t{index} * kKernelSlots;
+    }
+    InflightEntry* inflight(std::uint32_t index) const {
+        return reinterpret_cast<InflightEntry*>(base_ + header().inflight_offset) +
+               std::uint64_t{index} * kInflightSlots;
+    }
+    std::atomic<std::uint64_t>* completion(std::uint32_t index) const {
+        return reinterpret_cast<std::atomic<std::uint64_t>*>(base_ + header().completion_offset) +
+               std::uint64_t{index} * kInflightSlots;
+    }
+    TraceRecord* trace(std::uint32_t index) const {
+        return reinterpret_cast<TraceRecord*>(base_ + header().trace_offset) +
+               std::uint64_t{index} * header().trace_capacity;
+    }
+
+    // The profile entry for `key`, or nullptr when the kernel is unknown to this client.
+    const KernelEntry* find_kernel(std::uint32_t client_index, std::uint64_t key) const {
+        const KernelEntry* table = kernels(client_index);
+        for (std::uint32_t probe = 0; probe < kKernelSlots; ++probe) {
+            const KernelEntry& entry = table[(key + probe) & (kKernelSlots - 1)];
+            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
+            if (stored == key) return &entry;
+            if (stored == 0) return nullptr;
+        }
+        return nullptr;
+    }
+
+private:
+    unsigned char* base_ = nullptr;
+};
+
+}  // namespace orion

@@ -1,0 +1,137 @@
+#include "tracking.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace orion {
+namespace {
+
+constexpr std::uint64_t kRingMask = kInflightSlots - 1;
+// Bound on the work one snapshot does per client; a longer unfinished run of launches is treated
+// as "a lot of work queued", which makes a BE client wait: the safe answer.
+constexpr std::uint64_t kMaxScan = 1024;
+
+}  // namespace
+
+bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t seq,
+                     std::uint64_t now_ns) {
+    const InflightEntry& entry = view.inflight(client)[seq & kRingMask];
+    const std::uint64_t stored = entry.seq.load(std::memory_order_acquire);
+    if (stored > seq) return true;   // the slot was reused by a later launch: this one is long done
+    if (stored < seq) return false;  // not yet published by its owner: count it as in flight
+    if (view.completion(client)[seq & kRingMask].load(std::memory_order_acquire) == seq) {
+        return true;
+    }
+    const RunHeader& header = view.header();
+    if (header.stale_ns != 0 && now_ns > entry.launch_ns + header.stale_ns) return true;
+    const auto mode = view.client(client).completion_mode.load(std::memory_order_relaxed);
+    return mode == static_cast<std::uint32_t>(CompletionMode::kEstimate) &&
+           now_ns >= entry.expected_end_ns;
+}
+
+std::uint64_t advance_low_water(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
+    ClientSlot& slot = view.client(client);
+    std::uint64_t low = slot.low_water.load(std::memory_order_acquire);
+    const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
+    std::uint64_t mark = low;
+    while (mark < published && mark - low < kInflightSlots &&
+           launch_finished(view, client, mark + 1, now_ns)) {
+        ++mark;
+    }
+    while (mark > low &&
+           !slot.low_water.compare_exchange_weak(low, mark, std::memory_order_acq_rel)) {
+    }
+    return mark > low ? mark : low;
+}
+
+void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out) {
+    const RunHeader& header = view.header();
+    out->sm_count = header.sm_count;
+    out->queue_limit_ns = header.queue_limit_ns;
+    out->be_outstanding_ns = 0;
+    out->hp_in_flight = 0;
+    out->hp_backlog = false;
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        const ClientSlot& slot = view.client(client);
+        if (!client_participates(slot)) continue;
+        const bool is_hp = slot.role == static_cast<std::uint32_t>(Role::kHighPriority);
+        const std::uint64_t low = advance_low_water(view, client, now_ns);
+        const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
+        if (published <= low) continue;
+        if (published - low > kMaxScan) {
+            if (is_hp) {
+                out->hp_backlog = true;
+            } else {
+                out->be_outstanding_ns = ~0ULL >> 1;
+            }
+            continue;
+        }
+        const InflightEntry* ring = view.inflight(client);
+        for (std::uint64_t seq = low + 1; seq <= published; ++seq) {
+            if (launch_finished(view, client, seq, now_ns)) continue;
+            const InflightEntry& entry = ring[seq & kRingMask];
+            KernelInfo info;
+            info.known = entry.known != 0;
+            info.sm_needed = entry.sm_needed;
+            info.kernel_class = static_cast<KernelClass>(entry.kernel_class);
+            info.duration_ns = entry.duration_ns;
+            if (entry.seq.load(std::memory_order_acquire) != seq) {
+                info = KernelInfo{};  // being written right now: assume the worst
+                info.duration_ns = header.unknown_duration_ns;
+                info.sm_needed = header.sm_count;
+            }
+            if (is_hp) {
+                if (out->hp_in_flight == kMaxHpInspected) {
+                    out->hp_backlog = true;
+                    break;
+                }
+                out->hp_kernels[out->hp_in_flight++] = info;
+            } else {
+                out->be_outstanding_ns += info.duration_ns;
+            }
+        }
+    }
+}
+
+bool process_is_gone(int pid) {
+    if (pid <= 0) return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+    // A killed child stays a zombie until its parent reaps it; it will never finish anything.
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT;
+    char buffer[512];
+    const ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buffer[n] = '\0';
+    const char* close_paren = std::strrchr(buffer, ')');
+    if (close_paren == nullptr || close_paren[1] == '\0' || close_paren[2] == '\0') return false;
+    const char state = close_paren[2];
+    return state == 'Z' || state == 'X';
+}
+
+void reap_dead_peers(const RunView& view, std::uint32_t self) {
+    const RunHeader& header = view.header();
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        if (client == self) continue;
+        ClientSlot& slot = view.client(client);
+        if (!client_participates(slot)) continue;
+        if (process_is_gone(slot.pid.load(std::memory_order_relaxed))) {
+            auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
+            slot.state.compare_exchange_strong(expected,
+                                               static_cast<std::uint32_t>(ClientState::kDead),
+                                               std::memory_order_acq_rel);
+        }
+    }
+}
+
+}  // namespace orion

@@ -1,0 +1,37 @@
+// Reading the in-flight state of every client: which launches have finished, how much BE work is
+// queued on the GPU, which HP kernels are running. Used by a waiting BE client to build the
+// `Snapshot` the policy decides on, and by the controller to report.
+#pragma once
+
+#include <cstdint>
+
+#include "policy.h"
+#include "shared_state.h"
+
+namespace orion {
+
+// Whether launch `seq` of `client` has finished: the GPU wrote its sequence number, or (fallback
+// mode) its estimated end passed, or it is older than the run's staleness bound.
+bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t seq,
+                     std::uint64_t now_ns);
+
+// Moves the client's low-water mark past every finished launch; returns the new mark.
+std::uint64_t advance_low_water(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
+
+// Fills `out` for a BE decision: HP kernels in flight and BE work outstanding, over all live clients.
+void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out);
+
+// Whether a client counts for scheduling: attached and its process still alive as far as we know.
+inline bool client_participates(const ClientSlot& slot) {
+    return slot.state.load(std::memory_order_acquire) ==
+           static_cast<std::uint32_t>(ClientState::kAttached);
+}
+
+// Checks the processes of attached peers and marks the ones that died (SIGKILL included) as dead,
+// so nobody waits on their launches. Cheap enough to call every few milliseconds while waiting.
+void reap_dead_peers(const RunView& view, std::uint32_t self);
+
+// True when the process `pid` is gone or a zombie.
+bool process_is_gone(int pid);
+
+}  // namespace orion

@@ -1,0 +1,243 @@
+"""One run's shared scheduler state, as the controller sees it.
+
+The controller creates the POSIX shared-memory object (0600, a name unique to the run), registers
+each client with its role and kernel table, publishes it, hands each client process its
+environment, reads statistics and the kernel trace while and after the clients run, and removes
+the object at the end, also when the controller itself stops early.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orion_common.errors import OrionError
+from scheduler_core.library import native_module, preload_library_path, with_preload
+from scheduler_core.thresholds import DEFAULT_STALE_NS
+
+POLICIES = ("passthrough", "priority", "reef", "orion")
+ROLES = ("hp", "be")
+_SHM_PREFIX = "orion-"
+_SHM_DIR = Path("/dev/shm")
+TRACE_COLUMNS = (
+    "client",
+    "kernel_name",
+    "kernel_class",
+    "sm_needed",
+    "duration_ns",
+    "known",
+    "reason",
+    "enqueue_ns",
+    "launch_ns",
+)
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """What the preload library of every client of one run obeys."""
+
+    policy: str
+    sm_count: int
+    queue_limit_ns: int
+    unknown_duration_ns: int
+    stale_ns: int = DEFAULT_STALE_NS
+    trace_capacity: int = 0  # records per client kept between two reads; 0 = no trace
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise OrionError(
+                f"scheduler policy must be one of {', '.join(POLICIES)} (got {self.policy!r})"
+            )
+        if self.sm_count < 1:
+            raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+        for name in ("queue_limit_ns", "unknown_duration_ns", "stale_ns", "trace_capacity"):
+            if getattr(self, name) < 0:
+                raise OrionError(f"{name} must not be negative (got {getattr(self, name)})")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_runs() -> list[str]:
+    """Removes shared-memory objects left by controllers that died (SIGKILL) without cleaning up.
+
+    Names carry the controller's pid (``orion-<pid>-<token>``), so a dead owner is recognisable.
+    """
+    removed = []
+    if not _SHM_DIR.is_dir():
+        return removed
+    for entry in _SHM_DIR.glob(f"{_SHM_PREFIX}*"):
+        parts = entry.name.split("-")
+        if len(parts) < 3 or not parts[1].isdigit() or _pid_alive(int(parts[1])):
+            continue
+        try:
+            entry.unlink()
+            removed.append(entry.name)
+        except OSError:
+            pass
+    return removed
+
+
+def _unlink_quietly(handle: Any) -> None:
+    with contextlib.suppress(Exception):  # already removed, or never fully created
+        handle.unlink()
+
+
+class SchedulerRun:
+    """The shared state of one run. Use as a context manager; it is removed on exit."""
+
+    def __init__(self, settings: SchedulerSettings) -> None:
+        native = native_module()
+        remove_stale_runs()
+        self.settings = settings
+        self.name = f"/{_SHM_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            self._run = native.Run.create(
+                self.name,
+                settings.policy,
+                settings.sm_count,
+                settings.queue_limit_ns,
+                settings.unknown_duration_ns,
+                settings.stale_ns,
+                settings.trace_capacity,
+            )
+        except (RuntimeError, ValueError) as error:
+            raise OrionError(f"cannot create the run's shared state: {error}") from None
+        # Removed even if the controller forgets to close (or raises before it could).
+        self._finalizer = weakref.finalize(self, _unlink_quietly, self._run)
+        self._clients: list[str] = []
+        self._names_by_key: list[dict[int, str]] = []
+        self._trace_cursor: list[int] = []
+        self._trace_lost = 0
+
+    # -- set-up ---------------------------------------------------------------------------
+    def add_client(self, name: str, role: str, kernels: pd.DataFrame | None = None) -> int:
+        """Registers a client; ``kernels`` is its kernel identity table (postprocess)."""
+        if role not in ROLES:
+            raise OrionError(f"client role must be 'hp' or 'be' (got {role!r})")
+        try:
+            index = self._run.add_client(name, role)
+        except (RuntimeError, ValueError) as error:
+            raise OrionError(f"cannot add client {name!r}: {error}") from None
+        names: dict[int, str] = {}
+        if kernels is not None and not kernels.empty:
+            names = self._load_kernels(index, name, kernels)
+        self._clients.append(name)
+        self._names_by_key.append(names)
+        self._trace_cursor.append(0)
+        return index
+
+    def _load_kernels(self, index: int, client: str, kernels: pd.DataFrame) -> dict[int, str]:
+        native = native_module()
+        names: dict[int, str] = {}
+        for row in kernels.itertuples(index=False):
+            key = native.kernel_key(
+                str(row.kernel_name),
+                (int(row.grid_x), int(row.grid_y), int(row.grid_z)),
+                (int(row.block_x), int(row.block_y), int(row.block_z)),
+            )
+            duration = 0 if pd.isna(row.duration_ns) else round(float(row.duration_ns))
+            sm_needed = self.settings.sm_count if pd.isna(row.sm_needed) else int(row.sm_needed)
+            kernel_class = "unknown" if pd.isna(row.kernel_class) else str(row.kernel_class)
+            try:
+                self._run.add_kernel(index, key, sm_needed, kernel_class, duration)
+            except (RuntimeError, ValueError) as error:
+                raise OrionError(f"cannot load the profile of client {client!r}: {error}") from None
+            demangled = getattr(row, "demangled_name", None)
+            names[key] = (
+                str(demangled) if isinstance(demangled, str) and demangled else str(row.kernel_name)
+            )
+        return names
+
+    def publish(self) -> None:
+        """Makes the run visible to clients; nothing can be added afterwards."""
+        self._run.publish()
+
+    def client_environment(
+        self, index: int, base: dict[str, str] | None = None, strict: bool = True
+    ) -> dict[str, str]:
+        """The environment a client process needs: its run, its index, the preload library.
+
+        With ``strict`` a client that cannot join the run exits at once (status 70) instead of
+        running ungated, which would silently spoil a measurement.
+        """
+        if not 0 <= index < len(self._clients):
+            raise OrionError(f"no client {index} in this run")
+        environment = dict(os.environ if base is None else base)
+        environment["ORION_RUN"] = self.name
+        environment["ORION_CLIENT"] = str(index)
+        environment["ORION_STRICT"] = "1" if strict else "0"
+        return with_preload(environment, preload_library_path())
+
+    # -- while running --------------------------------------------------------------------
+    def client_state(self, index: int) -> str:
+        return str(self._run.client_state(index))
+
+    def mark_gone(self, index: int, crashed: bool) -> None:
+        """The controller saw client ``index`` end: nobody waits on its launches any more."""
+        self._run.mark_gone(index, crashed)
+
+    def in_flight(self, index: int) -> int:
+        return int(self._run.in_flight(index))
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per-client statistics keyed by client name (launches, unknown kernels, blocking)."""
+        result = {}
+        for index, name in enumerate(self._clients):
+            stats = dict(self._run.client_stats(index))
+            stats["blocked_ms"] = stats["blocked_ns"] / 1e6
+            stats["unknown_kernels"] = list(self._run.unknown_kernels(index))
+            result[name] = stats
+        result_meta = {"trace_records_lost": self._trace_lost}
+        return {**result, **({"_run": result_meta} if self.settings.trace_capacity else {})}
+
+    def drain_trace(self) -> pd.DataFrame:
+        """Trace records written since the last call, all clients, as a table (TRACE_COLUMNS)."""
+        rows = []
+        for index, client in enumerate(self._clients):
+            records, cursor, lost = self._run.read_trace(index, self._trace_cursor[index])
+            self._trace_cursor[index] = cursor
+            self._trace_lost += lost
+            names = self._names_by_key[index]
+            for key, enqueue, launch, duration, sm, kernel_class, reason, known in records:
+                rows.append(
+                    (
+                        client,
+                        names.get(key, "<graph>" if key == 0 else "<unprofiled>"),
+                        kernel_class,
+                        sm,
+                        duration,
+                        known,
+                        reason,
+                        enqueue,
+                        launch,
+                    )
+                )
+        return pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+
+    # -- teardown -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Removes the shared memory (idempotent). Clients still running keep their mapping."""
+        if self._finalizer.alive:
+            self._finalizer()
+        self._run.close()
+
+    def __enter__(self) -> SchedulerRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

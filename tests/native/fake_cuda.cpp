@@ -1,0 +1,367 @@
+// A stand-in for libcuda.so.1 used by orion's CPU tests.
+//
+// It exports the driver entry points the preload library and the test launcher use, records every
+// call in a log file (FAKE_CUDA_LOG, one line per event, times on CLOCK_MONOTONIC) and simulates a
+// GPU: one executor thread runs the submitted work in order, sleeping for each kernel's duration
+// and performing stream write-value operations into host memory when reached, as the real GPU does.
+// Kernels are made by the launcher with fake_make_function(name, duration_ns).
+#include <dlfcn.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+extern "C" {
+using CUresult = int;
+struct CUlaunchConfig {
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void* hStream;
+    void* attrs;
+    unsigned int numAttrs;
+};
+}
+
+namespace {
+
+struct FakeFunction {
+    char name[128];
+    std::uint64_t duration_ns;
+};
+
+struct FakeStream {
+    int priority;
+    unsigned int flags;
+    bool capturing;
+};
+
+constexpr unsigned int kCaptureFlag = 0x40;  // test-only flag: the stream reports capturing
+
+std::uint64_t now_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec;
+}
+
+void sleep_for(std::uint64_t ns) {
+    timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+std::mutex g_log_mutex;
+FILE* g_log = nullptr;
+
+void log_line(const std::string& text) {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    if (g_log == nullptr) {
+        const char* path = std::getenv("FAKE_CUDA_LOG");
+        if (path == nullptr) return;
+        g_log = std::fopen(path, "a");
+        if (g_log == nullptr) return;
+    }
+    std::fprintf(g_log, "%d %llu %s\n", static_cast<int>(getpid()),
+                 static_cast<unsigned long long>(now_ns()), text.c_str());
+    std::fflush(g_log);
+}
+
+std::string stream_text(void* stream) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%p", stream);
+    return buffer;
+}
+
+// The simulated GPU: one in-order queue.
+struct Op {
+    enum Kind { kKernel, kWrite } kind;
+    std::string name;
+    std::uint64_t duration_ns;
+    std::uint64_t* address;
+    std::uint64_t value;
+};
+
+class Gpu {
+public:
+    void submit(Op op) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            queue_.push_back(std::move(op));
+            ++submitted_;
+            if (!started_) {
+                started_ = true;
+                std::thread([this] { run(); }).detach();
+            }
+        }
+        changed_.notify_all();
+    }
+
+    void drain() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        const std::uint64_t target = submitted_;
+        changed_.wait(lock, [&] { return completed_ >= target; });
+    }
+
+    bool idle() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return completed_ >= submitted_;
+    }
+
+private:
+    void run() {
+        for (;;) {
+            Op op;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                changed_.wait(lock, [&] { return !queue_.empty(); });
+                op = queue_.front();
+                queue_.pop_front();
+            }
+            if (op.kind == Op::kKernel) {
+                log_line("exec_start " + op.name);
+                sleep_for(op.duration_ns);
+                log_line("exec_end " + op.name);
+            } else {
+                __atomic_store_n(op.address, op.value, __ATOMIC_RELEASE);
+                log_line("write " + std::to_string(op.value));
+            }
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                ++completed_;
+            }
+            changed_.notify_all();
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::deque<Op> queue_;
+    std::uint64_t submitted_ = 0;
+    std::uint64_t completed_ = 0;
+    bool started_ = false;
+};
+
+Gpu& gpu() {
+    static Gpu* instance = new Gpu();
+    return *instance;
+}
+
+std::uint64_t graph_duration() {
+    const char* text = std::getenv("FAKE_GRAPH_NS");
+    return text != nullptr ? std::strtoull(text, nullptr, 10) : 100000;
+}
+
+CUresult record_launch(const char* api, void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, void* stream) {
+    auto* fn = static_cast<FakeFunction*>(f);
+    char buffer[512];
+    std::snprintf(buffer, sizeof(buffer), "launch %s %s grid=%u,%u,%u block=%u,%u,%u stream=%s", api,
+                  fn->name, gx, gy, gz, bx, by, bz, stream_text(stream).c_str());
+    log_line(buffer);
+    gpu().submit(Op{Op::kKernel, fn->name, fn->duration_ns, nullptr, 0});
+    return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) void* fake_make_function(const char* name,
+                                                                std::uint64_t duration_ns) {
+    auto* fn = new FakeFunction{};
+    std::snprintf(fn->name, sizeof(fn->name), "%s", name);
+    fn->duration_ns = duration_ns;
+    return fn;
+}
+
+CUresult cuInit(unsigned int) { return 0; }
+CUresult cuDriverGetVersion(int* version) {
+    *version = 13000;
+    return 0;
+}
+
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned, void* stream, void**, void**) {
+    return record_launch("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, stream);
+}
+CUresult cuLaunchKernel_ptsz(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned, void* stream, void**, void**) {
+    return record_launch("cuLaunchKernel_ptsz", f, gx, gy, gz, bx, by, bz, stream);
+}
+CUresult cuLaunchKernelEx(const CUlaunchConfig* c, void* f, void**, void**) {
+    return record_launch("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ,
+                         c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream);
+}
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, void* f, void**, void**) {
+    return record_launch("cuLaunchKernelEx_ptsz", f, c->gridDimX, c->gridDimY, c->gridDimZ,
+                         c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream);
+}
+CUresult cuLaunchCooperativeKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                   unsigned by, unsigned bz, unsigned, void* stream, void**) {
+    return record_launch("cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, stream);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(void* f, unsigned gx, unsigned gy, unsigned gz,
+                                        unsigned bx, unsigned by, unsigned bz, unsigned,
+                                        void* stream, void**) {
+    return record_launch("cuLaunchCooperativeKernel_ptsz", f, gx, gy, gz, bx, by, bz, stream);
+}
+CUresult cuGraphLaunch(void*, void* stream) {
+    log_line("launch cuGraphLaunch graph stream=" + stream_text(stream));
+    gpu().submit(Op{Op::kKernel, "graph", graph_duration(), nullptr, 0});
+    return 0;
+}
+CUresult cuGraphLaunch_ptsz(void*, void* stream) {
+    log_line("launch cuGraphLaunch_ptsz graph stream=" + stream_text(stream));
+    gpu().submit(Op{Op::kKernel, "graph", graph_duration(), nullptr, 0});
+    return 0;
+}
+
+CUresult cuFuncGetName(const char** name, void* f) {
+    *name = static_cast<FakeFunction*>(f)->name;
+    return 0;
+}
+CUresult cuKernelGetName(const char**, void*) { return 500; }
+
+CUresult cuCtxGetCurrent(void** ctx) {
+    *ctx = reinterpret_cast<void*>(0x1234);
+    return 0;
+}
+CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+    *least = 0;
+    *greatest = -5;
+    return 0;
+}
+
+CUresult cuStreamCreate(void** stream, unsigned int flags) {
+    *stream = new FakeStream{0, flags, (flags & kCaptureFlag) != 0};
+    log_line("stream_create priority=0 stream=" + stream_text(*stream));
+    return 0;
+}
+CUresult cuStreamCreateWithPriority(void** stream, unsigned int flags, int priority) {
+    *stream = new FakeStream{priority, flags, (flags & kCaptureFlag) != 0};
+    log_line("stream_create priority=" + std::to_string(priority) +
+             " stream=" + stream_text(*stream));
+    return 0;
+}
+CUresult cuStreamSynchronize(void* stream) {
+    gpu().drain();
+    log_line("stream_sync stream=" + stream_text(stream));
+    return 0;
+}
+CUresult cuStreamSynchronize_ptsz(void* stream) { return cuStreamSynchronize(stream); }
+CUresult cuStreamQuery(void*) { return gpu().idle() ? 0 : 600; }
+CUresult cuStreamQuery_ptsz(void* stream) { return cuStreamQuery(stream); }
+
+CUresult cuStreamIsCapturing(void* stream, int* status) {
+    const bool special = stream == nullptr || stream == reinterpret_cast<void*>(0x1) ||
+                         stream == reinterpret_cast<void*>(0x2);
+    *status = (!special && static_cast<FakeStream*>(stream)->capturing) ? 1 : 0;
+    return 0;
+}
+
+CUresult cuStreamWriteValue64(void*, unsigned long long address, std::uint64_t value, unsigned) {
+    gpu().submit(Op{Op::kWrite, "", 0, reinterpret_cast<std::uint64_t*>(address), value});
+    return 0;
+}
+
+CUresult cuMemHostRegister(void* p, size_t bytes, unsigned int flags) {
+    if (std::getenv("FAKE_NO_HOST_REGISTER") != nullptr) return 1;
+    log_line("host_register bytes=" + std::to_string(bytes) + " flags=" + std::to_string(flags) +
+             " ptr=" + stream_text(p));
+    return 0;
+}
+CUresult cuMemHostGetDevicePointer(unsigned long long* device, void* p, unsigned int) {
+    *device = reinterpret_cast<unsigned long long>(p);
+    return 0;
+}
+
+CUresult cuEventCreate(void** event, unsigned int) {
+    *event = new int(0);
+    return 0;
+}
+CUresult cuEventRecord(void*, void* stream) {
+    log_line("event_record stream=" + stream_text(stream));
+    return 0;
+}
+CUresult cuStreamWaitEvent(void* stream, void*, unsigned int) {
+    log_line("stream_wait_event stream=" + stream_text(stream));
+    return 0;
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::uint64_t flags,
+                             int* status);
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags);
+
+}  // extern "C"
+
+namespace {
+
+struct Entry {
+    const char* name;
+    void* legacy;
+    void* per_thread;
+};
+
+#define FAKE_PTSZ(name) {#name, reinterpret_cast<void*>(&name), reinterpret_cast<void*>(&name##_ptsz)}
+#define FAKE_PLAIN(name) {#name, reinterpret_cast<void*>(&name), reinterpret_cast<void*>(&name)}
+const Entry kEntries[] = {
+    FAKE_PTSZ(cuLaunchKernel),
+    FAKE_PTSZ(cuLaunchKernelEx),
+    FAKE_PTSZ(cuLaunchCooperativeKernel),
+    FAKE_PTSZ(cuGraphLaunch),
+    FAKE_PTSZ(cuStreamSynchronize),
+    FAKE_PTSZ(cuStreamQuery),
+    FAKE_PLAIN(cuInit),
+    FAKE_PLAIN(cuDriverGetVersion),
+    FAKE_PLAIN(cuFuncGetName),
+    FAKE_PLAIN(cuKernelGetName),
+    FAKE_PLAIN(cuCtxGetCurrent),
+    FAKE_PLAIN(cuCtxGetStreamPriorityRange),
+    FAKE_PLAIN(cuStreamCreate),
+    FAKE_PLAIN(cuStreamCreateWithPriority),
+    FAKE_PLAIN(cuStreamIsCapturing),
+    FAKE_PLAIN(cuStreamWriteValue64),
+    FAKE_PLAIN(cuMemHostRegister),
+    FAKE_PLAIN(cuMemHostGetDevicePointer),
+    FAKE_PLAIN(cuEventCreate),
+    FAKE_PLAIN(cuEventRecord),
+    FAKE_PLAIN(cuStreamWaitEvent),
+};
+
+CUresult lookup(const char* symbol, void** pfn, int version, std::uint64_t flags) {
+    if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
+        // As in CUDA 12+: the 5-argument ABI for version >= 12000, the old one before.
+        *pfn = version >= 12000 ? reinterpret_cast<void*>(&cuGetProcAddress_v2)
+                                : reinterpret_cast<void*>(&cuGetProcAddress);
+        return 0;
+    }
+    for (const Entry& entry : kEntries) {
+        if (std::strcmp(entry.name, symbol) == 0) {
+            *pfn = (flags & 2) ? entry.per_thread : entry.legacy;
+            return 0;
+        }
+    }
+    *pfn = nullptr;
+    return 500;
+}
+
+}  // namespace
+
+extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                        std::uint64_t flags, int* status) {
+    const CUresult result = lookup(symbol, pfn, version, flags);
+    if (status != nullptr) *status = result == 0 ? 0 : 1;
+    return result;
+}
+
+extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                     std::uint64_t flags) {
+    return lookup(symbol, pfn, version, flags);
+}

@@ -1,0 +1,244 @@
+// A test program that reaches the driver the ways CUDA libraries do:
+//   getproc      dlopen("libcuda.so.1") + dlsym("cuGetProcAddress_v2") + cuGetProcAddress_v2 (libcudart)
+//   getproc_ptsz the same with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+//   getproc_v1   the old cuGetProcAddress ABI
+//   getproc_self cuGetProcAddress_v2 asked for "cuGetProcAddress" itself, then used
+//   dlsym        dlsym(handle, "cuLaunchKernel") (Triton, static runtimes)
+//   dlsym_ptsz   dlsym(handle, "cuLaunchKernel_ptsz")
+//   direct       a call through the program's own link to libcuda.so.1
+// It reads a small command language from argv (see usage()).
+#include <dlfcn.h>
+#include <signal.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+extern "C" {
+using CUresult = int;
+struct CUlaunchConfig {
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void* hStream;
+    void* attrs;
+    unsigned int numAttrs;
+};
+using LaunchFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, void*, void**, void**);
+using LaunchExFn = CUresult (*)(const CUlaunchConfig*, void*, void**, void**);
+using CoopFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, void*, void**);
+using GraphFn = CUresult (*)(void*, void*);
+using StreamCreateFn = CUresult (*)(void**, unsigned);
+using StreamCreatePrioFn = CUresult (*)(void**, unsigned, int);
+using SyncFn = CUresult (*)(void*);
+using GetProcV2 = CUresult (*)(const char*, void**, int, std::uint64_t, int*);
+using GetProcV1 = CUresult (*)(const char*, void**, int, std::uint64_t);
+using MakeFn = void* (*)(const char*, std::uint64_t);
+
+// The direct route: these resolve through the program's link to libcuda.so.1.
+CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        void*, void**, void**);
+CUresult cuLaunchKernelEx(const CUlaunchConfig*, void*, void**, void**);
+CUresult cuLaunchCooperativeKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, void*, void**);
+CUresult cuGraphLaunch(void*, void*);
+CUresult cuStreamCreate(void**, unsigned);
+CUresult cuStreamCreateWithPriority(void**, unsigned, int);
+CUresult cuStreamSynchronize(void*);
+}
+
+namespace {
+
+void* g_handle = nullptr;
+std::string g_route = "getproc";
+std::map<std::string, void*> g_functions;
+std::map<std::string, void*> g_streams;
+
+[[noreturn]] void usage(const char* why) {
+    std::fprintf(stderr, "launcher: %s\n", why);
+    std::exit(2);
+}
+
+void* resolve(const char* symbol) {
+    if (g_route == "direct") {
+        if (!std::strcmp(symbol, "cuLaunchKernel")) return reinterpret_cast<void*>(&cuLaunchKernel);
+        if (!std::strcmp(symbol, "cuLaunchKernelEx")) return reinterpret_cast<void*>(&cuLaunchKernelEx);
+        if (!std::strcmp(symbol, "cuLaunchCooperativeKernel")) {
+            return reinterpret_cast<void*>(&cuLaunchCooperativeKernel);
+        }
+        if (!std::strcmp(symbol, "cuGraphLaunch")) return reinterpret_cast<void*>(&cuGraphLaunch);
+        if (!std::strcmp(symbol, "cuStreamCreate")) return reinterpret_cast<void*>(&cuStreamCreate);
+        if (!std::strcmp(symbol, "cuStreamCreateWithPriority")) {
+            return reinterpret_cast<void*>(&cuStreamCreateWithPriority);
+        }
+        if (!std::strcmp(symbol, "cuStreamSynchronize")) {
+            return reinterpret_cast<void*>(&cuStreamSynchronize);
+        }
+        usage("no direct route for that symbol");
+    }
+    if (g_route == "dlsym" || g_route == "dlsym_ptsz") {
+        std::string name = symbol;
+        const bool has_ptsz = name.rfind("cuLaunch", 0) == 0 || name == "cuGraphLaunch" ||
+                              name == "cuStreamSynchronize";
+        if (g_route == "dlsym_ptsz" && has_ptsz) name += "_ptsz";
+        return dlsym(g_handle, name.c_str());
+    }
+    void* fn = nullptr;
+    int status = 0;
+    if (g_route == "getproc_v1") {
+        auto get = reinterpret_cast<GetProcV1>(dlsym(g_handle, "cuGetProcAddress"));
+        if (get == nullptr || get(symbol, &fn, 11080, 1) != 0) usage("cuGetProcAddress failed");
+        return fn;
+    }
+    auto get = reinterpret_cast<GetProcV2>(dlsym(g_handle, "cuGetProcAddress_v2"));
+    if (get == nullptr) usage("no cuGetProcAddress_v2");
+    if (g_route == "getproc_self") {
+        void* self = nullptr;
+        if (get("cuGetProcAddress", &self, 13000, 0, &status) != 0) usage("self lookup failed");
+        get = reinterpret_cast<GetProcV2>(self);
+    }
+    const std::uint64_t flags = g_route == "getproc_ptsz" ? 2 : 1;
+    if (get(symbol, &fn, 13000, flags, &status) != 0 || status != 0) usage("lookup failed");
+    return fn;
+}
+
+void* stream_arg(const std::string& token) {
+    if (token == "0") return nullptr;
+    if (token == "legacy") return reinterpret_cast<void*>(0x1);
+    if (token == "ptds") return reinterpret_cast<void*>(0x2);
+    auto it = g_streams.find(token);
+    if (it == g_streams.end()) usage("unknown stream");
+    return it->second;
+}
+
+void sleep_us(long us) {
+    timespec ts{us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+void print_origin(const char* symbol) {
+    Dl_info info{};
+    void* fn = resolve(symbol);
+    const char* where = (fn != nullptr && dladdr(fn, &info) != 0 && info.dli_fname != nullptr)
+                            ? info.dli_fname
+                            : "?";
+    std::printf("origin %s %s\n", symbol, where);
+    std::fflush(stdout);
+}
+
+// Runs tokens[pos..] until "end" (for repeat bodies) or the end; returns the index after it.
+size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
+    auto need = [&](size_t n) {
+        if (pos + n >= t.size() + 1 || pos + n > t.size()) usage("missing argument");
+    };
+    while (pos < t.size()) {
+        const std::string& cmd = t[pos];
+        if (cmd == "end") {
+            if (!in_block) usage("'end' without 'repeat'");
+            return pos + 1;
+        }
+        if (cmd == "route") {
+            need(2);
+            g_route = t[pos + 1];
+            pos += 2;
+        } else if (cmd == "func") {
+            need(3);
+            auto make = reinterpret_cast<MakeFn>(dlsym(g_handle, "fake_make_function"));
+            g_functions[t[pos + 1]] =
+                make(t[pos + 1].c_str(), std::strtoull(t[pos + 2].c_str(), nullptr, 10) * 1000);
+            pos += 3;
+        } else if (cmd == "launch" || cmd == "launch_ex" || cmd == "launch_coop") {
+            need(5);
+            void* f = g_functions.at(t[pos + 1]);
+            const unsigned grid = std::strtoul(t[pos + 2].c_str(), nullptr, 10);
+            const unsigned block = std::strtoul(t[pos + 3].c_str(), nullptr, 10);
+            void* stream = stream_arg(t[pos + 4]);
+            CUresult r;
+            if (cmd == "launch") {
+                r = reinterpret_cast<LaunchFn>(resolve("cuLaunchKernel"))(
+                    f, grid, 1, 1, block, 1, 1, 0, stream, nullptr, nullptr);
+            } else if (cmd == "launch_ex") {
+                CUlaunchConfig config{grid, 1, 1, block, 1, 1, 0, stream, nullptr, 0};
+                r = reinterpret_cast<LaunchExFn>(resolve("cuLaunchKernelEx"))(&config, f, nullptr,
+                                                                              nullptr);
+            } else {
+                r = reinterpret_cast<CoopFn>(resolve("cuLaunchCooperativeKernel"))(
+                    f, grid, 1, 1, block, 1, 1, 0, stream, nullptr);
+            }
+            if (r != 0) usage("launch failed");
+            pos += 5;
+        } else if (cmd == "graph") {
+            need(2);
+            if (reinterpret_cast<GraphFn>(resolve("cuGraphLaunch"))(
+                    reinterpret_cast<void*>(0x99), stream_arg(t[pos + 1])) != 0) {
+                usage("graph launch failed");
+            }
+            pos += 2;
+        } else if (cmd == "stream") {
+            need(3);
+            void* s = nullptr;
+            const unsigned flags = t[pos + 2] == "capture" ? 0x40 : 0;
+            if (reinterpret_cast<StreamCreateFn>(resolve("cuStreamCreate"))(&s, flags) != 0) {
+                usage("stream create failed");
+            }
+            g_streams[t[pos + 1]] = s;
+            pos += 3;
+        } else if (cmd == "stream_prio") {
+            need(3);
+            void* s = nullptr;
+            const int prio = std::atoi(t[pos + 2].c_str());
+            if (reinterpret_cast<StreamCreatePrioFn>(resolve("cuStreamCreateWithPriority"))(
+                    &s, 0, prio) != 0) {
+                usage("stream create failed");
+            }
+            g_streams[t[pos + 1]] = s;
+            pos += 3;
+        } else if (cmd == "sync") {
+            need(2);
+            reinterpret_cast<SyncFn>(resolve("cuStreamSynchronize"))(stream_arg(t[pos + 1]));
+            pos += 2;
+        } else if (cmd == "sleep") {
+            need(2);
+            sleep_us(std::atol(t[pos + 1].c_str()));
+            pos += 2;
+        } else if (cmd == "repeat") {
+            need(2);
+            const long n = std::atol(t[pos + 1].c_str());
+            size_t after = pos + 2;
+            for (long i = 0; i < n; ++i) after = run(t, pos + 2, true);
+            pos = after;
+        } else if (cmd == "origin") {
+            need(2);
+            print_origin(t[pos + 1].c_str());
+            pos += 2;
+        } else if (cmd == "say") {
+            need(2);
+            std::printf("%s\n", t[pos + 1].c_str());
+            std::fflush(stdout);
+            pos += 2;
+        } else if (cmd == "kill_self") {
+            raise(SIGKILL);
+            pos += 1;
+        } else {
+            usage(("unknown command " + cmd).c_str());
+        }
+    }
+    if (in_block) usage("'repeat' without 'end'");
+    return pos;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    g_handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (g_handle == nullptr) usage(dlerror());
+    std::vector<std::string> tokens(argv + 1, argv + argc);
+    run(tokens, 0, false);
+    return 0;
+}

@@ -1,0 +1,121 @@
+"""Builds and drives the stand-in CUDA driver used to test the preload library on CPU.
+
+`tests/native/fake_cuda.cpp` becomes a `libcuda.so.1` that records every call and simulates a
+GPU (kernels take their duration, stream write-values land in host memory in stream order);
+`tests/native/launcher.cpp` reaches it the ways CUDA libraries do (dlopen + dlsym +
+cuGetProcAddress_v2, dlsym of driver symbols, direct linking). Its scripts are whitespace-separated
+commands (see the launcher's header), e.g. "func k 1000 repeat 3 launch k 4 128 0 end sync 0".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+NATIVE_TEST_DIR = Path(__file__).resolve().parent / "native"
+
+
+@dataclass(frozen=True)
+class Harness:
+    directory: Path
+    launcher: Path
+
+    def run(
+        self,
+        script: str,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.launcher), *script.split()],
+            env=self.environment(env, log),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def start(
+        self, script: str, env: dict[str, str] | None = None, log: Path | None = None
+    ) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(self.launcher), *script.split()],
+            env=self.environment(env, log),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def environment(self, env: dict[str, str] | None, log: Path | None) -> dict[str, str]:
+        environment = dict(os.environ if env is None else env)
+        environment["LD_LIBRARY_PATH"] = str(self.directory)
+        if log is not None:
+            environment["FAKE_CUDA_LOG"] = str(log)
+        return environment
+
+
+def build_harness(directory: Path) -> Harness:
+    """Compiles the stand-in driver and the launcher into ``directory``."""
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler")
+    fake = directory / "libcuda.so.1"
+    # -Bsymbolic: like the real driver, the stand-in binds its own symbols internally, so its
+    # cuGetProcAddress hands out its own functions, not whatever LD_PRELOAD interposed.
+    subprocess.run(
+        [compiler, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wl,-Bsymbolic",
+         "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(NATIVE_TEST_DIR / "fake_cuda.cpp"),
+         "-lpthread"],
+        check=True,
+    )  # fmt: skip
+    launcher = directory / "launcher"
+    subprocess.run(
+        [compiler, "-std=c++17", "-O1", "-o", str(launcher), str(NATIVE_TEST_DIR / "launcher.cpp"),
+         f"-L{directory}", "-l:libcuda.so.1", f"-Wl,-rpath,{directory}", "-ldl"],
+        check=True,
+    )  # fmt: skip
+    return Harness(directory=directory, launcher=launcher)
+
+
+@dataclass(frozen=True)
+class Event:
+    pid: int
+    time_ns: int
+    kind: str
+    fields: tuple[str, ...]
+
+
+def read_log(path: Path) -> list[Event]:
+    """Events the stand-in driver logged: `<pid> <time_ns> <kind> <fields...>`."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        pid, time_ns, kind, *fields = line.split()
+        events.append(Event(int(pid), int(time_ns), kind, tuple(fields)))
+    return events
+
+
+@dataclass(frozen=True)
+class Interval:
+    name: str
+    launched_ns: int
+    finished_ns: int
+
+
+def launch_intervals(events: list[Event]) -> list[Interval]:
+    """Each tracked kernel from its launch call to the GPU's completion write, in order.
+
+    In one stand-in process the simulated GPU runs work in submission order, so the n-th
+    completion write belongs to the n-th launch.
+    """
+    launches = [e for e in events if e.kind == "launch"]
+    writes = [e for e in events if e.kind == "write"]
+    return [
+        Interval(name=launch.fields[1], launched_ns=launch.time_ns, finished_ns=write.time_ns)
+        for launch, write in zip(launches, writes, strict=False)
+    ]

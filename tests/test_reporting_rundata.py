@@ -1,0 +1,153 @@
+"""Loading run directories: what counts as a run, and the damage a crash can leave behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rundir_factory import ClientSpec, be_train_rows, hp_rows, standard_runs, write_run
+
+from orion_common.errors import OrionError
+from reporting import client_summary, load_run, load_runs
+
+
+def test_load_run_reads_metadata_tables_and_extras(tmp_path: Path) -> None:
+    paths = standard_runs(tmp_path)
+    run = load_run(paths["orion"])
+
+    assert run.complete
+    assert run.policy == "orion"
+    assert run.name == "run-orion"
+    assert run.environment.gpu_name == "NVIDIA H200"
+    assert run.environment.cudnn_version == "9.19.0"
+    assert [c.name for c in run.clients] == ["hp", "be"]
+    assert run.client("hp").is_inference and not run.client("be").is_inference
+    assert run.client("hp").offered_rate_per_s == 10
+    assert len(run.table("hp")) == 103  # 1 before + 100 in + 1 unfinished + 1 after the window
+    assert run.table("hp")["end_s"].isna().sum() == 1
+    assert list(run.gpu.columns) == ["time_s", "sm_util_pct", "mem_util_pct", "mem_used_mib"]
+    assert run.scheduler["be"]["blocked_launches"] == 5000
+    assert run.trace is not None and len(run.trace) == 6000
+    assert run.notes == ()
+
+
+def test_optional_files_absent(tmp_path: Path) -> None:
+    run = load_run(standard_runs(tmp_path)["timeslice"])
+    assert run.scheduler is None
+    assert run.trace is None
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda d: None, id="empty-dir"),
+        pytest.param(lambda d: (d / "run.json").write_text("{not json"), id="garbage-json"),
+        pytest.param(
+            lambda d: (d / "run.json").write_text(json.dumps({"format": "orion-profile"})),
+            id="other-format",
+        ),
+        pytest.param(lambda d: (d / "run.json").write_text("[1, 2]"), id="json-list"),
+    ],
+)
+def test_a_directory_that_is_not_a_run_is_one_line_error(tmp_path: Path, make) -> None:
+    target = tmp_path / "notarun"
+    target.mkdir()
+    make(target)
+    with pytest.raises(OrionError) as info:
+        load_run(target)
+    assert str(info.value) == f"{target} is not an orion run directory (no run.json)"
+    assert "\n" not in str(info.value)
+
+
+def test_a_missing_path_is_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(OrionError, match="is not an orion run directory"):
+        load_run(tmp_path / "nowhere")
+
+
+def test_load_runs_needs_at_least_one() -> None:
+    with pytest.raises(OrionError, match="no run directories"):
+        load_runs([])
+
+
+def test_newer_format_version_is_refused(tmp_path: Path) -> None:
+    run_dir = standard_runs(tmp_path)["orion"]
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["version"] = 2
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(OrionError, match="version 2"):
+        load_run(run_dir)
+
+
+@pytest.mark.parametrize("status", ["running", "incomplete", "failed"])
+def test_unfinished_status_is_flagged(tmp_path: Path, status: str) -> None:
+    run_dir = write_run(
+        tmp_path, "r", policy="mps", status=status, clients=[ClientSpec("hp", "hp", "infer", [])]
+    )
+    run = load_run(run_dir)
+    assert not run.complete
+    assert any(status in note for note in run.notes)
+    assert client_summary(run)["complete"].tolist() == [False]
+
+
+def test_cut_last_line_is_dropped_and_noted(tmp_path: Path) -> None:
+    run_dir = standard_runs(tmp_path)["orion"]
+    table = run_dir / "clients" / "hp.csv"
+    # A crash cut the next row mid-number: it would parse (latency 1.2 ms), but it is not whole.
+    table.write_text(table.read_text() + "103,20.9,20.9,20.9012,1.2")
+    training = run_dir / "clients" / "be.csv"
+    training.write_text(training.read_text() + "22,19.")  # cut after two fields
+
+    run = load_run(run_dir)
+
+    assert len(run.table("hp")) == 103
+    assert len(run.table("be")) == 21
+    assert sum("dropped a cut last line" in note for note in run.notes) == 2
+    row = client_summary(run).set_index("client").loc["hp"]
+    assert row["count"] == 100
+
+
+def test_cut_header_gives_empty_table(tmp_path: Path) -> None:
+    run_dir = standard_runs(tmp_path)["timeslice"]
+    (run_dir / "clients" / "be.csv").write_text("iteration,start_s,en")
+    run = load_run(run_dir)
+    assert len(run.table("be")) == 0
+    summary = client_summary(run).set_index("client")
+    assert summary.loc["be", "count"] == 0
+    assert summary.loc["be", "throughput_per_s"] == 0.0
+
+
+def test_missing_client_table_is_a_note_not_an_error(tmp_path: Path) -> None:
+    run_dir = write_run(
+        tmp_path,
+        "r",
+        policy="mps",
+        clients=[
+            ClientSpec("hp", "hp", "infer", hp_rows()),
+            ClientSpec(
+                "be", "be", "train", be_train_rows(5, (10, 20)), exit_code=-9, error="killed"
+            ),
+        ],
+    )
+    (run_dir / "clients" / "be.csv").unlink()
+    run = load_run(run_dir)
+    assert len(run.table("be")) == 0
+    assert any("wrote no table" in note for note in run.notes)
+    assert any("'be' failed: killed; exit code -9" in note for note in run.notes)
+    assert client_summary(run).set_index("client").loc["be", "errors"] == "killed; exit code -9"
+
+
+def test_missing_column_names_the_file(tmp_path: Path) -> None:
+    run_dir = standard_runs(tmp_path)["timeslice"]
+    (run_dir / "clients" / "hp.csv").write_text("request,arrival_s,end_s\n0,1.0,1.1\n")
+    with pytest.raises(OrionError, match=r"hp\.csv lacks column\(s\) start_s, latency_ms"):
+        load_run(run_dir)
+
+
+def test_comment_lines_are_ignored(tmp_path: Path) -> None:
+    run_dir = standard_runs(tmp_path)["timeslice"]
+    gpu = run_dir / "gpu.csv"
+    gpu.write_text("# sampled by nvidia-ml-py every 0.5 s\n" + gpu.read_text())
+    run = load_run(run_dir)
+    assert run.gpu is not None and len(run.gpu) > 0
+    assert run.gpu["time_s"].iloc[0] == 0.0

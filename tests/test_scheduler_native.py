@@ -1,0 +1,479 @@
+"""The preload library against a stand-in driver that records calls (CPU only).
+
+The stand-in `libcuda.so.1` is reached the way libcudart, cuBLAS/cuDNN, Triton and directly
+linked programs reach the real one. These tests check what users rely on: every launch is seen
+exactly once, nothing changes when no run is configured, priorities and the Orion/REEF rules hold,
+and a client killed mid-run does not stall the others.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from native_harness import Harness, Interval, build_harness, launch_intervals, read_log
+
+from scheduler_core import SchedulerRun, SchedulerSettings, preload_library_path
+from scheduler_core.library import with_preload
+from scheduler_core.run_state import remove_stale_runs
+
+MS = 1_000_000
+# Scheduling decisions and the log line of the launch they allow are a few microseconds apart;
+# allow generously for a loaded 2-core CI machine descheduling a process in between.
+TOLERANCE_NS = 3 * MS
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+def kernel_table(*rows: tuple[str, int, int, int, str, float]) -> pd.DataFrame:
+    """Identity table rows: (name, grid_x, block_x, sm_needed, class, duration_ms)."""
+    return pd.DataFrame(
+        [
+            {
+                "kernel_name": name,
+                "demangled_name": name,
+                "grid_x": grid,
+                "grid_y": 1,
+                "grid_z": 1,
+                "block_x": block,
+                "block_y": 1,
+                "block_z": 1,
+                "sm_needed": sm,
+                "kernel_class": kernel_class,
+                "duration_ns": duration_ms * MS,
+            }
+            for name, grid, block, sm, kernel_class, duration_ms in rows
+        ]
+    )
+
+
+def settings(policy: str, queue_limit_ms: float = 5.0, trace: int = 0) -> SchedulerSettings:
+    return SchedulerSettings(
+        policy=policy,
+        sm_count=132,
+        queue_limit_ns=int(queue_limit_ms * MS),
+        unknown_duration_ns=int(queue_limit_ms * MS),
+        trace_capacity=trace,
+    )
+
+
+def launches(events: list) -> list:
+    return [e for e in events if e.kind == "launch"]
+
+
+def overlapping(at_ns: int, intervals: list[Interval]) -> list[Interval]:
+    """Intervals clearly in flight at `at_ns` (launched before it, finished after it)."""
+    return [
+        i
+        for i in intervals
+        if i.launched_ns < at_ns - TOLERANCE_NS and i.finished_ns > at_ns + TOLERANCE_NS
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Interception: every route, every launch API, exactly once
+# ---------------------------------------------------------------------------------------------
+
+ROUTES = ("getproc", "getproc_ptsz", "getproc_v1", "getproc_self", "dlsym", "dlsym_ptsz", "direct")
+LAUNCH_SCRIPT = "launch k 4 128 0 launch_ex k 8 64 0 launch_coop k 2 32 legacy graph ptds"
+
+
+def every_route_script() -> str:
+    routes = " ".join(f"route {route} {LAUNCH_SCRIPT}" for route in ROUTES)
+    return f"func k 1 {routes} sync 0"
+
+
+def test_unconfigured_process_gets_the_drivers_own_functions(harness: Harness, tmp_path: Path):
+    env = with_preload({"PATH": "/usr/bin:/bin"}, preload_library_path())
+    probe = " ".join(
+        f"route {route} origin cuLaunchKernel origin cuGraphLaunch"
+        for route in ("getproc", "getproc_ptsz", "getproc_v1", "dlsym", "dlsym_ptsz")
+    )
+    result = harness.run(probe, env=env, log=tmp_path / "log")
+    assert result.returncode == 0, result.stderr
+    origins = [line.split()[2] for line in result.stdout.splitlines()]
+    assert len(origins) == 10
+    # No run configured: dlsym and cuGetProcAddress hand out the driver's functions untouched.
+    assert all(Path(origin).name == "libcuda.so.1" for origin in origins), origins
+
+
+def test_unconfigured_process_launches_pass_through_once(harness: Harness, tmp_path: Path):
+    env = with_preload({"PATH": "/usr/bin:/bin"}, preload_library_path())
+    result = harness.run(every_route_script(), env=env, log=tmp_path / "log")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert len(launches(read_log(tmp_path / "log"))) == 4 * len(ROUTES)
+
+
+def test_every_launch_is_caught_exactly_once(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("passthrough")) as run:
+        index = run.add_client("job", "be")
+        run.publish()
+        result = harness.run(
+            every_route_script(), env=run.client_environment(index), log=tmp_path / "log"
+        )
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["job"]
+    driver_launches = launches(read_log(tmp_path / "log"))
+    # Seven routes x (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch).
+    assert len(driver_launches) == 4 * len(ROUTES)
+    assert stats["launches"] == len(driver_launches)
+    assert stats["graph_launches"] == len(ROUTES)
+    # The per-thread routes reached the driver's _ptsz entry points, the others the legacy ones.
+    apis = [e.fields[0] for e in driver_launches]
+    assert apis.count("cuLaunchKernel_ptsz") == 2  # getproc_ptsz and dlsym_ptsz
+    assert apis.count("cuLaunchKernel") == len(ROUTES) - 2
+    assert stats["state"] == "exited"
+
+
+def test_launch_arguments_reach_the_driver_unchanged(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("orion")) as run:
+        index = run.add_client("job", "be", kernel_table(("k", 4, 128, 4, "memory", 0.1)))
+        run.publish()
+        script = "func k 1 stream s plain launch k 4 128 s launch_ex k 8 64 s sync 0"
+        result = harness.run(script, env=run.client_environment(index), log=tmp_path / "log")
+        assert result.returncode == 0, result.stderr
+    created = [e for e in read_log(tmp_path / "log") if e.kind == "stream_create"]
+    stream = created[0].fields[1].removeprefix("stream=")
+    fields = [e.fields for e in launches(read_log(tmp_path / "log"))]
+    assert fields == [
+        ("cuLaunchKernel", "k", "grid=4,1,1", "block=128,1,1", f"stream={stream}"),
+        ("cuLaunchKernelEx", "k", "grid=8,1,1", "block=64,1,1", f"stream={stream}"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Priorities
+# ---------------------------------------------------------------------------------------------
+
+
+def created_priorities(log: Path) -> list[int]:
+    return [
+        int(e.fields[0].removeprefix("priority="))
+        for e in read_log(log)
+        if e.kind == "stream_create"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "role", "expected"),
+    [
+        ("priority", "hp", -5),
+        ("orion", "hp", -5),
+        ("priority", "be", 0),
+        ("passthrough", "hp", None),
+    ],
+)
+def test_streams_get_their_roles_priority(harness, tmp_path, policy, role, expected):
+    with SchedulerRun(settings(policy)) as run:
+        index = run.add_client("job", role)
+        run.publish()
+        script = "stream a plain stream_prio b -2 route direct stream c plain"
+        result = harness.run(script, env=run.client_environment(index), log=tmp_path / "log")
+        assert result.returncode == 0, result.stderr
+    # Without orion's priorities (passthrough) the program's own choices stand.
+    assert created_priorities(tmp_path / "log") == (
+        [0, -2, 0] if expected is None else [expected] * 3
+    )
+
+
+def test_hp_default_stream_launches_move_to_a_priority_stream(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("priority")) as run:
+        index = run.add_client("hp", "hp")
+        run.publish()
+        script = (
+            "func k 1 launch k 1 32 0 launch k 1 32 legacy "
+            "route getproc_ptsz launch k 1 32 0 route getproc sync 0"
+        )
+        result = harness.run(script, env=run.client_environment(index), log=tmp_path / "log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["hp"]
+    events = read_log(tmp_path / "log")
+    private = next(e for e in events if e.kind == "stream_create")
+    assert private.fields[0] == "priority=-5"
+    private_stream = private.fields[1].removeprefix("stream=")
+    streams = [e.fields[4].removeprefix("stream=") for e in launches(events)]
+    # Legacy default stream (0 and CU_STREAM_LEGACY) moved; the per-thread default stream not.
+    assert streams == [private_stream, private_stream, "(nil)"]
+    assert stats["redirected_launches"] == 2
+    # Each moved launch first waits for what the legacy stream would have waited for.
+    kinds = [e.kind for e in events if e.kind in ("event_record", "stream_wait_event", "launch")]
+    assert kinds[:3] == ["event_record", "stream_wait_event", "launch"]
+    # Synchronising the legacy stream also waits for the moved work.
+    syncs = [e.fields[0] for e in events if e.kind == "stream_sync"]
+    assert syncs == ["stream=(nil)", f"stream={private_stream}"]
+
+
+def test_be_default_stream_launches_stay_put(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("priority")) as run:
+        index = run.add_client("be", "be")
+        run.publish()
+        result = harness.run(
+            "func k 1 launch k 1 32 0 sync 0",
+            env=run.client_environment(index),
+            log=tmp_path / "log",
+        )
+        assert result.returncode == 0, result.stderr
+    assert [e.fields[4] for e in launches(read_log(tmp_path / "log"))] == ["stream=(nil)"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies
+# ---------------------------------------------------------------------------------------------
+
+# HP "requests": an 8 ms kernel every 16 ms, so HP is idle half of the time, for about 0.5 s.
+HP_REQUEST_COUNT = 30
+HP_REQUESTS = f"func hpk 8000 repeat {HP_REQUEST_COUNT} launch hpk 4 128 0 sleep 16000 end sync 0"
+
+
+def wait_until_launched(run: SchedulerRun, client: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while run.stats()[client]["launches"] == 0:
+        assert time.monotonic() < deadline, f"{client} never launched"
+        time.sleep(0.005)
+
+
+def run_pair(harness, tmp_path, policy, hp_table, be_table, be_script, queue_limit_ms=5.0):
+    with SchedulerRun(settings(policy, queue_limit_ms)) as run:
+        hp = run.add_client("hp", "hp", hp_table)
+        be = run.add_client("be", "be", be_table)
+        run.publish()
+        hp_process = harness.start(
+            HP_REQUESTS, env=run.client_environment(hp), log=tmp_path / "hp.log"
+        )
+        wait_until_launched(run, "hp")  # BE must overlap HP's requests, even on a loaded machine
+        be_process = harness.start(
+            be_script, env=run.client_environment(be), log=tmp_path / "be.log"
+        )
+        assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
+        assert hp_process.wait(timeout=60) == 0, hp_process.stderr.read()
+        stats = run.stats()
+    hp_intervals = launch_intervals(read_log(tmp_path / "hp.log"))
+    be_launches = launches(read_log(tmp_path / "be.log"))
+    assert len(hp_intervals) == HP_REQUEST_COUNT
+    return hp_intervals, be_launches, stats
+
+
+def test_reef_runs_be_kernels_only_while_hp_is_idle(harness: Harness, tmp_path: Path):
+    hp_table = kernel_table(("hpk", 4, 128, 4, "compute", 8))
+    be_table = kernel_table(("bek", 8, 128, 8, "memory", 1))
+    be_script = "func bek 1000 repeat 60 launch bek 8 128 0 end sync 0"
+    hp, be, stats = run_pair(harness, tmp_path, "reef", hp_table, be_table, be_script)
+    assert len(be) == 60
+    for launch in be:
+        assert not overlapping(launch.time_ns, hp), (
+            f"BE launched during an HP kernel at {launch.time_ns}"
+        )
+    # BE used HP's idle gaps rather than waiting for HP to finish altogether.
+    during_hp_run = [e for e in be if hp[0].launched_ns < e.time_ns < hp[-1].launched_ns]
+    assert during_hp_run
+    assert stats["be"]["reasons"]["hp_busy"] > 0
+    assert stats["be"]["blocked_launches"] > 0
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sm_needed", "kernel_class", "allowed", "reason"),
+    [
+        ("fits", 20, "memory", True, "fits_beside"),  # 20 <= 32 free SMs, memory beside compute
+        ("wide", 50, "memory", False, "not_enough_sms"),  # needs more SMs than HP leaves free
+        ("same", 10, "compute", False, "class_clash"),  # compute beside compute
+    ],
+)
+def test_orion_runs_be_beside_hp_only_when_it_fits_and_complements(
+    harness, tmp_path, kernel, sm_needed, kernel_class, allowed, reason
+):
+    # HP kernels need 100 of 132 SMs and are compute-bound: 32 SMs stay free.
+    hp_table = kernel_table(("hpk", 4, 128, 100, "compute", 8))
+    be_table = kernel_table((kernel, 1, 64, sm_needed, kernel_class, 1))
+    be_script = f"func {kernel} 1000 repeat 60 launch {kernel} 1 64 0 end sync 0"
+    hp, be, stats = run_pair(harness, tmp_path, "orion", hp_table, be_table, be_script)
+    assert len(be) == 60
+    beside_hp = [launch for launch in be if overlapping(launch.time_ns, hp)]
+    assert bool(beside_hp) == allowed
+    assert stats["be"]["reasons"][reason] > 0
+
+
+def test_unknown_be_kernels_never_run_beside_hp(harness: Harness, tmp_path: Path):
+    hp_table = kernel_table(("hpk", 4, 128, 10, "compute", 8))
+    be_table = kernel_table(("bek", 8, 128, 8, "memory", 1))
+    # "mystery" is absent from the profile: treated conservatively.
+    be_script = "func mystery 1000 repeat 40 launch mystery 1 32 0 end sync 0"
+    hp, be, stats = run_pair(
+        harness, tmp_path, "orion", hp_table, be_table, be_script, queue_limit_ms=1
+    )
+    assert all(not overlapping(launch.time_ns, hp) for launch in be)
+    assert stats["be"]["unknown_launches"] == 40
+    assert stats["be"]["unknown_kernels"] == ["mystery grid(1,1,1) block(32,1,1)"]
+
+
+def test_be_queue_stays_under_the_limit(harness: Harness, tmp_path: Path):
+    # 1 ms kernels against a 2.5 ms limit: one queued kernel plus the one launching (2 ms) fits,
+    # a third (3 ms) would not.
+    with SchedulerRun(settings("orion", queue_limit_ms=2.5)) as run:
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
+        run.publish()
+        script = "func bek 1000 repeat 40 launch bek 8 128 0 end sync 0"
+        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+    intervals = launch_intervals(read_log(tmp_path / "be.log"))
+    assert len(intervals) == 40
+    most_queued = max(len(overlapping(i.launched_ns, intervals)) for i in intervals)
+    assert most_queued <= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Robustness
+# ---------------------------------------------------------------------------------------------
+
+
+def test_killed_hp_client_does_not_stall_best_effort(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("reef")) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("long", 1, 32, 1, "compute", 20_000)))
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
+        run.publish()
+        # HP launches a 20-second kernel and is SIGKILLed while it is in flight (and not reaped).
+        hp_process = harness.start(
+            "func long 20000000 launch long 1 32 0 sleep 50000 kill_self",
+            env=run.client_environment(hp),
+            log=tmp_path / "hp.log",
+        )
+        wait_until_launched(run, "hp")
+        started = time.monotonic()
+        result = harness.run(
+            "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0",
+            env=run.client_environment(be),
+            log=tmp_path / "be.log",
+        )
+        elapsed = time.monotonic() - started
+        assert result.returncode == 0, result.stderr
+        assert run.client_state(hp) == "dead"
+        hp_process.wait(timeout=10)
+    assert elapsed < 5, f"BE took {elapsed:.1f} s: it waited on a dead client"
+    assert len(launches(read_log(tmp_path / "be.log"))) == 10
+
+
+def test_killed_be_client_does_not_stall_other_be_clients(harness: Harness, tmp_path: Path):
+    table = kernel_table(("long", 1, 32, 1, "memory", 20_000), ("bek", 8, 128, 8, "memory", 1))
+    with SchedulerRun(settings("orion")) as run:
+        first = run.add_client("be1", "be", table)
+        second = run.add_client("be2", "be", table)
+        run.publish()
+        # be1 fills the shared BE queue with a 20-second kernel, then dies holding it.
+        doomed = harness.start(
+            "func long 20000000 launch long 1 32 0 sleep 50000 kill_self",
+            env=run.client_environment(first),
+            log=tmp_path / "be1.log",
+        )
+        wait_until_launched(run, "be1")
+        started = time.monotonic()
+        result = harness.run(
+            "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0",
+            env=run.client_environment(second),
+            log=tmp_path / "be2.log",
+        )
+        elapsed = time.monotonic() - started
+        assert result.returncode == 0, result.stderr
+        doomed.wait(timeout=10)
+        assert run.client_state(first) == "dead"
+    assert elapsed < 5, f"be2 took {elapsed:.1f} s behind a dead client's queue"
+
+
+def test_without_gpu_completion_writes_finish_times_are_estimated(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("orion", queue_limit_ms=2.5)) as run:
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
+        run.publish()
+        env = run.client_environment(be)
+        env["FAKE_NO_HOST_REGISTER"] = "1"
+        script = "func bek 1000 repeat 20 launch bek 8 128 0 end sync 0"
+        result = harness.run(script, env=env, log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["be"]
+    assert "estimating finish times" in result.stderr
+    assert stats["completion_mode"] == "estimate"
+    assert stats["launches"] == 20
+    assert stats["blocked_launches"] > 0  # the queue limit still applies
+
+
+def test_launches_into_a_capturing_stream_pass_through(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("orion")) as run:
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
+        run.publish()
+        script = "func bek 1000 stream cap capture repeat 5 launch bek 8 128 cap end sync 0"
+        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["be"]
+    assert stats["capture_launches"] == 5
+    assert stats["tracked_launches"] == 0
+    assert not [e for e in read_log(tmp_path / "be.log") if e.kind == "write"]
+
+
+def test_trace_records_every_launch(harness: Harness, tmp_path: Path):
+    with SchedulerRun(settings("orion", trace=64)) as run:
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 0.5)))
+        run.publish()
+        script = (
+            "func bek 500 func other 100 repeat 3 launch bek 8 128 0 end launch other 1 1 0 sync 0"
+        )
+        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        trace = run.drain_trace()
+        assert run.drain_trace().empty  # drained
+    assert trace["kernel_name"].tolist() == ["bek", "bek", "bek", "<unprofiled>"]
+    assert trace["known"].tolist() == [True, True, True, False]
+    assert (trace["launch_ns"] >= trace["enqueue_ns"]).all()
+    assert trace.loc[0, "duration_ns"] == 500_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Joining a run
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_client_that_cannot_join_exits_when_strict(harness: Harness, tmp_path: Path):
+    env = with_preload(
+        {"ORION_RUN": "/orion-0-missing", "ORION_CLIENT": "0", "ORION_STRICT": "1"},
+        preload_library_path(),
+    )
+    result = harness.run("func k 1 launch k 1 1 0", env=env, log=tmp_path / "log")
+    assert result.returncode == 70
+    assert "cannot join run" in result.stderr
+    env["ORION_STRICT"] = "0"
+    result = harness.run("func k 1 launch k 1 1 0", env=env, log=tmp_path / "log")
+    assert result.returncode == 0
+    assert "passing every call through" in result.stderr
+
+
+def test_a_second_process_with_the_same_client_index_passes_through(harness, tmp_path):
+    with SchedulerRun(settings("passthrough")) as run:
+        index = run.add_client("job", "be")
+        run.publish()
+        env = run.client_environment(index)
+        first = harness.start("func k 1 launch k 1 1 0 sleep 300000", env=env)
+        time.sleep(0.1)
+        # e.g. a compiler worker that inherited its parent's environment
+        second = harness.run("func k 1 launch k 1 1 0", env=env)
+        assert second.returncode == 0
+        assert first.wait(timeout=10) == 0
+        assert run.stats()["job"]["launches"] == 1
+
+
+def test_shared_memory_is_removed_on_close_and_after_a_dead_controller(tmp_path: Path):
+    run = SchedulerRun(settings("orion"))
+    path = Path("/dev/shm") / run.name.lstrip("/")
+    assert path.exists()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    run.close()
+    assert not path.exists()
+    # A controller killed by SIGKILL leaves its object behind; the next run removes it.
+    leftover = Path("/dev/shm/orion-999999999-deadbeef")
+    leftover.write_bytes(b"")
+    assert "orion-999999999-deadbeef" in remove_stale_runs()
+    assert not leftover.exists()

@@ -1,0 +1,90 @@
+"""BERT-base and GPT-2 small built from transformers configs: random weights, random token ids.
+
+Nothing is downloaded: models come from a default config (never ``from_pretrained``) and inputs
+are random ids, so no tokenizer is needed. ``HF_HUB_OFFLINE=1`` is set (unless the user set it)
+before transformers is first imported, so that nothing it does on import reaches the network.
+
+Attention runs PyTorch SDPA, pinned rather than left to the transformers default (which varies
+with the version and with optional packages such as flash-attn); SDPA picks its backend from
+shapes, dtype and GPU alone, which are the same in the profiling run and the co-location run.
+
+It is registered under its own name, ``orion_sdpa``, with no mask function. For the stock
+``sdpa`` name, transformers builds a mask in every forward and inspects tensors on the host to
+decide whether it can skip it (``mask.all()`` for a 2D mask; for GPT-2, a packed-sequence check
+on the position ids even with no mask): device-to-host synchronizations inside the step, after
+which it skips the mask anyway for unpadded inputs. With no mask function registered it skips
+mask creation outright, and SDPA runs the same kernels (causal for GPT-2) without the
+synchronizations. For the same reason BERT gets no attention mask: with every token real, a
+mask of ones means the same as none.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import torch
+
+from orion_common.errors import OrionError
+from workloads import _runtime
+from workloads.spec import WorkloadSpec
+from workloads.torch_model import TorchModelWorkload
+
+BERT_NUM_LABELS = 2
+_ATTENTION = "orion_sdpa"
+
+
+def _transformers(spec: WorkloadSpec) -> ModuleType:
+    """transformers, offline, with SDPA registered under orion's mask-free name."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = _runtime.require("transformers", spec.name)
+    interface = getattr(transformers, "AttentionInterface", None)
+    if interface is None:
+        raise OrionError(
+            f"workload {spec.name!r} needs transformers >= 4.48 (for its attention interface), "
+            f"found {transformers.__version__}",
+            hint="pip install -U transformers",
+        )
+    interface.register(_ATTENTION, interface()["sdpa"])
+    return transformers
+
+
+def build_bert(spec: WorkloadSpec) -> TorchModelWorkload:
+    device = _runtime.resolve_device(spec)
+    transformers = _transformers(spec)
+    seq_len = spec.resolved_options()["seq_len"]
+    config = transformers.BertConfig(num_labels=BERT_NUM_LABELS, attn_implementation=_ATTENTION)
+    with _runtime.seeded(device), torch.device(device):
+        model = transformers.BertForSequenceClassification(config)
+        input_ids = torch.randint(0, config.vocab_size, (spec.batch_size, seq_len))
+        labels = torch.randint(0, BERT_NUM_LABELS, (spec.batch_size,))
+    _runtime.finish_build(device)
+    return TorchModelWorkload(
+        spec,
+        device,
+        model,
+        infer=lambda m: m(input_ids=input_ids).logits,
+        loss=lambda m: m(input_ids=input_ids, labels=labels).loss,
+    )
+
+
+def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
+    device = _runtime.resolve_device(spec)
+    transformers = _transformers(spec)
+    seq_len = spec.resolved_options()["seq_len"]
+    # No KV cache: each request is one full forward pass, and the cache objects only cost time.
+    config = transformers.GPT2Config(attn_implementation=_ATTENTION, use_cache=False)
+    with _runtime.seeded(device), torch.device(device):
+        model = transformers.GPT2LMHeadModel(config)
+        # The class name matches no transformers loss name; naming the causal-LM loss it falls
+        # back to anyway keeps transformers from logging a warning at the first training step.
+        model.loss_type = "ForCausalLM"
+        input_ids = torch.randint(0, config.vocab_size, (spec.batch_size, seq_len))
+    _runtime.finish_build(device)
+    return TorchModelWorkload(
+        spec,
+        device,
+        model,
+        infer=lambda m: m(input_ids=input_ids).logits,
+        loss=lambda m: m(input_ids=input_ids, labels=input_ids).loss,
+    )

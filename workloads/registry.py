@@ -1,0 +1,206 @@
+"""The named workloads orion knows, what each needs, and the one entry point that builds them.
+
+This module must stay cheap to import: ``orion workloads`` lists these instantly and works on
+machines without torch, torchvision, transformers or CuPy. Builders therefore import their
+implementation modules (and through them the frameworks) only when called.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orion_common.errors import OrionError
+from workloads.spec import WorkloadSpec, short_repr
+
+if TYPE_CHECKING:
+    from workloads.base import Workload
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """One integer knob of a workload, with its default and allowed range (inclusive)."""
+
+    name: str
+    default: int
+    meaning: str
+    minimum: int
+    maximum: int | None = None
+
+    def check(self, workload: str, value: Any) -> None:
+        in_range = (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and value >= self.minimum
+            and (self.maximum is None or value <= self.maximum)
+        )
+        if not in_range:
+            upper = "" if self.maximum is None else f" and <= {self.maximum}"
+            raise OrionError(
+                f"option {self.name!r} of workload {workload!r} must be an integer "
+                f">= {self.minimum}{upper}, got {short_repr(value)}"
+            )
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What a workload is, what it needs, and how to build it.
+
+    ``requires`` names importable modules beyond torch; ``devices`` the device types it runs on
+    (the synthetic kernels are CUDA-only), so callers can tell before building.
+    """
+
+    name: str
+    description: str
+    kind: str
+    requires: tuple[str, ...]
+    options: tuple[OptionInfo, ...]
+    builder: Callable[[WorkloadSpec], Workload]
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def check_options(self, options: Any) -> None:
+        """Raise a one-line :class:`OrionError` for an unknown option or a bad value."""
+        if not isinstance(options, Mapping):
+            raise OrionError(
+                f"options of workload {self.name!r} must be a mapping of name to integer, "
+                f"got {short_repr(options)}"
+            )
+        known = {opt.name: opt for opt in self.options}
+        for key, value in options.items():
+            if key not in known:
+                allowed = (
+                    f"allowed options: {', '.join(known)}"
+                    if known
+                    else "this workload takes no options"
+                )
+                raise OrionError(
+                    f"unknown option {short_repr(key)} for workload {self.name!r}; {allowed}"
+                )
+            known[key].check(self.name, value)
+
+
+def _lazy(module: str, function: str) -> Callable[[WorkloadSpec], Workload]:
+    """A builder that imports ``module`` (and so the frameworks) only when it is called."""
+
+    def build(spec: WorkloadSpec) -> Workload:
+        import importlib
+
+        from workloads._runtime import require
+
+        require("torch", spec.name)  # before the module import, for a one-line error
+        return getattr(importlib.import_module(module), function)(spec)
+
+    build.__qualname__ = build.__name__ = f"{module}.{function}"
+    return build
+
+
+_SEQ_LEN_BERT = OptionInfo("seq_len", 128, "tokens per sequence", 1, 512)
+_SEQ_LEN_GPT2 = OptionInfo("seq_len", 128, "tokens per sequence", 1, 1024)
+_GRID = OptionInfo("grid", 0, "blocks per launch; 0 means one block per SM", 0, 2**31 - 1)
+_BLOCK = OptionInfo("block", 256, "threads per block", 1, 1024)
+
+_REGISTRY: tuple[WorkloadInfo, ...] = (
+    WorkloadInfo(
+        name="resnet50",
+        description="torchvision ResNet-50, random weights, 224x224 images",
+        kind="vision",
+        requires=("torchvision",),
+        options=(),
+        builder=_lazy("workloads.vision", "build_resnet50"),
+    ),
+    WorkloadInfo(
+        name="resnet101",
+        description="torchvision ResNet-101, random weights, 224x224 images",
+        kind="vision",
+        requires=("torchvision",),
+        options=(),
+        builder=_lazy("workloads.vision", "build_resnet101"),
+    ),
+    WorkloadInfo(
+        name="mobilenet_v2",
+        description="torchvision MobileNetV2, random weights, 224x224 images",
+        kind="vision",
+        requires=("torchvision",),
+        options=(),
+        builder=_lazy("workloads.vision", "build_mobilenet_v2"),
+    ),
+    WorkloadInfo(
+        name="bert",
+        description="BERT-base sequence classifier (2 labels) from a transformers config",
+        kind="nlp",
+        requires=("transformers",),
+        options=(_SEQ_LEN_BERT,),
+        builder=_lazy("workloads.nlp", "build_bert"),
+    ),
+    WorkloadInfo(
+        name="gpt2",
+        description="GPT-2 small language model from a transformers config",
+        kind="nlp",
+        requires=("transformers",),
+        options=(_SEQ_LEN_GPT2,),
+        builder=_lazy("workloads.nlp", "build_gpt2"),
+    ),
+    WorkloadInfo(
+        name="synthetic-compute",
+        description="CuPy kernel of per-thread FMA chains (compute-bound), tunable grid",
+        kind="synthetic",
+        requires=("cupy",),
+        options=(
+            _GRID,
+            _BLOCK,
+            OptionInfo("iterations", 4096, "FMA-chain loop length per thread", 1, 2**31 - 1),
+        ),
+        builder=_lazy("workloads.synthetic", "build_synthetic_compute"),
+        devices=("cuda",),
+    ),
+    WorkloadInfo(
+        name="synthetic-memory",
+        description="CuPy grid-stride copy between two device buffers (memory-bound)",
+        kind="synthetic",
+        requires=("cupy",),
+        options=(
+            _GRID,
+            _BLOCK,
+            OptionInfo("mib", 256, "bytes copied per launch, in MiB", 1, 2**20),
+        ),
+        builder=_lazy("workloads.synthetic", "build_synthetic_memory"),
+        devices=("cuda",),
+    ),
+)
+_BY_NAME: dict[str, WorkloadInfo] = {info.name: info for info in _REGISTRY}
+
+
+def list_workloads() -> list[WorkloadInfo]:
+    """All workloads, in a stable order (models first, then synthetic kernels)."""
+    return list(_REGISTRY)
+
+
+def get_workload_info(name: str) -> WorkloadInfo:
+    """The workload called ``name``, or a one-line :class:`OrionError` listing the known ones."""
+    info = _BY_NAME.get(name) if isinstance(name, str) else None
+    if info is None:
+        close = difflib.get_close_matches(name, _BY_NAME, n=1) if isinstance(name, str) else []
+        raise OrionError(
+            f"unknown workload {short_repr(name)}; known workloads: {', '.join(_BY_NAME)}",
+            hint=f"did you mean {close[0]!r}?" if close else None,
+        )
+    return info
+
+
+def build_workload(spec: WorkloadSpec) -> Workload:
+    """Validate ``spec`` and build its workload on its device, inputs included.
+
+    Everything a step needs (model, optimizer, inputs, kernels, buffers) is made here, so that
+    ``step()`` only enqueues GPU work and the first timed step costs what the others do.
+    """
+    spec.validate()
+    info = get_workload_info(spec.name)
+    device_type = spec.device.split(":", 1)[0]
+    if device_type not in info.devices:
+        raise OrionError(
+            f"workload {spec.name!r} cannot run on device {spec.device!r}; "
+            f"it runs on: {', '.join(info.devices)}"
+        )
+    return info.builder(spec)
