@@ -1,0 +1,183 @@
+"""Per-launch overhead of orion's hook, measured on the GPU in one run.
+
+    python benchmarks/launch_overhead.py [--launches 100000] [--repeats 7] [--out DIR]
+
+Builds `launch_overhead/empty_launch.cu` with nvcc and runs it, interleaved round by round so
+that clock and thermal drift hit every variant alike:
+
+- `no library`: plain process;
+- `passthrough`: orion's preload library in a run with the pass-through policy (counting only);
+- `orion HP`: the library gating an HP client under the `orion` policy (kernel identity lookup,
+  in-flight tracking, a GPU-written completion word after every launch, stream priority).
+
+Reports, per variant, the median and spread of the per-launch enqueue time (the CPU cost on the
+critical path) and of the time until the GPU finished, and the difference from `no library`.
+Writes `launch_overhead.json` and `launch_overhead.md` into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orion_common.sysinfo import gpu_facts, software_summary  # noqa: E402
+from postprocess.profile_format import gpu_slug  # noqa: E402
+from scheduler_core import SchedulerRun, SchedulerSettings  # noqa: E402
+
+SOURCE = ROOT / "benchmarks" / "launch_overhead" / "empty_launch.cu"
+VARIANTS = ("no library", "passthrough", "orion HP")
+
+
+def build(out_dir: Path) -> Path:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    binary = out_dir / "empty_launch"
+    subprocess.run([nvcc, "-O2", "-o", str(binary), str(SOURCE)], check=True)
+    return binary
+
+
+def run_once(binary: Path, env: dict[str, str], launches: int) -> list[tuple[float, float]]:
+    done = subprocess.run(
+        [str(binary), str(launches), "3"], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"empty_launch failed: {done.stderr.strip()}")
+    rounds = []
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        rounds.append((float(parts[3]), float(parts[5])))
+    return rounds
+
+
+def plain_environment() -> dict[str, str]:
+    """This environment without any orion run or preload library."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if key != "LD_PRELOAD" and not key.startswith("ORION_")
+    }
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "median": statistics.median(ordered),
+        "p10": ordered[max(0, round(0.1 * (len(ordered) - 1)))],
+        "p90": ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))],
+        "n": len(ordered),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=7, help="processes per variant")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    gpu = gpu_facts(0)
+    if gpu is None or gpu.sm_count is None:
+        raise SystemExit("no CUDA GPU visible")
+    out_dir = args.out or ROOT / "benchmarks" / "results" / gpu_slug(gpu.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    binary = build(out_dir)
+
+    def settings(policy: str) -> SchedulerSettings:
+        return SchedulerSettings(
+            policy=policy,
+            sm_count=gpu.sm_count,
+            queue_limit_ns=100_000,
+            unknown_duration_ns=100_000,
+        )
+
+    samples: dict[str, dict[str, list[float]]] = {v: {"call": [], "total": []} for v in VARIANTS}
+    with (
+        SchedulerRun(settings("passthrough")) as passthrough,
+        SchedulerRun(settings("orion")) as orion,
+    ):
+        runs = {}
+        for variant, run, role in (("passthrough", passthrough, "be"), ("orion HP", orion, "hp")):
+            # One slot per process: a slot is owned by the first process that joins it.
+            indices = [run.add_client(f"r{i}", role) for i in range(args.repeats)]
+            runs[variant] = (run, indices)
+        passthrough.publish()
+        orion.publish()
+        for repeat in range(args.repeats):
+            for variant in VARIANTS:
+                if variant == "no library":
+                    env = plain_environment()
+                else:
+                    run, indices = runs[variant]
+                    env = run.client_environment(indices[repeat])
+                for call_ns, total_ns in run_once(binary, env, args.launches):
+                    samples[variant]["call"].append(call_ns)
+                    samples[variant]["total"].append(total_ns)
+        orion_stats = orion.stats()["r0"]
+
+    baseline_call = statistics.median(samples["no library"]["call"])
+    baseline_total = statistics.median(samples["no library"]["total"])
+    results = {
+        "benchmark": "launch_overhead",
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([sys.executable, *sys.argv]),
+        "launches_per_round": args.launches,
+        "environment": software_summary(),
+        "nvcc": subprocess.run(
+            [shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc", "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        .stdout.strip()
+        .splitlines()[-1],
+        "variants": {
+            variant: {
+                "call_ns": summarize(samples[variant]["call"]),
+                "total_ns": summarize(samples[variant]["total"]),
+                "added_call_ns": statistics.median(samples[variant]["call"]) - baseline_call,
+                "added_total_ns": statistics.median(samples[variant]["total"]) - baseline_total,
+            }
+            for variant in VARIANTS
+        },
+        "orion_hp_client_stats": {
+            key: orion_stats[key]
+            for key in ("launches", "tracked_launches", "completion_mode", "streams_prioritised")
+        },
+    }
+    (out_dir / "launch_overhead.json").write_text(json.dumps(results, indent=2) + "\n")
+    env = results["environment"]
+    lines = [
+        "# Per-launch overhead of orion's hook",
+        "",
+        f"GPU {env['gpu_name']}, driver {env['driver_version']}, CUDA {env['cuda_version']}, "
+        f"{results['nvcc']}; {results['date_utc']}.",
+        "",
+        f"Command: `{results['command']}` (empty kernel, {args.launches} launches per round, "
+        f"3 rounds per process, {args.repeats} processes per variant, variants interleaved).",
+        "",
+        "| variant | enqueue ns/launch (median) | p10-p90 | added vs no library | "
+        "until GPU done ns/launch | added |",
+        "|---|---|---|---|---|---|",
+    ]
+    for variant, row in results["variants"].items():
+        call, total = row["call_ns"], row["total_ns"]
+        lines.append(
+            f"| {variant} | {call['median']:.0f} | {call['p10']:.0f}-{call['p90']:.0f} | "
+            f"{row['added_call_ns']:+.0f} | {total['median']:.0f} | {row['added_total_ns']:+.0f} |"
+        )
+    (out_dir / "launch_overhead.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    binary.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+// Launch cost of an empty kernel: the critical-path overhead orion's hook adds to every launch.
+//
+//   empty_launch LAUNCHES ROUNDS
+// prints one line per round: "round <i> call_ns <per launch, enqueue loop only> total_ns <per
+// launch, until the GPU finished>". Launches go through the CUDA runtime (<<<>>>), i.e. through
+// libcudart's cuGetProcAddress-resolved driver entry points, as PyTorch's do.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+__global__ void empty_kernel() {}
+
+static void check(cudaError_t status, const char* what) {
+    if (status != cudaSuccess) {
+        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+        std::exit(1);
+    }
+}
+
+int main(int argc, char** argv) {
+    const long launches = argc > 1 ? std::atol(argv[1]) : 100000;
+    const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+    cudaStream_t stream;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    for (int i = 0; i < 2000; ++i) empty_kernel<<<1, 32, 0, stream>>>();
+    check(cudaStreamSynchronize(stream), "warm-up");
+    using clock = std::chrono::steady_clock;
+    for (int round = 0; round < rounds; ++round) {
+        const auto start = clock::now();
+        for (long i = 0; i < launches; ++i) empty_kernel<<<1, 32, 0, stream>>>();
+        const auto enqueued = clock::now();
+        check(cudaStreamSynchronize(stream), "synchronize");
+        const auto finished = clock::now();
+        check(cudaGetLastError(), "launch");
+        const double call_ns =
+            std::chrono::duration<double, std::nano>(enqueued - start).count() / launches;
+        const double total_ns =
+            std::chrono::duration<double, std::nano>(finished - start).count() / launches;
+        std::printf("round %d call_ns %.1f total_ns %.1f\n", round, call_ns, total_ns);
+    }
+    return 0;
+}

@@ -1,0 +1,68 @@
+"""What every command shares: the console, the error handler and the common options.
+
+Library code raises :class:`OrionError`; :func:`handle_errors` is the one place that turns it into
+``error: <message>`` plus the hint on stderr and exit status 1, so no command prints tracebacks
+for problems a user can fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from orion_common.errors import OrionError
+
+console = Console()
+error_console = Console(stderr=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
+    """Prints an error (and hint) and returns the Exit to raise."""
+    # soft_wrap: an error stays one line however narrow the terminal, so it can be grepped
+    error_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    if hint:
+        for line in hint.splitlines():
+            error_console.print(f"[yellow]hint:[/] {line}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turns OrionError into a clean message and exit 1, and Ctrl-C into exit 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except OrionError as error:
+            raise fail(error.message, error.hint) from None
+        except KeyboardInterrupt:
+            error_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def interactive() -> bool:
+    """Progress bars and live views only on a terminal; plain lines in logs and pipes."""
+    return sys.stdout.isatty()
+
+
+WorkloadArg = Annotated[
+    str, typer.Argument(help="Workload name (see `orion workloads`).", show_default=False)
+]
+ModeOpt = Annotated[
+    str,
+    typer.Option("--mode", "-m", help="infer (one request per step) or train (one iteration)."),
+]
+BatchSizeOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per step.")]
+DTypeOpt = Annotated[
+    str, typer.Option("--dtype", help="fp32, or bf16 (torch.autocast around forward and loss).")
+]

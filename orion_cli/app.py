@@ -1,0 +1,34 @@
+"""The `orion` command line: one thin module per command, registered here."""
+
+from __future__ import annotations
+
+import typer
+
+from orion_cli.doctor import doctor_command
+from orion_cli.report import report_command
+from orion_cli.workloads import workloads_command
+
+app = typer.Typer(
+    name="orion",
+    help=(
+        "Share one NVIDIA GPU between a latency-critical inference job and best-effort jobs.\n\n"
+        "Typical flow: `orion profile` each workload once (Nsight Compute), `orion colocate` "
+        "the jobs under a policy, `orion report` the run directories."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+app.command("doctor")(doctor_command)
+app.command("workloads")(workloads_command)
+app.command("report")(report_command)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""`orion workloads`: the named jobs orion can profile and co-locate."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from orion_cli._common import console, handle_errors
+from workloads import list_workloads
+
+
+@handle_errors
+def workloads_command() -> None:
+    """List the workloads, what each needs and the options it takes."""
+    table = Table(title="orion workloads", title_justify="left")
+    table.add_column("name", style="bold")
+    table.add_column("kind")
+    table.add_column("description")
+    table.add_column("needs")
+    table.add_column("options (default)")
+    for info in list_workloads():
+        options = ", ".join(f"{option.name} ({option.default})" for option in info.options)
+        needs = ", ".join(("torch", *info.requires))
+        if info.devices == ("cuda",):
+            needs += ", a CUDA GPU"
+        table.add_row(info.name, info.kind, info.description, needs, options or "-")
+    console.print(table)
