@@ -21,9 +21,14 @@ namespace orion {
 namespace {
 
 constexpr std::uint64_t kRingMask = kInflightSlots - 1;
-// A blocked BE launch spins this long (a kernel finishing soon is the common case), then sleeps
-// with exponential back-off up to kMaxSleepNs, so a long wait does not burn a core.
-constexpr std::uint64_t kSpinNs = 20'000;
+// A blocked BE launch waits for a launch in flight to finish. Every launch carries its profiled
+// expected end, so the client sleeps until shortly before the earliest one, spins briefly around
+// it (a BE kernel admitted microseconds late leaves the GPU idle), and only when the prediction
+// has clearly failed falls back to sleeping with exponential back-off: no core burns for long.
+constexpr std::uint64_t kSpinNs = 20'000;            // always spin this long first
+constexpr std::uint64_t kSpinLeadNs = 15'000;        // wake this long before an expected end
+constexpr std::uint64_t kSpinTailNs = 200'000;       // spin at most this long past it
+constexpr std::uint64_t kMaxPredictedSleepNs = 2'000'000;
 constexpr std::uint64_t kFirstSleepNs = 2'000;
 constexpr std::uint64_t kMaxSleepNs = 50'000;
 // How often a sleeping BE client checks that the peers it waits on are still alive.
@@ -48,7 +53,14 @@ inline void cpu_relax() {
 #endif
 }
 
-void sleep_ns(std::uint64_t ns) {
+// Sleeps with this thread's timer slack cut to 1 us (Linux defaults to 50 us), so a waiting BE
+// launch wakes when asked to. Slack is per thread: the rest of the program is unaffected.
+void precise_sleep(std::uint64_t ns) {
+    thread_local bool slack_set = false;
+    if (!slack_set) {
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        slack_set = true;
+    }
     timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
     nanosleep(&ts, nullptr);
 }
@@ -306,19 +318,19 @@ Reason ClientRuntime::wait_for_turn(const KernelInfo& kernel, bool* waited) {
             return decision.reason;
         }
         wait_reasons |= 1U << static_cast<unsigned>(decision.reason);
-        if (now - start < kSpinNs) {
+        const std::uint64_t expected = snapshot.earliest_end_ns;
+        const bool spin_phase = now - start < kSpinNs;
+        if (!spin_phase && now - last_reap > kReapIntervalNs) {
+            // A peer killed while its launches were in flight must not hold anyone up.
+            reap_dead_peers(view_, index_);
+            last_reap = now;
+        }
+        if (!spin_phase && expected > now + kSpinLeadNs) {
+            precise_sleep(std::min(expected - kSpinLeadNs - now, kMaxPredictedSleepNs));
+        } else if (spin_phase || (expected != 0 && now < expected + kSpinTailNs)) {
             for (int i = 0; i < 32; ++i) cpu_relax();
         } else {
-            if (now - last_reap > kReapIntervalNs) {
-                reap_dead_peers(view_, index_);
-                last_reap = now;
-            }
-            thread_local bool slack_set = false;
-            if (!slack_set) {
-                prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // this thread only: wake on time
-                slack_set = true;
-            }
-            sleep_ns(sleep);
+            precise_sleep(sleep);
             sleep = std::min(sleep * 2, kMaxSleepNs);
         }
         now = monotonic_ns();

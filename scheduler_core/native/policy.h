@@ -29,6 +29,9 @@ struct Snapshot {
     std::uint32_t hp_in_flight = 0;       // HP kernels launched and not finished (inspected ones)
     bool hp_backlog = false;              // more HP kernels in flight than kMaxHpInspected
     KernelInfo hp_kernels[kMaxHpInspected];
+    // When the first in-flight launch is expected to finish (profiled durations), 0 if none:
+    // not used by the policy, only by a waiting client to decide when to look again.
+    std::uint64_t earliest_end_ns = 0;
 };
 
 struct Decision {

@@ -56,6 +56,7 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out) {
     out->be_outstanding_ns = 0;
     out->hp_in_flight = 0;
     out->hp_backlog = false;
+    out->earliest_end_ns = 0;
     for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
          ++client) {
         const ClientSlot& slot = view.client(client);
@@ -81,10 +82,13 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out) {
             info.sm_needed = entry.sm_needed;
             info.kernel_class = static_cast<KernelClass>(entry.kernel_class);
             info.duration_ns = entry.duration_ns;
+            const std::uint64_t expected_end = entry.expected_end_ns;
             if (entry.seq.load(std::memory_order_acquire) != seq) {
                 info = KernelInfo{};  // being written right now: assume the worst
                 info.duration_ns = header.unknown_duration_ns;
                 info.sm_needed = header.sm_count;
+            } else if (out->earliest_end_ns == 0 || expected_end < out->earliest_end_ns) {
+                out->earliest_end_ns = expected_end;
             }
             if (is_hp) {
                 if (out->hp_in_flight == kMaxHpInspected) {
