@@ -1,0 +1,7 @@
+"""Co-location runs: ``jobs.json`` validation, client processes, MPS, the run directory.
+
+Entry points: :func:`colocation.config.load_jobs` (validate),
+:func:`colocation.preflight.prepare_run` (check the machine) and
+:func:`colocation.runner.run_jobs` (run and record). Nothing is imported here, so
+``import colocation.config`` stays light.
+"""

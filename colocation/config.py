@@ -684,28 +684,50 @@ def profile_command(client: ClientConfig) -> str:
     )
 
 
+class ResolvedProfiles(NamedTuple):
+    """Where each client's kernel profile is, and what makes a usable profile less trustworthy.
+
+    ``paths`` maps client name to profile path (``None``: no profile). ``warnings`` are one
+    sentence each, naming the client: a profile made on another GPU or with other software
+    versions still gates kernels, only less accurately, so the run goes on and records them.
+    """
+
+    paths: dict[str, Path | None]
+    warnings: list[str]
+
+
 def resolve_profiles(
     config: JobsConfig,
     gpu_name: str | None,
     default_path: Callable[[ClientConfig], Path],
-) -> dict[str, Path | None]:
+    *,
+    environment: Mapping[str, Any] | None = None,
+) -> ResolvedProfiles:
     """The kernel profile of each client, by name: its ``profile``, else ``default_path(client)``.
 
     A client without either gets ``None``, which is only allowed when the policy does not gate
-    kernels by profile. When it does (``needs_profiles``), each profile's header must also match
-    the client (workload, mode, batch size, dtype) and, when ``gpu_name`` is given, the GPU it was
-    made on; every missing or mismatched profile is reported in one :class:`JobsConfigError`
-    whose hint gives the ``orion profile`` commands to run.
+    kernels by profile. When it does (``needs_profiles``), each profile's header must match the
+    client (workload, mode, batch size, dtype); every missing or mismatched profile is reported in
+    one :class:`JobsConfigError` whose hint gives the ``orion profile`` commands to run.
+
+    A profile made on another GPU (``gpu_name``) or with other software (``environment``, shaped
+    like :func:`orion_common.sysinfo.software_summary`) is not an error but a warning: the
+    scheduler can still use it, and refusing would force a re-profile (minutes of ncu) before
+    every experiment on a slightly different machine.
     """
     policy = config.policy
-    result: dict[str, Path | None] = {}
+    current: dict[str, Any] = dict(environment or {})
+    if gpu_name:
+        current["gpu_name"] = gpu_name
+    paths: dict[str, Path | None] = {}
+    warnings: list[str] = []
     problems: list[Problem] = []
     commands: list[str] = []
     for i, client in enumerate(config.clients):
         where = f"clients[{i}].profile"
         candidate = client.profile or Path(default_path(client))
         path = candidate if candidate.is_file() else None
-        result[client.name] = path
+        paths[client.name] = path
         if not policy.needs_profiles:
             continue
         if path is None:
@@ -718,10 +740,15 @@ def resolve_profiles(
             )
             commands.append(profile_command(client))
             continue
-        mismatch = _profile_mismatch(path, client, gpu_name)
+        meta, mismatch = _profile_header(path, client)
         if mismatch:
             problems.append(Problem(where, f"{path} {mismatch}"))
             commands.append(profile_command(client))
+            continue
+        warnings.extend(
+            f"client {client.name!r} ({path}): {text}"
+            for text in _compatibility_warnings(meta, current)
+        )
     if problems:
         unique = list(dict.fromkeys(commands))
         count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
@@ -730,11 +757,20 @@ def resolve_profiles(
             problems,
             hint="run: " + "\nrun: ".join(unique),
         )
-    return result
+    return ResolvedProfiles(paths, warnings)
 
 
-def _profile_mismatch(path: Path, client: ClientConfig, gpu_name: str | None) -> str | None:
-    """Why the profile at ``path`` cannot serve ``client``, or ``None`` when it can.
+def _compatibility_warnings(meta: dict[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The profile reader's own comparison, on the header alone (the table is not needed)."""
+    import pandas as pd
+
+    from postprocess.profile_format import Profile, profile_compatibility_warnings
+
+    return profile_compatibility_warnings(Profile(meta, pd.DataFrame()), dict(current))
+
+
+def _profile_header(path: Path, client: ClientConfig) -> tuple[dict[str, Any], str | None]:
+    """The profile's metadata, and why it cannot serve ``client`` (``None`` when it can).
 
     Only the two header lines are read (format in docs/architecture.md), so this stays cheap.
     """
@@ -742,12 +778,12 @@ def _profile_mismatch(path: Path, client: ClientConfig, gpu_name: str | None) ->
         with path.open(encoding="utf-8") as handle:
             first, second = handle.readline().strip(), handle.readline().strip()
     except (OSError, UnicodeDecodeError) as exc:
-        return f"cannot be read ({exc})"
+        return {}, f"cannot be read ({exc})"
     if not first.startswith("# orion-profile:"):
-        return "is not an orion profile (its first line must be '# orion-profile: 1')"
+        return {}, "is not an orion profile (its first line must be '# orion-profile: 1')"
     version = first.split(":", 1)[1].strip()
     if version != "1":
-        return f"has profile format version {version}; this orion reads version 1"
+        return {}, f"has profile format version {version}; this orion reads version 1"
     try:
         if not second.startswith("# metadata:"):
             raise ValueError
@@ -755,7 +791,7 @@ def _profile_mismatch(path: Path, client: ClientConfig, gpu_name: str | None) ->
         if not isinstance(meta, dict):
             raise ValueError
     except ValueError:
-        return "has no readable '# metadata: {...}' second line"
+        return {}, "has no readable '# metadata: {...}' second line"
     wanted = {
         "workload": client.workload,
         "mode": client.mode,
@@ -768,14 +804,11 @@ def _profile_mismatch(path: Path, client: ClientConfig, gpu_name: str | None) ->
         if key in meta and meta[key] != value
     ]
     if wrong:
-        return (
+        return meta, (
             f"was made for {', '.join(wrong)}, but client {client.name!r} runs "
             f"{client.workload} {client.mode} batch size {client.batch_size} {client.dtype}"
         )
-    made_on = meta.get("gpu_name")
-    if gpu_name and made_on and made_on != gpu_name:
-        return f"was made on {made_on}, but this GPU is {gpu_name}"
-    return None
+    return meta, None
 
 
 EXAMPLE_JOBS = """\

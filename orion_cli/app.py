@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from orion_cli.colocate import colocate_command
 from orion_cli.doctor import doctor_command
+from orion_cli.profile import profile_command
 from orion_cli.report import report_command
 from orion_cli.workloads import workloads_command
 
@@ -21,9 +23,11 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
+app.command("profile")(profile_command)
+app.command("colocate")(colocate_command)
+app.command("report")(report_command)
 app.command("doctor")(doctor_command)
 app.command("workloads")(workloads_command)
-app.command("report")(report_command)
 
 
 def main() -> None:

@@ -623,10 +623,9 @@ def _write_profile(path: Path, **meta: Any) -> Path:
 def test_explicit_and_default_profiles(tmp_path: Path) -> None:
     config = load_jobs(DATA / "pair_relative.json")
     default = _write_profile(tmp_path / "resnet50_train_bs32_fp32.profile.csv")
-    assert resolve_profiles(config, "NVIDIA H200", _default_in(tmp_path)) == {
-        "hp": DATA / "profiles" / "hp.profile.csv",
-        "be": default,
-    }
+    resolved = resolve_profiles(config, "NVIDIA H200", _default_in(tmp_path))
+    assert resolved.paths == {"hp": DATA / "profiles" / "hp.profile.csv", "be": default}
+    assert resolved.warnings == []
 
 
 def test_missing_default_profile_when_the_policy_needs_one(tmp_path: Path) -> None:
@@ -664,30 +663,39 @@ def test_missing_profiles_are_fine_when_the_policy_does_not_use_them(
     data = base()
     data["run"]["policy"] = policy
     config = parse_jobs(data, DATA)
-    assert resolve_profiles(config, None, _default_in(tmp_path)) == {"hp": None, "be": None}
+    assert resolve_profiles(config, None, _default_in(tmp_path)).paths == {"hp": None, "be": None}
 
 
-@pytest.mark.parametrize(
-    ("meta", "gpu", "reason"),
-    [
-        (
-            {"batch_size": 16},
-            None,
-            "was made for batch_size 16, but client 'be' runs resnet50 train batch size 32 fp32",
-        ),
-        ({"gpu_name": "NVIDIA H100 80GB HBM3"}, "NVIDIA H200", None),
-    ],
-)
-def test_profile_that_does_not_fit_the_client(
-    meta: dict[str, Any], gpu: str | None, reason: str | None, tmp_path: Path
-) -> None:
+def test_profile_that_does_not_fit_the_client(tmp_path: Path) -> None:
     config = load_jobs(DATA / "pair_relative.json")
-    path = _write_profile(tmp_path / "resnet50_train_bs32_fp32.profile.csv", **meta)
+    path = _write_profile(tmp_path / "resnet50_train_bs32_fp32.profile.csv", batch_size=16)
     with pytest.raises(JobsConfigError) as info:
-        resolve_profiles(config, gpu, _default_in(tmp_path))
-    reason = reason or "was made on NVIDIA H100 80GB HBM3, but this GPU is NVIDIA H200"
+        resolve_profiles(config, "NVIDIA H200", _default_in(tmp_path))
+    reason = "was made for batch_size 16, but client 'be' runs resnet50 train batch size 32 fp32"
     assert [str(p) for p in info.value.problems] == [f"clients[1].profile: {path} {reason}"]
     assert info.value.hint == f"run: {TRAIN_PROFILE_COMMAND}"
+
+
+def test_profile_from_another_gpu_is_a_warning(tmp_path: Path) -> None:
+    config = load_jobs(DATA / "pair_relative.json")
+    path = _write_profile(
+        tmp_path / "resnet50_train_bs32_fp32.profile.csv",
+        gpu_name="NVIDIA H100 80GB HBM3",
+        torch_version="2.11.0+cu130",
+    )
+    resolved = resolve_profiles(
+        config,
+        "NVIDIA H200",
+        _default_in(tmp_path),
+        environment={"gpu_name": "ignored: the gpu_name argument wins", "torch_version": "2.12.0"},
+    )
+    assert resolved.paths["be"] == path
+    assert resolved.warnings == [
+        f"client 'be' ({path}): profile was made with GPU NVIDIA H100 80GB HBM3, this machine "
+        "has NVIDIA H200: SM needs and durations do not carry over to another GPU.",
+        f"client 'be' ({path}): profile was made with PyTorch version 2.11.0+cu130, this machine "
+        "has 2.12.0: the workload may launch other kernels.",
+    ]
 
 
 def test_file_that_is_not_a_profile(tmp_path: Path) -> None:

@@ -1,0 +1,240 @@
+"""A private MPS control daemon for one run, always stopped afterwards.
+
+MPS policies need every client to reach one MPS server. A daemon of the run's own (its pipe and
+log folders inside the run directory) keeps runs from interfering with a system-wide daemon or
+with each other, keeps MPS's logs with the results, and can be stopped without touching anybody
+else's work. A daemon left behind would silently turn every later GPU job on the machine into an
+MPS client, so stopping it is not optional: the context manager quits it on every way out
+(normal end, exception, Ctrl-C, SIGTERM), waits for its process to go and kills it if it does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from colocation.signals import DeferredSignals, sigterm_as_interrupt
+from orion_common import sysinfo
+from orion_common.errors import OrionError
+
+PID_FILE = "nvidia-cuda-mps-control.pid"
+# sockaddr_un holds 108 bytes; the daemon's longest socket name in the pipe folder is
+# "control_privileged".
+_MAX_PIPE_DIR_CHARS = 107 - len("/control_privileged")
+_MPS_HINT = (
+    "install the NVIDIA driver's MPS tools (nvidia-cuda-mps-control) or put them on PATH, "
+    "or pick a policy without MPS: dedicated or timeslice"
+)
+
+
+@dataclass(frozen=True)
+class MpsDaemon:
+    """A running private daemon: its folders, its pid, and what clients must have set."""
+
+    control: Path
+    pipe_dir: Path
+    log_dir: Path
+    pid: int
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Variables that make a CUDA process a client of this daemon."""
+        return {
+            "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir),
+        }
+
+
+def require_mps_control() -> Path:
+    """``nvidia-cuda-mps-control``, or a clear refusal naming the alternatives."""
+    control = sysinfo.find_mps_control()
+    if control is None:
+        raise OrionError(
+            "this policy runs under MPS, but nvidia-cuda-mps-control was not found", _MPS_HINT
+        )
+    return control
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs. A zombie does not: the daemon is not our child, and in a
+    container without a reaping init its corpse can stay in the process table."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def _pipe_folder(mps_dir: Path) -> tuple[Path, Path | None]:
+    """``mps/pipe``, or a short private folder it links to when the path is too long for a socket.
+
+    Returns (folder to use, temporary folder to remove afterwards or None).
+    """
+    pipe_dir = mps_dir / "pipe"
+    if len(str(pipe_dir.resolve())) <= _MAX_PIPE_DIR_CHARS:
+        pipe_dir.mkdir(mode=0o700, parents=True)
+        return pipe_dir, None
+    short = Path(tempfile.mkdtemp(prefix="orion-mps-"))
+    pipe_dir.symlink_to(short, target_is_directory=True)
+    return short, short
+
+
+def _control(control: Path, command: str, environment: dict[str, str], timeout_s: float) -> str:
+    """One command to the daemon (``quit``, ``get_server_list``); its answer, or '' on failure."""
+    try:
+        result = subprocess.run(
+            [str(control)],
+            input=command + "\n",
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout
+
+
+def _start(
+    control: Path, pipe_dir: Path, log_dir: Path, environment: dict[str, str], timeout_s: float
+) -> MpsDaemon:
+    start_log = log_dir / "start.log"
+    with start_log.open("w", encoding="utf-8") as log:
+        # Output to a file, not a pipe: the daemonised child keeps its parent's stdout open, and
+        # reading a pipe to its end would wait for the daemon to exit.
+        try:
+            result = subprocess.run(
+                [str(control), "-d"],
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise OrionError(f"{control} -d did not return within {timeout_s:.0f} s") from None
+        except OSError as exc:
+            raise OrionError(f"cannot run {control}: {exc.strerror or exc}", _MPS_HINT) from None
+    if result.returncode != 0:
+        detail = _tail(start_log) or _tail(log_dir / "control.log")
+        raise OrionError(
+            f"the MPS control daemon did not start (exit code {result.returncode})"
+            + (f": {detail}" if detail else ""),
+            hint=f"its log is in {log_dir}; another MPS daemon or a GPU in exclusive mode can "
+            "prevent it",
+        )
+    pid_file = pipe_dir / PID_FILE
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text().strip())
+            if pid > 0:
+                return MpsDaemon(control, pipe_dir, log_dir, pid)
+        time.sleep(0.05)
+    _control(control, "quit", environment, 10)
+    raise OrionError(
+        f"the MPS control daemon started but wrote no {PID_FILE} within {timeout_s:.0f} s",
+        hint=f"see {log_dir / 'control.log'}",
+    )
+
+
+def _stop(daemon: MpsDaemon, environment: dict[str, str], timeout_s: float) -> list[str]:
+    """Quit the daemon and its servers; kill what does not go. Returns notes for the record."""
+    notes: list[str] = []
+    answer = _control(daemon.control, "get_server_list", environment, 5)
+    servers = [int(token) for token in answer.split() if token.isdigit()]
+    _control(daemon.control, "quit", environment, timeout_s)
+    for pid, what in [(daemon.pid, "MPS control daemon"), *((s, "MPS server") for s in servers)]:
+        if _wait_gone(pid, timeout_s):
+            continue
+        notes.append(f"the {what} (pid {pid}) did not quit within {timeout_s:g} s; killed it")
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+            if _wait_gone(pid, min(2.0, timeout_s)):
+                break
+    return notes
+
+
+def _started_anyway(control: Path, pipe_dir: Path, log_dir: Path) -> MpsDaemon | None:
+    """The daemon, if it came up although starting was cut short (Ctrl-C mid-start)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int((pipe_dir / PID_FILE).read_text().strip())
+        if pid > 0:
+            return MpsDaemon(control, pipe_dir, log_dir, pid)
+    return None
+
+
+@contextlib.contextmanager
+def private_mps_daemon(
+    run_dir: Path,
+    *,
+    control: Path | None = None,
+    start_timeout_s: float = 30.0,
+    stop_timeout_s: float = 15.0,
+    notes: list[str] | None = None,
+) -> Iterator[MpsDaemon]:
+    """Run a private MPS control daemon (folders in ``run_dir/mps``) for the block's duration.
+
+    Refuses with :class:`OrionError` when ``nvidia-cuda-mps-control`` is missing or does not
+    start. Anything worth recording about the shutdown (a daemon that had to be killed) is
+    appended to ``notes``.
+    """
+    control = control or require_mps_control()
+    mps_dir = run_dir / "mps"
+    log_dir = mps_dir / "log"
+    log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pipe_dir, temporary = _pipe_folder(mps_dir)
+    environment = {
+        **os.environ,
+        "CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir),
+        "CUDA_MPS_LOG_DIRECTORY": str(log_dir),
+    }
+    with sigterm_as_interrupt():
+        daemon: MpsDaemon | None = None
+        try:
+            daemon = _start(control, pipe_dir, log_dir, environment, start_timeout_s)
+            yield daemon
+        finally:
+            with DeferredSignals():
+                if daemon is None:
+                    daemon = _started_anyway(control, pipe_dir, log_dir)
+                if daemon is not None:
+                    stop_notes = _stop(daemon, environment, stop_timeout_s)
+                    if notes is not None:
+                        notes.extend(stop_notes)
+                if temporary is not None:
+                    shutil.rmtree(temporary, ignore_errors=True)

@@ -1,0 +1,254 @@
+"""Everything a run needs, checked before anything starts, and the settings derived from it.
+
+A colocation run holds the GPU for minutes and starts an MPS daemon; finding out after all that
+that MPS is missing, a profile is stale or torchvision is not installed wastes the user's time
+and can leave state behind. :func:`prepare_run` has no side effects: it checks the machine, the
+workloads, the preload library and the profiles, and either refuses with every reason at once
+or returns a :class:`RunPlan` the runner carries out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from colocation.config import ClientConfig, JobsConfig, resolve_profiles
+from colocation.policies import Policy
+from orion_common import sysinfo
+from orion_common.errors import OrionError
+
+CLIENT_DEVICE_ENV = "ORION_CLIENT_DEVICE"
+"""For tests and CPU-only development: ``cpu`` runs every client's workload on the CPU, so the
+whole run (processes, protocol, run directory, preload library passing through) can be exercised
+without a GPU. Measurements made this way say nothing about GPU sharing."""
+
+_DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
+_PIP = {"torchvision": "torchvision", "transformers": "transformers", "cupy": "cupy-cuda13x"}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run: where clients run, their profiles, the scheduler's settings, warnings."""
+
+    config: JobsConfig
+    device: str
+    environment: dict[str, Any]
+    profile_paths: dict[str, Path | None]
+    profiles: dict[str, Any]
+    """Client name -> :class:`postprocess.Profile`, loaded when the policy gates by profile."""
+    settings: Any
+    """:class:`scheduler_core.SchedulerSettings` for the run's shared state."""
+    mps_control: Path | None
+    warnings: tuple[str, ...]
+
+    @property
+    def policy(self) -> Policy:
+        return self.config.policy
+
+
+def client_device(config: JobsConfig) -> str:
+    """``cuda:<run.gpu>``, unless ``ORION_CLIENT_DEVICE`` says otherwise (tests: ``cpu``)."""
+    override = os.environ.get(CLIENT_DEVICE_ENV, "").strip()
+    if not override:
+        return f"cuda:{config.run.gpu}"
+    if not _DEVICE.fullmatch(override):
+        raise OrionError(
+            f"{CLIENT_DEVICE_ENV}={override!r} is not a device; use cpu, cuda or cuda:N",
+            hint=f"unset {CLIENT_DEVICE_ENV} to run on the GPU named by run.gpu",
+        )
+    return override
+
+
+def _gpu_problems(device: str, environment: dict[str, Any], gpu: int) -> list[str]:
+    if not device.startswith("cuda"):
+        return []
+    problems = []
+    if environment.get("gpu_name") is None:
+        problems.append(
+            f"no NVIDIA GPU {gpu} is visible (NVML and torch see none); "
+            "colocation measures GPU sharing and needs one"
+        )
+    elif environment.get("torch_cuda_version") is None and environment.get("torch_version"):
+        problems.append(
+            f"torch {environment['torch_version']} is a CPU-only build; clients could not use "
+            "the GPU (install a CUDA build of torch)"
+        )
+    return problems
+
+
+def _workload_problems(config: JobsConfig, device: str) -> list[str]:
+    from workloads import get_workload_info
+
+    problems = []
+    device_type = device.split(":", 1)[0]
+    for client in config.clients:
+        info = get_workload_info(client.workload)
+        if device_type not in info.devices:
+            problems.append(
+                f"client {client.name!r}: workload {client.workload!r} runs only on "
+                f"{', '.join(info.devices)}, not {device}"
+            )
+        for module in info.requires:
+            if importlib.util.find_spec(module) is None:
+                problems.append(
+                    f"client {client.name!r}: workload {client.workload!r} needs the Python "
+                    f"module {module!r} (pip install {_PIP.get(module, module)})"
+                )
+    return problems
+
+
+def _preload_problems() -> list[str]:
+    from scheduler_core.library import check_preload_library, native_module
+
+    problems = []
+    loads, detail = check_preload_library()
+    if not loads:
+        problems.append(detail)
+    try:
+        native_module()
+    except OrionError as exc:
+        problems.append(exc.message)
+    return problems
+
+
+def _system_mps_warning(policy: Policy) -> list[str]:
+    """A warning when an MPS daemon outside this run would capture non-MPS clients.
+
+    CUDA connects any process to the daemon of its pipe folder (``/tmp/nvidia-mps`` unless
+    ``CUDA_MPS_PIPE_DIRECTORY`` says otherwise), so a machine-wide daemon silently turns a
+    ``timeslice`` or ``dedicated`` run into an MPS run. (MPS policies use a private daemon.)
+    """
+    if policy.uses_mps:
+        return []
+    pipe_dir = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+    try:
+        pid = int((pipe_dir / "nvidia-cuda-mps-control.pid").read_text().strip())
+    except (OSError, ValueError):
+        return []
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass  # someone else's daemon (root's, typically): it serves us all the same
+    return [
+        f"an MPS control daemon is running (pid {pid}, pipe folder {pipe_dir}): the clients of "
+        f"policy {policy.name!r} will run under it, not alone; stop it for a fair comparison "
+        "(echo quit | nvidia-cuda-mps-control)"
+    ]
+
+
+def default_profile_for(gpu_name: str | None) -> Any:
+    """Where ``orion profile`` keeps a client's profile on this GPU (its default location)."""
+    from postprocess import default_profile_path
+
+    def where(client: ClientConfig) -> Path:
+        return default_profile_path(
+            client.workload, client.mode, client.batch_size, client.dtype, gpu_name or ""
+        )
+
+    return where
+
+
+def _load_profiles(paths: dict[str, Path | None]) -> dict[str, Any]:
+    from postprocess import read_profile
+
+    profiles: dict[str, Any] = {}
+    for name, path in paths.items():
+        if path is None:
+            continue
+        try:
+            profiles[name] = read_profile(path)
+        except OrionError as exc:
+            raise OrionError(f"client {name!r}: {exc.message}", hint=exc.hint) from None
+    return profiles
+
+
+def _sm_count(environment: dict[str, Any], config: JobsConfig, profiles: dict[str, Any]) -> int:
+    """The GPU's SM count; without a GPU (CPU runs), the profiles' (HP first); else 1."""
+    if environment.get("sm_count"):
+        return int(environment["sm_count"])
+    hp = config.hp_client
+    names = ([hp.name] if hp is not None else []) + [c.name for c in config.clients]
+    for name in names:
+        count = profiles[name].metadata.get("sm_count") if name in profiles else None
+        if isinstance(count, int) and count > 0:
+            return count
+    return 1
+
+
+def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> Any:
+    from scheduler_core import (
+        SchedulerSettings,
+        default_queue_limit_ns,
+        default_unknown_duration_ns,
+    )
+
+    thresholds = config.run.thresholds
+    hp = config.hp_client
+    hp_kernels = profiles[hp.name].kernels if hp is not None and hp.name in profiles else None
+    if thresholds.queue_limit_us is not None:
+        queue_limit_ns = round(thresholds.queue_limit_us * 1000)
+    else:
+        queue_limit_ns = default_queue_limit_ns(hp_kernels)
+    if thresholds.unknown_kernel_us is not None:
+        unknown_ns = round(thresholds.unknown_kernel_us * 1000)
+    else:
+        unknown_ns = default_unknown_duration_ns(queue_limit_ns)
+    return SchedulerSettings(
+        policy=config.policy.native_policy,
+        sm_count=sm_count,
+        queue_limit_ns=queue_limit_ns,
+        unknown_duration_ns=unknown_ns,
+        trace_capacity=65536 if config.run.trace else 0,
+    )
+
+
+def prepare_run(config: JobsConfig) -> RunPlan:
+    """Check every prerequisite of ``config`` and derive the run's settings; no side effects.
+
+    Refuses with one :class:`OrionError` listing every missing prerequisite (GPU, workload
+    modules, MPS, preload library), then with the profile problems
+    (:class:`colocation.config.JobsConfigError`), so nothing starts that cannot finish.
+    """
+    from colocation.mps import require_mps_control
+
+    policy = config.policy
+    device = client_device(config)
+    environment = sysinfo.software_summary(config.run.gpu)
+    problems = _gpu_problems(device, environment, config.run.gpu)
+    problems += _workload_problems(config, device)
+    mps_control: Path | None = None
+    if policy.uses_mps:
+        try:
+            mps_control = require_mps_control()
+        except OrionError as exc:
+            problems.append(f"policy {policy.name!r} runs under MPS: {exc.message} ({exc.hint})")
+    problems += _preload_problems()
+    if problems:
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
+        raise OrionError(
+            f"cannot run policy {policy.name!r} on this machine ({count}):\n{lines}",
+            hint="`orion doctor` shows what is installed",
+        )
+    gpu_name = environment.get("gpu_name") if device.startswith("cuda") else None
+    resolved = resolve_profiles(
+        config, gpu_name, default_profile_for(environment.get("gpu_name")), environment=environment
+    )
+    profiles = _load_profiles(resolved.paths) if policy.needs_profiles else {}
+    sm_count = _sm_count(environment, config, profiles)
+    return RunPlan(
+        config=config,
+        device=device,
+        environment=environment,
+        profile_paths=resolved.paths,
+        profiles=profiles,
+        settings=_settings(config, sm_count, profiles),
+        mps_control=mps_control,
+        warnings=tuple(_system_mps_warning(policy) + resolved.warnings),
+    )

@@ -1,0 +1,488 @@
+"""``orion colocate``: run the clients of a jobs config under one sharing policy, record it all.
+
+The order matters and is fixed: check every prerequisite (:mod:`colocation.preflight`), create
+the run directory, set up the scheduler's shared state, the private MPS daemon (MPS policies) and
+the GPU monitor, then start the clients, wait until all have warmed up, and give them one common
+measurement window starting half a second later. Under ``dedicated`` each client runs alone, one
+after another, each in its own window of the same length.
+
+However the run ends (the window is over, a client crashes, Ctrl-C, SIGTERM, ``stop_event``),
+the clients are stopped first (they hold the GPU and the MPS server), then the monitor, the MPS
+daemon and the shared memory go, and ``run.json`` gets its final state: ``complete``,
+``incomplete`` (interrupted) or ``failed`` (every client failed). An interrupt is re-raised as
+``KeyboardInterrupt`` afterwards, so callers still see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from colocation.arrivals import derive_seed
+from colocation.config import JobsConfig
+from colocation.gpu_monitor import GpuMonitor
+from colocation.mps import MpsDaemon, private_mps_daemon
+from colocation.preflight import RunPlan, prepare_run
+from colocation.processes import FINISHED, READY, RUNNING, WAITING, WARMING_UP, ClientProcess
+from colocation.protocol import ClientSpec, spec_path
+from colocation.runclock import RunClock
+from colocation.rundir import (
+    STATUS_COMPLETE,
+    STATUS_FAILED,
+    RunRecord,
+    create_run_dir,
+)
+from colocation.scheduler_log import SchedulerRecorder
+from colocation.signals import DeferredSignals, sigterm_as_interrupt
+
+START_DELAY_S = 0.5
+"""Between the last client becoming ready and the window's start: every client has the start
+message well before it, so all begin at the same instant."""
+DRAIN_S = 5.0
+"""After the window, how long inference clients may still serve requests that arrived in it."""
+_DRAIN_GRACE_S = 5.0
+_TICK_S = 0.1
+_PROGRESS_INTERVAL_S = 0.5
+_TRACE_INTERVAL_S = 0.5
+_STATS_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class ClientProgress:
+    """One client, as the live view shows it."""
+
+    name: str
+    role: str
+    mode: str
+    state: str
+    pid: int | None
+    done: int
+    """Requests served or iterations run so far."""
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """The run so far, reported about every half second."""
+
+    run_dir: Path
+    policy: str
+    phase: int
+    """1-based; ``dedicated`` runs one phase per client, other policies one in all."""
+    phases: int
+    state: str
+    """``starting``, ``warming up``, ``measuring``, ``draining`` or ``stopping``."""
+    elapsed_s: float | None
+    """Seconds since the current window started (``None`` before it)."""
+    remaining_s: float | None
+    """Seconds to the window's end (``None`` when unknown: before it, or in requests mode)."""
+    clients: tuple[ClientProgress, ...]
+    hp_requests: int
+    """HP requests that arrived inside the window and finished, so far."""
+    hp_p50_ms: float | None
+    hp_p99_ms: float | None
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended and where its record is."""
+
+    run_dir: Path
+    status: str
+    warnings: tuple[str, ...]
+    failed_clients: tuple[str, ...]
+
+
+ProgressCallback = Callable[[RunProgress], None]
+
+
+def run_jobs(
+    config: JobsConfig,
+    *,
+    progress: ProgressCallback | None = None,
+    stop_event: threading.Event | None = None,
+    plan: RunPlan | None = None,
+    ready_timeout_s: float = 600.0,
+    stop_timeout_s: float = 30.0,
+) -> RunOutcome:
+    """Run ``config`` and record it in a new run directory under ``run.output_dir``.
+
+    ``plan`` is :func:`colocation.preflight.prepare_run`'s result when the caller already made
+    it (to show its warnings first); otherwise it is made here, and any refusal happens before
+    anything is created. ``progress`` is called about every 0.5 s from this thread; an exception
+    it raises ends the run like Ctrl-C does. Setting ``stop_event`` stops the run early
+    (``incomplete``), as Ctrl-C and SIGTERM do; all three re-raise ``KeyboardInterrupt``.
+    """
+    plan = plan if plan is not None else prepare_run(config)
+    return _Runner(plan, progress, stop_event, ready_timeout_s, stop_timeout_s).run()
+
+
+class _Runner:
+    """One run's moving parts; lives for one :func:`run_jobs` call."""
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        progress: ProgressCallback | None,
+        stop_event: threading.Event | None,
+        ready_timeout_s: float,
+        stop_timeout_s: float,
+    ) -> None:
+        self.plan = plan
+        self.config = plan.config
+        self.policy = plan.policy
+        self.progress = progress
+        self.stop_event = stop_event
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.clients: list[ClientProcess] = []
+        self.stack = contextlib.ExitStack()
+        self.scheduler: Any = None
+        self.recorder: SchedulerRecorder | None = None
+        self.monitor: GpuMonitor | None = None
+        self.mps: MpsDaemon | None = None
+        self.mps_notes: list[str] = []
+        self.phase = 0
+        self.phases = 1
+        self.state = "starting"
+        self.window: tuple[float, float | None] | None = None
+        self._gone: set[int] = set()
+        self._closing = False
+        self._last_progress = self._last_trace = self._last_stats = 0.0
+
+    # -- the whole run --------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        with sigterm_as_interrupt():
+            self.run_dir = create_run_dir(self.config.run.output_dir, self.policy.name)
+            self.clock = RunClock.starting_now()
+            self.record = RunRecord.begin(
+                self.run_dir,
+                policy=self.policy.name,
+                config=self.config.to_json_dict(),
+                environment={**self.plan.environment, "client_device": self.plan.device},
+                clients=[self._entry(client) for client in self.config.clients],
+                warnings=self.plan.warnings,
+            )
+            with self.record:  # leaving by an exception marks the run incomplete
+                try:
+                    self._set_up()
+                    self._emit(force=True)
+                    self._run_phases()
+                finally:
+                    with DeferredSignals():
+                        self._tear_down()
+                return self._finish()
+
+    def _entry(self, client: Any) -> dict[str, Any]:
+        """The client's first run.json entry; the changing fields are filled in as it runs."""
+        profile = self.plan.profile_paths.get(client.name)
+        return {
+            "name": client.name,
+            "role": client.role,
+            "workload": client.workload,
+            "mode": client.mode,
+            "batch_size": client.batch_size,
+            "dtype": client.dtype,
+            "options": dict(client.options),
+            "arrivals": client.arrivals.model_dump(mode="json") if client.arrivals else None,
+            "profile": str(profile) if profile is not None else None,
+            "seed": derive_seed(self.config.run.seed, client.name),
+            "table": f"clients/{client.name}.csv",
+            "log": f"logs/{client.name}.log",
+            "spec": f"clients/{client.name}.spec.json",
+            "pid": None,
+            "exit_code": None,
+            "error": None,
+            "log_tail": [],
+            "window_start_s": None,
+            "window_end_s": None,
+        }
+
+    def _set_up(self) -> None:
+        from postprocess import kernel_identity_table
+        from scheduler_core import SchedulerRun
+
+        self.scheduler = self.stack.enter_context(SchedulerRun(self.plan.settings))
+        for client in self.config.clients:
+            profile = self.plan.profiles.get(client.name)
+            kernels = kernel_identity_table(profile) if profile is not None else None
+            index = self.scheduler.add_client(client.name, client.role, kernels)
+            self.clients.append(ClientProcess(client, index, self.run_dir))
+            self._spec(client).write(spec_path(self.run_dir, client.name))
+        self.scheduler.publish()
+        self.recorder = SchedulerRecorder(self.scheduler, self.run_dir, self.clock)
+        self.stack.callback(self.recorder.close)  # before the shared state is removed
+        if self.policy.uses_mps:
+            self.mps = self.stack.enter_context(
+                private_mps_daemon(
+                    self.run_dir, control=self.plan.mps_control, notes=self.mps_notes
+                )
+            )
+            self.record.data["mps"] = {
+                "pid": self.mps.pid,
+                "pipe_dir": str(self.mps.pipe_dir),
+                "log_dir": str(self.mps.log_dir),
+            }
+        self.monitor = GpuMonitor(self.run_dir / "gpu.csv", self.clock, self.config.run.gpu)
+        if not self.monitor.start() and self.monitor.note:
+            self.record.note(self.monitor.note)
+        self.stack.callback(self.monitor.stop)
+        self.phases = len(self._phase_plan())
+        self.record.save()
+
+    def _spec(self, client: Any) -> ClientSpec:
+        run = self.config.run
+        highest = self.policy.hp_stream_priority_by_client and client.is_hp
+        return ClientSpec(
+            name=client.name,
+            role=client.role,
+            workload=client.workload,
+            mode=client.mode,
+            batch_size=client.batch_size,
+            dtype=client.dtype,
+            device=self.plan.device,
+            table=f"clients/{client.name}.csv",
+            clock_origin_ns=self.clock.origin_ns,
+            seed=derive_seed(run.seed, client.name),
+            warmup_steps=run.warmup_steps,
+            stream_priority="highest" if highest else "default",
+            arrivals=client.arrivals.model_dump(mode="json") if client.arrivals else None,
+            requests=run.requests if client.is_hp else None,
+            drain_s=DRAIN_S,
+            options=dict(client.options),
+        )
+
+    def _phase_plan(self) -> list[list[ClientProcess]]:
+        """Which clients run together: all at once, or (``dedicated``) one after another."""
+        if not self.policy.sequential:
+            return [list(self.clients)]
+        # HP first: in requests mode its measured time sets the others' window length
+        return [[client] for client in sorted(self.clients, key=lambda c: not c.config.is_hp)]
+
+    def _run_phases(self) -> None:
+        phases = self._phase_plan()
+        requests_mode = self.config.run.requests is not None
+        length = self.config.run.duration_s
+        for number, phase in enumerate(phases, start=1):
+            self.phase = number
+            hp = next((c for c in phase if c.config.is_hp), None)
+            if requests_mode and hp is None:
+                if length is None:
+                    for client in phase:
+                        client.fail("not run: the HP client measured no time span to match")
+                    continue
+                self._run_phase(phase, length, None)
+            else:
+                self._run_phase(
+                    phase, None if requests_mode else length, hp if requests_mode else None
+                )
+            if requests_mode and hp is not None:
+                start, end = hp.window_start_s, hp.window_end_s
+                length = end - start if start is not None and end is not None else None
+
+    def _run_phase(
+        self, phase: list[ClientProcess], length: float | None, requests_hp: ClientProcess | None
+    ) -> None:
+        """Start ``phase``'s clients, measure one common window, stop them.
+
+        ``length`` is the window in seconds; ``None`` with ``requests_hp``: the window lasts
+        until that client has served its requests (``run.requests``).
+        """
+        base = dict(os.environ)
+        if self.mps is not None:
+            base.update(self.mps.environment)
+        for client in phase:
+            client.spawn(self.scheduler.client_environment(client.index, base=base))
+        self._save()  # pids, so an operator can find (and kill) a client right away
+
+        self.state = "warming up"
+        self.window = None
+        deadline = time.monotonic() + self.ready_timeout_s
+        while any(c.state == WARMING_UP for c in phase):
+            self._tick(phase)
+            if time.monotonic() >= deadline:
+                for client in phase:
+                    if client.state == WARMING_UP:
+                        client.fail(f"not ready after {self.ready_timeout_s:.0f} s of warm-up")
+                break
+        ready = [c for c in phase if c.state == READY]
+        if not ready or (requests_hp is not None and requests_hp not in ready):
+            if requests_hp is not None and ready:
+                self.record.note("the HP client failed before the start: nothing was measured")
+            self._stop_phase(phase)
+            return
+
+        start = self.clock.now() + START_DELAY_S
+        end = start + length if length is not None else None
+        for client in ready:
+            client.start(start, length)
+        self.window = (start, end)
+        self.state = "measuring"
+        self._save()
+        while any(c.alive for c in phase):
+            self._tick(phase)
+            if requests_hp is not None:
+                if requests_hp.state == FINISHED or not requests_hp.alive:
+                    break
+                continue
+            now = self.clock.now()
+            if end is not None and now >= end:
+                self.state = "draining"
+                serving = [
+                    c for c in phase if c.alive and c.config.mode == "infer" and c.state == RUNNING
+                ]
+                if not serving or now >= end + DRAIN_S + _DRAIN_GRACE_S:
+                    break
+        if requests_hp is not None:
+            last = requests_hp.finished_info.get("last_end_s")
+            measured_end = float(last) if last is not None else self.clock.now()
+            for client in ready:
+                client.window_end_s = measured_end
+            self.window = (start, measured_end)
+        self._stop_phase(phase)
+
+    def _stop_phase(self, phase: list[ClientProcess]) -> None:
+        """Stop every client of ``phase``: ask, wait, then kill what is left."""
+        self.state = "stopping"
+        for client in phase:
+            if not client.alive:
+                continue
+            client.stop()
+            if client.state in (WARMING_UP, WAITING, READY):
+                # it measured nothing, so nothing is lost by not waiting for its warm-up
+                client.fail("stopped before the measurement started")
+                client.kill()
+        deadline = time.monotonic() + self.stop_timeout_s
+        while any(c.alive for c in phase) and time.monotonic() < deadline:
+            self._tick(phase, check_stop=False)
+        for client in phase:
+            if client.alive:
+                client.fail(f"did not exit within {self.stop_timeout_s:.0f} s of stop; killed")
+                client.kill()
+                client.wait(5.0)
+            self._ended(client)
+        self._save()
+
+    # -- while running --------------------------------------------------------------------
+    def _tick(self, phase: list[ClientProcess], *, check_stop: bool = True) -> None:
+        """Wait a little for messages, then handle them, ended clients, trace and progress."""
+        if check_stop and self.stop_event is not None and self.stop_event.is_set():
+            raise KeyboardInterrupt("stop requested")
+        fds = [c.reader.fd for c in phase if c.reader is not None and not c.reader.eof]
+        if fds:
+            select.select(fds, [], [], _TICK_S)
+        else:
+            time.sleep(_TICK_S)
+        for client in self.clients:
+            was_alive = client.alive
+            client.poll()
+            if was_alive and not client.alive:
+                self._ended(client)
+                self._save()
+        now = time.monotonic()
+        if self.recorder is not None and now - self._last_trace >= _TRACE_INTERVAL_S:
+            self._last_trace = now
+            self.recorder.drain_trace()
+        if self.recorder is not None and now - self._last_stats >= _STATS_INTERVAL_S:
+            self._last_stats = now
+            self.recorder.write_stats()
+        self._emit()
+
+    def _ended(self, client: ClientProcess) -> None:
+        """Tell the scheduler nobody need wait on a client that is gone (crashed or not)."""
+        if client.process is None or client.alive or client.index in self._gone:
+            return
+        self._gone.add(client.index)
+        self.scheduler.mark_gone(client.index, client.failed)
+
+    def _emit(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress is None or self._closing:
+            return  # never during tear-down: a callback that raised once may raise again
+        if not force and now - self._last_progress < _PROGRESS_INTERVAL_S:
+            return
+        self._last_progress = now
+        self.progress(self._snapshot())
+
+    def _snapshot(self) -> RunProgress:
+        elapsed = remaining = None
+        if self.window is not None:
+            now = self.clock.now()
+            elapsed = now - self.window[0]
+            if self.window[1] is not None:
+                remaining = max(0.0, self.window[1] - now)
+        hp = next((c for c in self.clients if c.config.is_hp), None)
+        latencies = np.asarray(hp.latencies_ms if hp is not None else [], dtype=float)
+        p50 = p99 = None
+        if latencies.size:
+            p50, p99 = (float(v) for v in np.percentile(latencies, [50, 99]))
+        return RunProgress(
+            run_dir=self.run_dir,
+            policy=self.policy.name,
+            phase=self.phase,
+            phases=self.phases,
+            state=self.state,
+            elapsed_s=elapsed,
+            remaining_s=remaining,
+            clients=tuple(
+                ClientProgress(
+                    name=c.name,
+                    role=c.config.role,
+                    mode=c.config.mode,
+                    state=c.state,
+                    pid=c.pid,
+                    done=c.done,
+                    error=c.error,
+                )
+                for c in self.clients
+            ),
+            hp_requests=int(latencies.size),
+            hp_p50_ms=p50,
+            hp_p99_ms=p99,
+            warnings=self.plan.warnings,
+        )
+
+    def _save(self) -> None:
+        for client in self.clients:
+            self.record.client(client.name).update(client.record())
+        starts = [c.window_start_s for c in self.clients if c.window_start_s is not None]
+        ends = [c.window_end_s for c in self.clients if c.window_end_s is not None]
+        self.record.data["measure_start_s"] = min(starts) if starts else None
+        self.record.data["measure_end_s"] = max(ends) if ends else None
+        self.record.save()
+
+    # -- the end --------------------------------------------------------------------------
+    def _tear_down(self) -> None:
+        """Clients first (they hold the GPU and the MPS server), then everything else."""
+        self._closing = True
+        try:
+            alive = [c for c in self.clients if c.alive]
+            if alive:
+                self._stop_phase(alive)
+        finally:
+            try:
+                self.stack.close()  # trace + stats, GPU monitor, MPS daemon, shared memory
+            finally:
+                for client in self.clients:
+                    client.close_pipes()
+                if self.monitor is not None and self.monitor.note:
+                    self.record.note(self.monitor.note)
+                for note in self.mps_notes:
+                    self.record.note(note)
+                self._save()
+
+    def _finish(self) -> RunOutcome:
+        failed = tuple(c.name for c in self.clients if c.failed)
+        status = STATUS_FAILED if len(failed) == len(self.clients) else STATUS_COMPLETE
+        self.record.finish(status)
+        return RunOutcome(self.run_dir, status, self.plan.warnings, failed)

@@ -1,0 +1,76 @@
+"""The preload library's statistics and kernel trace, copied into the run directory.
+
+Both live in the run's shared memory, which is removed when the run ends, and the trace is a
+ring per client that overwrites itself: the runner copies it out every half second while the
+clients run (``trace.csv``) and rewrites ``scheduler.json`` periodically, so even an interrupted
+run keeps what the scheduler saw up to then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from colocation.runclock import RunClock
+from colocation.rundir import TRACE_COLUMNS, CsvTable
+from orion_common.atomic_io import write_json_atomic
+
+
+class SchedulerRecorder:
+    """Writes ``scheduler.json`` and (when tracing) ``trace.csv`` from a ``SchedulerRun``."""
+
+    def __init__(self, scheduler: Any, run_dir: Path, clock: RunClock) -> None:
+        self._scheduler = scheduler
+        self._clock = clock
+        self._stats_path = run_dir / "scheduler.json"
+        self._seq: dict[str, int] = defaultdict(int)
+        self._trace: CsvTable | None = None
+        if scheduler.settings.trace_capacity:
+            self._trace = CsvTable(run_dir / "trace.csv", TRACE_COLUMNS)
+
+    def _seconds(self, value: Any) -> float | None:
+        return self._clock.seconds(int(value)) if value else None
+
+    def drain_trace(self) -> int:
+        """Append the launches recorded since the last call; returns how many."""
+        if self._trace is None:
+            return 0
+        records = self._scheduler.drain_trace()
+        for row in records.itertuples(index=False):
+            client = str(row.client)
+            seq = self._seq[client]
+            self._seq[client] = seq + 1
+            self._trace.append(
+                (
+                    client,
+                    seq,
+                    str(row.kernel_name),
+                    str(row.kernel_class),
+                    int(row.sm_needed),
+                    int(row.duration_ns),
+                    self._seconds(row.enqueue_ns),
+                    self._seconds(row.launch_ns),
+                )
+            )
+        self._trace.flush()
+        return len(records)
+
+    def write_stats(self) -> None:
+        stats = self._scheduler.stats()
+        run_meta = stats.pop("_run", None)
+        data: dict[str, Any] = {
+            "clients": stats,
+            "settings": dataclasses.asdict(self._scheduler.settings),
+        }
+        if run_meta is not None:
+            data["trace_records_lost"] = run_meta.get("trace_records_lost", 0)
+        write_json_atomic(self._stats_path, data)
+
+    def close(self) -> None:
+        """Copy out the last trace records and statistics (before the shared state goes)."""
+        self.drain_trace()
+        self.write_stats()
+        if self._trace is not None:
+            self._trace.close()

@@ -1,0 +1,470 @@
+"""`orion profile`: Nsight Compute over one step of a workload -> the scheduler's profile file.
+
+The work is :func:`profiler.pipeline.profile_workload` (or :func:`~profiler.pipeline.
+profile_from_ncu` for ``--from-ncu``); this module only validates the request, shows progress and
+prints the summary. The profiler is imported inside the command so that ``orion --help`` stays
+fast.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from orion_cli._common import (
+    BatchSizeOpt,
+    DTypeOpt,
+    ModeOpt,
+    WorkloadArg,
+    console,
+    handle_errors,
+    interactive,
+)
+from orion_common.errors import OrionError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pandas as pd
+
+    from profiler.pipeline import ProfileResult, ProgressListener
+
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Folder for the profile and ncu's raw output (default: the profile folder the "
+        "scheduler searches, per GPU; with --from-ncu, the CSV's folder).",
+        show_default=False,
+    ),
+]
+ReplayModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--replay-mode",
+        help="ncu replay mode: kernel (default for infer) or application (default for train: "
+        "kernel replay saves and restores all GPU memory per kernel pass).",
+        show_default=False,
+    ),
+]
+WarmupOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--warmup",
+        help="Warm-up steps before the profiled one (default: 10 infer, 3 train).",
+        show_default=False,
+    ),
+]
+FromNcuOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--from-ncu",
+        help="Re-make the profile from a saved ncu raw CSV (ncu_raw.csv) without a GPU.",
+        show_default=False,
+    ),
+]
+MeasuredOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--measured",
+        help="With --from-ncu: the measured kernel table (default: measured.csv beside it).",
+        show_default=False,
+    ),
+]
+
+_PHASE_LABELS = {
+    "measure": "measuring (un-instrumented pass)",
+    "ncu": "profiling with ncu",
+    "postprocess": "post-processing",
+}
+_PATH_LABELS = {"ncu_report": "ncu report (Nsight Compute GUI)"}
+_TOP_KERNELS = 10
+_NAME_WIDTH = 52
+_BAR_WIDTH = 30
+
+
+@handle_errors
+def profile_command(
+    workload: WorkloadArg,
+    mode: ModeOpt = "infer",
+    batch_size: BatchSizeOpt = 1,
+    dtype: DTypeOpt = "fp32",
+    output: OutputOpt = None,
+    replay_mode: ReplayModeOpt = None,
+    warmup: WarmupOpt = None,
+    from_ncu: FromNcuOpt = None,
+    measured: MeasuredOpt = None,
+) -> None:
+    """Profile one steady-state step of a workload with Nsight Compute.
+
+    An un-instrumented pass times the kernels, then ncu profiles exactly one step.
+
+    The result is the per-kernel profile the scheduler reads.
+
+    Needs an NVIDIA GPU, ncu and GPU counter permission (not with --from-ncu).
+    """
+    from workloads import WorkloadSpec
+
+    spec = WorkloadSpec(workload, mode=mode, batch_size=batch_size, dtype=dtype)
+    spec.validate()
+    if from_ncu is None:
+        if measured is not None:
+            raise OrionError("--measured only applies with --from-ncu")
+        result = _profile_live(spec, output, replay_mode, warmup)
+    else:
+        if replay_mode is not None or warmup is not None:
+            raise OrionError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
+        from profiler.pipeline import profile_from_ncu
+
+        result = profile_from_ncu(
+            from_ncu,
+            workload=spec.name,
+            mode=spec.mode,
+            batch_size=spec.batch_size,
+            dtype=spec.dtype,
+            measured_csv=measured,
+            out_dir=output,
+        )
+    show_summary(result)
+
+
+def _profile_live(
+    spec: Any, output: Path | None, replay_mode: str | None, warmup: int | None
+) -> ProfileResult:
+    from profiler.ncu_runner import check_replay_mode
+    from profiler.pipeline import profile_workload
+
+    if replay_mode is not None:
+        check_replay_mode(replay_mode)
+    if warmup is not None and warmup < 0:
+        raise OrionError(f"--warmup must be >= 0, got {warmup}")
+    with _progress_listener() as listener:
+        return profile_workload(
+            spec, output, replay_mode=replay_mode, warmup=warmup, progress=listener
+        )
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, seconds = divmod(round(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _listener_classes() -> tuple[type[ProgressListener], type[ProgressListener]]:
+    """Built on first use: the base class lives in the lazily imported profiler."""
+    from profiler.pipeline import ProgressListener
+
+    class RichListener(ProgressListener):
+        """A live bar per phase; kernels profiled of the total, with time remaining."""
+
+        def __init__(self, progress: Progress) -> None:
+            self.progress = progress
+            self.task: Any = None
+            self.total: int | None = None
+            self.passes = 0
+            self.done = 0
+
+        def phase_started(
+            self, phase: str, *, total: int | None = None, estimate_s: float | None = None
+        ) -> None:
+            label = _PHASE_LABELS.get(phase, phase)
+            if estimate_s:
+                label += f" (first guess: {_seconds(estimate_s)})"
+            self.total, self.passes, self.done = total, 0, 0
+            self.task = self.progress.add_task(label, total=total, count="")
+
+        def kernel_profiled(self, done: int, total: int | None, name: str) -> None:
+            self.done = done
+            if total is not None:
+                self.progress.update(
+                    self.task, completed=done, total=total, count=f"{done}/{total} kernels"
+                )
+            else:
+                self.progress.update(
+                    self.task,
+                    completed=done,
+                    count=f"{done} kernels",
+                    description=self._application_replay_text(),
+                )
+
+        def ncu_pass(self, number: int) -> None:
+            self.passes = number
+            if self.total is None:
+                self.progress.update(self.task, description=self._application_replay_text())
+
+        def _application_replay_text(self) -> str:
+            return f"profiling with ncu (application replay), pass {max(self.passes, 1)}:"
+
+        def phase_finished(self, phase: str, seconds: float) -> None:
+            total = self.total if self.total is not None else max(self.done, 1)
+            self.progress.update(
+                self.task,
+                total=total,
+                completed=total,
+                description=f"{_PHASE_LABELS.get(phase, phase)}: done in {_seconds(seconds)}",
+            )
+
+    class PlainListener(ProgressListener):
+        """Plain lines for logs and pipes: phase boundaries and every tenth of the kernels."""
+
+        def __init__(self) -> None:
+            self.next_report = 0
+            self.step = 50
+
+        def phase_started(
+            self, phase: str, *, total: int | None = None, estimate_s: float | None = None
+        ) -> None:
+            text = f"{_PHASE_LABELS.get(phase, phase)}"
+            if total is not None:
+                text += f": {total} kernels"
+            if estimate_s:
+                text += f" (first guess: {_seconds(estimate_s)})"
+            console.print(text + " ...", highlight=False)
+            self.step = max(1, math.ceil(total / 10)) if total else 50
+            self.next_report = self.step
+
+        def kernel_profiled(self, done: int, total: int | None, name: str) -> None:
+            if done >= self.next_report or (total is not None and done == total):
+                of = f"/{total}" if total is not None else ""
+                console.print(f"  ncu: {done}{of} kernels profiled", highlight=False)
+                self.next_report = done + self.step
+
+        def ncu_pass(self, number: int) -> None:
+            if number > 1:
+                console.print(f"  ncu: pass {number}", highlight=False)
+                self.next_report = self.step
+
+        def phase_finished(self, phase: str, seconds: float) -> None:
+            label = _PHASE_LABELS.get(phase, phase)
+            console.print(f"{label}: done in {_seconds(seconds)}", highlight=False)
+
+    return RichListener, PlainListener
+
+
+@contextmanager
+def _progress_listener() -> Iterator[ProgressListener]:
+    rich_listener, plain_listener = _listener_classes()
+    if not interactive():
+        yield plain_listener()
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[count]}", justify="right"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        yield rich_listener(progress)
+
+
+# --- summary --------------------------------------------------------------------------------------
+
+
+def short_kernel_name(name: str, limit: int = _NAME_WIDTH) -> str:
+    """``void at::native::f<float, 4>(int, float*)`` -> ``at::native::f<…>``, then namespaces
+    dropped from the left until it fits: a table needs which kernel, not its signature."""
+    text = str(name).strip().removeprefix("void ")
+    text = text.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    out: list[str] = []
+    depth = 0
+    for char in text:
+        if char == "<":
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif char == "(" and depth == 0 and out:
+            break
+        elif depth == 0:
+            out.append(char)
+    short = "".join(out).strip() or text
+    while len(short) > limit and "::" in short:
+        short = short.split("::", 1)[1]
+    return short if len(short) <= limit else short[: limit - 1] + "…"
+
+
+def _ms(ns: float) -> str:
+    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else f"{ns / 1e6:.3f}"
+
+
+def _dims(row: Any, prefix: str) -> str:
+    values = [row[f"{prefix}_{axis}"] for axis in "xyz"]
+    return "x".join("?" if _missing(value) else str(int(value)) for value in values)
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return bool(value is None or math.isnan(float(value)))
+    except (TypeError, ValueError):
+        return False
+
+
+def _bar(part: float, whole: float) -> str:
+    if whole <= 0 or part <= 0:
+        return ""
+    return "█" * max(1, round(_BAR_WIDTH * part / whole))
+
+
+def show_summary(result: ProfileResult) -> None:
+    """The short report after profiling: where things are, how long, and what the job looks like."""
+    console.print()
+    console.print(f"[bold green]profile written:[/] {result.profile_path}", highlight=False)
+    _paths_table(result)
+    _timings_table(result)
+    _kernel_counts(result)
+    _classes_table(result)
+    _top_kernels_table(result)
+    _sm_histogram_table(result)
+    _match_line(result)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+def _paths_table(result: ProfileResult) -> None:
+    table = Table(title="files", title_justify="left", show_header=False, box=None)
+    table.add_column("what", style="bold")
+    table.add_column("path", overflow="fold")
+    for name, path in result.paths.items():
+        if name == "profile" or not Path(path).exists():
+            continue
+        label = _PATH_LABELS.get(name, name.replace("_", " "))
+        table.add_row(label, str(path))
+    console.print(table)
+
+
+def _timings_table(result: ProfileResult) -> None:
+    table = Table(title="wall time", title_justify="left")
+    table.add_column("phase")
+    table.add_column("time", justify="right")
+    labels = {
+        "measure_s": "measuring",
+        "ncu_s": "ncu",
+        "ncu_import_s": "  of which report -> CSV",
+        "postprocess_s": "post-processing",
+        "total_s": "total",
+    }
+    for key, label in labels.items():
+        if key in result.timings:
+            table.add_row(label, _seconds(result.timings[key]))
+    console.print(table)
+
+
+def _kernel_counts(result: ProfileResult) -> None:
+    text = (
+        f"[bold]{result.kernel_count}[/] kernels in the profiled step "
+        f"({result.summary.identity_count} distinct name/grid/block)"
+    )
+    if result.measured_kernels is not None:
+        text += f"; the measured step launched {result.measured_kernels}"
+    if result.replay_mode:
+        text += f"; ncu replay mode: {result.replay_mode}"
+    console.print(text, highlight=False)
+
+
+def _classes_table(result: ProfileResult) -> None:
+    table = Table(title="time by kernel class", title_justify="left")
+    table.add_column("class")
+    table.add_column("kernels", justify="right")
+    table.add_column("ncu ms", justify="right")
+    table.add_column("ncu %", justify="right")
+    measured = result.measured_summary
+    if measured is not None:
+        table.add_column("measured ms", justify="right")
+        table.add_column("measured %", justify="right")
+    for index, row in result.summary.by_class.iterrows():
+        cells = [
+            str(row["kernel_class"]),
+            str(int(row["kernels"])),
+            _ms(row["duration_ns"]),
+            f"{row['share_pct']:.1f}",
+        ]
+        if measured is not None:
+            other = measured.by_class.loc[index]
+            cells += [_ms(other["duration_ns"]), f"{other['share_pct']:.1f}"]
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _top_kernels_table(result: ProfileResult) -> None:
+    summary = result.measured_summary or result.summary
+    which = "measured" if result.measured_summary is not None else "ncu (replayed)"
+    top: pd.DataFrame = summary.top_kernels.head(_TOP_KERNELS)
+    table = Table(title=f"top {len(top)} kernels by {which} time", title_justify="left")
+    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
+    table.add_column("grid")
+    table.add_column("block")
+    table.add_column("launches", justify="right")
+    table.add_column("class")
+    table.add_column("SMs", justify="right")
+    table.add_column("ms", justify="right")
+    table.add_column("%", justify="right")
+    for _, row in top.iterrows():
+        table.add_row(
+            short_kernel_name(row["demangled_name"]),
+            _dims(row, "grid"),
+            _dims(row, "block"),
+            str(int(row["launches"])),
+            str(row["kernel_class"]),
+            "?" if _missing(row["sm_needed"]) else str(int(row["sm_needed"])),
+            _ms(row["duration_ns"]),
+            f"{row['share_pct']:.1f}",
+        )
+    console.print(table)
+
+
+def _sm_histogram_table(result: ProfileResult) -> None:
+    summary = result.measured_summary or result.summary
+    histogram = summary.sm_needed_histogram
+    sm_count = result.profile.metadata.get("sm_count")
+    title = "SMs each kernel needs" + (f" (of {sm_count})" if sm_count else "")
+    table = Table(title=title, title_justify="left")
+    table.add_column("SMs needed")
+    table.add_column("kernels", justify="right")
+    table.add_column("")
+    table.add_column("ms", justify="right")
+    most = float(histogram["kernels"].max()) if len(histogram) else 0.0
+    for _, row in histogram.iterrows():
+        table.add_row(
+            str(row["bin"]),
+            str(int(row["kernels"])),
+            f"[cyan]{_bar(float(row['kernels']), most)}[/]",
+            _ms(row["duration_ns"]),
+        )
+    console.print(table)
+
+
+def _match_line(result: ProfileResult) -> None:
+    report = result.match_report
+    if report is None:
+        console.print("measured durations: none (no measured kernel table)")
+        return
+    text = (
+        f"measured durations: {report.matched} of {result.kernel_count} kernels matched"
+        f" ({report.only_in_ncu} only in ncu, {report.only_in_measured} only in the measured pass"
+    )
+    if report.matched_by_base_name:
+        text += f", {report.matched_by_base_name} by bare function name"
+    console.print(text + ")", highlight=False)

@@ -1,0 +1,704 @@
+"""``orion profile`` as a library call: measure, profile with ncu, post-process, write.
+
+Order matters. Prerequisites (a CUDA GPU, ncu, counter permission) are checked before anything
+runs, so a missing piece costs seconds rather than a half-finished run. The measurement pass goes
+first because it is cheap and tells how many kernels one step launches: the total for the ncu
+progress bar and the basis of its time estimate. Post-processing is the pure
+:mod:`postprocess` pipeline, so :func:`profile_from_ncu` can redo it anywhere from the files a
+run leaves behind.
+
+Files in the output folder (the profile's folder by default):
+
+- ``measured.csv`` / ``measured_steps.csv``: the un-instrumented pass (medians / every step);
+- ``software.json``: versions as the profiled process saw them;
+- ``profile.ncu-rep``: ncu's report of the profiled step (open it in the Nsight Compute GUI);
+- ``ncu_raw.csv``: that report as ncu's raw CSV (``ncu --import``'s stdout, unchanged);
+- ``ncu.log``: the profiling run's output (ncu's progress lines and the profiled program's),
+  then the conversion's stderr;
+- ``profile.csv``: the profile; ``profile_run.json``: timings, counts, match report, commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orion_common import sysinfo
+from orion_common.atomic_io import write_json_atomic
+from orion_common.errors import OrionError
+from orion_common.sysinfo import COUNTER_PERMISSION_HINT, GpuFacts
+from postprocess import (
+    MatchReport,
+    Profile,
+    ProfileSummary,
+    attach_measured_durations,
+    build_profile,
+    default_profile_path,
+    read_ncu_raw_csv,
+    summarize_profile,
+    write_profile,
+)
+from profiler.measure import StepConsistency, check_steps, read_measured
+from profiler.ncu_runner import (
+    NCU_LOG,
+    RAW_CSV,
+    REPORT,
+    NcuRun,
+    available_tensor_metrics,
+    build_import_command,
+    build_ncu_command,
+    check_replay_mode,
+    command_text,
+    default_replay_mode,
+    default_warmup,
+    ncu_metrics,
+    run_ncu,
+    target_command,
+)
+from workloads import WorkloadSpec
+
+MEASURED_CSV = "measured.csv"
+MEASURED_STEPS_CSV = "measured_steps.csv"
+MEASURE_LOG = "measure.log"
+SOFTWARE_JSON = "software.json"
+PROFILE_CSV = "profile.csv"
+RUN_JSON = "profile_run.json"
+RUN_FORMAT = "orion-profile-run"
+RUN_VERSION = 1
+
+PHASES: tuple[str, ...] = ("measure", "ncu", "postprocess")
+DEFAULT_MEASURE_STEPS = 5
+SECONDS_PER_KERNEL_ESTIMATE = 0.3
+"""Kernel replay cost per kernel on the GPU machine (ResNet-50 bs4: 140 s for 460 kernels, 12
+metrics). It grows with the memory the process holds, which ncu saves and restores per pass, so
+it is only a first guess for the progress display."""
+
+_NO_NCU_HINT = "install Nsight Compute, put ncu on PATH, or set ORION_NCU=/path/to/ncu"
+
+
+class ProgressListener:
+    """What the pipeline reports while it runs; every method is a no-op here.
+
+    The CLI overrides them to draw progress; library callers may ignore progress entirely.
+    """
+
+    def phase_started(
+        self, phase: str, *, total: int | None = None, estimate_s: float | None = None
+    ) -> None:
+        """``phase`` is one of :data:`PHASES`; ``total`` the kernels the ncu phase expects
+        (None under application replay, whose pass count is unknown in advance)."""
+
+    def phase_finished(self, phase: str, seconds: float) -> None:
+        """``phase`` ended after ``seconds`` of wall time."""
+
+    def kernel_profiled(self, done: int, total: int | None, name: str) -> None:
+        """ncu finished profiling kernel number ``done`` (in the current pass)."""
+
+    def ncu_pass(self, number: int) -> None:
+        """ncu (re)started the program: pass ``number`` (1 for kernel replay)."""
+
+
+@dataclass(frozen=True)
+class Prerequisites:
+    """What a live profiling run needs, found before it starts."""
+
+    gpu: GpuFacts
+    ncu: Path
+    ncu_version: str | None
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """A finished profile and everything worth showing about how it was made.
+
+    ``timings`` holds ``measure_s``, ``ncu_s``, ``postprocess_s`` and ``total_s`` (only the
+    phases that ran), and ``ncu_import_s``: the part of ``ncu_s`` spent converting the report to
+    CSV; ``summary`` uses ncu's replayed durations, ``measured_summary`` the
+    un-instrumented ones (None when no launch was matched).
+    """
+
+    profile: Profile
+    out_dir: Path
+    paths: dict[str, Path]
+    timings: dict[str, float]
+    match_report: MatchReport | None
+    summary: ProfileSummary
+    measured_summary: ProfileSummary | None
+    warnings: tuple[str, ...] = ()
+    measured_kernels: int | None = None
+    replay_mode: str | None = None
+    commands: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def profile_path(self) -> Path:
+        return self.paths["profile"]
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.profile.kernels)
+
+
+# --- prerequisites --------------------------------------------------------------------------------
+
+
+def detect_gpu() -> GpuFacts:
+    """The GPU torch will profile on, or a clear OrionError when there is none."""
+    try:
+        import torch
+    except ImportError:
+        raise OrionError(
+            "orion profile needs torch with CUDA, and torch is not installed",
+            hint="pip install torch (a CUDA build matching the NVIDIA driver)",
+        ) from None
+    try:
+        available = bool(torch.cuda.is_available())
+    except Exception:  # a broken driver install raises instead of answering False
+        available = False
+    if not available:
+        built_for = torch.version.cuda
+        why = (
+            f"torch {torch.__version__} is a CPU-only build"
+            if built_for is None
+            else (f"torch {torch.__version__} (CUDA {built_for}) sees no CUDA GPU")
+        )
+        raise OrionError(
+            f"orion profile needs an NVIDIA GPU: {why}",
+            hint="run on a machine with an NVIDIA GPU and a CUDA build of torch "
+            "(`orion doctor` shows what is missing), or re-process an existing ncu CSV with "
+            "--from-ncu",
+        )
+    gpu = sysinfo.gpu_facts(0)
+    if gpu is None:
+        raise OrionError("torch reports a CUDA GPU but its properties cannot be read")
+    return gpu
+
+
+def check_prerequisites() -> Prerequisites:
+    """GPU, then ncu, then counter permission: each missing piece is one clear error."""
+    gpu = detect_gpu()
+    ncu = sysinfo.find_ncu()
+    if ncu is None:
+        override = os.environ.get("ORION_NCU")
+        where = (
+            f"ORION_NCU={override} is not an executable file"
+            if override
+            else ("not on PATH nor in /usr/local/cuda/bin")
+        )
+        raise OrionError(f"Nsight Compute (ncu) not found: {where}", hint=_NO_NCU_HINT)
+    allowed, detail = sysinfo.profiling_counters_allowed()
+    if allowed is False:
+        raise OrionError(
+            f"this user may not read GPU performance counters: {detail}",
+            hint=COUNTER_PERMISSION_HINT,
+        )
+    return Prerequisites(gpu=gpu, ncu=ncu, ncu_version=sysinfo.ncu_version(ncu))
+
+
+# --- the measurement pass -------------------------------------------------------------------------
+
+
+def _child_env() -> dict[str, str]:
+    """The environment for the target: this orion importable even when not installed."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = root + (os.pathsep + existing if existing else "")
+    return env
+
+
+def _target_error(log_text: str) -> str | None:
+    for line in reversed(log_text.splitlines()):
+        if "] error: " in line:
+            return line.split("] error: ", 1)[1].strip()
+    return None
+
+
+def run_measure_pass(command: list[str], log: Path, env: Mapping[str, str]) -> None:
+    """Run the un-instrumented pass (``profiler.target --pass measure``); output to ``log``."""
+    with log.open("w", encoding="utf-8") as log_file:
+        result = subprocess.run(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            check=False,
+        )
+    if result.returncode != 0:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        reason = _target_error(text) or f"exit status {result.returncode}"
+        raise OrionError(f"the measurement pass failed: {reason}", hint=f"its output: {log}")
+
+
+# --- post-processing ------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _metadata(
+    spec: WorkloadSpec,
+    software: Mapping[str, Any],
+    *,
+    source: str,
+    ncu_version: str | None,
+    ncu_command: str | None,
+    replay_mode: str | None,
+    tensor_metrics: list[str] | None,
+    tensor_metrics_error: str | None,
+) -> dict[str, Any]:
+    return {
+        "gpu_name": software.get("gpu_name"),
+        "driver_version": software.get("driver_version"),
+        "cuda_version": software.get("cuda_version"),
+        "torch_version": software.get("torch_version"),
+        "cudnn_version": software.get("cudnn_version"),
+        "ncu_version": ncu_version,
+        "workload": spec.name,
+        "mode": spec.mode,
+        "batch_size": spec.batch_size,
+        "dtype": spec.dtype,
+        "source": source,
+        "ncu_command": ncu_command,
+        "options": spec.resolved_options(),
+        "replay_mode": replay_mode,
+        "tensor_metrics": tensor_metrics,
+        "tensor_metrics_error": tensor_metrics_error,
+        "software": dict(software) or None,
+    }
+
+
+def _postprocess(
+    raw_csv: Path, measured: pd.DataFrame | None, metadata: dict[str, Any]
+) -> tuple[Profile, MatchReport | None]:
+    profile = build_profile(read_ncu_raw_csv(raw_csv), metadata)
+    if measured is None:
+        return profile, None
+    return attach_measured_durations(profile, measured)
+
+
+def _summaries(profile: Profile) -> tuple[ProfileSummary, ProfileSummary | None]:
+    summary = summarize_profile(profile)
+    if profile.kernels["measured_duration_ns"].notna().any():
+        return summary, summarize_profile(profile, duration_column="measured_duration_ns")
+    return summary, None
+
+
+def _looks_demangled(names: pd.Series) -> bool:
+    """ncu's own demangled spelling (parameter lists, no ``_Z`` anywhere) instead of mangled."""
+    text = names.dropna().astype(str)
+    if text.empty or text.str.startswith("_Z").any():
+        return False
+    return bool(text.str.contains("(", regex=False).any())
+
+
+def quality_warnings(
+    profile: Profile,
+    report: MatchReport | None,
+    *,
+    consistency: StepConsistency | None = None,
+    measured_kernels: int | None = None,
+) -> list[str]:
+    """One sentence per thing a user should know before trusting the profile."""
+    kernels = profile.kernels
+    warnings: list[str] = []
+    unknown = int((kernels["kernel_class"].astype("string").fillna("unknown") == "unknown").sum())
+    if unknown:
+        warnings.append(
+            f"{unknown} of {len(kernels)} kernels have class 'unknown': a throughput counter was "
+            "missing (n/a) for them."
+        )
+    if _looks_demangled(kernels["kernel_name"]):
+        warnings.append(
+            "kernel names are ncu's demangled spelling, not mangled names: the scheduler "
+            "identifies kernels by the mangled name (run ncu with --print-kernel-base mangled)."
+        )
+    if report is None:
+        warnings.append(
+            "no measured pass: measured_duration_ns is empty and the scheduler falls back to "
+            "ncu's replayed durations."
+        )
+    else:
+        if report.only_in_ncu:
+            warnings.append(
+                f"{report.only_in_ncu} profiled kernels found no match in the measured pass; "
+                "their measured_duration_ns is empty."
+            )
+        if report.only_in_measured:
+            warnings.append(
+                f"{report.only_in_measured} measured kernels found no match in the ncu profile."
+            )
+        if report.matched_by_base_name:
+            warnings.append(
+                f"{report.matched_by_base_name} kernels matched only by their bare function name."
+            )
+    if consistency is not None and not consistency.consistent:
+        warnings.append(
+            f"the measured steps launched different kernel sequences ({consistency.agreeing_steps}"
+            f" of {consistency.steps} agree): {consistency.first_difference}."
+        )
+    if measured_kernels is not None and measured_kernels != len(kernels):
+        warnings.append(
+            f"the measured step launched {measured_kernels} kernels, the profiled step "
+            f"{len(kernels)}."
+        )
+    error = profile.metadata.get("tensor_metrics_error")
+    if error:
+        warnings.append(f"no tensor-pipe metrics: {error}.")
+    return warnings
+
+
+# --- the live run ---------------------------------------------------------------------------------
+
+
+def estimate_ncu_seconds(kernels: int, replay_mode: str, startup_s: float = 0.0) -> float | None:
+    """A first guess at the ncu pass's wall time (None when there is no basis for one).
+
+    ``startup_s`` is what the measurement pass took (interpreter, build, warm-up): the ncu pass
+    pays it too before the profiled step.
+    """
+    if replay_mode != "kernel" or kernels <= 0:
+        return None
+    return startup_s + kernels * SECONDS_PER_KERNEL_ESTIMATE
+
+
+def default_output_dir(spec: WorkloadSpec, gpu_name: str) -> Path:
+    """The folder of the profile the scheduler finds by default for ``spec`` on this GPU."""
+    return default_profile_path(spec.name, spec.mode, spec.batch_size, spec.dtype, gpu_name).parent
+
+
+def _clear_outputs(out_dir: Path) -> None:
+    """A folder holds one run: stale outputs of an earlier one must not mix with this run's."""
+    for name in (PROFILE_CSV, RUN_JSON, MEASURED_CSV, MEASURED_STEPS_CSV, SOFTWARE_JSON):
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def profile_workload(
+    spec: WorkloadSpec,
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    replay_mode: str | None = None,
+    warmup: int | None = None,
+    measure_steps: int = DEFAULT_MEASURE_STEPS,
+    progress: ProgressListener | None = None,
+) -> ProfileResult:
+    """Profile one steady-state step of ``spec`` and write its profile (see the module doc)."""
+    listener = progress or ProgressListener()
+    spec.validate()
+    replay = check_replay_mode(replay_mode or default_replay_mode(spec.mode))
+    warm = default_warmup(spec.mode) if warmup is None else warmup
+    if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
+        raise OrionError(f"warm-up steps must be an integer >= 0, got {warmup!r}")
+    if isinstance(measure_steps, bool) or not isinstance(measure_steps, int) or measure_steps < 1:
+        raise OrionError(f"measured steps must be an integer >= 1, got {measure_steps!r}")
+    if spec.device.split(":", 1)[0] != "cuda":
+        raise OrionError(f"orion profile runs workloads on CUDA, not on {spec.device!r}")
+    found = check_prerequisites()
+
+    folder = Path(out_dir) if out_dir is not None else default_output_dir(spec, found.gpu.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    _clear_outputs(folder)
+    env = _child_env()
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    target_args = {
+        "workload": spec.name,
+        "mode": spec.mode,
+        "batch_size": spec.batch_size,
+        "dtype": spec.dtype,
+        "options": spec.options,
+        "warmup": warm,
+    }
+
+    # 1. The un-instrumented pass: durations, and how many kernels one step launches.
+    listener.phase_started("measure")
+    measure_command = target_command(
+        **target_args,
+        pass_="measure",
+        output=folder / MEASURED_CSV,
+        steps=measure_steps,
+        steps_output=folder / MEASURED_STEPS_CSV,
+    )
+    phase_start = time.monotonic()
+    run_measure_pass(measure_command, folder / MEASURE_LOG, env)
+    measured = read_measured(folder / MEASURED_CSV)
+    consistency = None
+    if (folder / MEASURED_STEPS_CSV).is_file():
+        consistency = check_steps(pd.read_csv(folder / MEASURED_STEPS_CSV, keep_default_na=False))
+    timings["measure_s"] = time.monotonic() - phase_start
+    listener.phase_finished("measure", timings["measure_s"])
+    kernels_per_step = len(measured)
+
+    # 2. ncu over exactly one step.
+    total = kernels_per_step if replay == "kernel" else None
+    estimate = estimate_ncu_seconds(kernels_per_step, replay, startup_s=timings["measure_s"])
+    listener.phase_started("ncu", total=total, estimate_s=estimate)
+    phase_start = time.monotonic()
+    tensor = available_tensor_metrics(str(found.ncu))
+    ncu_command = build_ncu_command(
+        found.ncu,
+        target_command(**target_args, pass_="ncu", output=folder / SOFTWARE_JSON),
+        replay_mode=replay,
+        metrics=ncu_metrics(tensor.metrics),
+        report=folder / REPORT,
+    )
+    import_command = build_import_command(found.ncu, folder / REPORT)
+    ncu_run = run_ncu(
+        ncu_command,
+        folder,
+        import_command=import_command,
+        total=total,
+        on_kernel=listener.kernel_profiled,
+        on_pass=listener.ncu_pass,
+        env=env,
+    )
+    timings["ncu_s"] = time.monotonic() - phase_start
+    timings["ncu_import_s"] = ncu_run.import_wall_s
+    listener.phase_finished("ncu", timings["ncu_s"])
+
+    # 3. Post-processing.
+    listener.phase_started("postprocess")
+    phase_start = time.monotonic()
+    software = _read_json(folder / SOFTWARE_JSON)
+    metadata = _metadata(
+        spec,
+        software,
+        source="ncu",
+        ncu_version=found.ncu_version,
+        ncu_command=command_text(ncu_command),
+        replay_mode=replay,
+        tensor_metrics=list(tensor.metrics),
+        tensor_metrics_error=tensor.error,
+    )
+    profile, report = _postprocess(ncu_run.raw_csv, measured, metadata)
+    profile_path = write_profile(profile, folder / PROFILE_CSV)
+    summary, measured_summary = _summaries(profile)
+    warnings = quality_warnings(
+        profile, report, consistency=consistency, measured_kernels=kernels_per_step
+    )
+    timings["postprocess_s"] = time.monotonic() - phase_start
+    timings["total_s"] = time.monotonic() - started
+    paths = {
+        "profile": profile_path,
+        "ncu_report": ncu_run.report,
+        "ncu_raw": ncu_run.raw_csv,
+        "ncu_log": ncu_run.log,
+        "measured": folder / MEASURED_CSV,
+        "measured_steps": folder / MEASURED_STEPS_CSV,
+        "measure_log": folder / MEASURE_LOG,
+        "software": folder / SOFTWARE_JSON,
+        "run": folder / RUN_JSON,
+    }
+    commands = {
+        "measure": command_text(measure_command),
+        "ncu": command_text(ncu_command),
+        "ncu_import": command_text(import_command),
+    }
+    _write_run_record(
+        paths["run"],
+        spec=spec,
+        warmup=warm,
+        measure_steps=measure_steps,
+        replay_mode=replay,
+        timings=timings,
+        profile=profile,
+        summary=summary,
+        report=report,
+        consistency=consistency,
+        kernels_per_step=kernels_per_step,
+        ncu_run=ncu_run,
+        commands=commands,
+        warnings=warnings,
+    )
+    listener.phase_finished("postprocess", timings["postprocess_s"])
+    return ProfileResult(
+        profile=profile,
+        out_dir=folder,
+        paths=paths,
+        timings=timings,
+        match_report=report,
+        summary=summary,
+        measured_summary=measured_summary,
+        warnings=tuple(warnings),
+        measured_kernels=kernels_per_step,
+        replay_mode=replay,
+        commands=commands,
+    )
+
+
+def _report_json(report: MatchReport | None) -> dict[str, int] | None:
+    if report is None:
+        return None
+    return {
+        "matched": report.matched,
+        "matched_by_base_name": report.matched_by_base_name,
+        "only_in_ncu": report.only_in_ncu,
+        "only_in_measured": report.only_in_measured,
+    }
+
+
+def _write_run_record(
+    path: Path,
+    *,
+    spec: WorkloadSpec,
+    warmup: int,
+    measure_steps: int,
+    replay_mode: str,
+    timings: dict[str, float],
+    profile: Profile,
+    summary: ProfileSummary,
+    report: MatchReport | None,
+    consistency: StepConsistency | None,
+    kernels_per_step: int,
+    ncu_run: NcuRun,
+    commands: dict[str, str],
+    warnings: list[str],
+) -> None:
+    write_json_atomic(
+        path,
+        {
+            "format": RUN_FORMAT,
+            "version": RUN_VERSION,
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "workload": spec.name,
+            "mode": spec.mode,
+            "batch_size": spec.batch_size,
+            "dtype": spec.dtype,
+            "options": spec.resolved_options(),
+            "warmup_steps": warmup,
+            "measure_steps": measure_steps,
+            "replay_mode": replay_mode,
+            "ncu_version": profile.metadata.get("ncu_version"),
+            "timings_s": {key: round(value, 3) for key, value in timings.items()},
+            "kernels": {
+                "measured_per_step": kernels_per_step,
+                "profiled": len(profile.kernels),
+                "identities": summary.identity_count,
+                "ncu_progress_lines": ncu_run.progress_lines,
+                "ncu_passes": ncu_run.passes,
+            },
+            "measured_steps": consistency.to_json() if consistency is not None else None,
+            "match": _report_json(report),
+            "commands": commands,
+            "warnings": warnings,
+        },
+    )
+
+
+# --- re-processing a saved ncu CSV ----------------------------------------------------------------
+
+
+def profile_from_ncu(
+    raw_csv: str | os.PathLike[str],
+    *,
+    workload: str,
+    mode: str,
+    batch_size: int,
+    dtype: str,
+    options: Mapping[str, int] | None = None,
+    measured_csv: str | os.PathLike[str] | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
+) -> ProfileResult:
+    """Redo post-processing from a saved ncu raw CSV; needs no GPU, torch CUDA or ncu.
+
+    ``measured.csv`` beside the CSV is used when ``measured_csv`` is not given; versions come from
+    a ``software.json`` beside it when present (else they stay None), and the ncu version,
+    command and replay mode from a ``profile_run.json`` beside it. The profile goes to
+    ``out_dir`` (default: the CSV's folder) as ``profile.csv``; the run record is left alone.
+    """
+    spec = WorkloadSpec(workload, mode, batch_size, dtype, options=dict(options or {}))
+    spec.validate()
+    raw = Path(raw_csv)
+    if not raw.is_file():
+        raise OrionError(
+            f"ncu CSV not found: {raw}",
+            hint="give the ncu_raw.csv an earlier `orion profile` run left in its folder",
+        )
+    started = time.monotonic()
+    folder = raw.parent
+    if measured_csv is not None:
+        measured_path: Path | None = Path(measured_csv)
+    else:
+        beside = folder / MEASURED_CSV
+        measured_path = beside if beside.is_file() else None
+    measured = read_measured(measured_path) if measured_path is not None else None
+    software = _read_json(folder / SOFTWARE_JSON)
+    record = _read_json(folder / RUN_JSON)
+    commands = record.get("commands") if isinstance(record.get("commands"), dict) else {}
+    metadata = _metadata(
+        spec,
+        software,
+        source="ncu-csv",
+        ncu_version=record.get("ncu_version"),
+        ncu_command=commands.get("ncu"),
+        replay_mode=record.get("replay_mode"),
+        tensor_metrics=None,
+        tensor_metrics_error=None,
+    )
+    metadata["ncu_csv"] = str(raw)
+    profile, report = _postprocess(raw, measured, metadata)
+    target = Path(out_dir) if out_dir is not None else folder
+    target.mkdir(parents=True, exist_ok=True)
+    profile_path = write_profile(profile, target / PROFILE_CSV)
+    summary, measured_summary = _summaries(profile)
+    warnings = quality_warnings(
+        profile, report, measured_kernels=len(measured) if measured is not None else None
+    )
+    elapsed = time.monotonic() - started
+    paths = {"profile": profile_path, "ncu_raw": raw}
+    if measured_path is not None:
+        paths["measured"] = measured_path
+    return ProfileResult(
+        profile=profile,
+        out_dir=target,
+        paths=paths,
+        timings={"postprocess_s": elapsed, "total_s": elapsed},
+        match_report=report,
+        summary=summary,
+        measured_summary=measured_summary,
+        warnings=tuple(warnings),
+        measured_kernels=len(measured) if measured is not None else None,
+        replay_mode=record.get("replay_mode"),
+        commands=dict(commands),
+    )
+
+
+__all__ = [
+    "DEFAULT_MEASURE_STEPS",
+    "MEASURED_CSV",
+    "MEASURED_STEPS_CSV",
+    "NCU_LOG",
+    "PHASES",
+    "PROFILE_CSV",
+    "RAW_CSV",
+    "REPORT",
+    "RUN_JSON",
+    "SOFTWARE_JSON",
+    "Prerequisites",
+    "ProfileResult",
+    "ProgressListener",
+    "check_prerequisites",
+    "default_output_dir",
+    "detect_gpu",
+    "estimate_ncu_seconds",
+    "profile_from_ncu",
+    "profile_workload",
+    "quality_warnings",
+    "run_measure_pass",
+]

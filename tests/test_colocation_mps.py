@@ -1,0 +1,128 @@
+"""The private MPS daemon is started with the run's folders and always stopped, on CPU with a
+stand-in for nvidia-cuda-mps-control that behaves like it at the process boundary (daemonises,
+writes its pid file, quits on `quit`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from colocation import mps
+from colocation.mps import PID_FILE, private_mps_daemon, require_mps_control
+from orion_common.errors import OrionError
+
+FAKE_CONTROL = """#!/bin/sh
+# Stand-in for nvidia-cuda-mps-control: `-d` daemonises, stdin commands control the daemon.
+dir="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "$1" = "-d" ]; then
+  (
+    if [ -n "$FAKE_MPS_STUCK" ]; then trap '' TERM; fi
+    while [ -z "$FAKE_MPS_STUCK" ] && [ ! -e "$dir/quit" ]; do sleep 0.02; done
+    while [ -n "$FAKE_MPS_STUCK" ]; do sleep 0.02; done
+    rm -f "$dir/nvidia-cuda-mps-control.pid"
+  ) </dev/null >/dev/null 2>&1 &
+  echo $! > "$dir/nvidia-cuda-mps-control.pid"
+  echo "started in $dir" > "$CUDA_MPS_LOG_DIRECTORY/control.log"
+  exit 0
+fi
+while read -r command; do
+  case "$command" in
+    quit) touch "$dir/quit" ;;
+    get_server_list) ;;
+  esac
+done
+"""
+
+
+def fake_control(folder: Path) -> Path:
+    path = folder / "nvidia-cuda-mps-control"
+    path.write_text(FAKE_CONTROL)
+    path.chmod(0o755)
+    return path
+
+
+def alive(pid: int) -> bool:
+    return mps._pid_alive(pid)
+
+
+def test_daemon_runs_in_the_run_folder_and_is_stopped(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with private_mps_daemon(run_dir, control=fake_control(tmp_path)) as daemon:
+        assert alive(daemon.pid)
+        assert daemon.environment == {
+            "CUDA_MPS_PIPE_DIRECTORY": str(run_dir / "mps" / "pipe"),
+            "CUDA_MPS_LOG_DIRECTORY": str(run_dir / "mps" / "log"),
+        }
+        assert (run_dir / "mps" / "pipe" / PID_FILE).is_file()
+        assert "started" in (run_dir / "mps" / "log" / "control.log").read_text()
+    assert not alive(daemon.pid)
+
+
+def test_daemon_is_stopped_on_ctrl_c(tmp_path: Path) -> None:
+    pids = []
+    with (
+        pytest.raises(KeyboardInterrupt),
+        private_mps_daemon(tmp_path, control=fake_control(tmp_path)) as daemon,
+    ):
+        pids.append(daemon.pid)
+        raise KeyboardInterrupt
+    assert not alive(pids[0])
+
+
+def test_daemon_is_stopped_on_sigterm(tmp_path: Path) -> None:
+    pids = []
+    with (
+        pytest.raises(KeyboardInterrupt),
+        private_mps_daemon(tmp_path, control=fake_control(tmp_path)) as daemon,
+    ):
+        pids.append(daemon.pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal arrives first
+    assert not alive(pids[0])
+
+
+def test_a_daemon_that_does_not_quit_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_MPS_STUCK", "1")
+    notes: list[str] = []
+    with private_mps_daemon(
+        tmp_path, control=fake_control(tmp_path), stop_timeout_s=0.5, notes=notes
+    ) as daemon:
+        pass
+    assert not alive(daemon.pid)
+    assert notes == [
+        f"the MPS control daemon (pid {daemon.pid}) did not quit within 0.5 s; killed it"
+    ]
+
+
+def test_a_long_run_folder_gets_a_short_pipe_folder(tmp_path: Path) -> None:
+    run_dir = tmp_path / ("x" * 90)
+    run_dir.mkdir()
+    with private_mps_daemon(run_dir, control=fake_control(tmp_path)) as daemon:
+        assert len(str(daemon.pipe_dir)) < 80
+        assert (run_dir / "mps" / "pipe").resolve() == daemon.pipe_dir.resolve()
+    assert not daemon.pipe_dir.exists()
+
+
+def test_a_daemon_that_fails_to_start_is_a_clear_error(tmp_path: Path) -> None:
+    control = tmp_path / "nvidia-cuda-mps-control"
+    control.write_text("#!/bin/sh\necho 'An instance of this daemon is already running'\nexit 1\n")
+    control.chmod(0o755)
+    with (
+        pytest.raises(OrionError, match=r"did not start.*already running"),
+        private_mps_daemon(tmp_path, control=control),
+    ):
+        pass
+
+
+def test_missing_mps_control_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mps.sysinfo, "find_mps_control", lambda: None)
+    with pytest.raises(OrionError, match="nvidia-cuda-mps-control was not found") as info:
+        require_mps_control()
+    assert "dedicated or timeslice" in (info.value.hint or "")

@@ -1,0 +1,84 @@
+"""The preload library's trace and statistics as the run directory keeps them: trace.csv in the
+documented columns on the run clock, per-client sequence numbers, scheduler.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+
+from colocation.runclock import RunClock
+from colocation.scheduler_log import SchedulerRecorder
+from reporting.rundata import TRACE_COLUMNS, read_table
+from scheduler_core import TRACE_COLUMNS as NATIVE_TRACE_COLUMNS
+from scheduler_core import SchedulerSettings
+
+ORIGIN_NS = 5_000_000_000
+
+
+class FakeScheduler:
+    """What SchedulerRun hands the recorder: settings, trace batches, statistics."""
+
+    def __init__(self, batches: list[list[tuple[Any, ...]]]) -> None:
+        self.settings = SchedulerSettings("orion", 132, 50_000, 50_000, trace_capacity=1024)
+        self._batches = batches
+
+    def drain_trace(self) -> pd.DataFrame:
+        rows = self._batches.pop(0) if self._batches else []
+        return pd.DataFrame(rows, columns=list(NATIVE_TRACE_COLUMNS))
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "hp": {"state": "exited", "launches": 3, "blocked_ms": 0.0},
+            "be": {"state": "dead", "launches": 1, "blocked_ms": 1.5},
+            "_run": {"trace_records_lost": 2},
+        }
+
+
+def launch(client: str, name: str, enqueue_s: float, launch_s: float | None) -> tuple:
+    def ns(seconds: float | None) -> int:
+        return 0 if seconds is None else ORIGIN_NS + round(seconds * 1e9)
+
+    return (client, name, "compute", 66, 12_000, True, "hp_idle", ns(enqueue_s), ns(launch_s))
+
+
+def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
+    scheduler = FakeScheduler(
+        [
+            [launch("hp", "gemm", 1.0, 1.0), launch("be", "conv<#1>, x", 1.1, 1.25)],
+            [launch("hp", "relu", 2.0, 2.0), launch("be", "bn", 2.1, None)],
+        ]
+    )
+    recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
+    assert recorder.drain_trace() == 2
+    recorder.close()  # the last batch and the statistics
+    trace = read_table(tmp_path / "trace.csv", TRACE_COLUMNS, notes=[])
+    assert list(trace.columns) == [c.name for c in TRACE_COLUMNS]
+    assert trace["client"].tolist() == ["hp", "be", "hp", "be"]
+    assert trace["seq"].tolist() == [0, 0, 1, 1]
+    assert trace["kernel_name"].tolist() == ["gemm", "conv<#1>, x", "relu", "bn"]
+    assert trace["enqueue_s"].tolist() == [1.0, 1.1, 2.0, 2.1]
+    assert trace["launch_s"].tolist()[:3] == [1.0, 1.25, 2.0]
+    assert pd.isna(trace["launch_s"].iloc[3])  # not launched yet
+    stats = json.loads((tmp_path / "scheduler.json").read_text())
+    assert stats["clients"]["be"] == {"state": "dead", "launches": 1, "blocked_ms": 1.5}
+    assert stats["settings"]["policy"] == "orion"
+    assert stats["settings"]["trace_capacity"] == 1024
+    assert stats["trace_records_lost"] == 2
+
+
+def test_no_trace_file_without_tracing(tmp_path: Path) -> None:
+    scheduler = SimpleNamespace(
+        settings=SchedulerSettings("passthrough", 132, 50_000, 50_000),
+        stats=lambda: {"hp": {"state": "exited"}},
+    )
+    recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
+    assert recorder.drain_trace() == 0
+    recorder.close()
+    assert not (tmp_path / "trace.csv").exists()
+    assert json.loads((tmp_path / "scheduler.json").read_text())["clients"] == {
+        "hp": {"state": "exited"}
+    }
