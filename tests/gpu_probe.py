@@ -85,18 +85,23 @@ def _library_launches() -> int | None:
 
 
 def _profiled_kernels(step: Callable[[], torch.Tensor]) -> tuple[int, torch.Tensor]:
+    """Kernels torch.profiler (CUPTI) saw during one step, counted as orion's measurement pass
+    counts them (Kineto's `kernel` events of the exported trace)."""
+    import tempfile
+
     from torch.profiler import ProfilerActivity, profile
+
+    from profiler.measure import kernel_rows_from_trace
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         out = step()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and _is_kernel(e)]
+    with tempfile.TemporaryDirectory() as scratch:
+        trace = os.path.join(scratch, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace, encoding="utf-8") as handle:
+            kernels = kernel_rows_from_trace(json.load(handle))
     return len(kernels), out
-
-
-def _is_kernel(event: object) -> bool:
-    name = getattr(event, "name", "")
-    return not name.startswith(("Memcpy", "Memset", "cudaMem"))
 
 
 def _digest(value: torch.Tensor) -> str:
