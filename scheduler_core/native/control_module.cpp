@@ -187,7 +187,8 @@ public:
 
     py::dict client_stats(std::uint32_t client) const {
         check_client(client);
-        const ClientSlot& slot = view().client(client);
+        const RunView run_view = view();
+        const ClientSlot& slot = run_view.client(client);
         const ClientStats& s = slot.stats;
         py::dict out;
         out["name"] = std::string(slot.name);
@@ -221,7 +222,8 @@ public:
 
     std::vector<std::string> unknown_kernels(std::uint32_t client) const {
         check_client(client);
-        const ClientSlot& slot = view().client(client);
+        const RunView run_view = view();
+        const ClientSlot& slot = run_view.client(client);
         std::uint32_t count = slot.unknown_name_count.load(std::memory_order_acquire);
         if (count > kUnknownNames) count = kUnknownNames;
         std::vector<std::string> names;
