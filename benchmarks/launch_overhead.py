@@ -27,12 +27,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from orion_common.sysinfo import gpu_facts, software_summary
+from postprocess.profile_format import gpu_slug
+from scheduler_core import SchedulerRun, SchedulerSettings
 
-from orion_common.sysinfo import gpu_facts, software_summary  # noqa: E402
-from postprocess.profile_format import gpu_slug  # noqa: E402
-from scheduler_core import SchedulerRun, SchedulerSettings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SOURCE = ROOT / "benchmarks" / "launch_overhead" / "empty_launch.cu"
 VARIANTS = ("no library", "passthrough", "orion HP")

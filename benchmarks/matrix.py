@@ -25,17 +25,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from colocation.config import parse_jobs
+from colocation.policies import POLICY_NAMES
+from colocation.runner import run_jobs
+from orion_common.atomic_io import write_json_atomic
+from orion_common.errors import OrionError
+from orion_common.sysinfo import gpu_facts, software_summary
+from postprocess.profile_format import gpu_slug
+from reporting import headline, load_run, write_report
 
-from colocation.config import parse_jobs  # noqa: E402
-from colocation.policies import POLICY_NAMES  # noqa: E402
-from colocation.runner import run_jobs  # noqa: E402
-from orion_common.atomic_io import write_json_atomic  # noqa: E402
-from orion_common.errors import OrionError  # noqa: E402
-from orion_common.sysinfo import gpu_facts, software_summary  # noqa: E402
-from postprocess.profile_format import gpu_slug  # noqa: E402
-from reporting import headline, load_run, write_report  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 HP_JOBS = {
     "resnet50": {"workload": "resnet50", "mode": "infer", "batch_size": 4},
