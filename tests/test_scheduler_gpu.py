@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from scheduler_core import SchedulerRun, SchedulerSettings
@@ -46,12 +47,28 @@ def _probe(case: str, tmp_path: Path, env: dict[str, str], tag: str) -> dict:
     return json.loads(result.read_text())
 
 
+# A one-kernel profile that matches nothing: every real launch is then looked up by name and
+# reported as unknown, with its name, which proves names resolve on this driver.
+DECOY_PROFILE = pd.DataFrame(
+    [
+        {
+            "kernel_name": "orion_decoy_kernel",
+            "demangled_name": "orion_decoy_kernel",
+            **dict.fromkeys(("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"), 1),
+            "sm_needed": 1,
+            "kernel_class": "memory",
+            "duration_ns": 1000.0,
+        }
+    ]
+)
+
+
 def _with_library(case: str, tmp_path: Path, policy: str, role: str) -> dict:
     settings = SchedulerSettings(
         policy=policy, sm_count=_sm_count(), queue_limit_ns=100_000, unknown_duration_ns=100_000
     )
     with SchedulerRun(settings) as run:
-        index = run.add_client("probe", role)
+        index = run.add_client("probe", role, DECOY_PROFILE)
         run.publish()
         result = _probe(case, tmp_path, run.client_environment(index), f"{policy}-{role}")
         result["stats"] = run.stats()["probe"]
@@ -69,6 +86,9 @@ def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_pa
         assert result["library_launches"] == result["profiler_kernels"], result
         if case in DETERMINISTIC:
             assert result["output_sha256"] == plain["output_sha256"]
+    # Kernel names resolve (cuFuncGetName or cuKernelGetName): identity by name works.
+    names = gated_hp["stats"]["unknown_kernels"]
+    assert names and not any(name.startswith("<unnamed>") for name in names), names
     # Under orion the HP client's launches are tracked with GPU-written completions.
     assert gated_hp["stats"]["completion_mode"] == "gpu-write"
     assert gated_hp["stats"]["tracked_launches"] > 0

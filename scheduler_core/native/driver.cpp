@@ -9,8 +9,37 @@ namespace orion::driver {
 namespace {
 
 // The ABI version orion's declarations follow; every function orion calls has kept its
-// signature since CUDA 12.0.
+// signature since CUDA 12.0. cuGetProcAddress only returns entry points that exist in the version
+// asked for, so functions added later (cuFuncGetName and cuKernelGetName came with 12.3) are
+// looked up again with the installed driver's own version.
 constexpr int kCudaAbiVersion = 12000;
+
+int installed_driver_version() {
+    static const int version = [] {
+        using DriverGetVersionFn = CUresult (*)(int*);
+        void* handle = libcuda_handle();
+        DlsymFn sym = real_dlsym();
+        auto get = reinterpret_cast<DriverGetVersionFn>(
+            handle != nullptr && sym != nullptr ? sym(handle, "cuDriverGetVersion") : nullptr);
+        int found = 0;
+        return get != nullptr && get(&found) == CUDA_SUCCESS ? found : 0;
+    }();
+    return version;
+}
+
+void* lookup_at(const char* symbol, bool per_thread, int version) {
+    auto get = real_get_proc_address_v2();
+    if (get == nullptr) return nullptr;
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = 0;
+    const cuuint64_t flags = per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                        : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+    if (get(symbol, &fn, version, flags, &status) != CUDA_SUCCESS ||
+        status != CU_GET_PROC_ADDRESS_SUCCESS) {
+        return nullptr;
+    }
+    return fn;
+}
 
 }  // namespace
 
@@ -56,17 +85,9 @@ decltype(&::cuGetProcAddress) real_get_proc_address_v1() {
 }
 
 void* lookup(const char* symbol, bool per_thread) {
-    auto get = real_get_proc_address_v2();
-    if (get == nullptr) return nullptr;
-    void* fn = nullptr;
-    CUdriverProcAddressQueryResult status = 0;
-    const cuuint64_t flags = per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                        : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
-    if (get(symbol, &fn, kCudaAbiVersion, flags, &status) != CUDA_SUCCESS ||
-        status != CU_GET_PROC_ADDRESS_SUCCESS) {
-        return nullptr;
-    }
-    return fn;
+    if (void* fn = lookup_at(symbol, per_thread, kCudaAbiVersion)) return fn;
+    const int installed = installed_driver_version();
+    return installed > kCudaAbiVersion ? lookup_at(symbol, per_thread, installed) : nullptr;
 }
 
 const Helpers& helpers() {

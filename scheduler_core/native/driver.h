@@ -17,8 +17,9 @@ void* libcuda_handle();
 decltype(&::cuGetProcAddress_v2) real_get_proc_address_v2();
 decltype(&::cuGetProcAddress) real_get_proc_address_v1();
 
-// Looks a driver entry point up through the real cuGetProcAddress_v2 (CUDA 12 ABI), with the
-// per-thread-default-stream flavour when `per_thread` is set. nullptr when absent.
+// Looks a driver entry point up through the real cuGetProcAddress_v2 (CUDA 12.0 ABI first, then
+// the installed driver's version for newer functions), with the per-thread-default-stream flavour
+// when `per_thread` is set. nullptr when absent.
 void* lookup(const char* symbol, bool per_thread);
 
 // Driver functions orion calls for itself, each resolved once.

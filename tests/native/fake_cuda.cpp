@@ -303,14 +303,19 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint
 
 namespace {
 
+// Like the real driver, cuGetProcAddress only hands out entry points that exist in the CUDA
+// version the caller asks for: cuFuncGetName and cuKernelGetName arrived in CUDA 12.3.
 struct Entry {
     const char* name;
     void* legacy;
     void* per_thread;
+    int since = 0;
 };
 
 #define FAKE_PTSZ(name) {#name, reinterpret_cast<void*>(&name), reinterpret_cast<void*>(&name##_ptsz)}
 #define FAKE_PLAIN(name) {#name, reinterpret_cast<void*>(&name), reinterpret_cast<void*>(&name)}
+#define FAKE_SINCE(name, version) \
+    {#name, reinterpret_cast<void*>(&name), reinterpret_cast<void*>(&name), version}
 const Entry kEntries[] = {
     FAKE_PTSZ(cuLaunchKernel),
     FAKE_PTSZ(cuLaunchKernelEx),
@@ -320,8 +325,8 @@ const Entry kEntries[] = {
     FAKE_PTSZ(cuStreamQuery),
     FAKE_PLAIN(cuInit),
     FAKE_PLAIN(cuDriverGetVersion),
-    FAKE_PLAIN(cuFuncGetName),
-    FAKE_PLAIN(cuKernelGetName),
+    FAKE_SINCE(cuFuncGetName, 12030),
+    FAKE_SINCE(cuKernelGetName, 12030),
     FAKE_PLAIN(cuCtxGetCurrent),
     FAKE_PLAIN(cuCtxGetStreamPriorityRange),
     FAKE_PLAIN(cuStreamCreate),
@@ -335,7 +340,11 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuStreamWaitEvent),
 };
 
-CUresult lookup(const char* symbol, void** pfn, int version, std::uint64_t flags) {
+constexpr CUresult kNotFound = 500;
+constexpr int kVersionNotSufficient = 2;
+
+CUresult lookup(const char* symbol, void** pfn, int version, std::uint64_t flags,
+                int* status = nullptr) {
     if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
         // As in CUDA 12+: the 5-argument ABI for version >= 12000, the old one before.
         *pfn = version >= 12000 ? reinterpret_cast<void*>(&cuGetProcAddress_v2)
@@ -344,20 +353,26 @@ CUresult lookup(const char* symbol, void** pfn, int version, std::uint64_t flags
     }
     for (const Entry& entry : kEntries) {
         if (std::strcmp(entry.name, symbol) == 0) {
+            if (version < entry.since) {
+                *pfn = nullptr;
+                if (status != nullptr) *status = kVersionNotSufficient;
+                return kNotFound;
+            }
             *pfn = (flags & 2) ? entry.per_thread : entry.legacy;
             return 0;
         }
     }
     *pfn = nullptr;
-    return 500;
+    return kNotFound;
 }
 
 }  // namespace
 
 extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                         std::uint64_t flags, int* status) {
-    const CUresult result = lookup(symbol, pfn, version, flags);
-    if (status != nullptr) *status = result == 0 ? 0 : 1;
+    int found = 1;  // CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND unless told otherwise
+    const CUresult result = lookup(symbol, pfn, version, flags, &found);
+    if (status != nullptr) *status = result == 0 ? 0 : found;
     return result;
 }
 
