@@ -1,0 +1,40 @@
+"""The files a new user starts from: the quickstart's jobs file and the reference profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from colocation.config import load_jobs
+from postprocess import kernel_identity_table, read_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = sorted((ROOT / "profiles").glob("*/*/profile.csv"))
+
+
+def test_the_quickstart_jobs_file_is_valid_and_names_existing_profiles() -> None:
+    config = load_jobs(ROOT / "examples" / "headline.json")
+    assert config.run.policy == "orion"
+    assert [client.role for client in config.clients] == ["hp", "be"]
+    for client in config.clients:
+        assert client.profile is not None and client.profile.is_file()
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.parent.name for p in PROFILES])
+def test_reference_profiles_load_and_give_the_scheduler_a_table(path: Path) -> None:
+    profile = read_profile(path)
+    workload, mode, batch, dtype = path.parent.name.split("-")
+    assert profile.metadata["workload"] == workload
+    assert profile.metadata["mode"] == mode
+    assert f"bs{profile.metadata['batch_size']}" == batch
+    assert profile.metadata["dtype"] == dtype
+    assert profile.kernels["kernel_name"].str.startswith("_Z").any()  # mangled identities
+    table = kernel_identity_table(profile)
+    assert len(table) < len(profile.kernels)
+    assert table["sm_needed"].between(1, profile.metadata["sm_count"]).all()
+    assert set(table["kernel_class"]) <= {"compute", "memory", "unknown"}
+
+
+def test_there_are_reference_profiles() -> None:
+    assert len(PROFILES) >= 2
