@@ -413,7 +413,10 @@ def _top_kernels_table(result: ProfileResult) -> None:
     which = "measured" if result.measured_summary is not None else "ncu (replayed)"
     top: pd.DataFrame = summary.top_kernels.head(_TOP_KERNELS)
     table = Table(title=f"top {len(top)} kernels by {which} time", title_justify="left")
-    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
+    # The other seven columns need about 60 characters; the name gets what is left, so a narrow
+    # terminal shortens names instead of squeezing the numbers to nothing.
+    name_width = max(16, min(_NAME_WIDTH, console.width - 60))
+    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=name_width)
     table.add_column("grid")
     table.add_column("block")
     table.add_column("launches", justify="right")
