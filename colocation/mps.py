@@ -24,6 +24,7 @@ from pathlib import Path
 from colocation.signals import DeferredSignals, sigterm_as_interrupt
 from orion_common import sysinfo
 from orion_common.errors import OrionError
+from orion_common.processes import process_alive
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 # sockaddr_un holds 108 bytes; the daemon's longest socket name in the pipe folder is
@@ -63,25 +64,9 @@ def require_mps_control() -> Path:
     return control
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` still runs. A zombie does not: the daemon is not our child, and in a
-    container without a reaping init its corpse can stay in the process table."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
-
-
 def _wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
-    while _pid_alive(pid):
+    while process_alive(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from orion_common.errors import OrionError
+from orion_common.processes import process_alive
 from scheduler_core.library import native_module, preload_library_path, with_preload
 from scheduler_core.thresholds import DEFAULT_STALE_NS
 
@@ -62,16 +63,6 @@ class SchedulerSettings:
                 raise OrionError(f"{name} must not be negative (got {getattr(self, name)})")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_runs() -> list[str]:
     """Removes shared-memory objects left by controllers that died (SIGKILL) without cleaning up.
 
@@ -82,7 +73,7 @@ def remove_stale_runs() -> list[str]:
         return removed
     for entry in _SHM_DIR.glob(f"{_SHM_PREFIX}*"):
         parts = entry.name.split("-")
-        if len(parts) < 3 or not parts[1].isdigit() or _pid_alive(int(parts[1])):
+        if len(parts) < 3 or not parts[1].isdigit() or process_alive(int(parts[1])):
             continue
         try:
             entry.unlink()

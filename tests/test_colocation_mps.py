@@ -14,6 +14,7 @@ import pytest
 from colocation import mps
 from colocation.mps import PID_FILE, private_mps_daemon, require_mps_control
 from orion_common.errors import OrionError
+from orion_common.processes import process_alive
 
 FAKE_CONTROL = """#!/bin/sh
 # Stand-in for nvidia-cuda-mps-control: `-d` daemonises, stdin commands control the daemon.
@@ -46,7 +47,7 @@ def fake_control(folder: Path) -> Path:
 
 
 def alive(pid: int) -> bool:
-    return mps._pid_alive(pid)
+    return process_alive(pid)
 
 
 def test_daemon_runs_in_the_run_folder_and_is_stopped(tmp_path: Path) -> None:

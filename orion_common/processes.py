@@ -1,0 +1,23 @@
+"""Whether a process is still alive, as orion's clean-up code needs to know it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs. A zombie does not count: it will never do anything again, and a
+    process that is not our child (an MPS daemon, a dead controller) may stay one for long in a
+    container without a reaping init."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
