@@ -176,8 +176,11 @@ def test_timeslice_run_through_the_command_line_survives_a_killed_client(
 
 
 def test_dedicated_runs_clients_alone_in_windows_of_the_hp_length(tmp_path: Path) -> None:
-    config = jobs(tmp_path, policy="dedicated", duration_s=None, requests=10)
-    outcome = run_jobs(config)
+    data = jobs_data(tmp_path, policy="dedicated", duration_s=None, requests=10)
+    # Paced HP requests (10 over 2.25 s): the BE window, as long as the HP's, then holds several
+    # CPU training iterations even on a loaded machine.
+    data["clients"][0]["arrivals"] = {"kind": "uniform", "rate_per_s": 4}
+    outcome = run_jobs(parse_jobs(data, tmp_path))
     assert outcome.status == "complete"
     assert outcome.failed_clients == ()
     run = load_run(outcome.run_dir)
