@@ -3,9 +3,13 @@
     python benchmarks/matrix.py [--hp resnet50,mobilenet_v2] [--rates low,high]
         [--be resnet50-train,mobilenet_v2-train,bert-train,resnet50-infer]
         [--policies dedicated,timeslice,mps,mps-priority,priority,reef,orion]
-        [--duration 20] [--out DIR] [--time-budget SECONDS] [--report-only]
+        [--queue-limits default,100,500] [--duration 20] [--out DIR]
+        [--time-budget SECONDS] [--report-only]
 
-Every cell (HP workload x rate x BE job x policy) is one `orion colocate` run. Cells already
+Every cell (HP workload x rate x BE job x policy) is one `orion colocate` run. --queue-limits
+sweeps the BE queue bound of the gated policies (reef, orion): each value in microseconds adds a
+cell `<policy>@<value>us` (`default` is the bound derived from the HP profile, cell `<policy>`);
+other policies ignore it. Cells already
 complete under --out are skipped, and --time-budget stops before a cell that would not fit, so a
 long matrix is run as several invocations of the same command (each one resumes). At the end
 (and with --report-only) each group of cells (HP x rate x BE) gets an `orion report` in
@@ -53,11 +57,29 @@ BE_JOBS = {
         "arrivals": {"kind": "poisson", "rate_per_s": RATES["high"]},
     },
 }
-# Start-up (process start, model build, warm-up) per client phase, for the time budget.
-SETUP_ESTIMATE_S = 25.0
+# Start-up (process start, model build, warm-up) per client phase, for the time budget: 7-8 s
+# per phase measured on an H200 with ResNet-50 clients.
+SETUP_ESTIMATE_S = 10.0
 
 
-def cell_jobs(hp: str, rate: str, be: str, policy: str, duration_s: float, out: Path) -> dict:
+GATED_POLICIES = ("reef", "orion")
+"""Policies with a BE queue bound, the only ones --queue-limits applies to."""
+
+
+def cell_key(policy: str, queue_limit_us: float | None) -> str:
+    """The cell's name in matrix.json: the policy, with the queue bound when it is not derived."""
+    return policy if queue_limit_us is None else f"{policy}@{queue_limit_us:g}us"
+
+
+def cell_jobs(
+    hp: str,
+    rate: str,
+    be: str,
+    policy: str,
+    duration_s: float,
+    out: Path,
+    queue_limit_us: float | None = None,
+) -> dict:
     hp_client = {
         "name": "hp",
         "role": "hp",
@@ -72,6 +94,7 @@ def cell_jobs(hp: str, rate: str, be: str, policy: str, duration_s: float, out: 
             "warmup_steps": 20,
             "seed": 1,
             "output_dir": str(out / "runs" / group_name(hp, rate, be)),
+            "thresholds": {"queue_limit_us": queue_limit_us},
         },
         "clients": [hp_client, be_client],
     }
@@ -107,8 +130,9 @@ def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
             for be in args.be:
                 group = group_name(hp, rate, be)
                 cells = index["cells"].setdefault(group, {})
-                for policy in args.policies:
-                    if complete_run(args.out, cells.get(policy)):
+                for policy, queue_limit_us in planned_cells(args.policies, args.queue_limits):
+                    key = cell_key(policy, queue_limit_us)
+                    if complete_run(args.out, cells.get(key)):
                         continue
                     phases = 2 if policy == "dedicated" else 1
                     estimate = phases * (args.duration + SETUP_ESTIMATE_S)
@@ -118,19 +142,30 @@ def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
                     ):
                         left = True
                         continue
-                    jobs = cell_jobs(hp, rate, be, policy, args.duration, args.out)
-                    config = parse_jobs(jobs, ROOT, source=f"matrix cell {group}/{policy}")
-                    print(f"[{time.monotonic() - started:6.0f} s] {group} {policy}", flush=True)
+                    jobs = cell_jobs(hp, rate, be, policy, args.duration, args.out, queue_limit_us)
+                    config = parse_jobs(jobs, ROOT, source=f"matrix cell {group}/{key}")
+                    print(f"[{time.monotonic() - started:6.0f} s] {group} {key}", flush=True)
                     try:
                         outcome = run_jobs(config)
                     except OrionError as error:
                         print(f"  refused: {error.message}", flush=True)
-                        cells[policy] = None
+                        cells[key] = None
                         continue
-                    cells[policy] = str(outcome.run_dir.relative_to(args.out))
+                    cells[key] = str(outcome.run_dir.relative_to(args.out))
                     print(f"  {outcome.status}: {outcome.run_dir}", flush=True)
                     write_json_atomic(args.out / "matrix.json", index)
     return not left
+
+
+def planned_cells(
+    policies: list[str], queue_limits: list[float | None]
+) -> list[tuple[str, float | None]]:
+    """(policy, queue bound) per cell, in order: the gated policies once per bound."""
+    return [
+        (policy, limit)
+        for policy in policies
+        for limit in (queue_limits if policy in GATED_POLICIES else [None])
+    ]
 
 
 def write_reports(args: argparse.Namespace, index: dict[str, Any]) -> None:
@@ -164,7 +199,7 @@ def write_reports(args: argparse.Namespace, index: dict[str, Any]) -> None:
         ]
         for row in head.to_dict("records"):
             lines.append(
-                f"| {row['policy']} | {_fmt(row['hp_p99_ms'], '.2f')} | "
+                f"| {row['run']} | {_fmt(row['hp_p99_ms'], '.2f')} | "
                 f"{_fmt(row['hp_p99_slowdown'], '.3f')} | "
                 f"{_fmt(row['be_throughput_per_s'], '.2f')} | "
                 f"{_fmt(row['be_throughput_fraction'], '.3f')} | {row['target_met']} |"
@@ -205,10 +240,35 @@ def parse_args() -> argparse.Namespace:
 
         return parse
 
+    def queue_limits(text: str) -> list[float | None]:
+        limits: list[float | None] = []
+        for item in (part.strip() for part in text.split(",") if part.strip()):
+            if item == "default":
+                limits.append(None)
+                continue
+            try:
+                value = float(item)
+            except ValueError:
+                value = float("nan")
+            if not value > 0:
+                raise argparse.ArgumentTypeError(
+                    f"queue limit {item!r} is not 'default' or a positive number of microseconds"
+                )
+            limits.append(value)
+        if not limits:
+            raise argparse.ArgumentTypeError("no queue limit given")
+        return list(dict.fromkeys(limits))
+
     parser.add_argument("--hp", type=names(HP_JOBS), default=list(HP_JOBS))
     parser.add_argument("--rates", type=names(RATES), default=list(RATES))
     parser.add_argument("--be", type=names(BE_JOBS), default=list(BE_JOBS))
     parser.add_argument("--policies", type=names(POLICY_NAMES), default=list(POLICY_NAMES))
+    parser.add_argument(
+        "--queue-limits",
+        type=queue_limits,
+        default=[None],
+        help="BE queue bounds in microseconds for reef and orion, 'default' = derived",
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds measured per run")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds for new cells")

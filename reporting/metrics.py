@@ -117,10 +117,24 @@ SCHEDULER_COLUMNS = [
 ]
 
 
+def policy_label(run: RunData) -> str:
+    """The policy, with the BE queue bound when the run set one (``orion@500us``): runs of one
+    policy that differ only in that bound are a sweep and must be told apart by it."""
+    thresholds = run.config.get("run", {}).get("thresholds") or {}
+    limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool):
+        return f"{run.policy}@{limit:g}us"
+    return run.policy
+
+
 def run_labels(runs: Sequence[RunData]) -> list[str]:
-    """A short, unique name per run: its policy when no other run shares it, else its dir name."""
-    policies = Counter(r.policy for r in runs)
-    labels = [r.policy if policies[r.policy] == 1 else r.name for r in runs]
+    """A short, unique name per run: its policy label (:func:`policy_label`) when no other run
+    shares it, else its dir name."""
+    by_policy = [policy_label(r) for r in runs]
+    policies = Counter(by_policy)
+    labels = [
+        label if policies[label] == 1 else r.name for r, label in zip(runs, by_policy, strict=True)
+    ]
     totals = Counter(labels)
     seen: Counter[str] = Counter()
     unique = []

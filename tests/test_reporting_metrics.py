@@ -137,6 +137,31 @@ def test_labels_are_policies_when_unique_else_dir_names(tmp_path: Path, runs) ->
     assert run_labels([*runs, again]) == ["dedicated", "run-orion", "timeslice", "orion-repeat"]
 
 
+def test_runs_of_one_policy_with_different_queue_bounds_are_labelled_by_the_bound(
+    tmp_path: Path, runs
+) -> None:
+    swept = []
+    for limit in (100, 2500.5):
+        run_dir = write_run(
+            tmp_path,
+            f"orion-q{limit}",
+            policy="orion",
+            clients=[ClientSpec("hp", "hp", "infer", [])],
+        )
+        meta = json.loads((run_dir / "run.json").read_text())
+        meta["config"]["run"]["thresholds"] = {"queue_limit_us": limit, "unknown_kernel_us": None}
+        (run_dir / "run.json").write_text(json.dumps(meta))
+        swept.append(load_run(run_dir))
+    # The default-bound orion run keeps the plain policy name; the sweep's runs name their bound.
+    assert run_labels([*runs, *swept]) == [
+        "dedicated",
+        "orion",
+        "timeslice",
+        "orion@100us",
+        "orion@2500.5us",
+    ]
+
+
 def test_compare_runs_puts_one_client_side_by_side(runs) -> None:
     table = compare_runs(runs)
     assert list(zip(table["client"], table["run"], strict=True)) == [

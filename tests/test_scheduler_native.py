@@ -314,6 +314,24 @@ def test_unknown_be_kernels_never_run_beside_hp(harness: Harness, tmp_path: Path
     assert stats["be"]["unknown_kernels"] == ["mystery grid(1,1,1) block(32,1,1)"]
 
 
+def test_library_kernels_are_identified_by_cuKernelGetName(harness: Harness, tmp_path: Path):
+    # The CUDA runtime launches library kernels (PyTorch, cuDNN) through CUkernel handles, which
+    # cuFuncGetName does not know: their names, and so their profile rows, come from
+    # cuKernelGetName. "bek" is in the profile; "libmystery" is not and is reported by name.
+    hp_table = kernel_table(("hpk", 4, 128, 10, "compute", 8))
+    be_table = kernel_table(("bek", 8, 128, 8, "memory", 1))
+    be_script = (
+        "library_kernel bek 100 library_kernel libmystery 100 "
+        "repeat 5 launch bek 8 128 0 launch libmystery 1 32 0 end sync 0"
+    )
+    _, be, stats = run_pair(
+        harness, tmp_path, "orion", hp_table, be_table, be_script, queue_limit_ms=1
+    )
+    assert len(be) == 10
+    assert stats["be"]["unknown_launches"] == 5
+    assert stats["be"]["unknown_kernels"] == ["libmystery grid(1,1,1) block(32,1,1)"]
+
+
 def test_be_queue_stays_under_the_limit(harness: Harness, tmp_path: Path):
     # 1 ms kernels against a 2.5 ms limit: one queued kernel plus the one launching (2 ms) fits,
     # a third (3 ms) would not.

@@ -153,16 +153,7 @@ void ClientRuntime::detach() {
 
 std::uint64_t ClientRuntime::name_hash(CUfunction function) {
     auto compute = [function]() -> std::uint64_t {
-        const driver::Helpers& h = driver::helpers();
-        const char* name = nullptr;
-        if (h.func_get_name == nullptr || h.func_get_name(&name, function) != CUDA_SUCCESS ||
-            name == nullptr) {
-            name = nullptr;
-            if (h.kernel_get_name != nullptr &&
-                h.kernel_get_name(&name, reinterpret_cast<CUkernel>(function)) != CUDA_SUCCESS) {
-                name = nullptr;
-            }
-        }
+        const char* name = driver::kernel_name(function);
         const std::uint64_t hash = hash_name(name != nullptr ? name : "");
         return hash == 0 ? 1 : hash;
     };
@@ -199,11 +190,7 @@ void ClientRuntime::report_unknown(CUfunction function, const LaunchShape& shape
     }
     const std::uint32_t n = slot_->unknown_name_count.fetch_add(1, std::memory_order_relaxed);
     if (n >= kUnknownNames) return;
-    const char* name = nullptr;
-    const driver::Helpers& h = driver::helpers();
-    if (h.func_get_name == nullptr || h.func_get_name(&name, function) != CUDA_SUCCESS) {
-        name = nullptr;
-    }
+    const char* name = driver::kernel_name(function);
     std::snprintf(slot_->unknown_names[n], kNameBytes, "%s grid(%u,%u,%u) block(%u,%u,%u)",
                   name != nullptr ? name : "<unnamed>", shape.grid[0], shape.grid[1],
                   shape.grid[2], shape.block[0], shape.block[1], shape.block[2]);

@@ -117,4 +117,19 @@ const Helpers& helpers() {
     return resolved;
 }
 
+const char* kernel_name(CUfunction function) {
+    const Helpers& h = helpers();
+    const char* name = nullptr;
+    if (h.func_get_name != nullptr && h.func_get_name(&name, function) == CUDA_SUCCESS &&
+        name != nullptr) {
+        return name;
+    }
+    name = nullptr;
+    if (h.kernel_get_name != nullptr &&
+        h.kernel_get_name(&name, reinterpret_cast<CUkernel>(function)) == CUDA_SUCCESS) {
+        return name;
+    }
+    return nullptr;
+}
+
 }  // namespace orion::driver

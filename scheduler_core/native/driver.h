@@ -38,4 +38,10 @@ struct Helpers {
 };
 const Helpers& helpers();
 
+// The kernel's (mangled) name, nullptr when the driver cannot tell. A launch's handle is either a
+// CUfunction (cuModuleGetFunction: CuPy, Triton) or a CUkernel passed in its place (what the CUDA
+// runtime hands out since 12.0 for kernels linked into a library: PyTorch, cuBLAS, cuDNN);
+// cuFuncGetName only knows the first, cuKernelGetName the second.
+const char* kernel_name(CUfunction function);
+
 }  // namespace orion::driver

@@ -4,7 +4,9 @@
 // call in a log file (FAKE_CUDA_LOG, one line per event, times on CLOCK_MONOTONIC) and simulates a
 // GPU: one executor thread runs the submitted work in order, sleeping for each kernel's duration
 // and performing stream write-value operations into host memory when reached, as the real GPU does.
-// Kernels are made by the launcher with fake_make_function(name, duration_ns).
+// Kernels are made by the launcher with fake_make_function(name, duration_ns) (a module function:
+// cuFuncGetName knows it) or fake_make_library_kernel (a CUkernel passed as a function, as the
+// CUDA runtime does for library kernels: only cuKernelGetName knows it).
 #include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,7 +37,10 @@ namespace {
 struct FakeFunction {
     char name[128];
     std::uint64_t duration_ns;
+    bool library_kernel;
 };
+
+constexpr CUresult kInvalidHandle = 400;  // CUDA_ERROR_INVALID_HANDLE
 
 struct FakeStream {
     int priority;
@@ -181,6 +186,13 @@ __attribute__((visibility("default"))) void* fake_make_function(const char* name
     return fn;
 }
 
+__attribute__((visibility("default"))) void* fake_make_library_kernel(const char* name,
+                                                                      std::uint64_t duration_ns) {
+    auto* fn = static_cast<FakeFunction*>(fake_make_function(name, duration_ns));
+    fn->library_kernel = true;
+    return fn;
+}
+
 CUresult cuInit(unsigned int) { return 0; }
 CUresult cuDriverGetVersion(int* version) {
     *version = 13000;
@@ -224,10 +236,17 @@ CUresult cuGraphLaunch_ptsz(void*, void* stream) {
 }
 
 CUresult cuFuncGetName(const char** name, void* f) {
-    *name = static_cast<FakeFunction*>(f)->name;
+    const auto* fn = static_cast<FakeFunction*>(f);
+    if (fn->library_kernel) return kInvalidHandle;
+    *name = fn->name;
     return 0;
 }
-CUresult cuKernelGetName(const char**, void*) { return 500; }
+CUresult cuKernelGetName(const char** name, void* k) {
+    const auto* fn = static_cast<FakeFunction*>(k);
+    if (!fn->library_kernel) return kInvalidHandle;
+    *name = fn->name;
+    return 0;
+}
 
 CUresult cuCtxGetCurrent(void** ctx) {
     *ctx = reinterpret_cast<void*>(0x1234);

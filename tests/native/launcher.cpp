@@ -6,7 +6,10 @@
 //   dlsym        dlsym(handle, "cuLaunchKernel") (Triton, static runtimes)
 //   dlsym_ptsz   dlsym(handle, "cuLaunchKernel_ptsz")
 //   direct       a call through the program's own link to libcuda.so.1
-// It reads a small command language from argv (see usage()).
+// It reads a small command language from argv: "func NAME US" makes a module function and
+// "library_kernel NAME US" a CUkernel-style handle (named only by cuKernelGetName), each running
+// US microseconds; "launch NAME GRID BLOCK STREAM", "repeat N ... end", "sync STREAM" and the
+// rest are read in run() below.
 #include <dlfcn.h>
 #include <signal.h>
 #include <time.h>
@@ -147,9 +150,10 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             need(2);
             g_route = t[pos + 1];
             pos += 2;
-        } else if (cmd == "func") {
+        } else if (cmd == "func" || cmd == "library_kernel") {
             need(3);
-            auto make = reinterpret_cast<MakeFn>(dlsym(g_handle, "fake_make_function"));
+            auto make = reinterpret_cast<MakeFn>(dlsym(
+                g_handle, cmd == "func" ? "fake_make_function" : "fake_make_library_kernel"));
             g_functions[t[pos + 1]] =
                 make(t[pos + 1].c_str(), std::strtoull(t[pos + 2].c_str(), nullptr, 10) * 1000);
             pos += 3;
