@@ -3,10 +3,13 @@
     python benchmarks/matrix.py [--hp resnet50,mobilenet_v2] [--rates low,high]
         [--be resnet50-train,mobilenet_v2-train,bert-train,resnet50-infer]
         [--policies dedicated,timeslice,mps,mps-priority,priority,reef,orion]
-        [--queue-limits default,100,500] [--duration 20] [--out DIR]
+        [--queue-limits default,100,500] [--repeats 1] [--duration 20] [--out DIR]
         [--time-budget SECONDS] [--report-only]
 
-Every cell (HP workload x rate x BE job x policy) is one `orion colocate` run. --queue-limits
+Every cell (HP workload x rate x BE job x policy) is one `orion colocate` run. --repeats N runs
+every cell of a group N times, round after round (all policies of round 1, then of round 2, ...),
+so slow drift of the machine spreads over every policy alike; round r > 1 names its cells
+`<cell>#r`, and each round is compared with its own `dedicated` run. --queue-limits
 sweeps the BE queue bound of the gated policies (reef, orion): each value in microseconds adds a
 cell `<policy>@<value>us` (`default` is the bound derived from the HP profile, cell `<policy>`);
 other policies ignore it. Cells already
@@ -28,6 +31,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from colocation.config import parse_jobs
 from colocation.policies import POLICY_NAMES
@@ -66,9 +71,17 @@ GATED_POLICIES = ("reef", "orion")
 """Policies with a BE queue bound, the only ones --queue-limits applies to."""
 
 
-def cell_key(policy: str, queue_limit_us: float | None) -> str:
-    """The cell's name in matrix.json: the policy, with the queue bound when it is not derived."""
-    return policy if queue_limit_us is None else f"{policy}@{queue_limit_us:g}us"
+def cell_key(policy: str, queue_limit_us: float | None, round_: int = 1) -> str:
+    """The cell's name in matrix.json: the policy, with the queue bound when it is not derived,
+    and the round after ``#`` from the second round on (so a one-round matrix keeps plain names)."""
+    key = policy if queue_limit_us is None else f"{policy}@{queue_limit_us:g}us"
+    return key if round_ == 1 else f"{key}#{round_}"
+
+
+def split_cell_key(key: str) -> tuple[str, int]:
+    """``orion@500us#3`` -> (``orion@500us``, 3); a key without a round is round 1."""
+    name, _, round_ = key.partition("#")
+    return name, int(round_) if round_.isdigit() else 1
 
 
 def cell_jobs(
@@ -130,8 +143,10 @@ def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
             for be in args.be:
                 group = group_name(hp, rate, be)
                 cells = index["cells"].setdefault(group, {})
-                for policy, queue_limit_us in planned_cells(args.policies, args.queue_limits):
-                    key = cell_key(policy, queue_limit_us)
+                for round_, policy, queue_limit_us in planned_cells(
+                    args.policies, args.queue_limits, args.repeats
+                ):
+                    key = cell_key(policy, queue_limit_us, round_)
                     if complete_run(args.out, cells.get(key)):
                         continue
                     phases = 2 if policy == "dedicated" else 1
@@ -158,14 +173,45 @@ def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
 
 
 def planned_cells(
-    policies: list[str], queue_limits: list[float | None]
-) -> list[tuple[str, float | None]]:
-    """(policy, queue bound) per cell, in order: the gated policies once per bound."""
+    policies: list[str], queue_limits: list[float | None], repeats: int = 1
+) -> list[tuple[int, str, float | None]]:
+    """(round, policy, queue bound) per cell, in order: round by round, the gated policies once
+    per bound."""
     return [
-        (policy, limit)
+        (round_, policy, limit)
+        for round_ in range(1, repeats + 1)
         for policy in policies
         for limit in (queue_limits if policy in GATED_POLICIES else [None])
     ]
+
+
+def rounds_of(cells: dict[str, str | None]) -> dict[int, dict[str, str | None]]:
+    """A group's cells by round: {round: {cell name without round: entry}}."""
+    rounds: dict[int, dict[str, str | None]] = {}
+    for key, entry in cells.items():
+        name, round_ = split_cell_key(key)
+        rounds.setdefault(round_, {})[name] = entry
+    return dict(sorted(rounds.items()))
+
+
+def summarize_rounds(heads: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per cell over the rounds' headline tables: the median, lowest and highest HP p99
+    slowdown and BE throughput fraction, and in how many rounds the target was met."""
+    table = pd.concat(heads, ignore_index=True)
+    table = table[~table["is_baseline"]]
+    grouped = table.groupby("run", sort=False)
+    return pd.DataFrame(
+        {
+            "rounds": grouped.size(),
+            "slowdown_median": grouped["hp_p99_slowdown"].median(),
+            "slowdown_min": grouped["hp_p99_slowdown"].min(),
+            "slowdown_max": grouped["hp_p99_slowdown"].max(),
+            "fraction_median": grouped["be_throughput_fraction"].median(),
+            "fraction_min": grouped["be_throughput_fraction"].min(),
+            "fraction_max": grouped["be_throughput_fraction"].max(),
+            "target_met": grouped["target_met"].apply(lambda met: sum(v is True for v in met)),
+        }
+    ).reset_index()
 
 
 def write_reports(args: argparse.Namespace, index: dict[str, Any]) -> None:
@@ -173,38 +219,64 @@ def write_reports(args: argparse.Namespace, index: dict[str, Any]) -> None:
         "# orion benchmark matrix",
         "",
         "HP inference (Poisson arrivals) beside one best-effort job on one GPU, under every "
-        "policy. Slowdown = HP p99 shared / HP p99 alone (`dedicated`); fraction = BE "
-        "throughput shared / alone. Target: slowdown <= 1.05 and fraction >= 0.90.",
+        "policy. Slowdown = HP p99 shared / HP p99 alone (`dedicated` of the same round); "
+        "fraction = BE throughput shared / alone. Target: slowdown <= 1.05 and fraction >= 0.90.",
         "",
     ]
     environment = None
     for group, cells in index["cells"].items():
-        runs = [
-            load_run(path) for entry in cells.values() if (path := complete_run(args.out, entry))
-        ]
-        if not runs:
+        rounds = rounds_of(cells)
+        heads = []
+        section: list[str] = []
+        for round_, round_cells in rounds.items():
+            runs = [
+                load_run(path)
+                for entry in round_cells.values()
+                if (path := complete_run(args.out, entry))
+            ]
+            if not runs:
+                continue
+            environment = environment or runs[0].environment
+            folder = args.out / "reports" / group
+            report = write_report(runs, folder if round_ == 1 else folder / f"round-{round_}")
+            head = headline(runs)
+            heads.append(head)
+            title = f"Round {round_}" if len(rounds) > 1 else "Runs"
+            section += [
+                f"### {title}",
+                "",
+                f"Full report: [{report.relative_to(args.out)}]({report.relative_to(args.out)})",
+                "",
+                "| cell | HP p99 ms | HP p99 / alone | BE per s | BE / alone | target met |",
+                "|---|---|---|---|---|---|",
+            ]
+            for row in head.to_dict("records"):
+                section.append(
+                    f"| {row['run']} | {_fmt(row['hp_p99_ms'], '.2f')} | "
+                    f"{_fmt(row['hp_p99_slowdown'], '.3f')} | "
+                    f"{_fmt(row['be_throughput_per_s'], '.2f')} | "
+                    f"{_fmt(row['be_throughput_fraction'], '.3f')} | {row['target_met']} |"
+                )
+            section.append("")
+        if not heads:
             continue
-        environment = environment or runs[0].environment
-        report = write_report(runs, args.out / "reports" / group)
-        head = headline(runs)
-        lines += [
-            f"## {group}",
-            "",
-            f"Full report: [reports/{group}/report.md]({report.relative_to(args.out)})",
-            "",
-        ]
-        lines += [
-            "| policy | HP p99 ms | HP p99 / alone | BE per s | BE / alone | target met |",
-            "|---|---|---|---|---|---|",
-        ]
-        for row in head.to_dict("records"):
-            lines.append(
-                f"| {row['run']} | {_fmt(row['hp_p99_ms'], '.2f')} | "
-                f"{_fmt(row['hp_p99_slowdown'], '.3f')} | "
-                f"{_fmt(row['be_throughput_per_s'], '.2f')} | "
-                f"{_fmt(row['be_throughput_fraction'], '.3f')} | {row['target_met']} |"
-            )
-        lines.append("")
+        lines += [f"## {group}", ""]
+        if len(heads) > 1:
+            lines += [
+                f"Medians over {len(heads)} rounds (lowest-highest):",
+                "",
+                "| cell | rounds | HP p99 / alone | BE / alone | rounds meeting the target |",
+                "|---|---|---|---|---|",
+            ]
+            for row in summarize_rounds(heads).to_dict("records"):
+                lines.append(
+                    f"| {row['run']} | {row['rounds']} | {_fmt(row['slowdown_median'], '.3f')} "
+                    f"({_fmt(row['slowdown_min'], '.3f')}-{_fmt(row['slowdown_max'], '.3f')}) | "
+                    f"{_fmt(row['fraction_median'], '.3f')} ({_fmt(row['fraction_min'], '.3f')}-"
+                    f"{_fmt(row['fraction_max'], '.3f')}) | {row['target_met']} |"
+                )
+            lines.append("")
+        lines += section
     if environment is not None:
         lines += [
             "## Environment",
@@ -269,6 +341,9 @@ def parse_args() -> argparse.Namespace:
         default=[None],
         help="BE queue bounds in microseconds for reef and orion, 'default' = derived",
     )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of every cell (each with its dedicated run)"
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds measured per run")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds for new cells")
@@ -279,6 +354,8 @@ def parse_args() -> argparse.Namespace:
         if gpu is None:
             parser.error("no GPU visible: pass --out to report on existing results")
         args.out = ROOT / "benchmarks" / "results" / gpu_slug(gpu.name)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     args.out = args.out.absolute()
     return args
 
