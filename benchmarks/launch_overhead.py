@@ -7,8 +7,11 @@ that clock and thermal drift hit every variant alike:
 
 - `no library`: plain process;
 - `passthrough`: orion's preload library in a run with the pass-through policy (counting only);
-- `orion HP`: the library gating an HP client under the `orion` policy (kernel identity lookup,
-  in-flight tracking, a GPU-written completion word after every launch, stream priority).
+- `orion HP`: the library as an HP client under the `orion` policy with the default
+  `hp_completion` "estimate" (kernel identity lookup, in-flight tracking with estimated finish
+  times, stream priority: no extra driver call);
+- `orion HP gpu-write`: the same with `hp_completion` "gpu-write": one more driver call after
+  every launch (`cuStreamWriteValue64`, so that the GPU writes the launch's completion word).
 
 Reports, per variant, the median and spread of the per-launch enqueue time (the CPU cost on the
 critical path) and of the time until the GPU finished, and the difference from `no library`.
@@ -18,6 +21,7 @@ Writes `launch_overhead.json` and `launch_overhead.md` into --out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -34,7 +38,15 @@ from scheduler_core import SchedulerRun, SchedulerSettings
 ROOT = Path(__file__).resolve().parents[1]
 
 SOURCE = ROOT / "benchmarks" / "launch_overhead" / "empty_launch.cu"
-VARIANTS = ("no library", "passthrough", "orion HP")
+VARIANTS = ("no library", "passthrough", "orion HP", "orion HP gpu-write")
+# The variants that run in a scheduler run: (policy, role, hp_completion).
+RUN_VARIANTS = {
+    "passthrough": ("passthrough", "be", "estimate"),
+    "orion HP": ("orion", "hp", "estimate"),
+    "orion HP gpu-write": ("orion", "hp", "gpu-write"),
+}
+# What launch_overhead.json keeps of each run variant's first client (proof of what it did).
+STAT_KEYS = ("launches", "tracked_launches", "completion_mode", "streams_prioritised")
 
 
 def build(out_dir: Path) -> Path:
@@ -89,26 +101,24 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     binary = build(out_dir)
 
-    def settings(policy: str) -> SchedulerSettings:
+    def settings(policy: str, hp_completion: str) -> SchedulerSettings:
         return SchedulerSettings(
             policy=policy,
             sm_count=gpu.sm_count,
             queue_limit_ns=100_000,
             unknown_duration_ns=100_000,
+            hp_completion=hp_completion,
         )
 
     samples: dict[str, dict[str, list[float]]] = {v: {"call": [], "total": []} for v in VARIANTS}
-    with (
-        SchedulerRun(settings("passthrough")) as passthrough,
-        SchedulerRun(settings("orion")) as orion,
-    ):
+    with contextlib.ExitStack() as stack:
         runs = {}
-        for variant, run, role in (("passthrough", passthrough, "be"), ("orion HP", orion, "hp")):
+        for variant, (policy, role, hp_completion) in RUN_VARIANTS.items():
+            run = stack.enter_context(SchedulerRun(settings(policy, hp_completion)))
             # One slot per process: a slot is owned by the first process that joins it.
             indices = [run.add_client(f"r{i}", role) for i in range(args.repeats)]
+            run.publish()
             runs[variant] = (run, indices)
-        passthrough.publish()
-        orion.publish()
         for repeat in range(args.repeats):
             for variant in VARIANTS:
                 if variant == "no library":
@@ -119,7 +129,7 @@ def main() -> int:
                 for call_ns, total_ns in run_once(binary, env, args.launches):
                     samples[variant]["call"].append(call_ns)
                     samples[variant]["total"].append(total_ns)
-        orion_stats = orion.stats()["r0"]
+        client_stats = {variant: run.stats()["r0"] for variant, (run, _) in runs.items()}
 
     baseline_call = statistics.median(samples["no library"]["call"])
     baseline_total = statistics.median(samples["no library"]["total"])
@@ -146,9 +156,9 @@ def main() -> int:
             }
             for variant in VARIANTS
         },
-        "orion_hp_client_stats": {
-            key: orion_stats[key]
-            for key in ("launches", "tracked_launches", "completion_mode", "streams_prioritised")
+        "client_stats": {
+            variant: {key: stats[key] for key in STAT_KEYS}
+            for variant, stats in client_stats.items()
         },
     }
     (out_dir / "launch_overhead.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -236,6 +236,10 @@ class RunConfig(_Model):
     output_dir: PathField = Field(default=Path("runs"), validate_default=True)
     trace: bool = False
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    # How the HP client's kernel completions are tracked under reef/orion: "estimate" (at the
+    # profiled expected end; no driver call on HP's critical path) or "gpu-write" (written by the
+    # GPU after each HP launch: exact, one more driver call per launch). BE always uses gpu-write.
+    hp_completion: Literal["estimate", "gpu-write"] = "estimate"
     gpu: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("policy")
@@ -822,6 +826,7 @@ EXAMPLE_JOBS = """\
     "output_dir": "runs",
     "trace": false,
     "thresholds": {"queue_limit_us": null, "unknown_kernel_us": null},
+    "hp_completion": "estimate",
     "gpu": 0
   },
   "clients": [

@@ -205,6 +205,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         queue_limit_ns=queue_limit_ns,
         unknown_duration_ns=unknown_ns,
         trace_capacity=65536 if config.run.trace else 0,
+        hp_completion=config.run.hp_completion,
     )
 
 

@@ -6,10 +6,17 @@ index through its environment; the library gates best-effort launches by the cho
 """
 
 from scheduler_core.library import check_preload_library, native_module, preload_library_path
-from scheduler_core.run_state import POLICIES, TRACE_COLUMNS, SchedulerRun, SchedulerSettings
+from scheduler_core.run_state import (
+    HP_COMPLETION_MODES,
+    POLICIES,
+    TRACE_COLUMNS,
+    SchedulerRun,
+    SchedulerSettings,
+)
 from scheduler_core.thresholds import default_queue_limit_ns, default_unknown_duration_ns
 
 __all__ = [
+    "HP_COMPLETION_MODES",
     "POLICIES",
     "TRACE_COLUMNS",
     "SchedulerRun",

@@ -25,6 +25,11 @@ from scheduler_core.thresholds import DEFAULT_STALE_NS
 
 POLICIES = ("passthrough", "priority", "reef", "orion")
 ROLES = ("hp", "be")
+# How the HP client's launch completions are tracked under the gating policies (reef, orion):
+# "estimate" (a launch counts as finished at its profiled expected end: no driver call on HP's
+# critical path) or "gpu-write" (the GPU writes each completion into shared memory: exact, but one
+# more driver call after every HP launch). BE clients always use GPU writes.
+HP_COMPLETION_MODES = ("estimate", "gpu-write")
 _SHM_PREFIX = "orion-"
 _SHM_DIR = Path("/dev/shm")
 TRACE_COLUMNS = (
@@ -50,11 +55,17 @@ class SchedulerSettings:
     unknown_duration_ns: int
     stale_ns: int = DEFAULT_STALE_NS
     trace_capacity: int = 0  # records per client kept between two reads; 0 = no trace
+    hp_completion: str = "estimate"  # one of HP_COMPLETION_MODES
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise OrionError(
                 f"scheduler policy must be one of {', '.join(POLICIES)} (got {self.policy!r})"
+            )
+        if self.hp_completion not in HP_COMPLETION_MODES:
+            raise OrionError(
+                "hp_completion must be one of "
+                f"{', '.join(HP_COMPLETION_MODES)} (got {self.hp_completion!r})"
             )
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
@@ -105,6 +116,7 @@ class SchedulerRun:
                 settings.unknown_duration_ns,
                 settings.stale_ns,
                 settings.trace_capacity,
+                settings.hp_completion,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None

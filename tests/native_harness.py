@@ -108,14 +108,15 @@ class Interval:
 
 
 def launch_intervals(events: list[Event]) -> list[Interval]:
-    """Each tracked kernel from its launch call to the GPU's completion write, in order.
+    """Each kernel from its launch call to the simulated GPU finishing it, in order.
 
     In one stand-in process the simulated GPU runs work in submission order, so the n-th
-    completion write belongs to the n-th launch.
+    finished kernel belongs to the n-th launch. (The end of execution, not the completion write:
+    a client whose finish times are estimated has no writes.)
     """
     launches = [e for e in events if e.kind == "launch"]
-    writes = [e for e in events if e.kind == "write"]
+    ends = [e for e in events if e.kind == "exec_end"]
     return [
-        Interval(name=launch.fields[1], launched_ns=launch.time_ns, finished_ns=write.time_ns)
-        for launch, write in zip(launches, writes, strict=False)
+        Interval(name=launch.fields[1], launched_ns=launch.time_ns, finished_ns=end.time_ns)
+        for launch, end in zip(launches, ends, strict=False)
     ]

@@ -170,6 +170,16 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         ["run.thresholds.unknown_kernel_us: must be > 0 (got -5.5)"],
     ),
     (
+        "unknown hp completion mode",
+        [edit("run.hp_completion", "fast")],
+        ["run.hp_completion: must be one of estimate, gpu-write (got 'fast')"],
+    ),
+    (
+        "hp completion mode not a string",
+        [edit("run.hp_completion", True)],
+        ["run.hp_completion: must be one of estimate, gpu-write (got true)"],
+    ),
+    (
         "misspelt run field",
         [edit("run.duraton_s", 3)],
         ["run.duraton_s: unknown field; did you mean 'duration_s'?"],
@@ -463,12 +473,22 @@ def test_defaults() -> None:
     assert run.output_dir == DATA / "runs"
     assert (run.trace, run.gpu) == (False, 0)
     assert (run.thresholds.queue_limit_us, run.thresholds.unknown_kernel_us) == (None, None)
+    assert run.hp_completion == "estimate"
     hp, be = config.clients
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)
     assert be.arrivals is None
     assert (be.dtype, be.role, be.profile, be.options) == ("fp32", "be", None, {})
     assert config.hp_client is hp
     assert config.policy is POLICIES["orion"]
+
+
+@pytest.mark.parametrize("mode", ["estimate", "gpu-write"])
+def test_hp_completion_modes(mode: str) -> None:
+    data = base()
+    data["run"]["hp_completion"] = mode
+    config = parse_jobs(data, DATA)
+    assert config.run.hp_completion == mode
+    assert config.to_json_dict()["run"]["hp_completion"] == mode  # as run.json records it
 
 
 @pytest.mark.parametrize("policy", ["dedicated", "timeslice", "mps"])

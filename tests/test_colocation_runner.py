@@ -149,6 +149,7 @@ def test_timeslice_run_through_the_command_line_survives_a_killed_client(
     meta = run_json(run_dir)
     assert meta["status"] == "complete"
     assert meta["config"]["run"]["duration_s"] == 2.5
+    assert meta["config"]["run"]["hp_completion"] == "estimate"
     assert meta["environment"]["client_device"] == "cpu"
     hp, be = meta["clients"]
     assert hp["exit_code"] == 0 and hp["error"] is None
@@ -167,6 +168,7 @@ def test_timeslice_run_through_the_command_line_survives_a_killed_client(
     assert_latency_from_arrival(run.tables["hp"])
     stats = json.loads((run_dir / "scheduler.json").read_text())
     assert stats["settings"]["policy"] == "passthrough"
+    assert stats["settings"]["hp_completion"] == "estimate"
     assert {name: s["state"] for name, s in stats["clients"].items()} == {
         "hp": "exited",
         "be": "dead",
@@ -304,6 +306,21 @@ def test_a_profile_from_another_gpu_is_a_warning(
     assert plan.settings.sm_count == 132  # no GPU here: the profiles'
     assert plan.settings.queue_limit_ns == 1000  # 2.5% of the HP step's 40 us
     assert set(plan.profiles) == {"hp", "be"}
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        ({}, "estimate"),
+        ({"hp_completion": "estimate"}, "estimate"),
+        ({"hp_completion": "gpu-write"}, "gpu-write"),
+    ],
+)
+def test_hp_completion_reaches_the_scheduler_settings(
+    tmp_path: Path, run: dict[str, Any], expected: str
+) -> None:
+    plan = prepare_run(jobs(tmp_path, policy="dedicated", **run))
+    assert plan.settings.hp_completion == expected
 
 
 # --------------------------------------------------------------------------- the command line

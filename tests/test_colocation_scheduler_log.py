@@ -67,6 +67,7 @@ def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
     assert stats["clients"]["be"] == {"state": "dead", "launches": 1, "blocked_ms": 1.5}
     assert stats["settings"]["policy"] == "orion"
     assert stats["settings"]["trace_capacity"] == 1024
+    assert stats["settings"]["hp_completion"] == "estimate"
     assert stats["trace_records_lost"] == 2
 
 

@@ -3,7 +3,8 @@
 For PyTorch (cuDNN/cuBLAS) inference and training, BERT (cuBLASLt), a torch.compile'd function
 (Triton) and a CuPy kernel, the launches the library counts during one step equal the kernels
 torch.profiler sees in that step, and the step's output is bit-identical with and without the
-library (under pass-through and under the gating `orion` policy as the HP client).
+library (under pass-through and under the gating `orion` policy as the HP client, with its
+completions estimated, the default, and written by the GPU).
 """
 
 from __future__ import annotations
@@ -63,14 +64,21 @@ DECOY_PROFILE = pd.DataFrame(
 )
 
 
-def _with_library(case: str, tmp_path: Path, policy: str, role: str) -> dict:
+def _with_library(
+    case: str, tmp_path: Path, policy: str, role: str, hp_completion: str = "estimate"
+) -> dict:
     settings = SchedulerSettings(
-        policy=policy, sm_count=_sm_count(), queue_limit_ns=100_000, unknown_duration_ns=100_000
+        policy=policy,
+        sm_count=_sm_count(),
+        queue_limit_ns=100_000,
+        unknown_duration_ns=100_000,
+        hp_completion=hp_completion,
     )
     with SchedulerRun(settings) as run:
         index = run.add_client("probe", role, DECOY_PROFILE)
         run.publish()
-        result = _probe(case, tmp_path, run.client_environment(index), f"{policy}-{role}")
+        tag = f"{policy}-{role}-{hp_completion}"
+        result = _probe(case, tmp_path, run.client_environment(index), tag)
         result["stats"] = run.stats()["probe"]
     return result
 
@@ -81,7 +89,8 @@ def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_pa
     assert plain["library_launches"] is None
     passthrough = _with_library(case, tmp_path, "passthrough", "be")
     gated_hp = _with_library(case, tmp_path, "orion", "hp")
-    for result in (passthrough, gated_hp):
+    gated_hp_write = _with_library(case, tmp_path, "orion", "hp", "gpu-write")
+    for result in (passthrough, gated_hp, gated_hp_write):
         assert result["profiler_kernels"] > 0
         assert result["library_launches"] == result["profiler_kernels"], result
         if case in DETERMINISTIC:
@@ -89,6 +98,9 @@ def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_pa
     # Kernel names resolve (cuFuncGetName or cuKernelGetName): identity by name works.
     names = gated_hp["stats"]["unknown_kernels"]
     assert names and not any(name.startswith("<unnamed>") for name in names), names
-    # Under orion the HP client's launches are tracked with GPU-written completions.
-    assert gated_hp["stats"]["completion_mode"] == "gpu-write"
-    assert gated_hp["stats"]["tracked_launches"] > 0
+    # Under orion the HP client's launches are tracked: by default with estimated finish times,
+    # on request with GPU-written completions (the driver accepted the registration and writes).
+    assert gated_hp["stats"]["completion_mode"] == "estimate"
+    assert gated_hp_write["stats"]["completion_mode"] == "gpu-write"
+    for result in (gated_hp, gated_hp_write):
+        assert result["stats"]["tracked_launches"] > 0

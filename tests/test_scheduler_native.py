@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from native_harness import Harness, Interval, build_harness, launch_intervals, read_log
 
-from scheduler_core import SchedulerRun, SchedulerSettings, preload_library_path
+from orion_common.errors import OrionError
+from scheduler_core import SchedulerRun, SchedulerSettings, native_module, preload_library_path
 from scheduler_core.library import with_preload
 from scheduler_core.run_state import remove_stale_runs
 
@@ -55,13 +56,17 @@ def kernel_table(*rows: tuple[str, int, int, int, str, float]) -> pd.DataFrame:
     )
 
 
-def settings(policy: str, queue_limit_ms: float = 5.0, trace: int = 0) -> SchedulerSettings:
+def settings(
+    policy: str, queue_limit_ms: float = 5.0, trace: int = 0, hp_completion: str | None = None
+) -> SchedulerSettings:
+    extra = {} if hp_completion is None else {"hp_completion": hp_completion}
     return SchedulerSettings(
         policy=policy,
         sm_count=132,
         queue_limit_ns=int(queue_limit_ms * MS),
         unknown_duration_ns=int(queue_limit_ms * MS),
         trace_capacity=trace,
+        **extra,
     )
 
 
@@ -418,6 +423,101 @@ def test_without_gpu_completion_writes_finish_times_are_estimated(harness: Harne
     assert stats["completion_mode"] == "estimate"
     assert stats["launches"] == 20
     assert stats["blocked_launches"] > 0  # the queue limit still applies
+
+
+def count_events(log: Path, kind: str) -> int:
+    return sum(1 for e in read_log(log) if e.kind == kind)
+
+
+@pytest.mark.parametrize(
+    ("policy", "hp_completion", "hp_writes"),
+    [
+        ("orion", None, False),  # the default: HP estimates its finish times
+        ("orion", "estimate", False),
+        ("orion", "gpu-write", True),
+        ("reef", None, False),
+    ],
+)
+def test_hp_completion_decides_whether_the_hp_client_makes_gpu_writes(
+    harness, tmp_path, policy, hp_completion, hp_writes
+):
+    table = kernel_table(("k", 4, 128, 100, "compute", 0.2))
+    with SchedulerRun(settings(policy, hp_completion=hp_completion)) as run:
+        assert run.settings.hp_completion == (hp_completion or "estimate")
+        hp = run.add_client("hp", "hp", table)
+        be = run.add_client("be", "be", table)
+        run.publish()
+        script = "func k 200 repeat 5 launch k 4 128 0 end sync 0"
+        for index, name in ((hp, "hp"), (be, "be")):
+            result = harness.run(
+                script, env=run.client_environment(index), log=tmp_path / f"{name}.log"
+            )
+            assert result.returncode == 0, result.stderr
+            assert "estimating" not in result.stderr  # nothing failed: the setting decided
+        stats = run.stats()
+    hp_log, be_log = tmp_path / "hp.log", tmp_path / "be.log"
+    assert stats["hp"]["tracked_launches"] == 5
+    if hp_writes:
+        assert stats["hp"]["completion_mode"] == "gpu-write"
+        assert count_events(hp_log, "host_register") == 1
+        # One per launch, on the stream the launch went to (HP's private priority stream).
+        events = read_log(hp_log)
+        writes = [e.fields[1] for e in events if e.kind == "write_value"]
+        assert writes == [e.fields[4] for e in launches(events)]
+    else:
+        # Not a fallback: the HP client never asks the driver for anything to track completions.
+        assert stats["hp"]["completion_mode"] == "estimate"
+        assert count_events(hp_log, "host_register") == 0
+        assert count_events(hp_log, "write_value") == 0
+    # Best-effort clients always get GPU-written completions: their queue accounting is exact.
+    assert stats["be"]["completion_mode"] == "gpu-write"
+    assert count_events(be_log, "host_register") == 1
+    assert count_events(be_log, "write_value") == 5
+
+
+def test_hp_completion_must_be_a_known_mode():
+    with pytest.raises(OrionError, match=r"hp_completion must be one of estimate, gpu-write"):
+        settings("orion", hp_completion="fast")
+    # The shared header refuses it too (and says what it holds), whoever creates the run.
+    native = native_module()
+    with pytest.raises(ValueError, match="'estimate' or 'gpu-write', not 'fast'"):
+        native.Run.create("/orion-test-bad-mode", "orion", 132, 1, 1, 1, 0, "fast")
+    with SchedulerRun(settings("orion", hp_completion="gpu-write")) as run:
+        assert native.Run.attach(run.name).hp_completion == "gpu-write"
+
+
+def test_be_waits_for_an_estimated_hp_kernel_for_its_profiled_duration(harness, tmp_path):
+    # The HP kernel needs 100 of 132 SMs for 300 ms; the BE kernel needs 50: it cannot run beside
+    # it. HP writes no completions, so BE must take the kernel as finished at its expected end,
+    # about 300 ms after its launch, not wait for the staleness bound (5 s) or for HP to exit.
+    duration_ms = 300
+    with SchedulerRun(settings("orion")) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("hpk", 4, 128, 100, "compute", duration_ms)))
+        be = run.add_client("be", "be", kernel_table(("wide", 1, 64, 50, "memory", 1)))
+        run.publish()
+        hp_process = harness.start(
+            f"func hpk {duration_ms * 1000} launch hpk 4 128 0 sleep 2000000 sync 0",
+            env=run.client_environment(hp),
+            log=tmp_path / "hp.log",
+        )
+        wait_until_launched(run, "hp")
+        result = harness.run(
+            "func wide 1000 launch wide 1 64 0 sync 0",
+            env=run.client_environment(be),
+            log=tmp_path / "be.log",
+        )
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()
+        assert run.client_state(hp) == "attached"  # HP was still there the whole time
+        hp_process.kill()
+        hp_process.wait(timeout=10)
+    assert stats["hp"]["completion_mode"] == "estimate"
+    assert stats["be"]["blocked_launches"] == 1, "BE arrived after the HP kernel had ended"
+    assert stats["be"]["reasons"]["not_enough_sms"] == 1
+    (hp_launch,) = launches(read_log(tmp_path / "hp.log"))
+    (be_launch,) = launches(read_log(tmp_path / "be.log"))
+    waited_ns = be_launch.time_ns - hp_launch.time_ns
+    assert duration_ms * MS - TOLERANCE_NS < waited_ns < duration_ms * MS + 500 * MS
 
 
 def test_launches_into_a_capturing_stream_pass_through(harness: Harness, tmp_path: Path):

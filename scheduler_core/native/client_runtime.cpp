@@ -206,21 +206,30 @@ bool ClientRuntime::stream_is_capturing(CUstream own_stream) const {
 
 void ClientRuntime::ensure_completion_tracking() {
     std::call_once(completion_once_, [this] {
-        const driver::Helpers& h = driver::helpers();
+        // The HP client estimates its finish times unless the run asks for GPU writes: a write is
+        // one more driver call after every HP launch, on the path whose latency the scheduler is
+        // there to protect. BE clients always ask for writes (exact BE queue accounting).
+        const bool gpu_writes =
+            role_ != Role::kHighPriority ||
+            view_.header().hp_completion != static_cast<std::uint32_t>(CompletionMode::kEstimate);
         CompletionMode mode = CompletionMode::kEstimate;
-        void* words = view_.completion(index_);
-        // Register just this client's page-aligned block of completion words, so the GPU can
-        // write a launch's sequence number into shared memory the moment the launch finishes.
-        const std::size_t bytes = sizeof(std::uint64_t) * kInflightSlots;
-        if (h.mem_host_register != nullptr && h.mem_host_get_device_pointer != nullptr &&
-            h.stream_write_value64 != nullptr &&
-            h.mem_host_register(words, bytes,
-                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
-                CUDA_SUCCESS &&
-            h.mem_host_get_device_pointer(&completion_device_base_, words, 0) == CUDA_SUCCESS) {
-            mode = CompletionMode::kGpuWrite;
-        } else {
-            log_message("cannot map completion words for the GPU; estimating finish times");
+        if (gpu_writes) {
+            const driver::Helpers& h = driver::helpers();
+            void* words = view_.completion(index_);
+            // Register just this client's page-aligned block of completion words, so the GPU can
+            // write a launch's sequence number into shared memory the moment the launch finishes.
+            const std::size_t bytes = sizeof(std::uint64_t) * kInflightSlots;
+            if (h.mem_host_register != nullptr && h.mem_host_get_device_pointer != nullptr &&
+                h.stream_write_value64 != nullptr &&
+                h.mem_host_register(words, bytes,
+                                    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
+                    CUDA_SUCCESS &&
+                h.mem_host_get_device_pointer(&completion_device_base_, words, 0) ==
+                    CUDA_SUCCESS) {
+                mode = CompletionMode::kGpuWrite;
+            } else {
+                log_message("cannot map completion words for the GPU; estimating finish times");
+            }
         }
         completion_mode_.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
         slot_->completion_mode.store(static_cast<std::uint32_t>(mode), std::memory_order_release);

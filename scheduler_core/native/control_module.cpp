@@ -59,6 +59,25 @@ Policy policy_from(const std::string& name) {
     return policy;
 }
 
+// The HP client's completion tracking, as named in jobs.json and SchedulerSettings.
+CompletionMode hp_completion_from(const std::string& name) {
+    if (name == "estimate") return CompletionMode::kEstimate;
+    if (name == "gpu-write") return CompletionMode::kGpuWrite;
+    throw py::value_error("hp_completion must be 'estimate' or 'gpu-write', not '" + name + "'");
+}
+
+const char* completion_mode_name(std::uint32_t mode) {
+    switch (static_cast<CompletionMode>(mode)) {
+        case CompletionMode::kGpuWrite:
+            return "gpu-write";
+        case CompletionMode::kEstimate:
+            return "estimate";
+        case CompletionMode::kNone:
+            break;
+    }
+    return "none";
+}
+
 const char* state_name(std::uint32_t state) {
     switch (static_cast<ClientState>(state)) {
         case ClientState::kFree:
@@ -79,9 +98,11 @@ class Run {
 public:
     static Run create(const std::string& name, const std::string& policy, std::uint32_t sm_count,
                       std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns,
-                      std::uint64_t stale_ns, std::uint32_t trace_capacity) {
+                      std::uint64_t stale_ns, std::uint32_t trace_capacity,
+                      const std::string& hp_completion) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         RunConfig config;
+        config.hp_completion = hp_completion_from(hp_completion);
         config.policy = policy_from(policy);
         config.sm_count = sm_count;
         config.queue_limit_ns = queue_limit_ns;
@@ -107,6 +128,7 @@ public:
     std::uint32_t client_count() const { return header().client_count; }
     std::uint32_t trace_capacity() const { return header().trace_capacity; }
     std::uint64_t queue_limit_ns() const { return header().queue_limit_ns; }
+    std::string hp_completion() const { return completion_mode_name(header().hp_completion); }
     std::uint64_t size_bytes() const { return mapping_.size(); }
     bool ready() const { return header().ready.load(std::memory_order_acquire) != 0; }
 
@@ -196,12 +218,8 @@ public:
         out["state"] = state_name(slot.state.load(std::memory_order_acquire));
         out["pid"] = slot.pid.load(std::memory_order_acquire);
         out["profiled_kernels"] = slot.kernel_count;
-        const auto mode = slot.completion_mode.load(std::memory_order_acquire);
-        out["completion_mode"] = mode == static_cast<std::uint32_t>(CompletionMode::kGpuWrite)
-                                     ? "gpu-write"
-                                     : (mode == static_cast<std::uint32_t>(CompletionMode::kEstimate)
-                                            ? "estimate"
-                                            : "none");
+        out["completion_mode"] =
+            completion_mode_name(slot.completion_mode.load(std::memory_order_acquire));
         out["launches"] = s.launches.load();
         out["tracked_launches"] = s.tracked_launches.load();
         out["unknown_launches"] = s.unknown_launches.load();
@@ -355,7 +373,7 @@ PYBIND11_MODULE(_native, m) {
         .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),
                     py::arg("sm_count"), py::arg("queue_limit_ns"),
                     py::arg("unknown_duration_ns"), py::arg("stale_ns"),
-                    py::arg("trace_capacity") = 0)
+                    py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate")
         .def_static("attach", &Run::attach, py::arg("name"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("policy", &Run::policy)
@@ -363,6 +381,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("client_count", &Run::client_count)
         .def_property_readonly("trace_capacity", &Run::trace_capacity)
         .def_property_readonly("queue_limit_ns", &Run::queue_limit_ns)
+        .def_property_readonly("hp_completion", &Run::hp_completion)
         .def_property_readonly("size_bytes", &Run::size_bytes)
         .def_property_readonly("ready", &Run::ready)
         .def("add_client", &Run::add_client, py::arg("name"), py::arg("role"))

@@ -78,6 +78,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->unknown_duration_ns = config.unknown_duration_ns;
     header->stale_ns = config.stale_ns;
     header->trace_capacity = trace_capacity;
+    header->hp_completion = static_cast<std::uint32_t>(config.hp_completion);
     header->clients_offset = layout.clients_offset;
     header->kernels_offset = layout.kernels_offset;
     header->inflight_offset = layout.inflight_offset;

@@ -20,7 +20,7 @@
 namespace orion {
 
 constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
-constexpr std::uint32_t kLayoutVersion = 1;
+constexpr std::uint32_t kLayoutVersion = 2;  // 2: RunHeader::hp_completion
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -47,7 +47,7 @@ enum class ClientState : std::uint32_t {
 enum class CompletionMode : std::uint32_t {
     kNone = 0,      // nothing tracked yet
     kGpuWrite = 1,  // the GPU writes each launch's sequence number when it finishes
-    kEstimate = 2,  // fallback: finish times estimated from profiled durations
+    kEstimate = 2,  // finish times estimated from profiled durations (no driver call per launch)
 };
 
 // One kernel identity of a client's profile: name + grid + block, hashed (see kernel_key.h).
@@ -155,7 +155,9 @@ struct alignas(64) RunHeader {
     std::uint64_t unknown_duration_ns;  // duration assumed for an unprofiled kernel
     std::uint64_t stale_ns;             // a launch older than this counts as finished
     std::uint32_t trace_capacity;       // per client, power of two; 0 = tracing off
-    std::uint32_t reserved0;
+    // How the HP client tracks its launches' completions: a CompletionMode, kEstimate (no
+    // driver call on HP's critical path) or kGpuWrite. BE clients always ask for GPU writes.
+    std::uint32_t hp_completion;
     std::uint64_t clients_offset;
     std::uint64_t kernels_offset;
     std::uint64_t inflight_offset;

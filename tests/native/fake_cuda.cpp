@@ -285,7 +285,10 @@ CUresult cuStreamIsCapturing(void* stream, int* status) {
     return 0;
 }
 
-CUresult cuStreamWriteValue64(void*, unsigned long long address, std::uint64_t value, unsigned) {
+CUresult cuStreamWriteValue64(void* stream, unsigned long long address, std::uint64_t value,
+                              unsigned) {
+    // Logged when called (the CPU cost a client pays) and, as "write", when the GPU performs it.
+    log_line("write_value value=" + std::to_string(value) + " stream=" + stream_text(stream));
     gpu().submit(Op{Op::kWrite, "", 0, reinterpret_cast<std::uint64_t*>(address), value});
     return 0;
 }
