@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orion_common.sysinfo import find_ncu
-from postprocess.metrics import REQUIRED_NCU_METRICS
+from postprocess.metrics import COMPUTE_SOL_METRIC, MEMORY_SOL_METRIC, NCU_METRIC_SETS
 from profiler.ncu_runner import (
     available_tensor_metrics,
     build_import_command,
@@ -37,11 +37,8 @@ from profiler.ncu_runner import (
     target_command,
 )
 
-SOL_METRICS = (
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-)
-LAUNCH_METRICS = tuple(m for m in REQUIRED_NCU_METRICS if m not in SOL_METRICS)
+SOL_METRICS = (COMPUTE_SOL_METRIC, MEMORY_SOL_METRIC)
+LAUNCH_METRICS = tuple(m for m in NCU_METRIC_SETS["full"] if m not in SOL_METRICS)
 PCT = ".avg.pct_of_peak_sustained_elapsed"
 # Sub-metrics of the two throughputs that set their value (the maximum) for the ResNet-50
 # inference kernels measured first; the larger set adds the next candidates of each side.
@@ -62,10 +59,12 @@ _PASSES = re.compile(r"- (\d+) pass(?:es)?\s*$")
 
 
 def metric_sets(tensor_metrics: tuple[str, ...]) -> dict[str, list[str]]:
-    """The candidate sets, by name. ``launch`` is the floor: what no profile can do without."""
+    """The candidate sets, by name. ``launch`` is the floor: what no profile can do without;
+    ``orion-v1`` and ``orion-fast`` are what `orion profile --metric-set full` / `fast` ask for."""
     return {
         "launch": list(LAUNCH_METRICS),
-        "orion-v1": ncu_metrics(tensor_metrics),
+        "orion-v1": ncu_metrics(tensor_metrics, "full"),
+        "orion-fast": ncu_metrics(tensor_metrics, "fast"),
         "sol": [*LAUNCH_METRICS, *SOL_METRICS],
         "tensor": [*LAUNCH_METRICS, *tensor_metrics],
         "breakdown": [*LAUNCH_METRICS, *(f"breakdown:{m}" for m in SOL_METRICS)],

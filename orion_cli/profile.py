@@ -61,6 +61,17 @@ ReplayModeOpt = Annotated[
         show_default=False,
     ),
 ]
+MetricSetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metric-set",
+        help="ncu metrics: fast (default; each throughput is the maximum of its main "
+        "sub-metrics, a lower bound of ncu's SOL value: 4 replay passes per kernel) or full "
+        "(ncu's exact SOL throughputs: 10 passes). On an H200, ResNet-50 bs4 inference takes "
+        "55 s with fast and 83 s with full.",
+        show_default=False,
+    ),
+]
 WarmupOpt = Annotated[
     int | None,
     typer.Option(
@@ -105,6 +116,7 @@ def profile_command(
     dtype: DTypeOpt = "fp32",
     output: OutputOpt = None,
     replay_mode: ReplayModeOpt = None,
+    metric_set: MetricSetOpt = None,
     warmup: WarmupOpt = None,
     from_ncu: FromNcuOpt = None,
     measured: MeasuredOpt = None,
@@ -124,10 +136,15 @@ def profile_command(
     if from_ncu is None:
         if measured is not None:
             raise OrionError("--measured only applies with --from-ncu")
-        result = _profile_live(spec, output, replay_mode, warmup)
+        result = _profile_live(spec, output, replay_mode, warmup, metric_set)
     else:
         if replay_mode is not None or warmup is not None:
             raise OrionError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
+        if metric_set is not None:
+            raise OrionError(
+                "--metric-set applies to a live run: with --from-ncu the CSV's columns decide "
+                "(SOL metrics: full, sub-metrics only: fast)"
+            )
         from profiler.pipeline import profile_from_ncu
 
         result = profile_from_ncu(
@@ -143,18 +160,29 @@ def profile_command(
 
 
 def _profile_live(
-    spec: Any, output: Path | None, replay_mode: str | None, warmup: int | None
+    spec: Any,
+    output: Path | None,
+    replay_mode: str | None,
+    warmup: int | None,
+    metric_set: str | None,
 ) -> ProfileResult:
-    from profiler.ncu_runner import check_replay_mode
+    from profiler.ncu_runner import check_metric_set, check_replay_mode
     from profiler.pipeline import profile_workload
 
     if replay_mode is not None:
         check_replay_mode(replay_mode)
+    if metric_set is not None:
+        check_metric_set(metric_set)
     if warmup is not None and warmup < 0:
         raise OrionError(f"--warmup must be >= 0, got {warmup}")
     with _progress_listener() as listener:
         return profile_workload(
-            spec, output, replay_mode=replay_mode, warmup=warmup, progress=listener
+            spec,
+            output,
+            replay_mode=replay_mode,
+            warmup=warmup,
+            progress=listener,
+            metric_set=metric_set,
         )
 
 
@@ -382,6 +410,27 @@ def _kernel_counts(result: ProfileResult) -> None:
     if result.replay_mode:
         text += f"; ncu replay mode: {result.replay_mode}"
     console.print(text, highlight=False)
+    console.print(_throughput_line(result.profile.metadata), highlight=False)
+
+
+_THROUGHPUT_SOURCES = {
+    "sol": "ncu's SOL metrics",
+    "sub-metric-max": "the maximum of their main SOL sub-metrics (a lower bound of SOL)",
+}
+
+
+def _throughput_line(metadata: dict[str, Any]) -> str:
+    """Which metric set the profile used and how its throughputs were computed."""
+    metric_set = metadata.get("metric_set") or "unknown"
+    sources = metadata.get("throughput_source") or {}
+    described = {_THROUGHPUT_SOURCES.get(str(how), str(how)) for how in sources.values()}
+    if len(described) == 1:
+        how = described.pop()
+    elif described:
+        how = ", ".join(f"{column}: {value}" for column, value in sources.items())
+    else:
+        how = "not recorded"
+    return f"metric set: {metric_set}; throughputs from {how}"
 
 
 def _classes_table(result: ProfileResult) -> None:

@@ -20,9 +20,13 @@ from postprocess.build import (
 from postprocess.classify import CLASSIFICATION_RULE, classify_kernels
 from postprocess.demangle import demangle
 from postprocess.metrics import (
+    COMPUTE_SOL_SUBMETRICS,
+    DEFAULT_METRIC_SET,
+    MEMORY_SOL_SUBMETRICS,
+    METRIC_SETS,
     METRICS,
+    NCU_METRIC_SETS,
     OPTIONAL_TENSOR_METRIC_BASES,
-    REQUIRED_NCU_METRICS,
     TENSOR_PIPE_SUFFIX,
     MetricSpec,
 )
@@ -44,17 +48,21 @@ from postprocess.summary import ProfileSummary, sm_needed_bins, summarize_profil
 
 __all__ = [
     "CLASSIFICATION_RULE",
+    "COMPUTE_SOL_SUBMETRICS",
+    "DEFAULT_METRIC_SET",
     "IDENTITY_COLUMNS",
     "IDENTITY_TABLE_COLUMNS",
     "KERNEL_COLUMNS",
     "MEASURED_COLUMNS",
+    "MEMORY_SOL_SUBMETRICS",
     "METADATA_KEYS",
     "METRICS",
+    "METRIC_SETS",
+    "NCU_METRIC_SETS",
     "OPTIONAL_TENSOR_METRIC_BASES",
     "PROFILE_COLUMNS",
     "PROFILE_FORMAT",
     "PROFILE_VERSION",
-    "REQUIRED_NCU_METRICS",
     "TENSOR_PIPE_SUFFIX",
     "DeviceLimits",
     "MatchReport",

@@ -22,6 +22,7 @@ import pandas as pd
 
 from orion_common.errors import OrionError
 from postprocess.classify import CLASSIFICATION_RULE, classify_kernels
+from postprocess.metrics import metric_set_of
 from postprocess.ncu_csv import NcuTrace
 from postprocess.occupancy import occupancy_columns
 from postprocess.profile_format import (
@@ -64,7 +65,9 @@ def build_profile(trace: NcuTrace, metadata: dict[str, Any]) -> Profile:
     """The profile of ``trace``; ``metadata`` supplies what ncu cannot know (workload, versions).
 
     GPU facts come from the trace (the GPU ncu actually profiled) and override ``metadata``;
-    ``gpu_name`` and ``created_utc`` are filled only when the caller left them out.
+    ``gpu_name`` and ``created_utc`` are filled only when the caller left them out, and so is
+    ``metric_set`` (then the set the CSV's throughput columns correspond to, or None).
+    ``throughput_source`` always comes from the trace: how each throughput was computed.
     """
     kernels = trace.kernels.reset_index(drop=True)
     occupancy = occupancy_columns(kernels, trace.device)
@@ -105,6 +108,9 @@ def build_profile(trace: NcuTrace, metadata: dict[str, Any]) -> Profile:
     merged["compute_capability"] = trace.device.compute_capability
     merged["device_limits"] = trace.device.to_metadata()
     merged["classification_rule"] = CLASSIFICATION_RULE
+    if merged.get("metric_set") is None:
+        merged["metric_set"] = metric_set_of(trace.throughput_source)
+    merged["throughput_source"] = dict(trace.throughput_source)
     return Profile(metadata=merged, kernels=table)
 
 

@@ -6,9 +6,12 @@ Rule ``orion-v1``, per kernel row:
 
 - ``compute = max(compute_throughput_pct, tensor_pipe_pct)``, where ``tensor_pipe_pct`` counts
   only when ncu reported it. ``compute_throughput_pct`` is ncu's SM throughput
-  (``sm__throughput``); the tensor/half-precision pipe term is what makes tensor-core and
-  reduced-precision work count as compute, which Orion's original FP32-FLOP roofline missed.
-- ``memory = memory_throughput_pct`` (ncu's ``gpu__compute_memory_throughput``).
+  (``sm__throughput``), or with the ``fast`` metric set the maximum of its main sub-metrics
+  (:data:`postprocess.metrics.COMPUTE_SOL_SUBMETRICS`); the tensor/half-precision pipe term is
+  what makes tensor-core and reduced-precision work count as compute, which Orion's original
+  FP32-FLOP roofline missed.
+- ``memory = memory_throughput_pct`` (ncu's ``gpu__compute_memory_throughput``, or the maximum
+  of :data:`postprocess.metrics.MEMORY_SOL_SUBMETRICS`).
 - If ``compute`` or ``memory`` is missing (NaN): ``unknown``; the scheduler treats those
   conservatively rather than guessing.
 - Otherwise ``compute`` when ``compute >= memory``, else ``memory``.

@@ -12,7 +12,9 @@ quirk below has broken a naive ``pd.read_csv`` at some point:
 - a metric ncu could not collect is ``n/a`` or empty: that value becomes NaN and the kernel still
   loads, because one missing counter should not lose a whole profile.
 
-Columns are selected, renamed and typed only through :data:`postprocess.metrics.METRICS`.
+Columns are selected, renamed and typed only through :data:`postprocess.metrics.METRICS`. The two
+throughputs come from ncu's SOL column when the CSV has it (metric set ``full``), else from the
+row-wise maximum of whichever of their sub-metric columns it has (metric set ``fast``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 
@@ -33,6 +35,7 @@ from postprocess.demangle import demangle
 from postprocess.metrics import (
     COMPUTE_CAPABILITY_COLUMN,
     DEVICE_ATTRIBUTES,
+    ELAPSED_PCT_SUFFIX,
     METRICS,
     OPTIONAL_DEVICE_ATTRIBUTES,
     TENSOR_PIPE_COLUMNS,
@@ -108,11 +111,17 @@ class DeviceLimits:
 
 @dataclass(frozen=True)
 class NcuTrace:
-    """One ncu run: kernels in launch order (schema :data:`KERNEL_COLUMNS`) and the GPU's limits."""
+    """One ncu run: kernels in launch order (schema :data:`KERNEL_COLUMNS`) and the GPU's limits.
+
+    ``throughput_source`` says how each throughput column was computed: throughput column ->
+    ``"sol"`` (ncu's SOL column) or ``"sub-metric-max"`` (see
+    :meth:`~postprocess.metrics.MetricSpec.source_in`).
+    """
 
     kernels: pd.DataFrame
     device: DeviceLimits
     source: Path
+    throughput_source: dict[str, str]
 
 
 def read_ncu_raw_csv(path: str | Path) -> NcuTrace:
@@ -143,7 +152,17 @@ def read_ncu_raw_csv(path: str | Path) -> NcuTrace:
     unit_of = dict(zip(header, units, strict=True))
     kernels = _kernel_table(raw, unit_of, source)
     device = _device_limits(raw, source)
-    return NcuTrace(kernels=kernels, device=device, source=source)
+    return NcuTrace(
+        kernels=kernels,
+        device=device,
+        source=source,
+        throughput_source=_throughput_sources(header),
+    )
+
+
+def _throughput_sources(header: list[str]) -> dict[str, str]:
+    sources = {spec.column: spec.source_in(header) for spec in METRICS if spec.sub_metrics}
+    return {column: how for column, how in sources.items() if how is not None}
 
 
 def _is_header(line: str) -> bool:
@@ -199,21 +218,53 @@ def _split_table(text: str, source: Path) -> tuple[list[str], list[str], list[li
     return header, units, body
 
 
+def _is_satisfied(spec: MetricSpec, present: set[str]) -> bool:
+    return spec.ncu_name in present or any(name in present for name in spec.sub_metrics)
+
+
+def _short_names(names: tuple[str, ...]) -> str:
+    """``a.avg.pct_of_peak_sustained_elapsed, b...`` -> ``a, b (each .avg.pct_of_...)``."""
+    bases = [name.removesuffix(ELAPSED_PCT_SUFFIX) for name in names]
+    return f"{', '.join(bases)} (each {ELAPSED_PCT_SUFFIX})"
+
+
 def _check_required_columns(header: list[str], source: Path) -> None:
     present = set(header)
-    missing = [spec.ncu_name for spec in METRICS if spec.required and spec.ncu_name not in present]
+    missing = [spec for spec in METRICS if spec.required and not _is_satisfied(spec, present)]
     if not missing:
         return
-    metrics = [name for name in missing if "__" in name]
-    if metrics:
+    fixed = [spec.ncu_name for spec in missing if not spec.is_metric]
+    if fixed:
         raise OrionError(
-            f"ncu CSV {source} lacks required metric column(s): {', '.join(metrics)}",
-            hint=f"add them to ncu's metric list: --metrics {','.join(metrics)} "
-            "(orion profile requests all of postprocess.metrics.REQUIRED_NCU_METRICS)",
+            f"ncu CSV {source} lacks column(s) {', '.join(fixed)} that ncu's raw page always has",
+            hint=_RAW_HINT,
+        )
+    _raise_missing_metrics(missing, source)
+
+
+def _raise_missing_metrics(missing: list[MetricSpec], source: Path) -> NoReturn:
+    """The error for required metrics the CSV lacks, naming what would do for each."""
+    plain = [spec.ncu_name for spec in missing if not spec.sub_metrics]
+    throughputs = [spec for spec in missing if spec.sub_metrics]
+    described = plain + [
+        f"{spec.column} (either {spec.ncu_name} or any of its sub-metrics "
+        f"{_short_names(spec.sub_metrics)})"
+        for spec in throughputs
+    ]
+    message = f"ncu CSV {source} lacks required metric column(s): {'; '.join(described)}"
+    if not throughputs:
+        hint = f"add them to ncu's metric list: --metrics {','.join(plain)}"
+    else:
+        sol = [*plain, *(spec.ncu_name for spec in throughputs)]
+        subs = [*plain, *(name for spec in throughputs for name in spec.sub_metrics)]
+        hint = (
+            f"add to ncu's metric list either the exact SOL metrics: --metrics {','.join(sol)}\n"
+            f"or the sub-metrics: --metrics {','.join(subs)}"
         )
     raise OrionError(
-        f"ncu CSV {source} lacks column(s) {', '.join(missing)} that ncu's raw page always has",
-        hint=_RAW_HINT,
+        message,
+        hint=hint + "\n(`orion profile --metric-set full` or `fast` requests one or the other: "
+        "postprocess.metrics.NCU_METRIC_SETS)",
     )
 
 
@@ -240,8 +291,11 @@ def _numbers(values: pd.Series) -> pd.Series:
         )
 
 
-def _unit_factor(spec: MetricSpec, unit: str, source: Path) -> float:
-    """Multiplier taking ncu's unit to ours; refuses units we would otherwise misread."""
+def _unit_factor(spec: MetricSpec, unit: str, source: Path, column: str | None = None) -> float:
+    """Multiplier taking ncu's unit to ours; refuses units we would otherwise misread.
+
+    ``column`` names the CSV column when it is not ``spec.ncu_name`` (a sub-metric).
+    """
     if spec.unit == "ns":
         factor = _TIME_UNITS_NS.get(unit or "ns")
     elif spec.unit == "pct":
@@ -254,8 +308,8 @@ def _unit_factor(spec: MetricSpec, unit: str, source: Path) -> float:
         factor = 1.0
     if factor is None:
         raise OrionError(
-            f"ncu CSV {source}: column {spec.ncu_name} is in unit '{unit}', which orion does "
-            f"not convert to {spec.unit}",
+            f"ncu CSV {source}: column {column or spec.ncu_name} is in unit '{unit}', which "
+            f"orion does not convert to {spec.unit}",
             hint="re-run ncu with '--print-units base' so every value is in its base unit",
         )
     return factor
@@ -277,6 +331,9 @@ def _kernel_table(raw: pd.DataFrame, unit_of: dict[str, str], source: Path) -> p
     table: dict[str, pd.Series] = {}
     index = pd.RangeIndex(len(raw))
     for spec in METRICS:
+        if spec.sub_metrics and spec.ncu_name not in raw.columns:
+            table[spec.column] = _submetric_maximum(raw, spec, unit_of, source)
+            continue
         if spec.ncu_name not in raw.columns:
             for name in spec.columns:
                 table[name] = pd.Series(None, index=index, dtype=object).astype(
@@ -305,6 +362,22 @@ def _kernel_table(raw: pd.DataFrame, unit_of: dict[str, str], source: Path) -> p
     kernels = pd.DataFrame(table, index=index)
     kernels["tensor_pipe_pct"] = kernels[list(TENSOR_PIPE_COLUMNS)].max(axis=1, skipna=True)
     return kernels[list(KERNEL_COLUMNS)].astype(KERNEL_COLUMNS)
+
+
+def _submetric_maximum(
+    raw: pd.DataFrame, spec: MetricSpec, unit_of: dict[str, str], source: Path
+) -> pd.Series:
+    """Row-wise maximum of whichever of ``spec``'s sub-metric columns the CSV has (NaN where a
+    row has none of them): the fast metric set's stand-in for ncu's SOL value."""
+    values = [
+        _numbers(raw[name].reset_index(drop=True))
+        * _unit_factor(spec, unit_of.get(name, ""), source, column=name)
+        for name in spec.sub_metrics
+        if name in raw.columns
+    ]
+    if not values:
+        return pd.Series(math.nan, index=pd.RangeIndex(len(raw)), dtype="float64")
+    return pd.concat(values, axis=1).max(axis=1, skipna=True)
 
 
 def _single_value(raw: pd.DataFrame, column: str, source: Path) -> str | None:

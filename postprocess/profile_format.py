@@ -79,11 +79,16 @@ METADATA_KEYS: tuple[str, ...] = (
     "batch_size",
     "dtype",
     "classification_rule",
+    "metric_set",
+    "throughput_source",
     "device_limits",
     "source",
     "ncu_command",
 )
-"""Every key a version-1 profile's metadata carries (None when unknown), in file order."""
+"""Every key a version-1 profile's metadata carries (None when unknown), in file order.
+
+``metric_set`` and ``throughput_source`` came later without a version change (the table did not
+change): profiles written before them lack both, and readers must not require them."""
 
 _COMPATIBILITY_CHECKS: dict[str, tuple[str, str]] = {
     "gpu_name": ("GPU", "SM needs and durations do not carry over to another GPU"),

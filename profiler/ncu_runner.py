@@ -26,6 +26,11 @@ allocated, for every pass of every kernel (on the GPU machine 121 s of 140 s was
 defaults to ``application`` replay, which re-runs the whole program once per metric pass and
 matches launches across runs by name and grid (``--app-replay-match grid``): keep its warm-up short.
 
+Metric set: the number of passes (kernel replays, or whole-program runs under application replay)
+is set by the metrics asked for. ``fast`` (the default) asks for the throughputs' main
+sub-metrics instead of ncu's two SOL metrics, which need 10 passes; see
+:data:`postprocess.metrics.COMPUTE_SOL_SUBMETRICS`. ``full`` asks for the exact SOL metrics.
+
 Nothing here prints: progress goes to callbacks, failures are :class:`OrionError`.
 """
 
@@ -48,7 +53,13 @@ from typing import BinaryIO
 
 from orion_common.errors import OrionError
 from orion_common.sysinfo import COUNTER_PERMISSION_HINT
-from postprocess import OPTIONAL_TENSOR_METRIC_BASES, REQUIRED_NCU_METRICS, TENSOR_PIPE_SUFFIX
+from postprocess import (
+    DEFAULT_METRIC_SET,
+    METRIC_SETS,
+    NCU_METRIC_SETS,
+    OPTIONAL_TENSOR_METRIC_BASES,
+    TENSOR_PIPE_SUFFIX,
+)
 
 REPLAY_MODES: tuple[str, ...] = ("kernel", "application")
 DEFAULT_REPLAY_MODE: dict[str, str] = {"infer": "kernel", "train": "application"}
@@ -91,6 +102,17 @@ def check_replay_mode(replay_mode: str) -> str:
             "application re-runs the program once per metric pass (for training)",
         )
     return replay_mode
+
+
+def check_metric_set(metric_set: str) -> str:
+    if metric_set not in METRIC_SETS:
+        raise OrionError(
+            f"unknown metric set {metric_set!r}; allowed: {', '.join(METRIC_SETS)}",
+            hint="fast (the default) computes the throughputs from their main sub-metrics in "
+            "4 replay passes per kernel on an H200; full asks ncu for its exact SOL throughputs "
+            "(10 passes)",
+        )
+    return metric_set
 
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -146,9 +168,13 @@ def available_tensor_metrics(ncu: str | os.PathLike[str]) -> TensorMetricQuery:
     return TensorMetricQuery(tuple(kept))
 
 
-def ncu_metrics(tensor_metrics: Iterable[str] = ()) -> list[str]:
-    """What ``--metrics`` gets: every required metric, then the available tensor-pipe ones."""
-    return list(dict.fromkeys([*REQUIRED_NCU_METRICS, *tensor_metrics]))
+def ncu_metrics(
+    tensor_metrics: Iterable[str] = (), metric_set: str = DEFAULT_METRIC_SET
+) -> list[str]:
+    """What ``--metrics`` gets: every metric ``metric_set`` requires
+    (:data:`postprocess.metrics.NCU_METRIC_SETS`), then the available tensor-pipe ones."""
+    required = NCU_METRIC_SETS[check_metric_set(metric_set)]
+    return list(dict.fromkeys([*required, *tensor_metrics]))
 
 
 # --- command lines --------------------------------------------------------------------------------
@@ -634,6 +660,7 @@ __all__ = [
     "available_tensor_metrics",
     "build_import_command",
     "build_ncu_command",
+    "check_metric_set",
     "check_replay_mode",
     "command_text",
     "default_replay_mode",

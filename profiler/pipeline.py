@@ -15,7 +15,8 @@ Files in the output folder (the profile's folder by default):
 - ``ncu_raw.csv``: that report as ncu's raw CSV (``ncu --import``'s stdout, unchanged);
 - ``ncu.log``: the profiling run's output (ncu's progress lines and the profiled program's),
   then the conversion's stderr;
-- ``profile.csv``: the profile; ``profile_run.json``: timings, counts, match report, commands.
+- ``profile.csv``: the profile; ``profile_run.json``: timings, counts, match report, commands,
+  the metric set and how the throughputs were computed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.sysinfo import COUNTER_PERMISSION_HINT, GpuFacts
 from postprocess import (
+    DEFAULT_METRIC_SET,
     MatchReport,
     Profile,
     ProfileSummary,
@@ -56,6 +58,7 @@ from profiler.ncu_runner import (
     available_tensor_metrics,
     build_import_command,
     build_ncu_command,
+    check_metric_set,
     check_replay_mode,
     command_text,
     default_replay_mode,
@@ -77,10 +80,15 @@ RUN_VERSION = 1
 
 PHASES: tuple[str, ...] = ("measure", "ncu", "postprocess")
 DEFAULT_MEASURE_STEPS = 5
-SECONDS_PER_KERNEL_ESTIMATE = 0.3
-"""Kernel replay cost per kernel on the GPU machine (ResNet-50 bs4: 140 s for 460 kernels, 12
-metrics). It grows with the memory the process holds, which ncu saves and restores per pass, so
-it is only a first guess for the progress display."""
+SECONDS_PER_KERNEL_ESTIMATE: dict[str, float] = {"fast": 0.17, "full": 0.31}
+"""Kernel replay cost per kernel, per metric set, on an H200 with ncu 2025.3.1. Calibrated for
+:func:`estimate_ncu_seconds` on whole ``orion profile resnet50 -b 4`` runs, (ncu phase - measure
+phase) / 229 kernels: full (SOL metrics, 10 passes) (77.3 - 6.0) / 229 = 0.31 s
+(profiles/nvidia-h200/resnet50-infer-bs4-fp32), fast (4 passes) (47.1 - 7.5) / 229 = 0.17 s
+(benchmarks/results/nvidia-h200/ncu_metric_cost/orion-fast/). benchmarks/ncu_metric_cost.py over
+the first 80 of those kernels gave 0.35 s (SOL) and 0.16 s (a similar 4-pass set). It grows with
+the memory the process holds, which ncu saves and restores per pass, so it is only a first guess
+for the progress display."""
 
 _NO_NCU_HINT = "install Nsight Compute, put ncu on PATH, or set ORION_NCU=/path/to/ncu"
 
@@ -123,7 +131,8 @@ class ProfileResult:
     ``timings`` holds ``measure_s``, ``ncu_s``, ``postprocess_s`` and ``total_s`` (only the
     phases that ran), and ``ncu_import_s``: the part of ``ncu_s`` spent converting the report to
     CSV; ``summary`` uses ncu's replayed durations, ``measured_summary`` the
-    un-instrumented ones (None when no launch was matched).
+    un-instrumented ones (None when no launch was matched). ``metric_set`` is the set asked
+    for (a live run) or the one the CSV's columns correspond to (``--from-ncu``).
     """
 
     profile: Profile
@@ -137,6 +146,7 @@ class ProfileResult:
     measured_kernels: int | None = None
     replay_mode: str | None = None
     commands: dict[str, str] = field(default_factory=dict)
+    metric_set: str | None = None
 
     @property
     def profile_path(self) -> Path:
@@ -260,6 +270,7 @@ def _metadata(
     ncu_version: str | None,
     ncu_command: str | None,
     replay_mode: str | None,
+    metric_set: str | None,
     tensor_metrics: list[str] | None,
     tensor_metrics_error: str | None,
 ) -> dict[str, Any]:
@@ -277,6 +288,7 @@ def _metadata(
         "source": source,
         "ncu_command": ncu_command,
         "options": spec.resolved_options(),
+        "metric_set": metric_set,
         "replay_mode": replay_mode,
         "tensor_metrics": tensor_metrics,
         "tensor_metrics_error": tensor_metrics_error,
@@ -367,7 +379,12 @@ def quality_warnings(
 # --- the live run ---------------------------------------------------------------------------------
 
 
-def estimate_ncu_seconds(kernels: int, replay_mode: str, startup_s: float = 0.0) -> float | None:
+def estimate_ncu_seconds(
+    kernels: int,
+    replay_mode: str,
+    startup_s: float = 0.0,
+    metric_set: str = DEFAULT_METRIC_SET,
+) -> float | None:
     """A first guess at the ncu pass's wall time (None when there is no basis for one).
 
     ``startup_s`` is what the measurement pass took (interpreter, build, warm-up): the ncu pass
@@ -375,7 +392,7 @@ def estimate_ncu_seconds(kernels: int, replay_mode: str, startup_s: float = 0.0)
     """
     if replay_mode != "kernel" or kernels <= 0:
         return None
-    return startup_s + kernels * SECONDS_PER_KERNEL_ESTIMATE
+    return startup_s + kernels * SECONDS_PER_KERNEL_ESTIMATE[metric_set]
 
 
 def default_output_dir(spec: WorkloadSpec, gpu_name: str) -> Path:
@@ -397,11 +414,17 @@ def profile_workload(
     warmup: int | None = None,
     measure_steps: int = DEFAULT_MEASURE_STEPS,
     progress: ProgressListener | None = None,
+    metric_set: str | None = None,
 ) -> ProfileResult:
-    """Profile one steady-state step of ``spec`` and write its profile (see the module doc)."""
+    """Profile one steady-state step of ``spec`` and write its profile (see the module doc).
+
+    ``metric_set`` (default :data:`~postprocess.metrics.DEFAULT_METRIC_SET`) chooses between the
+    throughputs' sub-metrics (``fast``) and ncu's exact SOL metrics (``full``).
+    """
     listener = progress or ProgressListener()
     spec.validate()
     replay = check_replay_mode(replay_mode or default_replay_mode(spec.mode))
+    metrics_chosen = check_metric_set(metric_set or DEFAULT_METRIC_SET)
     warm = default_warmup(spec.mode) if warmup is None else warmup
     if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
         raise OrionError(f"warm-up steps must be an integer >= 0, got {warmup!r}")
@@ -447,7 +470,9 @@ def profile_workload(
 
     # 2. ncu over exactly one step.
     total = kernels_per_step if replay == "kernel" else None
-    estimate = estimate_ncu_seconds(kernels_per_step, replay, startup_s=timings["measure_s"])
+    estimate = estimate_ncu_seconds(
+        kernels_per_step, replay, startup_s=timings["measure_s"], metric_set=metrics_chosen
+    )
     listener.phase_started("ncu", total=total, estimate_s=estimate)
     phase_start = time.monotonic()
     tensor = available_tensor_metrics(str(found.ncu))
@@ -455,7 +480,7 @@ def profile_workload(
         found.ncu,
         target_command(**target_args, pass_="ncu", output=folder / SOFTWARE_JSON),
         replay_mode=replay,
-        metrics=ncu_metrics(tensor.metrics),
+        metrics=ncu_metrics(tensor.metrics, metrics_chosen),
         report=folder / REPORT,
     )
     import_command = build_import_command(found.ncu, folder / REPORT)
@@ -483,6 +508,7 @@ def profile_workload(
         ncu_version=found.ncu_version,
         ncu_command=command_text(ncu_command),
         replay_mode=replay,
+        metric_set=metrics_chosen,
         tensor_metrics=list(tensor.metrics),
         tensor_metrics_error=tensor.error,
     )
@@ -539,6 +565,7 @@ def profile_workload(
         measured_kernels=kernels_per_step,
         replay_mode=replay,
         commands=commands,
+        metric_set=metrics_chosen,
     )
 
 
@@ -584,6 +611,8 @@ def _write_run_record(
             "warmup_steps": warmup,
             "measure_steps": measure_steps,
             "replay_mode": replay_mode,
+            "metric_set": profile.metadata.get("metric_set"),
+            "throughput_source": profile.metadata.get("throughput_source"),
             "ncu_version": profile.metadata.get("ncu_version"),
             "timings_s": {key: round(value, 3) for key, value in timings.items()},
             "kernels": {
@@ -619,8 +648,10 @@ def profile_from_ncu(
 
     ``measured.csv`` beside the CSV is used when ``measured_csv`` is not given; versions come from
     a ``software.json`` beside it when present (else they stay None), and the ncu version,
-    command and replay mode from a ``profile_run.json`` beside it. The profile goes to
-    ``out_dir`` (default: the CSV's folder) as ``profile.csv``; the run record is left alone.
+    command and replay mode from a ``profile_run.json`` beside it. The metric set is the one the
+    CSV's columns correspond to (SOL columns: ``full``; sub-metrics only: ``fast``), whatever
+    the run record says. The profile goes to ``out_dir`` (default: the CSV's folder) as
+    ``profile.csv``; the run record is left alone.
     """
     spec = WorkloadSpec(workload, mode, batch_size, dtype, options=dict(options or {}))
     spec.validate()
@@ -648,6 +679,7 @@ def profile_from_ncu(
         ncu_version=record.get("ncu_version"),
         ncu_command=commands.get("ncu"),
         replay_mode=record.get("replay_mode"),
+        metric_set=None,
         tensor_metrics=None,
         tensor_metrics_error=None,
     )
@@ -676,6 +708,7 @@ def profile_from_ncu(
         measured_kernels=len(measured) if measured is not None else None,
         replay_mode=record.get("replay_mode"),
         commands=dict(commands),
+        metric_set=profile.metadata.get("metric_set"),
     )
 
 

@@ -10,6 +10,7 @@ import typer
 from test_profiler_runs import (
     FIXTURE,
     FIXTURE_KERNELS,
+    METRIC_SETS_DATA,
     install_fake_ncu,
     pretend_gpu,
     pretend_measure_pass,
@@ -51,6 +52,36 @@ def test_from_ncu_writes_the_profile_and_prints_a_summary(tmp_path: Path) -> Non
     assert "time by kernel class" in text and "top 10 kernels by ncu (replayed) time" in text
     assert "SMs each kernel needs (of 132)" in text and "all (132)" in text
     assert "warning: kernel names are ncu's demangled spelling" in text
+    assert "metric set: full; throughputs from ncu's SOL metrics" in text
+
+
+def test_from_ncu_with_a_fast_set_csv_says_how_throughputs_were_computed(tmp_path: Path) -> None:
+    raw = tmp_path / "ncu_raw.csv"
+    shutil.copy(METRIC_SETS_DATA / "h200_resnet50_infer_bs4_first80_breakdown.csv", raw)
+    result = _invoke("resnet50", "-b", "4", "--from-ncu", str(raw))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "metric set: fast; throughputs from the maximum of their main SOL sub-metrics" in text
+    assert read_profile(tmp_path / "profile.csv").metadata["metric_set"] == "fast"
+
+
+def test_metric_set_option_reaches_ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_ncu(tmp_path, monkeypatch)
+    pretend_gpu(monkeypatch)
+    pretend_measure_pass(monkeypatch)
+    result = _invoke("resnet50", "-b", "4", "-o", str(tmp_path / "out"), "--metric-set", "full")
+    assert result.exit_code == 0, result.output
+    metadata = read_profile(tmp_path / "out" / "profile.csv").metadata
+    assert metadata["metric_set"] == "full"
+    assert "sm__throughput.avg.pct_of_peak_sustained_elapsed" in metadata["ncu_command"]
+    assert "metric set: full" in " ".join(result.output.split())
+
+
+def test_metric_set_help_says_the_trade_off() -> None:
+    result = _invoke("--help")
+    text = " ".join(result.output.replace("│", " ").split())  # rich's box, wrapped lines
+    assert "--metric-set" in text and "4 replay passes per kernel" in text
+    assert "exact SOL throughputs: 10 passes" in text
 
 
 def test_from_ncu_with_an_output_folder(tmp_path: Path) -> None:
@@ -93,6 +124,11 @@ def test_live_run_with_plain_progress_and_summary(
         (["resnet50", "--mode", "serve"], "error: unknown mode 'serve'"),
         (["resnet50", "--replay-mode", "range"], "error: unknown replay mode 'range'"),
         (["resnet50", "--measured", "m.csv"], "error: --measured only applies with --from-ncu"),
+        (["resnet50", "--metric-set", "exact"], "error: unknown metric set 'exact'"),
+        (
+            ["resnet50", "--metric-set", "full", "--from-ncu", "x.csv"],
+            "error: --metric-set applies to a live run",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(args: list[str], message: str) -> None:

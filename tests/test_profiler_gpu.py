@@ -116,7 +116,12 @@ def test_synthetic_profile_metadata_and_run_record(synthetic_profile: ProfileRes
     assert "--clock-control none" in meta["ncu_command"]
     assert "--export" in meta["ncu_command"] and "--csv" not in meta["ncu_command"]
     assert meta["options"] == SYNTHETIC_OPTIONS
+    # The default metric set: throughputs from the SOL sub-metrics, no SOL metric requested.
+    assert meta["metric_set"] == "fast"
+    assert set(meta["throughput_source"].values()) == {"sub-metric-max"}
+    assert "sm__throughput" not in meta["ncu_command"]
     record = json.loads(synthetic_profile.paths["run"].read_text())
+    assert record["metric_set"] == "fast"
     assert "--print-kernel-base mangled --print-units base" in record["commands"]["ncu_import"]
     assert set(record["timings_s"]) == {
         "measure_s",

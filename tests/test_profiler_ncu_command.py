@@ -10,11 +10,19 @@ from pathlib import Path
 import pytest
 
 from orion_common.errors import OrionError
-from postprocess import OPTIONAL_TENSOR_METRIC_BASES, REQUIRED_NCU_METRICS, TENSOR_PIPE_SUFFIX
+from postprocess import NCU_METRIC_SETS, OPTIONAL_TENSOR_METRIC_BASES, TENSOR_PIPE_SUFFIX
+from postprocess.metrics import (
+    COMPUTE_SOL_METRIC,
+    COMPUTE_SOL_SUBMETRICS,
+    ELAPSED_PCT_SUFFIX,
+    MEMORY_SOL_METRIC,
+    MEMORY_SOL_SUBMETRICS,
+)
 from profiler.ncu_runner import (
     _ProgressCounter,
     build_import_command,
     build_ncu_command,
+    check_metric_set,
     default_replay_mode,
     default_warmup,
     export_path,
@@ -26,6 +34,7 @@ from profiler.ncu_runner import (
 
 DATA = Path(__file__).parent / "data" / "profiler"
 GMMA = "sm__pipe_tensor_op_gmma_cycles_active" + TENSOR_PIPE_SUFFIX
+FAST = NCU_METRIC_SETS["fast"]  # the default metric set
 REPORT = "/tmp/out/profile.ncu-rep"
 
 
@@ -69,7 +78,7 @@ def test_profiling_run_exports_a_report_keeps_clocks_and_profiles_one_range() ->
     assert "--force-overwrite" in ncu_part
     assert _option(ncu_part, "--clock-control") == "none"
     assert _option(ncu_part, "--profile-from-start") == "off"
-    assert _option(ncu_part, "--metrics").split(",") == [*REQUIRED_NCU_METRICS, GMMA]
+    assert _option(ncu_part, "--metrics").split(",") == [*FAST, GMMA]
     # in CSV mode ncu prints no per-kernel progress lines: the profiling run must not use it
     for csv_only in ("--csv", "--page", "--print-kernel-base", "--print-units"):
         assert csv_only not in ncu_part, csv_only
@@ -124,8 +133,35 @@ def test_unknown_replay_mode_is_refused() -> None:
 
 
 def test_metrics_are_required_ones_then_tensor_ones_without_duplicates() -> None:
-    assert ncu_metrics() == list(REQUIRED_NCU_METRICS)
-    assert ncu_metrics([GMMA, GMMA]) == [*REQUIRED_NCU_METRICS, GMMA]
+    assert ncu_metrics() == list(FAST)
+    assert ncu_metrics([GMMA, GMMA]) == [*FAST, GMMA]
+
+
+@pytest.mark.parametrize("metric_set", ["fast", "full"])
+def test_metric_set_decides_how_the_throughputs_are_requested(metric_set: str) -> None:
+    metrics = ncu_metrics([GMMA], metric_set)
+    command = _build(_target(), metrics=metrics)
+    requested = _option(_ncu_part(command), "--metrics").split(",")
+    assert requested == [*NCU_METRIC_SETS[metric_set], GMMA]
+    sol = {COMPUTE_SOL_METRIC, MEMORY_SOL_METRIC}
+    sub_metrics = {
+        base + ELAPSED_PCT_SUFFIX for base in COMPUTE_SOL_SUBMETRICS + MEMORY_SOL_SUBMETRICS
+    }
+    launch = {"gpu__time_duration.sum", "launch__grid_size", "launch__occupancy_limit_warps"}
+    assert launch <= set(requested)
+    if metric_set == "fast":
+        assert not sol & set(requested)  # no SOL metric: it would cost 10 passes
+        assert sub_metrics <= set(requested)
+    else:
+        assert sol <= set(requested)
+        assert not sub_metrics & set(requested)
+
+
+def test_unknown_metric_set_is_refused() -> None:
+    with pytest.raises(OrionError, match="unknown metric set 'exact'") as caught:
+        ncu_metrics(metric_set="exact")
+    assert "full" in (caught.value.hint or "")
+    assert check_metric_set("full") == "full"
 
 
 def test_target_command_carries_options_as_json() -> None:

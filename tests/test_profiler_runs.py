@@ -25,7 +25,7 @@ import pytest
 from orion_common import sysinfo
 from orion_common.errors import OrionError
 from orion_common.sysinfo import GpuFacts
-from postprocess import read_ncu_raw_csv, read_profile
+from postprocess import NCU_METRIC_SETS, read_ncu_raw_csv, read_profile
 from profiler import pipeline
 from profiler.measure import write_table
 from profiler.ncu_runner import (
@@ -44,6 +44,7 @@ from workloads import WorkloadSpec
 DATA = Path(__file__).parent / "data"
 FAKE_NCU = DATA / "profiler" / "fake_ncu.py"
 FIXTURE = DATA / "ncu" / "h200_resnet50_infer_bs4_x2_raw.csv"
+METRIC_SETS_DATA = DATA / "ncu" / "metric_sets"
 FIXTURE_KERNELS = 459
 H200 = GpuFacts(0, "NVIDIA H200", 143771, "580.159.04", "13.0", 132, "9.0")
 
@@ -417,7 +418,8 @@ def test_profile_workload_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyP
     starts = [value for kind, value in events if kind == "start"]
     assert [phase for phase, _, _ in starts] == ["measure", "ncu", "postprocess"]
     assert starts[1][1] == FIXTURE_KERNELS
-    assert 459 * 0.3 <= starts[1][2] < 459 * 0.3 + 10  # plus the measured pass's startup time
+    per_kernel = pipeline.SECONDS_PER_KERNEL_ESTIMATE["fast"]  # the default metric set
+    assert 459 * per_kernel <= starts[1][2] < 459 * per_kernel + 10  # plus the startup time
     assert [value for kind, value in events if kind == "kernel"][-1] == FIXTURE_KERNELS
     # the run record
     record = json.loads((out / "profile_run.json").read_text())
@@ -446,6 +448,50 @@ def test_profile_workload_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert any("demangled spelling" in warning for warning in result.warnings)
     assert result.summary.kernel_count == FIXTURE_KERNELS
     assert result.measured_summary is not None
+
+
+def test_the_metric_set_reaches_ncu_the_profile_and_the_run_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_fake_ncu(tmp_path, monkeypatch)
+    pretend_gpu(monkeypatch)
+    pretend_measure_pass(monkeypatch)
+    estimates: list[float | None] = []
+
+    class Recorder(pipeline.ProgressListener):
+        def phase_started(self, phase, *, total=None, estimate_s=None):  # type: ignore[override]
+            if phase == "ncu":
+                estimates.append(estimate_s)
+
+    spec = WorkloadSpec("resnet50", mode="infer", batch_size=4, dtype="fp32")
+    for metric_set in ("fast", "full"):
+        out = tmp_path / metric_set
+        result = pipeline.profile_workload(spec, out, metric_set=metric_set, progress=Recorder())
+        assert result.metric_set == metric_set
+        requested = result.commands["ncu"].split("--metrics ", 1)[1].split(" ", 1)[0].split(",")
+        assert requested[: len(NCU_METRIC_SETS[metric_set])] == list(NCU_METRIC_SETS[metric_set])
+        meta = read_profile(out / "profile.csv").metadata
+        assert meta["metric_set"] == metric_set
+        # The fake ncu prints the SOL fixture whatever was asked: the source says what happened.
+        assert set(meta["throughput_source"].values()) == {"sol"}
+        record = json.loads((out / "profile_run.json").read_text())
+        assert record["metric_set"] == metric_set
+        assert record["throughput_source"] == meta["throughput_source"]
+    fast_estimate, full_estimate = estimates
+    assert fast_estimate is not None and full_estimate is not None
+    per_kernel = pipeline.SECONDS_PER_KERNEL_ESTIMATE
+    assert full_estimate - fast_estimate == pytest.approx(
+        FIXTURE_KERNELS * (per_kernel["full"] - per_kernel["fast"]), abs=5
+    )
+
+
+def test_estimate_per_metric_set() -> None:
+    # Calibrated on whole ResNet-50 runs on an H200: 0.31 s per kernel with the SOL metrics
+    # (10 passes), 0.17 s with the fast set's sub-metrics (4 passes).
+    assert pipeline.estimate_ncu_seconds(100, "kernel", 5.0, "full") == pytest.approx(36.0)
+    assert pipeline.estimate_ncu_seconds(100, "kernel", 5.0, "fast") == pytest.approx(22.0)
+    assert pipeline.estimate_ncu_seconds(100, "kernel") == pytest.approx(17.0)  # fast: default
+    assert pipeline.estimate_ncu_seconds(100, "application", 5.0, "fast") is None
 
 
 def test_training_defaults_to_application_replay_and_short_warmup(
@@ -567,6 +613,31 @@ def test_profile_from_ncu_uses_the_files_beside_the_csv(tmp_path: Path) -> None:
     meta = read_profile(result.profile_path).metadata
     assert meta["torch_version"] == "2.11.0+cu130" and meta["ncu_version"] == "2025.3.1.0"
     assert result.match_report is not None and result.match_report.matched == FIXTURE_KERNELS
+
+
+@pytest.mark.parametrize(
+    ("csv_name", "metric_set", "source"),
+    [
+        ("h200_resnet50_infer_bs4_first80_breakdown.csv", "fast", "sub-metric-max"),
+        ("h200_resnet50_infer_bs4_first80_sol.csv", "full", "sol"),
+    ],
+)
+def test_profile_from_ncu_takes_the_metric_set_from_the_csv(
+    tmp_path: Path, csv_name: str, metric_set: str, source: str
+) -> None:
+    raw = tmp_path / "ncu_raw.csv"
+    raw.write_text((METRIC_SETS_DATA / csv_name).read_text())
+    # A run record saying otherwise does not change what the CSV's columns are.
+    other = "full" if metric_set == "fast" else "fast"
+    (tmp_path / "profile_run.json").write_text(json.dumps({"metric_set": other}))
+    result = pipeline.profile_from_ncu(
+        raw, workload="resnet50", mode="infer", batch_size=4, dtype="fp32"
+    )
+    assert result.kernel_count == 80 and result.metric_set == metric_set
+    meta = read_profile(result.profile_path).metadata
+    assert meta["metric_set"] == metric_set
+    assert set(meta["throughput_source"].values()) == {source}
+    assert set(result.profile.kernels["kernel_class"]) == {"compute", "memory"}
 
 
 def test_profile_from_ncu_refuses_a_missing_file(tmp_path: Path) -> None:
