@@ -56,9 +56,21 @@ def build(out_dir: Path) -> Path:
     return binary
 
 
+def measurement_cpu() -> int:
+    """The CPU every measured process is pinned to: the highest one this process may use, so
+    that scheduler migrations and differences between cores do not land in the comparison."""
+    return max(os.sched_getaffinity(0))
+
+
 def run_once(binary: Path, env: dict[str, str], launches: int) -> list[tuple[float, float]]:
+    cpu = measurement_cpu()
     done = subprocess.run(
-        [str(binary), str(launches), "3"], env=env, capture_output=True, text=True, check=False
+        [str(binary), str(launches), "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
     if done.returncode != 0:
         raise SystemExit(f"empty_launch failed: {done.stderr.strip()}")
@@ -170,7 +182,8 @@ def main() -> int:
         f"{results['nvcc']}; {results['date_utc']}.",
         "",
         f"Command: `{results['command']}` (empty kernel, {args.launches} launches per round, "
-        f"3 rounds per process, {args.repeats} processes per variant, variants interleaved).",
+        f"3 rounds per process, {args.repeats} processes per variant, variants interleaved, every "
+        f"process pinned to CPU {measurement_cpu()}).",
         "",
         "| variant | enqueue ns/launch (median) | p10-p90 | added vs no library | "
         "until GPU done ns/launch | added |",
