@@ -8,6 +8,7 @@ JSON and whatever the CLI prints cannot disagree.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -264,7 +265,7 @@ def write_report(
         view = [(c, c) for c in tables.scheduler.columns if c != "policy"]
         lines += [markdown_table(tables.scheduler, view), ""]
 
-    lines += ["## Environment", "", markdown_table(environment_table(runs), None), ""]
+    lines += ["## Environment", "", markdown_table(environment_table(runs, out), None), ""]
 
     if tables.warnings:
         lines += ["## Warnings", ""]
@@ -279,8 +280,10 @@ def write_report(
     return report
 
 
-def environment_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    """Where and with what each run was measured, one row per run."""
+def environment_table(runs: Sequence[RunData], relative_to: Path | None = None) -> pd.DataFrame:
+    """Where and with what each run was measured, one row per run. With ``relative_to`` (the
+    report's folder) run paths are written relative to it, so a report moved or committed
+    together with its runs still points at them."""
     rows = []
     for run, label in zip(runs, run_labels(runs), strict=True):
         env = run.environment
@@ -298,7 +301,11 @@ def environment_table(runs: Sequence[RunData]) -> pd.DataFrame:
                 "orion": run.orion_version,
                 "git": run.git_revision,
                 "started (UTC)": run.started_utc,
-                "path": str(run.path),
+                "path": (
+                    os.path.relpath(run.path, relative_to)
+                    if relative_to is not None
+                    else str(run.path)
+                ),
             }
         )
     return pd.DataFrame(rows)

@@ -49,6 +49,9 @@ def test_report_embeds_every_png_and_the_facts(paths, tmp_path: Path) -> None:
     assert "0.95× over the 1.05× limit" in text  # 2.00 - 1.05
     assert "40 percentage points under the 90% floor" in text  # 0.90 - 0.50
     assert "| 99.010 |" in text  # the dedicated HP p99 in the clients table
+    # Runs are named relative to the report, so a committed report keeps pointing at its runs.
+    assert "| ../runs/run-orion |" in text
+    assert str(tmp_path) not in text
 
 
 def test_incomplete_run_gets_a_banner(paths, tmp_path: Path) -> None:
