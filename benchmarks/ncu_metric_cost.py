@@ -27,7 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orion_common.sysinfo import find_ncu
-from postprocess.metrics import COMPUTE_SOL_METRIC, MEMORY_SOL_METRIC, NCU_METRIC_SETS
+from postprocess.metrics import (
+    COMPUTE_SOL_METRIC,
+    ELAPSED_PCT_SUFFIX,
+    MEMORY_SOL_METRIC,
+    NCU_METRIC_SETS,
+)
 from profiler.ncu_runner import (
     available_tensor_metrics,
     build_import_command,
@@ -39,7 +44,6 @@ from profiler.ncu_runner import (
 
 SOL_METRICS = (COMPUTE_SOL_METRIC, MEMORY_SOL_METRIC)
 LAUNCH_METRICS = tuple(m for m in NCU_METRIC_SETS["full"] if m not in SOL_METRICS)
-PCT = ".avg.pct_of_peak_sustained_elapsed"
 # Sub-metrics of the two throughputs that set their value (the maximum) for the ResNet-50
 # inference kernels measured first; the larger set adds the next candidates of each side.
 FAST3_SM = ("sm__issue_active", "sm__inst_executed_pipe_adu", "sm__pipe_shared_cycles_active")
@@ -58,6 +62,10 @@ FAST6_MEMORY = (*FAST3_MEMORY, "lts__t_sectors", "l1tex__data_bank_reads", "lts_
 _PASSES = re.compile(r"- (\d+) pass(?:es)?\s*$")
 
 
+def _elapsed(bases: tuple[str, ...]) -> list[str]:
+    return [base + ELAPSED_PCT_SUFFIX for base in bases]
+
+
 def metric_sets(tensor_metrics: tuple[str, ...]) -> dict[str, list[str]]:
     """The candidate sets, by name. ``launch`` is the floor: what no profile can do without;
     ``orion-v1`` and ``orion-fast`` are what `orion profile --metric-set full` / `fast` ask for."""
@@ -68,8 +76,8 @@ def metric_sets(tensor_metrics: tuple[str, ...]) -> dict[str, list[str]]:
         "sol": [*LAUNCH_METRICS, *SOL_METRICS],
         "tensor": [*LAUNCH_METRICS, *tensor_metrics],
         "breakdown": [*LAUNCH_METRICS, *(f"breakdown:{m}" for m in SOL_METRICS)],
-        "fast3": [*LAUNCH_METRICS, *tensor_metrics, *(m + PCT for m in FAST3_SM + FAST3_MEMORY)],
-        "fast6": [*LAUNCH_METRICS, *tensor_metrics, *(m + PCT for m in FAST6_SM + FAST6_MEMORY)],
+        "fast3": [*LAUNCH_METRICS, *tensor_metrics, *_elapsed(FAST3_SM + FAST3_MEMORY)],
+        "fast6": [*LAUNCH_METRICS, *tensor_metrics, *_elapsed(FAST6_SM + FAST6_MEMORY)],
     }
 
 
