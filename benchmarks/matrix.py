@@ -1,22 +1,42 @@
 """orion's benchmark matrix on one GPU: HP inference beside BE jobs, under every policy.
 
-    python benchmarks/matrix.py [--hp resnet50,mobilenet_v2] [--rates low,high]
-        [--be resnet50-train,mobilenet_v2-train,bert-train,resnet50-infer]
-        [--policies dedicated,timeslice,mps,mps-priority,priority,reef,orion]
-        [--queue-limits default,100,500] [--repeats 1] [--duration 20] [--out DIR]
-        [--time-budget SECONDS] [--report-only]
+    python benchmarks/matrix.py --scenario headline-graph
+        [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
+        [--queue-limits default,100,500] [--mps-share-be 30,50,70] [--repeats 3]
+        [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
+        [--report-only]
 
-Every cell (HP workload x rate x BE job x policy) is one `orion colocate` run. --repeats N runs
-every cell of a group N times, round after round (all policies of round 1, then of round 2, ...),
-so slow drift of the machine spreads over every policy alike; round r > 1 names its cells
-`<cell>#r`, and each round is compared with its own `dedicated` run. --queue-limits
-sweeps the BE queue bound of the gated policies (reef, orion): each value in microseconds adds a
-cell `<policy>@<value>us` (`default` is the bound derived from the HP profile, cell `<policy>`);
-other policies ignore it. Cells already
-complete under --out are skipped, and --time-budget stops before a cell that would not fit, so a
-long matrix is run as several invocations of the same command (each one resumes). At the end
-(and with --report-only) each group of cells (HP x rate x BE) gets an `orion report` in
-DIR/reports/<group>/ and DIR/README.md gets the headline table of every group.
+    python benchmarks/matrix.py [--hp resnet50,mobilenet_v2] [--rates low,high]
+        [--be resnet50-train,mobilenet_v2-train,bert-train,resnet50-infer] [the options above]
+
+A scenario (``--scenario``, ``SCENARIOS``) is one HP job at one Poisson rate beside one BE job,
+with its results in ``benchmarks/results/<gpu>/<scenario>/`` unless --out says otherwise; without
+a scenario, --hp x --rates x --be name groups of the same shape (results in
+``benchmarks/results/<gpu>/``).
+
+Cells. Every cell is one `orion colocate` run of a policy with its knob settings, named
+``<policy>[@<setting>]`` (``dedicated``, ``orion@200us``, ``mps-share@be50``): --queue-limits
+sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = derived from the HP
+profile, plain cell name), --mps-share-be the BE client's SM share under mps-share (the HP
+client keeps all SMs); other policies ignore both.
+
+Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
+every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
+cell alike, and each round's cells are compared with that round's own dedicated run. Round r > 1
+names its cells ``<cell>#r``. Cells already complete under --out are skipped, and --time-budget
+stops at the first cell that would not fit (keeping the interleaved order), so a long matrix is
+run as several invocations of the same command, each one resuming.
+
+Window. Each run measures max(--duration, --min-requests / rate) seconds (``run.duration_s``),
+so both at least --duration seconds and at least --min-requests HP requests are measured: a p99
+needs thousands of requests to be known to within a few percent.
+
+Reports. At the end (and with --report-only) each group of cells gets an `orion report` per round
+in DIR/reports/<group>/[round-<r>/], and a summary over the rounds (reporting/benchmark.py):
+``summary.json`` (format ``orion-benchmark-summary``), ``summary.md`` and ``tradeoff.png``,
+each ratio with its 95 % interval over the rounds. A scenario's summary and its README.md (the
+figure and the table first, then the command, device and software) are in the scenario folder;
+without a scenario the summaries are in DIR/summaries/<group>/ and DIR/README.md has every group.
 
 Profiles come from the default location (`orion profile` writes there), or from
 $ORION_PROFILE_DIR when set.
@@ -26,8 +46,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,16 +65,30 @@ from orion_common.errors import OrionError
 from orion_common.sysinfo import gpu_facts, software_summary
 from postprocess.profile_format import gpu_slug
 from reporting import headline, load_run, write_report
+from reporting.benchmark import (
+    SUMMARY_FILE,
+    build_summary,
+    plot_summary_tradeoff,
+    provenance_markdown,
+    summary_markdown,
+)
+from reporting.rundata import RunData
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HP_JOBS = {
+HP_JOBS: dict[str, dict[str, Any]] = {
     "resnet50": {"workload": "resnet50", "mode": "infer", "batch_size": 4},
+    "resnet50-graph": {
+        "workload": "resnet50",
+        "mode": "infer",
+        "batch_size": 4,
+        "cuda_graph": True,
+    },
     "mobilenet_v2": {"workload": "mobilenet_v2", "mode": "infer", "batch_size": 4},
 }
 # HP Poisson arrival rates (requests/s). ResNet-50 bs4 alone serves about 350/s on an H100/H200.
 RATES = {"low": 80.0, "high": 200.0}
-BE_JOBS = {
+BE_JOBS: dict[str, dict[str, Any]] = {
     "resnet50-train": {"workload": "resnet50", "mode": "train", "batch_size": 32},
     "mobilenet_v2-train": {"workload": "mobilenet_v2", "mode": "train", "batch_size": 64},
     "bert-train": {"workload": "bert", "mode": "train", "batch_size": 8},
@@ -66,16 +103,81 @@ BE_JOBS = {
 # per phase measured on an H200 with ResNet-50 clients.
 SETUP_ESTIMATE_S = 10.0
 
-
+DEDICATED = "dedicated"
 GATED_POLICIES = ("reef", "orion")
 """Policies with a BE queue bound, the only ones --queue-limits applies to."""
+SHARE_POLICY = "mps-share"
+"""The policy with static SM shares, the only one --mps-share-be applies to."""
 
 
-def cell_key(policy: str, queue_limit_us: float | None, round_: int = 1) -> str:
-    """The cell's name in matrix.json: the policy, with the queue bound when it is not derived,
-    and the round after ``#`` from the second round on (so a one-round matrix keeps plain names)."""
-    key = policy if queue_limit_us is None else f"{policy}@{queue_limit_us:g}us"
-    return key if round_ == 1 else f"{key}#{round_}"
+@dataclass(frozen=True)
+class Group:
+    """HP job x HP rate x BE job: the cells of one group differ only in policy and settings."""
+
+    hp: str
+    rate: str
+    be: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.hp}-{self.rate}__{self.be}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named group with its own results folder, and what a reader must know about it."""
+
+    name: str
+    group: Group
+    description: str
+    caveat: str | None = None
+
+
+SCENARIOS = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario(
+            "headline-graph",
+            Group("resnet50-graph", "low", "resnet50-train"),
+            "HP ResNet-50 inference, batch 4, fp32, replayed as a CUDA graph, Poisson 80/s, "
+            "beside BE ResNet-50 training, batch 32, fp32.",
+        ),
+        Scenario(
+            "host-bound-hp",
+            Group("resnet50", "low", "resnet50-train"),
+            "HP ResNet-50 inference, batch 4, fp32, launched eagerly, Poisson 80/s, beside BE "
+            "ResNet-50 training, batch 32, fp32.",
+            caveat="eager HP is bound by the host CPU (alone on an H100 its p99 was 46-52 ms "
+            "for about 1.3 ms of GPU work), so its p99 measures the machine's CPU more than "
+            "any policy",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A policy with its knob settings: the BE queue bound (gated policies) or the BE client's
+    SM share (mps-share). ``None`` leaves the knob at its default."""
+
+    policy: str
+    queue_limit_us: float | None = None
+    be_sm_percent: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``orion``, ``orion@200us``, ``mps-share@be50``: the same as the report's run label."""
+        if self.queue_limit_us is not None:
+            return f"{self.policy}@{self.queue_limit_us:g}us"
+        if self.be_sm_percent is not None:
+            return f"{self.policy}@be{self.be_sm_percent}"
+        return self.policy
+
+
+def cell_key(cell: Cell, round_: int = 1) -> str:
+    """The cell's name in matrix.json, with the round after ``#`` from the second round on (so
+    a one-round matrix keeps plain names)."""
+    return cell.name if round_ == 1 else f"{cell.name}#{round_}"
 
 
 def split_cell_key(key: str) -> tuple[str, int]:
@@ -84,37 +186,66 @@ def split_cell_key(key: str) -> tuple[str, int]:
     return name, int(round_) if round_.isdigit() else 1
 
 
-def cell_jobs(
-    hp: str,
-    rate: str,
-    be: str,
-    policy: str,
-    duration_s: float,
-    out: Path,
-    queue_limit_us: float | None = None,
-) -> dict:
+def planned_cells(
+    policies: Sequence[str],
+    queue_limits: Sequence[float | None] = (None,),
+    repeats: int = 1,
+    mps_share_be: Sequence[int] = (),
+) -> list[tuple[int, Cell]]:
+    """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
+    even when not asked for: without it a round has no reference), then the other policies in
+    the order given, the gated ones once per queue bound and mps-share once per BE share."""
+    cells: list[Cell] = []
+    for policy in dict.fromkeys(policies):
+        if policy == DEDICATED:
+            continue
+        if policy in GATED_POLICIES:
+            cells += [Cell(policy, queue_limit_us=limit) for limit in queue_limits]
+        elif policy == SHARE_POLICY and mps_share_be:
+            cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
+        else:
+            cells.append(Cell(policy))
+    return [
+        (round_, cell) for round_ in range(1, repeats + 1) for cell in [Cell(DEDICATED), *cells]
+    ]
+
+
+def window_s(duration_s: float, min_requests: int, rate_per_s: float) -> float:
+    """Seconds to measure so that both ``duration_s`` and ``min_requests`` HP requests at
+    ``rate_per_s`` are reached (``run.duration_s``; the jobs file takes one of duration_s and
+    requests, and a duration keeps the BE window equally long)."""
+    return max(duration_s, min_requests / rate_per_s if rate_per_s > 0 else 0.0)
+
+
+def cell_jobs(group: Group, cell: Cell, duration_s: float, out: Path) -> dict[str, Any]:
+    """The jobs.json of one cell: the group's HP and BE clients under the cell's policy, the BE
+    client with ``sm_percent`` when the cell sets a share (the HP client then has all SMs)."""
     hp_client = {
         "name": "hp",
         "role": "hp",
-        **HP_JOBS[hp],
-        "arrivals": {"kind": "poisson", "rate_per_s": RATES[rate]},
+        **HP_JOBS[group.hp],
+        "arrivals": {"kind": "poisson", "rate_per_s": RATES[group.rate]},
     }
-    be_client = {"name": "be", "role": "be", **BE_JOBS[be]}
+    be_client: dict[str, Any] = {"name": "be", "role": "be", **BE_JOBS[group.be]}
+    if cell.be_sm_percent is not None:
+        be_client["sm_percent"] = cell.be_sm_percent
     return {
         "run": {
-            "policy": policy,
+            "policy": cell.policy,
             "duration_s": duration_s,
             "warmup_steps": 20,
             "seed": 1,
-            "output_dir": str(out / "runs" / group_name(hp, rate, be)),
-            "thresholds": {"queue_limit_us": queue_limit_us},
+            "output_dir": str(out / "runs" / group.name),
+            "thresholds": {"queue_limit_us": cell.queue_limit_us},
         },
         "clients": [hp_client, be_client],
     }
 
 
-def group_name(hp: str, rate: str, be: str) -> str:
-    return f"{hp}-{rate}__{be}"
+def groups_of(args: argparse.Namespace) -> list[Group]:
+    if args.scenario is not None:
+        return [SCENARIOS[args.scenario].group]
+    return [Group(hp, rate, be) for hp in args.hp for rate in args.rates for be in args.be]
 
 
 def load_index(out: Path) -> dict[str, Any]:
@@ -135,54 +266,38 @@ def complete_run(out: Path, entry: str | None) -> Path | None:
 
 
 def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
-    """Runs the missing cells within the time budget; True when none is left."""
+    """Runs the missing cells in planned order within the time budget; True when none is left.
+
+    The budget stops at the first cell that does not fit rather than skipping to smaller ones,
+    so the next invocation resumes the interleaved order where this one stopped.
+    """
     started = time.monotonic()
-    left = False
-    for hp in args.hp:
-        for rate in args.rates:
-            for be in args.be:
-                group = group_name(hp, rate, be)
-                cells = index["cells"].setdefault(group, {})
-                for round_, policy, queue_limit_us in planned_cells(
-                    args.policies, args.queue_limits, args.repeats
-                ):
-                    key = cell_key(policy, queue_limit_us, round_)
-                    if complete_run(args.out, cells.get(key)):
-                        continue
-                    phases = 2 if policy == "dedicated" else 1
-                    estimate = phases * (args.duration + SETUP_ESTIMATE_S)
-                    if (
-                        args.time_budget
-                        and time.monotonic() - started + estimate > args.time_budget
-                    ):
-                        left = True
-                        continue
-                    jobs = cell_jobs(hp, rate, be, policy, args.duration, args.out, queue_limit_us)
-                    config = parse_jobs(jobs, ROOT, source=f"matrix cell {group}/{key}")
-                    print(f"[{time.monotonic() - started:6.0f} s] {group} {key}", flush=True)
-                    try:
-                        outcome = run_jobs(config)
-                    except OrionError as error:
-                        print(f"  refused: {error.message}", flush=True)
-                        cells[key] = None
-                        continue
-                    cells[key] = str(outcome.run_dir.relative_to(args.out))
-                    print(f"  {outcome.status}: {outcome.run_dir}", flush=True)
-                    write_json_atomic(args.out / "matrix.json", index)
-    return not left
-
-
-def planned_cells(
-    policies: list[str], queue_limits: list[float | None], repeats: int = 1
-) -> list[tuple[int, str, float | None]]:
-    """(round, policy, queue bound) per cell, in order: round by round, the gated policies once
-    per bound."""
-    return [
-        (round_, policy, limit)
-        for round_ in range(1, repeats + 1)
-        for policy in policies
-        for limit in (queue_limits if policy in GATED_POLICIES else [None])
-    ]
+    for group in groups_of(args):
+        cells = index["cells"].setdefault(group.name, {})
+        duration_s = window_s(args.duration, args.min_requests, RATES[group.rate])
+        for round_, cell in planned_cells(
+            args.policies, args.queue_limits, args.repeats, args.mps_share_be
+        ):
+            key = cell_key(cell, round_)
+            if complete_run(args.out, cells.get(key)):
+                continue
+            phases = 2 if cell.policy == DEDICATED else 1
+            estimate = phases * (duration_s + SETUP_ESTIMATE_S)
+            if args.time_budget and time.monotonic() - started + estimate > args.time_budget:
+                return False
+            jobs = cell_jobs(group, cell, duration_s, args.out)
+            config = parse_jobs(jobs, ROOT, source=f"matrix cell {group.name}/{key}")
+            print(f"[{time.monotonic() - started:6.0f} s] {group.name} {key}", flush=True)
+            try:
+                outcome = run_jobs(config)
+            except OrionError as error:
+                print(f"  refused: {error.message}", flush=True)
+                cells[key] = None
+                continue
+            cells[key] = str(outcome.run_dir.relative_to(args.out))
+            print(f"  {outcome.status}: {outcome.run_dir}", flush=True)
+            write_json_atomic(args.out / "matrix.json", index)
+    return True
 
 
 def rounds_of(cells: dict[str, str | None]) -> dict[int, dict[str, str | None]]:
@@ -192,6 +307,17 @@ def rounds_of(cells: dict[str, str | None]) -> dict[int, dict[str, str | None]]:
         name, round_ = split_cell_key(key)
         rounds.setdefault(round_, {})[name] = entry
     return dict(sorted(rounds.items()))
+
+
+def load_rounds(out: Path, cells: dict[str, str | None]) -> dict[int, list[RunData]]:
+    """The complete runs of a group by round, dedicated first in each round."""
+    loaded: dict[int, list[RunData]] = {}
+    for round_, round_cells in rounds_of(cells).items():
+        names = sorted(round_cells, key=lambda name: name != DEDICATED)
+        runs = [load_run(path) for name in names if (path := complete_run(out, round_cells[name]))]
+        if runs:
+            loaded[round_] = runs
+    return loaded
 
 
 def summarize_rounds(heads: list[pd.DataFrame]) -> pd.DataFrame:
@@ -214,7 +340,135 @@ def summarize_rounds(heads: list[pd.DataFrame]) -> pd.DataFrame:
     ).reset_index()
 
 
+def write_summary(
+    rounds: dict[int, list[RunData]],
+    folder: Path,
+    index: dict[str, Any],
+    scenario: Scenario | None,
+    group: Group,
+) -> dict[str, Any]:
+    """summary.json, summary.md and tradeoff.png of one group in ``folder``; the summary."""
+    invocations = index.get("invocations") or []
+    last = invocations[-1] if invocations else {}
+    software = last.get("software") or {}
+    gpu_name = next(
+        (run.environment.gpu_name for runs in rounds.values() for run in runs),
+        None,
+    ) or software.get("gpu_name")
+    summary = build_summary(
+        rounds,
+        device={"gpu_name": gpu_name, "slug": gpu_slug(gpu_name) if gpu_name else None},
+        command=list(dict.fromkeys(entry["command"] for entry in invocations)),
+        date=last.get("date_utc") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        software=software,
+        scenario=scenario_record(scenario, group),
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / SUMMARY_FILE, summary)
+    plot_summary_tradeoff(summary, folder / "tradeoff.png")
+    (folder / "summary.md").write_text(summary_markdown(summary), encoding="utf-8")
+    return summary
+
+
+def scenario_record(scenario: Scenario | None, group: Group) -> dict[str, Any]:
+    """What summary.json says about the jobs: the scenario's name, description and caveat when
+    there is one, and always the HP job, rate and BE job."""
+    return {
+        "name": scenario.name if scenario else group.name,
+        "description": scenario.description if scenario else None,
+        "caveat": scenario.caveat if scenario else None,
+        "group": group.name,
+        "hp": HP_JOBS.get(group.hp),
+        "rate_per_s": RATES.get(group.rate),
+        "be": BE_JOBS.get(group.be),
+    }
+
+
 def write_reports(args: argparse.Namespace, index: dict[str, Any]) -> None:
+    """Per-round reports and the summary of every group, then the README (module docstring)."""
+    scenario = SCENARIOS[args.scenario] if args.scenario else None
+    sections: list[str] = []
+    links: list[str] = []
+    environment = None
+    for group_name, cells in index["cells"].items():
+        group = _group_named(group_name)
+        rounds = load_rounds(args.out, cells)
+        if not rounds:
+            continue
+        heads = []
+        section: list[str] = []
+        for round_, runs in rounds.items():
+            environment = environment or runs[0].environment
+            folder = args.out / "reports" / group_name
+            report = write_report(runs, folder if round_ == 1 else folder / f"round-{round_}")
+            link = report.relative_to(args.out)
+            links.append(f"- {group_name}, round {round_}: [{link}]({link})")
+            head = headline(runs)
+            heads.append(head)
+            section += _round_section(round_, len(rounds), link, head)
+        in_scenario = scenario is not None and group_name == scenario.group.name
+        folder = args.out if in_scenario else args.out / "summaries" / group_name
+        summary = write_summary(rounds, folder, index, scenario if in_scenario else None, group)
+        if in_scenario:
+            readme = summary_markdown(summary)
+            readme += "\n## Per-round reports\n\n" + "\n".join(links) + "\n\n"
+            readme += provenance_markdown(summary)
+            (args.out / "README.md").write_text(readme, encoding="utf-8")
+            return
+        link = (folder / "summary.md").relative_to(args.out)
+        sections += [f"## {group_name}", "", f"Summary with 95% intervals: [{link}]({link})", ""]
+        if len(heads) > 1:
+            sections += _medians_section(heads)
+        sections += section
+    _write_group_readme(args, index, sections, environment)
+
+
+def _group_named(name: str) -> Group:
+    """The group of a matrix.json key ``<hp>-<rate>__<be>`` (HP job names contain dashes)."""
+    hp_rate, _, be = name.partition("__")
+    hp, _, rate = hp_rate.rpartition("-")
+    return Group(hp, rate, be)
+
+
+def _round_section(round_: int, rounds: int, link: Path, head: pd.DataFrame) -> list[str]:
+    lines = [
+        f"### {f'Round {round_}' if rounds > 1 else 'Runs'}",
+        "",
+        f"Full report: [{link}]({link})",
+        "",
+        "| cell | HP p99 ms | HP p99 / alone | BE per s | BE / alone | target met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in head.to_dict("records"):
+        lines.append(
+            f"| {row['run']} | {_fmt(row['hp_p99_ms'], '.2f')} | "
+            f"{_fmt(row['hp_p99_slowdown'], '.3f')} | "
+            f"{_fmt(row['be_throughput_per_s'], '.2f')} | "
+            f"{_fmt(row['be_throughput_fraction'], '.3f')} | {row['target_met']} |"
+        )
+    return [*lines, ""]
+
+
+def _medians_section(heads: list[pd.DataFrame]) -> list[str]:
+    lines = [
+        f"Medians over {len(heads)} rounds (lowest-highest):",
+        "",
+        "| cell | rounds | HP p99 / alone | BE / alone | rounds meeting the target |",
+        "|---|---|---|---|---|",
+    ]
+    for row in summarize_rounds(heads).to_dict("records"):
+        lines.append(
+            f"| {row['run']} | {row['rounds']} | {_fmt(row['slowdown_median'], '.3f')} "
+            f"({_fmt(row['slowdown_min'], '.3f')}-{_fmt(row['slowdown_max'], '.3f')}) | "
+            f"{_fmt(row['fraction_median'], '.3f')} ({_fmt(row['fraction_min'], '.3f')}-"
+            f"{_fmt(row['fraction_max'], '.3f')}) | {row['target_met']} |"
+        )
+    return [*lines, ""]
+
+
+def _write_group_readme(
+    args: argparse.Namespace, index: dict[str, Any], sections: list[str], environment: Any
+) -> None:
     lines = [
         "# orion benchmark matrix",
         "",
@@ -222,61 +476,8 @@ def write_reports(args: argparse.Namespace, index: dict[str, Any]) -> None:
         "policy. Slowdown = HP p99 shared / HP p99 alone (`dedicated` of the same round); "
         "fraction = BE throughput shared / alone. Target: slowdown <= 1.05 and fraction >= 0.90.",
         "",
+        *sections,
     ]
-    environment = None
-    for group, cells in index["cells"].items():
-        rounds = rounds_of(cells)
-        heads = []
-        section: list[str] = []
-        for round_, round_cells in rounds.items():
-            runs = [
-                load_run(path)
-                for entry in round_cells.values()
-                if (path := complete_run(args.out, entry))
-            ]
-            if not runs:
-                continue
-            environment = environment or runs[0].environment
-            folder = args.out / "reports" / group
-            report = write_report(runs, folder if round_ == 1 else folder / f"round-{round_}")
-            head = headline(runs)
-            heads.append(head)
-            title = f"Round {round_}" if len(rounds) > 1 else "Runs"
-            section += [
-                f"### {title}",
-                "",
-                f"Full report: [{report.relative_to(args.out)}]({report.relative_to(args.out)})",
-                "",
-                "| cell | HP p99 ms | HP p99 / alone | BE per s | BE / alone | target met |",
-                "|---|---|---|---|---|---|",
-            ]
-            for row in head.to_dict("records"):
-                section.append(
-                    f"| {row['run']} | {_fmt(row['hp_p99_ms'], '.2f')} | "
-                    f"{_fmt(row['hp_p99_slowdown'], '.3f')} | "
-                    f"{_fmt(row['be_throughput_per_s'], '.2f')} | "
-                    f"{_fmt(row['be_throughput_fraction'], '.3f')} | {row['target_met']} |"
-                )
-            section.append("")
-        if not heads:
-            continue
-        lines += [f"## {group}", ""]
-        if len(heads) > 1:
-            lines += [
-                f"Medians over {len(heads)} rounds (lowest-highest):",
-                "",
-                "| cell | rounds | HP p99 / alone | BE / alone | rounds meeting the target |",
-                "|---|---|---|---|---|",
-            ]
-            for row in summarize_rounds(heads).to_dict("records"):
-                lines.append(
-                    f"| {row['run']} | {row['rounds']} | {_fmt(row['slowdown_median'], '.3f')} "
-                    f"({_fmt(row['slowdown_min'], '.3f')}-{_fmt(row['slowdown_max'], '.3f')}) | "
-                    f"{_fmt(row['fraction_median'], '.3f')} ({_fmt(row['fraction_min'], '.3f')}-"
-                    f"{_fmt(row['fraction_max'], '.3f')}) | {row['target_met']} |"
-                )
-            lines.append("")
-        lines += section
     if environment is not None:
         lines += [
             "## Environment",
@@ -297,65 +498,109 @@ def _fmt(value: Any, spec: str) -> str:
         return str(value)
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _names(allowed: dict | tuple) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        chosen = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in chosen if item not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}"
+            )
+        return chosen
 
-    def names(allowed: dict | tuple) -> Any:
-        def parse(text: str) -> list[str]:
-            chosen = [item.strip() for item in text.split(",") if item.strip()]
-            unknown = [item for item in chosen if item not in allowed]
-            if unknown:
-                raise argparse.ArgumentTypeError(
-                    f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}"
-                )
-            return chosen
+    return parse
 
-        return parse
 
-    def queue_limits(text: str) -> list[float | None]:
-        limits: list[float | None] = []
-        for item in (part.strip() for part in text.split(",") if part.strip()):
-            if item == "default":
-                limits.append(None)
-                continue
-            try:
-                value = float(item)
-            except ValueError:
-                value = float("nan")
-            if not value > 0:
-                raise argparse.ArgumentTypeError(
-                    f"queue limit {item!r} is not 'default' or a positive number of microseconds"
-                )
-            limits.append(value)
-        if not limits:
-            raise argparse.ArgumentTypeError("no queue limit given")
-        return list(dict.fromkeys(limits))
+def _queue_limits(text: str) -> list[float | None]:
+    limits: list[float | None] = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        if item == "default":
+            limits.append(None)
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            value = float("nan")
+        if not value > 0:
+            raise argparse.ArgumentTypeError(
+                f"queue limit {item!r} is not 'default' or a positive number of microseconds"
+            )
+        limits.append(value)
+    if not limits:
+        raise argparse.ArgumentTypeError("no queue limit given")
+    return list(dict.fromkeys(limits))
 
-    parser.add_argument("--hp", type=names(HP_JOBS), default=list(HP_JOBS))
-    parser.add_argument("--rates", type=names(RATES), default=list(RATES))
-    parser.add_argument("--be", type=names(BE_JOBS), default=list(BE_JOBS))
-    parser.add_argument("--policies", type=names(POLICY_NAMES), default=list(POLICY_NAMES))
+
+def _shares(text: str) -> list[int]:
+    shares = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        if not item.isdigit() or not 1 <= int(item) <= 100:
+            raise argparse.ArgumentTypeError(
+                f"SM share {item!r} is not a whole percentage from 1 to 100"
+            )
+        shares.append(int(item))
+    if not shares:
+        raise argparse.ArgumentTypeError("no SM share given")
+    return list(dict.fromkeys(shares))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--scenario", choices=list(SCENARIOS), default=None, help="a named HP x rate x BE group"
+    )
+    parser.add_argument("--hp", type=_names(HP_JOBS), default=None)
+    parser.add_argument("--rates", type=_names(RATES), default=None)
+    parser.add_argument("--be", type=_names(BE_JOBS), default=None)
+    parser.add_argument("--policies", type=_names(POLICY_NAMES), default=list(POLICY_NAMES))
     parser.add_argument(
         "--queue-limits",
-        type=queue_limits,
+        type=_queue_limits,
         default=[None],
         help="BE queue bounds in microseconds for reef and orion, 'default' = derived",
     )
     parser.add_argument(
+        "--mps-share-be",
+        type=_shares,
+        default=[30, 50, 70],
+        help="BE SM shares in percent for mps-share, one cell each (default 30,50,70)",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=1, help="rounds of every cell (each with its dedicated run)"
     )
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds measured per run")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="at least this many seconds measured per run"
+    )
+    parser.add_argument(
+        "--min-requests",
+        type=int,
+        default=5000,
+        help="and at least this many HP requests (at the HP rate) per run",
+    )
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds for new cells")
     parser.add_argument("--report-only", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.scenario is not None:
+        given = [f"--{name}" for name in ("hp", "rates", "be") if getattr(args, name) is not None]
+        if given:
+            parser.error(f"--scenario picks the HP job, rate and BE job: leave out {given[0]}")
+    args.hp = args.hp if args.hp is not None else list(HP_JOBS)
+    args.rates = args.rates if args.rates is not None else list(RATES)
+    args.be = args.be if args.be is not None else list(BE_JOBS)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.duration <= 0:
+        parser.error(f"--duration must be positive, got {args.duration:g}")
+    if args.min_requests < 0:
+        parser.error(f"--min-requests must not be negative, got {args.min_requests}")
     if args.out is None:
         gpu = gpu_facts(0)
         if gpu is None:
             parser.error("no GPU visible: pass --out to report on existing results")
         args.out = ROOT / "benchmarks" / "results" / gpu_slug(gpu.name)
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+        if args.scenario is not None:
+            args.out = args.out / args.scenario
     args.out = args.out.absolute()
     return args
 
@@ -364,11 +609,13 @@ def main() -> int:
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     index = load_index(args.out)
+    if args.scenario is not None:
+        index["scenario"] = args.scenario
     finished = True
     if not args.report_only:
         index["invocations"].append(
             {
-                "command": " ".join(["python", *sys.argv]),
+                "command": shlex.join(["python", *sys.argv]),
                 "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "software": software_summary(),
             }

@@ -139,6 +139,7 @@ class Client:
                 dtype=spec.dtype,
                 device=spec.device,
                 options=dict(spec.options),
+                cuda_graph=spec.cuda_graph,
             )
         )
         if workload.device.type == "cpu":
@@ -173,8 +174,10 @@ class Client:
             warm = time.monotonic()
             workload.warmup(spec.warmup_steps)
             warmup_s = time.monotonic() - warm
+            served = " as a CUDA graph" if spec.cuda_graph else ""
             _log(
-                f"{spec.name}: {spec.workload} {spec.mode} batch {spec.batch_size} {spec.dtype} "
+                f"{spec.name}: {spec.workload} {spec.mode} batch {spec.batch_size} {spec.dtype}"
+                f"{served} "
                 f"on {workload.device}, stream priority {priority}, built in "
                 f"{warm - began:.1f} s, {spec.warmup_steps} warm-up steps in {warmup_s:.2f} s"
             )
@@ -254,11 +257,15 @@ class Client:
                 self._give_up(table, arrivals, request, arrival, upto=window_end, end=window_end)
                 return
             start = self.clock.now()
+            cpu_start = time.thread_time()
             workload.step()
+            enqueued = self.clock.now()
+            enqueue_cpu_ms = (time.thread_time() - cpu_start) * 1000.0
             workload.synchronize()
             end = self.clock.now()
             latency_ms = (end - arrival) * 1000.0
-            table.append((request, arrival, start, end, latency_ms))
+            enqueue_ms = (enqueued - start) * 1000.0
+            table.append((request, arrival, start, end, latency_ms, enqueue_ms, enqueue_cpu_ms))
             self.last_end_s = end
             in_window = arrival >= window_start and (window_end is None or arrival <= window_end)
             progress.record(latency_ms if in_window else None)
@@ -285,7 +292,7 @@ class Client:
         """Record requests that arrived (by ``upto``, inside the window) but were never served."""
         limit = upto if end is None else min(upto, end)
         while arrival is not None and arrival <= limit:
-            table.append((request, arrival, None, None, None))
+            table.append((request, arrival, None, None, None, None, None))
             self.unfinished += 1
             request += 1
             if arrivals.think_s is not None:

@@ -270,6 +270,10 @@ class ClientConfig(_Model):
     arrivals: ArrivalsModel | None = Field(default=None, validate_default=True)
     profile: PathField | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    cuda_graph: bool = False
+    """Serve inference by replaying the step captured once as a CUDA graph."""
+    sm_percent: Annotated[int, Field(ge=1, le=100)] | None = None
+    """Percent of the SMs this client may use (policy ``mps-share``; default all)."""
 
     @field_validator("name")
     @classmethod
@@ -308,6 +312,15 @@ class ClientConfig(_Model):
     @classmethod
     def _profile_exists(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else _existing_file(value, info)
+
+    @field_validator("cuda_graph")
+    @classmethod
+    def _graph_fits_workload(cls, value: bool, info: ValidationInfo) -> bool:
+        if value:
+            problem = _cuda_graph_problem(info.data.get("workload"), info.data.get("mode"))
+            if problem:
+                raise _problem(problem)
+        return value
 
     @field_validator("options")
     @classmethod
@@ -371,6 +384,24 @@ def _workload_info(name: str) -> Any:
     except OrionError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
         raise _problem(exc.message + hint) from None
+
+
+def _cuda_graph_problem(workload: Any, mode: Any) -> str | None:
+    """Why a client of ``workload`` in ``mode`` cannot be served as a CUDA graph (None: it can)."""
+    if mode == "train":
+        return (
+            "applies to inference clients only; training runs eagerly "
+            '(remove "cuda_graph" or set mode to "infer")'
+        )
+    if not isinstance(workload, str):
+        return None
+    from workloads import get_workload_info
+
+    try:
+        reason = get_workload_info(workload).graph_capture
+    except OrionError:
+        return None  # the workload field reports it
+    return None if reason is None else f"workload {workload!r} cannot be captured: {reason}"
 
 
 def _check_options(info: Any, options: dict[str, Any]) -> None:
@@ -450,6 +481,18 @@ def _cross_field_problems(data: Any) -> list[Problem]:
                 f"policy {policy.name!r} needs exactly one client with role 'hp' (got none)",
             )
         )
+
+    if policy is not None and not policy.sm_partitions:
+        for i, client in clients:
+            if client.get("sm_percent") is not None:
+                partitioned = ", ".join(p.name for p in POLICIES.values() if p.sm_partitions)
+                problems.append(
+                    Problem(
+                        f"clients[{i}].sm_percent",
+                        f"policy {policy.name!r} has no SM partitions; sm_percent applies "
+                        f"under {partitioned} only",
+                    )
+                )
 
     if requests is not None and len(hp) <= 1:
         hp_mode = hp[0][1].get("mode") if hp else None
@@ -685,6 +728,7 @@ def profile_command(client: ClientConfig) -> str:
     return (
         f"orion profile {client.workload} --mode {client.mode} "
         f"--batch-size {client.batch_size} --dtype {client.dtype}"
+        + (" --cuda-graph" if client.cuda_graph else "")
     )
 
 
@@ -753,6 +797,9 @@ def resolve_profiles(
             f"client {client.name!r} ({path}): {text}"
             for text in _compatibility_warnings(meta, current)
         )
+        graph_warning = _graph_mismatch(meta, client)
+        if graph_warning:
+            warnings.append(f"client {client.name!r} ({path}): {graph_warning}")
     if problems:
         unique = list(dict.fromkeys(commands))
         count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
@@ -762,6 +809,25 @@ def resolve_profiles(
             hint="run: " + "\nrun: ".join(unique),
         )
     return ResolvedProfiles(paths, warnings)
+
+
+def _graph_mismatch(meta: Mapping[str, Any], client: ClientConfig) -> str | None:
+    """A profile of the eager step used for a CUDA-graph client, or the reverse.
+
+    Not an error: the kernels are the same, so the profile still describes the GPU work; but the
+    library then sees launches the profile does not list (one graph launch instead of the
+    kernels, or the reverse) and gates them as unknown work, conservatively.
+    """
+    profiled_graph = bool(meta.get("cuda_graph", False))
+    if profiled_graph == client.cuda_graph:
+        return None
+    graph, eager = "as a CUDA graph", "eagerly"
+    made, runs = (graph, eager) if profiled_graph else (eager, graph)
+    command = profile_command(client)
+    return (
+        f"the profile was made {made} but the client runs {runs}; launches it does not list are "
+        f"gated as unknown work (profile it with: {command})"
+    )
 
 
 def _compatibility_warnings(meta: dict[str, Any], current: Mapping[str, Any]) -> list[str]:

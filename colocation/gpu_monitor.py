@@ -1,7 +1,9 @@
-"""GPU utilisation and memory sampled through NVML every 100 ms into ``gpu.csv``.
+"""GPU utilisation, memory and clocks sampled through NVML every 100 ms into ``gpu.csv``.
 
 Latency and throughput say how each job fared; utilisation says why (an idle GPU between HP
-requests is the capacity best-effort work can use). NVML is read from a thread of the runner, so
+requests is the capacity best-effort work can use). Clocks say whether two runs are comparable
+at all: a GPU that boosts higher, or throttles, in one run than in another changes latencies by
+more than the few percent a policy is judged on. NVML is read from a thread of the runner, so
 it costs the clients nothing. Without NVML (no driver, a CPU test run) the monitor records no
 samples and leaves a note instead of failing the run.
 """
@@ -53,6 +55,7 @@ class GpuMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.note: str | None = None
+        self.clock_note: str | None = None
         self.samples = 0
 
     def start(self) -> bool:
@@ -77,10 +80,33 @@ class GpuMonitor:
                     self.note = f"GPU sampling stopped after {self.samples} samples: {exc}"
                     return
                 table.append(
-                    (self._clock.now(), int(rates.gpu), int(rates.memory), memory.used / _MIB)
+                    (
+                        self._clock.now(),
+                        int(rates.gpu),
+                        int(rates.memory),
+                        memory.used / _MIB,
+                        *self._clocks(nvml, handle),
+                    )
                 )
                 self.samples += 1
                 self._stop.wait(self._interval_s)
+
+    def _clocks(self, nvml: Any, handle: Any) -> tuple[int | None, int | None]:
+        """Current SM and memory clocks (MHz); empty cells where NVML cannot say.
+
+        A GPU may refuse clock queries (some virtualised or MIG set-ups) while utilisation still
+        works, so a refusal blanks the clock cells instead of ending the sampling; the first one
+        is kept as a note.
+        """
+        clocks: list[int | None] = []
+        for kind in ("NVML_CLOCK_SM", "NVML_CLOCK_MEM"):
+            try:
+                clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, getattr(nvml, kind))))
+            except Exception as exc:
+                clocks.append(None)
+                if self.clock_note is None:
+                    self.clock_note = f"GPU clocks not sampled: {exc}"
+        return clocks[0], clocks[1]
 
     def stop(self) -> None:
         self._stop.set()

@@ -27,6 +27,21 @@ from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
+MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+"""The MPS client's share of the SMs (percent). The runner sets it per client under policy
+``mps-share`` from ``sm_percent`` and removes an inherited one under every policy: a value left
+in the user's shell would silently partition the GPU of runs that are meant to compare policies."""
+
+
+def with_sm_share(environment: dict[str, str], sm_percent: int | None) -> dict[str, str]:
+    """``environment`` for a client with ``sm_percent`` of the SMs (None: all of them)."""
+    shared = dict(environment)
+    shared.pop(MPS_THREAD_PERCENTAGE, None)
+    if sm_percent is not None:
+        shared[MPS_THREAD_PERCENTAGE] = str(sm_percent)
+    return shared
+
+
 # sockaddr_un holds 108 bytes; the daemon's longest socket name in the pipe folder is
 # "control_privileged".
 _MAX_PIPE_DIR_CHARS = 107 - len("/control_privileged")

@@ -36,6 +36,9 @@ class Policy:
     """The HP client itself submits its work on a high-priority CUDA stream."""
     sequential: bool
     """Clients run alone, one after another (the no-interference reference)."""
+    sm_partitions: bool = False
+    """Clients may carry ``sm_percent``: a static share of the SMs through MPS's
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (a spatial partition, as GLET uses)."""
 
 
 _POLICY_LIST: tuple[Policy, ...] = (
@@ -78,6 +81,20 @@ _POLICY_LIST: tuple[Policy, ...] = (
         needs_profiles=False,
         hp_stream_priority_by_client=True,
         sequential=False,
+    ),
+    Policy(
+        name="mps-share",
+        description=(
+            "MPS with static SM shares: each client's sm_percent caps the SMs it may use; "
+            "the HP client uses a high-priority stream as in mps-priority"
+        ),
+        uses_mps=True,
+        native_policy="passthrough",
+        needs_hp=True,
+        needs_profiles=False,
+        hp_stream_priority_by_client=True,
+        sequential=False,
+        sm_partitions=True,
     ),
     Policy(
         name="priority",

@@ -147,9 +147,20 @@ def default_profile_for(gpu_name: str | None) -> Any:
     from postprocess import default_profile_path
 
     def where(client: ClientConfig) -> Path:
-        return default_profile_path(
-            client.workload, client.mode, client.batch_size, client.dtype, gpu_name or ""
+        graph = default_profile_path(
+            client.workload,
+            client.mode,
+            client.batch_size,
+            client.dtype,
+            gpu_name or "",
+            cuda_graph=client.cuda_graph,
         )
+        if client.cuda_graph and not graph.is_file():
+            # The eager profile has the same kernels; resolve_profiles warns about the mismatch.
+            return default_profile_path(
+                client.workload, client.mode, client.batch_size, client.dtype, gpu_name or ""
+            )
+        return graph
 
     return where
 

@@ -68,6 +68,11 @@ class ClientSpec:
     """After the window ends, how long requests that arrived inside it may still be served;
     the rest are recorded as unfinished, so an overloaded client shows up as such."""
     options: dict[str, Any] = field(default_factory=dict)
+    cuda_graph: bool = False
+    """Serve inference by replaying the step captured as a CUDA graph."""
+    sm_percent: int | None = None
+    """The client's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (policy ``mps-share``); for the
+    record: the runner sets the variable in the client's environment."""
 
     def write(self, path: Path) -> None:
         write_json_atomic(path, {"format": SPEC_FORMAT, "version": SPEC_VERSION, **asdict(self)})

@@ -35,9 +35,27 @@ STATUS_COMPLETE = "complete"
 STATUS_INCOMPLETE = "incomplete"
 STATUS_FAILED = "failed"
 
-INFERENCE_COLUMNS = ("request", "arrival_s", "start_s", "end_s", "latency_ms")
+INFERENCE_COLUMNS = (
+    "request",
+    "arrival_s",
+    "start_s",
+    "end_s",
+    "latency_ms",
+    # How long the request's step() call took to enqueue its GPU work, in wall time and in the
+    # client thread's CPU time: tells a host-bound request (long enqueue) from a GPU-bound one,
+    # and a thread that was descheduled (wall >> CPU) from one that was busy.
+    "enqueue_ms",
+    "enqueue_cpu_ms",
+)
 TRAINING_COLUMNS = ("iteration", "start_s", "end_s", "duration_ms", "samples")
-GPU_COLUMNS = ("time_s", "sm_util_pct", "mem_util_pct", "mem_used_mib")
+GPU_COLUMNS = (
+    "time_s",
+    "sm_util_pct",
+    "mem_util_pct",
+    "mem_used_mib",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
 TRACE_COLUMNS = (
     "client",
     "seq",

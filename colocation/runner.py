@@ -30,7 +30,7 @@ import numpy as np
 from colocation.arrivals import derive_seed
 from colocation.config import JobsConfig
 from colocation.gpu_monitor import GpuMonitor
-from colocation.mps import MpsDaemon, private_mps_daemon
+from colocation.mps import MpsDaemon, private_mps_daemon, with_sm_share
 from colocation.preflight import RunPlan, prepare_run
 from colocation.processes import FINISHED, READY, RUNNING, WAITING, WARMING_UP, ClientProcess
 from colocation.protocol import ClientSpec, spec_path
@@ -260,6 +260,8 @@ class _Runner:
             requests=run.requests if client.is_hp else None,
             drain_s=DRAIN_S,
             options=dict(client.options),
+            cuda_graph=client.cuda_graph,
+            sm_percent=client.sm_percent,
         )
 
     def _phase_plan(self) -> list[list[ClientProcess]]:
@@ -302,7 +304,8 @@ class _Runner:
         if self.mps is not None:
             base.update(self.mps.environment)
         for client in phase:
-            client.spawn(self.scheduler.client_environment(client.index, base=base))
+            environment = self.scheduler.client_environment(client.index, base=base)
+            client.spawn(with_sm_share(environment, client.config.sm_percent))
         self._save()  # pids, so an operator can find (and kill) a client right away
 
         self.state = "warming up"
@@ -477,6 +480,8 @@ class _Runner:
                     client.close_pipes()
                 if self.monitor is not None and self.monitor.note:
                     self.record.note(self.monitor.note)
+                if self.monitor is not None and self.monitor.clock_note:
+                    self.record.note(self.monitor.clock_note)
                 for note in self.mps_notes:
                     self.record.note(note)
                 self._save()

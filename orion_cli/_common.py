@@ -63,6 +63,14 @@ ModeOpt = Annotated[
     typer.Option("--mode", "-m", help="infer (one request per step) or train (one iteration)."),
 ]
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per step.")]
+CudaGraphOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cuda-graph",
+        help="Inference only: capture the step once as a CUDA graph and replay it per request, "
+        "as production servers do (see `orion workloads` for which workloads can).",
+    ),
+]
 DTypeOpt = Annotated[
     str, typer.Option("--dtype", help="fp32, or bf16 (torch.autocast around forward and loss).")
 ]

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from orion_cli._common import (
     BatchSizeOpt,
+    CudaGraphOpt,
     DTypeOpt,
     ModeOpt,
     WorkloadArg,
@@ -114,6 +115,7 @@ def profile_command(
     mode: ModeOpt = "infer",
     batch_size: BatchSizeOpt = 1,
     dtype: DTypeOpt = "fp32",
+    cuda_graph: CudaGraphOpt = False,
     output: OutputOpt = None,
     replay_mode: ReplayModeOpt = None,
     metric_set: MetricSetOpt = None,
@@ -131,7 +133,9 @@ def profile_command(
     """
     from workloads import WorkloadSpec
 
-    spec = WorkloadSpec(workload, mode=mode, batch_size=batch_size, dtype=dtype)
+    spec = WorkloadSpec(
+        workload, mode=mode, batch_size=batch_size, dtype=dtype, cuda_graph=cuda_graph
+    )
     spec.validate()
     if from_ncu is None:
         if measured is not None:
@@ -140,6 +144,10 @@ def profile_command(
     else:
         if replay_mode is not None or warmup is not None:
             raise OrionError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
+        if cuda_graph:
+            raise OrionError(
+                "--cuda-graph applies to a live run; --from-ncu takes what the CSV recorded"
+            )
         if metric_set is not None:
             raise OrionError(
                 "--metric-set applies to a live run: with --from-ncu the CSV's columns decide "

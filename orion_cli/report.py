@@ -34,11 +34,35 @@ _CLIENT_VIEW = [
 _HEADLINE_VIEW = [
     ("run", "run", "{}"),
     ("policy", "policy", "{}"),
-    ("hp_p99_ms", "HP p99 ms", "{:.2f}"),
-    ("hp_p99_slowdown", "HP p99 / alone", "{:.3f}x"),
+    ("hp_p99_text", "HP p99 ms [95% CI]", "{}"),
+    ("hp_p99_slowdown_text", "HP p99 / alone [95% CI]", "{}"),
     ("be_throughput_per_s", "BE per s", "{:.2f}"),
-    ("be_throughput_fraction", "BE / alone", "{:.3f}"),
+    ("be_throughput_fraction_text", "BE / alone [95% CI]", "{}"),
     ("target_met", "target met", "{}"),
+]
+# Each figure with its bootstrap interval: (value column, interval columns, format).
+_INTERVAL_TEXT = {
+    "hp_p99_text": ("hp_p99_ms", "hp_p99_ci_lo_ms", "hp_p99_ci_hi_ms", "{:.2f}"),
+    "hp_p99_slowdown_text": (
+        "hp_p99_slowdown",
+        "hp_p99_slowdown_ci_lo",
+        "hp_p99_slowdown_ci_hi",
+        "{:.3f}",
+    ),
+    "be_throughput_fraction_text": (
+        "be_throughput_fraction",
+        "be_throughput_fraction_ci_lo",
+        "be_throughput_fraction_ci_hi",
+        "{:.3f}",
+    ),
+}
+_GPU_VIEW = [
+    ("run", "run", "{}"),
+    ("samples", "samples", "{}"),
+    ("sm_util_median_pct", "SM util % (median)", "{:.0f}"),
+    ("sm_clock_median_mhz", "SM MHz (median)", "{:.0f}"),
+    ("sm_clock_min_mhz", "SM MHz (min)", "{:.0f}"),
+    ("mem_clock_median_mhz", "memory MHz (median)", "{:.0f}"),
 ]
 
 
@@ -51,6 +75,23 @@ def _cell(value: Any, spec: str) -> str:
         return spec.format(value)
     except (ValueError, TypeError):
         return str(value)
+
+
+def _with_interval_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """``value [lo, hi]`` columns for the terminal; the bare value when no interval is known."""
+    frame = frame.copy()
+    for name, (value, lo, hi, spec) in _INTERVAL_TEXT.items():
+        if value not in frame.columns:
+            continue
+        texts = []
+        for row in frame.to_dict("records"):
+            text = _cell(row.get(value), spec)
+            bounds = (_cell(row.get(lo), spec), _cell(row.get(hi), spec))
+            if text != "-" and "-" not in bounds:
+                text += f" [{bounds[0]}, {bounds[1]}]"
+            texts.append(text)
+        frame[name] = texts
+    return frame
 
 
 def _table(title: str, frame: pd.DataFrame, view: list[tuple[str, str, str]]) -> Table:
@@ -106,7 +147,10 @@ def report_command(
             )
     console.print(_table("clients", tables.clients, _CLIENT_VIEW))
     if len(runs) > 1 or not tables.relative.empty:
-        console.print(_table("policies side by side", tables.headline, _HEADLINE_VIEW))
+        headline = _with_interval_text(tables.headline)
+        console.print(_table("policies side by side", headline, _HEADLINE_VIEW))
+    if not tables.gpu.empty and tables.gpu["samples"].gt(0).any():
+        console.print(_table("GPU during the window (NVML)", tables.gpu, _GPU_VIEW))
     for verdict in tables.verdicts:
         console.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:

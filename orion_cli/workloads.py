@@ -17,10 +17,16 @@ def workloads_command() -> None:
     table.add_column("description")
     table.add_column("needs")
     table.add_column("options (default)")
+    table.add_column("CUDA graph")
     for info in list_workloads():
         options = ", ".join(f"{option.name} ({option.default})" for option in info.options)
         needs = ", ".join(("torch", *info.requires))
         if info.devices == ("cuda",):
             needs += ", a CUDA GPU"
-        table.add_row(info.name, info.kind, info.description, needs, options or "-")
+        graph = "inference" if info.graph_capturable else "no"
+        table.add_row(info.name, info.kind, info.description, needs, options or "-", graph)
     console.print(table)
+    console.print(
+        "CUDA graph: inference steps that `orion profile --cuda-graph` and a client's "
+        '"cuda_graph": true capture once and replay per request.'
+    )

@@ -265,13 +265,20 @@ def gpu_slug(gpu_name: str) -> str:
 
 
 def default_profile_path(
-    workload: str, mode: str, batch_size: int, dtype: str, gpu_name: str
+    workload: str,
+    mode: str,
+    batch_size: int,
+    dtype: str,
+    gpu_name: str,
+    *,
+    cuda_graph: bool = False,
 ) -> Path:
     """Where ``orion profile`` writes and the scheduler looks by default.
 
     ``$ORION_PROFILE_DIR`` (else ``~/.cache/orion/profiles``) /
-    ``<gpu slug>/<workload>-<mode>-bs<N>-<dtype>/profile.csv``: keyed by GPU because SM needs and
-    durations do not carry over from one GPU to another.
+    ``<gpu slug>/<workload>-<mode>-bs<N>-<dtype>[-graph]/profile.csv``: keyed by GPU because SM
+    needs and durations do not carry over from one GPU to another, and by ``-graph`` for a step
+    captured as a CUDA graph, which the scheduler sees as one graph launch, not as kernels.
     """
     if not workload or "/" in workload or os.sep in workload or workload in (".", ".."):
         raise OrionError(
@@ -280,5 +287,5 @@ def default_profile_path(
         )
     root_env = os.environ.get("ORION_PROFILE_DIR")
     root = Path(root_env).expanduser() if root_env else Path.home() / ".cache/orion/profiles"
-    folder = f"{workload}-{mode}-bs{int(batch_size)}-{dtype}"
+    folder = f"{workload}-{mode}-bs{int(batch_size)}-{dtype}" + ("-graph" if cuda_graph else "")
     return root / gpu_slug(gpu_name) / folder / "profile.csv"

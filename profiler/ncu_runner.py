@@ -189,6 +189,7 @@ def target_command(
     options: Mapping[str, int] | None,
     warmup: int,
     pass_: str,
+    cuda_graph: bool = False,
     output: str | os.PathLike[str],
     steps: int | None = None,
     steps_output: str | os.PathLike[str] | None = None,
@@ -210,6 +211,8 @@ def target_command(
     ]
     if options:
         command += ["--options", json.dumps(dict(options), sort_keys=True)]
+    if cuda_graph:
+        command.append("--cuda-graph")
     command += ["--warmup", str(warmup), "--pass", pass_, "--output", str(output)]
     if steps is not None:
         command += ["--steps", str(steps)]

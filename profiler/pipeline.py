@@ -26,7 +26,7 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -285,6 +285,7 @@ def _metadata(
         "mode": spec.mode,
         "batch_size": spec.batch_size,
         "dtype": spec.dtype,
+        "cuda_graph": spec.cuda_graph,
         "source": source,
         "ncu_command": ncu_command,
         "options": spec.resolved_options(),
@@ -397,7 +398,9 @@ def estimate_ncu_seconds(
 
 def default_output_dir(spec: WorkloadSpec, gpu_name: str) -> Path:
     """The folder of the profile the scheduler finds by default for ``spec`` on this GPU."""
-    return default_profile_path(spec.name, spec.mode, spec.batch_size, spec.dtype, gpu_name).parent
+    return default_profile_path(
+        spec.name, spec.mode, spec.batch_size, spec.dtype, gpu_name, cuda_graph=spec.cuda_graph
+    ).parent
 
 
 def _clear_outputs(out_dir: Path) -> None:
@@ -447,6 +450,7 @@ def profile_workload(
         "dtype": spec.dtype,
         "options": spec.options,
         "warmup": warm,
+        "cuda_graph": spec.cuda_graph,
     }
 
     # 1. The un-instrumented pass: durations, and how many kernels one step launches.
@@ -607,6 +611,7 @@ def _write_run_record(
             "mode": spec.mode,
             "batch_size": spec.batch_size,
             "dtype": spec.dtype,
+            "cuda_graph": spec.cuda_graph,
             "options": spec.resolved_options(),
             "warmup_steps": warmup,
             "measure_steps": measure_steps,
@@ -672,6 +677,9 @@ def profile_from_ncu(
     software = _read_json(folder / SOFTWARE_JSON)
     record = _read_json(folder / RUN_JSON)
     commands = record.get("commands") if isinstance(record.get("commands"), dict) else {}
+    if record.get("cuda_graph") is True:
+        # The step was captured as a graph when ncu ran: the profile must say so.
+        spec = replace(spec, cuda_graph=True)
     metadata = _metadata(
         spec,
         software,

@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", required=True)
     parser.add_argument("--options", default="{}", help="JSON object of workload options")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--cuda-graph", action="store_true", help="capture the step once and replay it"
+    )
     parser.add_argument("--warmup", type=int, required=True, help="steps before the measured ones")
     parser.add_argument("--pass", dest="pass_", choices=PASSES, required=True)
     parser.add_argument("--output", type=Path, required=True)
@@ -99,6 +102,7 @@ def _spec_from(args: argparse.Namespace) -> Any:
         dtype=args.dtype,
         device=args.device,
         options=options,
+        cuda_graph=args.cuda_graph,
     )
     spec.validate()
     return spec

@@ -1,10 +1,13 @@
 """Run directories → tables, ratios against a dedicated run, figures and a Markdown report.
 
-Analysis functions return DataFrames (``metrics``, ``series``); ``plots`` draws them into PNG
-files; ``summary`` puts both into ``report.md`` or a plain-JSON dict. Nothing here prints:
-problems a user can fix raise :class:`orion_common.errors.OrionError`.
+Analysis functions return DataFrames (``metrics``, ``series``); ``stats`` gives the bootstrap
+intervals every p99 and ratio carries; ``plots`` draws them into PNG files; ``summary`` puts
+both into ``report.md`` or a plain-JSON dict; ``benchmark`` sums a benchmark scenario's rounds
+up into ``summary.json``. Nothing here prints: problems a user can fix raise
+:class:`orion_common.errors.OrionError`.
 """
 
+from reporting.benchmark import build_summary, load_summary, validate_summary
 from reporting.metrics import (
     BE_FRACTION_MIN,
     HP_P99_SLOWDOWN_MAX,
@@ -12,11 +15,13 @@ from reporting.metrics import (
     compare_runs,
     find_baseline,
     headline,
+    latency_sample,
     percentile_summary,
     relative_to_dedicated,
     run_labels,
     scheduler_table,
     window_rows,
+    work_sample,
 )
 from reporting.plots import (
     plot_gpu_utilisation,
@@ -26,7 +31,8 @@ from reporting.plots import (
     plot_tradeoff,
 )
 from reporting.rundata import ClientInfo, Environment, RunData, load_run, load_runs
-from reporting.series import gpu_samples, kernel_slice, request_latencies
+from reporting.series import gpu_clock_summary, gpu_samples, kernel_slice, request_latencies
+from reporting.stats import bootstrap_percentile_ci, ratio_over_rounds_ci
 from reporting.summary import (
     ReportTables,
     environment_table,
@@ -44,21 +50,27 @@ __all__ = [
     "Environment",
     "ReportTables",
     "RunData",
+    "bootstrap_percentile_ci",
+    "build_summary",
     "client_summary",
     "compare_runs",
     "environment_table",
     "find_baseline",
+    "gpu_clock_summary",
     "gpu_samples",
     "headline",
     "kernel_slice",
+    "latency_sample",
     "load_run",
     "load_runs",
+    "load_summary",
     "percentile_summary",
     "plot_gpu_utilisation",
     "plot_kernel_timeline",
     "plot_latency_cdf",
     "plot_latency_over_time",
     "plot_tradeoff",
+    "ratio_over_rounds_ci",
     "relative_to_dedicated",
     "report_json",
     "report_tables",
@@ -66,7 +78,9 @@ __all__ = [
     "run_labels",
     "run_warnings",
     "scheduler_table",
+    "validate_summary",
     "verdicts",
     "window_rows",
+    "work_sample",
     "write_report",
 ]

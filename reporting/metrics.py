@@ -19,10 +19,21 @@ Definitions (everything in the reports follows from these):
   throughput fraction, defined as the *mean of the per-BE-client fractions* (so each BE job
   counts equally, whatever its absolute speed). The target is met when
   ``hp_p99_slowdown <= 1.05`` and ``be_throughput_fraction >= 0.90``.
+- Intervals (``*_ci_lo*``/``*_ci_hi*``, 95 %, ``reporting.stats``): an HP p99 from the percentile
+  bootstrap of the client's in-window latencies; the slowdown from the bootstrap of the ratio
+  of the two runs' p99s; a BE fraction from the bootstrap of the ratio of the two runs'
+  throughputs, where a resample's throughput is its summed samples over its summed iteration
+  durations. That ratio equals the window-based fraction up to the idle gaps between
+  iterations; the interval shown is its relative spread (bounds over bootstrap point) applied
+  to the window-based fraction, so it always brackets the number it belongs to. Training
+  clients only: an open-loop inference client's throughput is its arrival rate, nothing to
+  resample. A headline interval is that of the client its value comes from; a BE fraction
+  averaged over several BE clients has none.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -31,11 +42,19 @@ import numpy as np
 import pandas as pd
 
 from reporting.rundata import ClientInfo, RunData
+from reporting.stats import (
+    PERCENTILE_METHOD,
+    Interval,
+    bootstrap_percentile_ci,
+    percentile_statistic,
+    ratio_over_rounds_ci,
+    throughput_statistic,
+)
 
 POLICY_DEDICATED = "dedicated"
 HP_P99_SLOWDOWN_MAX = 1.05
 BE_FRACTION_MIN = 0.90
-PERCENTILE_METHOD = "linear"
+HP_QUANTILE = 99.0
 # Ratios exactly on a limit count as meeting it; this absorbs float round-off (1.05 computed as
 # 1.0500000000000003) and nothing a measurement could resolve.
 LIMIT_TOLERANCE = 1e-9
@@ -78,10 +97,16 @@ RELATIVE_COLUMNS = [
     "matched",
     "p99_ms",
     "p99_alone_ms",
+    "hp_p99_ci_lo_ms",
+    "hp_p99_ci_hi_ms",
     "hp_p99_slowdown",
+    "hp_p99_slowdown_ci_lo",
+    "hp_p99_slowdown_ci_hi",
     "throughput_per_s",
     "throughput_alone_per_s",
     "throughput_fraction",
+    "throughput_fraction_ci_lo",
+    "throughput_fraction_ci_hi",
     "samples_per_s",
     "samples_alone_per_s",
 ]
@@ -94,11 +119,17 @@ HEADLINE_COLUMNS = [
     "baseline",
     "hp_clients",
     "hp_p99_ms",
+    "hp_p99_ci_lo_ms",
+    "hp_p99_ci_hi_ms",
     "hp_p99_alone_ms",
     "hp_p99_slowdown",
+    "hp_p99_slowdown_ci_lo",
+    "hp_p99_slowdown_ci_hi",
     "be_clients",
     "be_throughput_per_s",
     "be_throughput_fraction",
+    "be_throughput_fraction_ci_lo",
+    "be_throughput_fraction_ci_hi",
     "hp_target_met",
     "be_target_met",
     "target_met",
@@ -118,13 +149,24 @@ SCHEDULER_COLUMNS = [
 
 
 def policy_label(run: RunData) -> str:
-    """The policy, with the BE queue bound when the run set one (``orion@500us``): runs of one
-    policy that differ only in that bound are a sweep and must be told apart by it."""
-    thresholds = run.config.get("run", {}).get("thresholds") or {}
+    """The policy with the knob settings the run made: the BE queue bound (``orion@500us``) and
+    per-client SM shares (``mps-share@be50``, client name then percent). Runs of one policy that
+    differ only in a knob are a sweep and must be told apart by it."""
+    run_section = run.config.get("run")
+    thresholds = (run_section.get("thresholds") if isinstance(run_section, dict) else None) or {}
     limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool):
-        return f"{run.policy}@{limit:g}us"
-    return run.policy
+    label = run.policy
+    if _is_number(limit):
+        label += f"@{limit:g}us"
+    clients = run.config.get("clients")
+    shares = [
+        f"{client.get('name')}{client['sm_percent']:g}"
+        for client in (clients if isinstance(clients, list) else [])
+        if isinstance(client, dict) and _is_number(client.get("sm_percent"))
+    ]
+    if shares:
+        label += "@" + "+".join(shares)
+    return label
 
 
 def run_labels(runs: Sequence[RunData]) -> list[str]:
@@ -188,6 +230,43 @@ def percentile_summary(values: Sequence[float] | np.ndarray | pd.Series) -> dict
         "max_ms": float(data.max()),
         "mean_ms": float(data.mean()),
     }
+
+
+def latency_sample(run: RunData, client: ClientInfo) -> np.ndarray:
+    """The in-window request latencies (ms) of an inference client: what its p99 is taken of
+    and what its interval resamples."""
+    if not client.is_inference:
+        raise ValueError(f"client {client.name!r} is not an inference client")
+    return window_rows(run, client)["latency_ms"].to_numpy(dtype=float)
+
+
+def work_sample(run: RunData, client: ClientInfo) -> np.ndarray | None:
+    """Rows ``(duration_s, samples)`` of a training client's in-window iterations, for
+    :func:`reporting.stats.throughput_statistic`; None for an inference client (see the module
+    docstring)."""
+    if client.is_inference:
+        return None
+    rows = window_rows(run, client)
+    samples = rows["samples"]
+    if client.batch_size is not None:
+        samples = samples.fillna(client.batch_size)
+    return np.column_stack(
+        [rows["duration_ms"].to_numpy(dtype=float) / 1000.0, samples.to_numpy(dtype=float)]
+    )
+
+
+def hp_p99_interval(run: RunData, client: ClientInfo) -> Interval:
+    """The client's p99 with its 95 % bootstrap interval, computed once per run and client
+    (tables are built from several calls, and each bootstrap costs a fraction of a second)."""
+    cache = _P99_INTERVALS.setdefault(run, {})
+    if client.name not in cache:
+        cache[client.name] = bootstrap_percentile_ci(latency_sample(run, client), q=HP_QUANTILE)
+    return cache[client.name]
+
+
+_P99_INTERVALS: weakref.WeakKeyDictionary[RunData, dict[str, Interval]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def client_summary(run: RunData, label: str | None = None) -> pd.DataFrame:
@@ -255,6 +334,10 @@ def relative_to_dedicated(runs: Sequence[RunData], baseline: RunData | None = No
             p99_alone = alone["p99_ms"] if matched else nan
             tput_alone = alone["throughput_per_s"] if matched else nan
             samples_alone = alone["samples_per_s"] if matched else nan
+            fraction = _ratio(row["throughput_per_s"], tput_alone)
+            intervals = _client_intervals(
+                run, baseline if matched else None, row["client"], fraction
+            )
             rows.append(
                 {
                     "run": label,
@@ -269,12 +352,18 @@ def relative_to_dedicated(runs: Sequence[RunData], baseline: RunData | None = No
                     "matched": matched,
                     "p99_ms": row["p99_ms"],
                     "p99_alone_ms": p99_alone,
+                    "hp_p99_ci_lo_ms": intervals["p99"][1],
+                    "hp_p99_ci_hi_ms": intervals["p99"][2],
                     "hp_p99_slowdown": _ratio(row["p99_ms"], p99_alone)
                     if row["role"] == "hp"
                     else nan,
+                    "hp_p99_slowdown_ci_lo": intervals["slowdown"][1] if matched else nan,
+                    "hp_p99_slowdown_ci_hi": intervals["slowdown"][2] if matched else nan,
                     "throughput_per_s": row["throughput_per_s"],
                     "throughput_alone_per_s": tput_alone,
-                    "throughput_fraction": _ratio(row["throughput_per_s"], tput_alone),
+                    "throughput_fraction": fraction,
+                    "throughput_fraction_ci_lo": intervals["fraction"][1] if matched else nan,
+                    "throughput_fraction_ci_hi": intervals["fraction"][2] if matched else nan,
                     "samples_per_s": row["samples_per_s"],
                     "samples_alone_per_s": samples_alone,
                 }
@@ -288,8 +377,13 @@ def headline(
     *,
     hp_slowdown_max: float = HP_P99_SLOWDOWN_MAX,
     be_fraction_min: float = BE_FRACTION_MIN,
+    relative: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per run: HP p99 slowdown, BE throughput fraction and whether the target is met.
+    """One row per run: HP p99 slowdown, BE throughput fraction and whether the target is met,
+    each with its 95 % interval (module docstring).
+
+    ``relative`` is ``relative_to_dedicated(runs, baseline)`` when the caller has it already
+    (its intervals are the costly part).
 
     The baseline run itself is included (slowdown and fraction 1 by definition,
     ``is_baseline=True``, target not judged). Without a baseline the ratios are NaN and the
@@ -299,7 +393,8 @@ def headline(
     """
     baseline = baseline if baseline is not None else find_baseline(runs)
     labels = run_labels(runs)
-    relative = relative_to_dedicated(runs, baseline)
+    if relative is None:
+        relative = relative_to_dedicated(runs, baseline)
     base_label = labels[_index_of(runs, baseline)] if baseline is not None else None
     base_summary = client_summary(baseline, base_label) if baseline is not None else pd.DataFrame()
     rows = []
@@ -315,6 +410,7 @@ def headline(
             "baseline": base_label,
             "hp_clients": ", ".join(hp["client"]),
             "hp_p99_ms": _nanmax(hp["p99_ms"]),
+            **_headline_p99_interval(run, hp),
             "be_clients": len(be),
             "be_throughput_per_s": float(be["throughput_per_s"].sum(min_count=1)),
         }
@@ -330,6 +426,7 @@ def headline(
             )
         else:
             mine = relative[relative["run"] == label] if len(relative) else relative
+            row.update(_headline_ratio_intervals(mine))
             row.update(
                 _judge(
                     mine,
@@ -354,6 +451,71 @@ def headline(
     for column in ("hp_target_met", "be_target_met", "target_met"):
         frame[column] = frame[column].astype(object)
     return frame
+
+
+def _client_intervals(
+    run: RunData, baseline: RunData | None, name: str, fraction: float
+) -> dict[str, Interval]:
+    """The client's p99 interval (HP inference clients), and its slowdown and throughput
+    fraction intervals against the same-named client of ``baseline`` (module docstring);
+    ``fraction`` is the window-based throughput fraction the interval is placed around."""
+    nan: Interval = (float("nan"),) * 3
+    out = {"p99": nan, "slowdown": nan, "fraction": nan}
+    info = run.client(name)
+    alone = None
+    if baseline is not None:
+        alone = next((c for c in baseline.clients if c.name == name), None)
+    if info.role == "hp" and info.is_inference:
+        out["p99"] = hp_p99_interval(run, info)
+        if baseline is not None and alone is not None and alone.is_inference:
+            pair = (latency_sample(run, info), latency_sample(baseline, alone))
+            out["slowdown"] = ratio_over_rounds_ci([pair], percentile_statistic(HP_QUANTILE))
+    if baseline is not None and alone is not None:
+        shared_work, alone_work = work_sample(run, info), work_sample(baseline, alone)
+        if shared_work is not None and alone_work is not None:
+            pair = (shared_work, alone_work)
+            point, lo, hi = ratio_over_rounds_ci([pair], throughput_statistic)
+            scale = fraction / point if point > 0 else float("nan")
+            out["fraction"] = (fraction, lo * scale, hi * scale)
+    return out
+
+
+def _headline_p99_interval(run: RunData, hp: pd.DataFrame) -> dict[str, float]:
+    """The interval of the HP client with the highest p99, the one ``hp_p99_ms`` shows."""
+    nan = float("nan")
+    p99 = pd.to_numeric(hp["p99_ms"], errors="coerce")
+    if not p99.notna().any():
+        return {"hp_p99_ci_lo_ms": nan, "hp_p99_ci_hi_ms": nan}
+    info = run.client(str(hp.loc[p99.idxmax(), "client"]))
+    if not info.is_inference:
+        return {"hp_p99_ci_lo_ms": nan, "hp_p99_ci_hi_ms": nan}
+    _, lo, hi = hp_p99_interval(run, info)
+    return {"hp_p99_ci_lo_ms": lo, "hp_p99_ci_hi_ms": hi}
+
+
+def _headline_ratio_intervals(relative: pd.DataFrame) -> dict[str, float]:
+    """The slowdown interval of the worst HP client, and the BE fraction interval when one BE
+    client makes the fraction (a mean over several has none)."""
+    nan = float("nan")
+    out = {
+        "hp_p99_slowdown_ci_lo": nan,
+        "hp_p99_slowdown_ci_hi": nan,
+        "be_throughput_fraction_ci_lo": nan,
+        "be_throughput_fraction_ci_hi": nan,
+    }
+    if not len(relative):
+        return out
+    hp = relative[relative["role"] == "hp"]
+    slowdowns = pd.to_numeric(hp["hp_p99_slowdown"], errors="coerce")
+    if slowdowns.notna().any():
+        worst = hp.loc[slowdowns.idxmax()]
+        out["hp_p99_slowdown_ci_lo"] = float(worst["hp_p99_slowdown_ci_lo"])
+        out["hp_p99_slowdown_ci_hi"] = float(worst["hp_p99_slowdown_ci_hi"])
+    be = relative[relative["role"] != "hp"]
+    if len(be) == 1:
+        out["be_throughput_fraction_ci_lo"] = float(be["throughput_fraction_ci_lo"].iloc[0])
+        out["be_throughput_fraction_ci_hi"] = float(be["throughput_fraction_ci_hi"].iloc[0])
+    return out
 
 
 def scheduler_table(runs: Sequence[RunData]) -> pd.DataFrame:
@@ -511,6 +673,10 @@ def _nanmax(values: pd.Series) -> float:
     data = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
     data = data[~np.isnan(data)]
     return float(data.max()) if data.size else float("nan")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _same(a: Any, b: Any) -> bool:

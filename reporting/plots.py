@@ -98,20 +98,29 @@ def plot_tradeoff(
     order: Sequence[str] | None = None,
     hp_slowdown_max: float = HP_P99_SLOWDOWN_MAX,
     be_fraction_min: float = BE_FRACTION_MIN,
+    title: str | None = None,
 ) -> Path:
-    """HP tail latency against BE throughput, one labelled point per run.
+    """HP tail latency against BE throughput, one labelled point per run (a policy or a knob
+    setting of one), with error bars where ``headline`` has intervals.
 
     With a dedicated baseline (``headline`` has slowdowns) the axes are ratios to it and the
     target region (slowdown ≤ 1.05, fraction ≥ 0.90) is shaded; without one, absolute HP p99
-    (ms) and summed BE throughput are drawn and nothing is shaded.
+    (ms) and summed BE throughput are drawn and nothing is shaded. Error bars come from the
+    ``<column>_ci_lo``/``<column>_ci_hi`` columns (``hp_p99_ci_lo_ms``/``hp_p99_ci_hi_ms`` for
+    the absolute p99) when present and finite: a point whose bars reach into the target region
+    cannot be said to miss it, nor one whose bars leave it to meet it.
     """
+    given_title = title
     relative = len(headline) > 0 and bool(headline["is_baseline"].astype(bool).any())
     if relative:
         x_col, y_col = "hp_p99_slowdown", "be_throughput_fraction"
+        x_ci = ("hp_p99_slowdown_ci_lo", "hp_p99_slowdown_ci_hi")
+        y_ci = ("be_throughput_fraction_ci_lo", "be_throughput_fraction_ci_hi")
         x_label = "HP p99 latency slowdown (× dedicated p99)"
         y_label = "BE throughput (fraction of dedicated, mean over BE clients)"
     else:
         x_col, y_col = "hp_p99_ms", "be_throughput_per_s"
+        x_ci, y_ci = ("hp_p99_ci_lo_ms", "hp_p99_ci_hi_ms"), ("", "")
         x_label = "HP p99 latency (ms)"
         y_label = "BE throughput (iterations or requests / s, summed over BE clients)"
     labels = _order(headline, order)
@@ -125,6 +134,23 @@ def plot_tradeoff(
             continue
         xs.append(x)
         ys.append(y)
+        x_err, y_err = _error_bar(row, x, x_ci), _error_bar(row, y, y_ci)
+        if x_err is not None or y_err is not None:
+            ax.errorbar(
+                [x],
+                [y],
+                xerr=x_err,
+                yerr=y_err,
+                fmt="none",
+                ecolor=colours[label],
+                elinewidth=1.2,
+                capsize=3,
+                zorder=2,
+            )
+            if x_err is not None:
+                xs += [x - float(x_err[0][0]), x + float(x_err[1][0])]
+            if y_err is not None:
+                ys += [y - float(y_err[0][0]), y + float(y_err[1][0])]
         marker = "*" if bool(row["is_baseline"]) else "o"
         ax.scatter(
             [x],
@@ -169,9 +195,25 @@ def plot_tradeoff(
         ax.legend(handles, legend_labels, loc="best", fontsize=8)
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
-    ax.set_title(title)
+    ax.set_title(title if given_title is None else given_title)
     ax.grid(True, alpha=0.3)
     return _save(fig, out_path)
+
+
+def _error_bar(row: pd.Series, value: float, columns: tuple[str, str]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error ``[[below], [above]]`` from an interval's two columns; None
+    when the row has no finite interval. A bound on the wrong side of the point (an interval
+    computed on a slightly different estimate) is drawn as zero length."""
+    lo_col, hi_col = columns
+    if lo_col not in row.index or hi_col not in row.index:
+        return None
+    try:
+        lo, hi = float(row[lo_col]), float(row[hi_col])
+    except (TypeError, ValueError):
+        return None
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return None
+    return [[max(0.0, value - lo)], [max(0.0, hi - value)]]
 
 
 def plot_latency_over_time(
@@ -238,9 +280,12 @@ def plot_gpu_utilisation(
     order: Sequence[str] | None = None,
     title: str = "GPU utilisation over time (NVML samples)",
 ) -> Path:
-    """SM and memory utilisation (%) and memory used (GiB, right axis), one panel per run.
+    """SM and memory utilisation (%) and memory used (GiB, right axis), one panel per run, and
+    the SM clock (MHz, a second right axis) where ``gpu`` has it (gpu.csv files from before
+    clocks were sampled do not).
 
-    The shaded span is the run's measurement window.
+    The shaded span is the run's measurement window. The clock is drawn because a GPU that
+    throttles or boosts differently in one run explains latency differences no policy made.
     """
     labels = _order(gpu, order)
     panels = max(1, len(labels))
@@ -274,7 +319,24 @@ def plot_gpu_utilisation(
         twin.set_ylim(bottom=0)
         handles, names = ax.get_legend_handles_labels()
         twin_handles, twin_names = twin.get_legend_handles_labels()
-        ax.legend(handles + twin_handles, names + twin_names, loc="lower right", fontsize=7)
+        handles, names = handles + twin_handles, names + twin_names
+        clock = rows["sm_clock_mhz"] if "sm_clock_mhz" in rows.columns else None
+        if clock is not None and clock.notna().any():
+            clock_axis = ax.twinx()
+            clock_axis.spines["right"].set_position(("axes", 1.1))
+            clock_axis.plot(
+                rows["time_s"],
+                clock,
+                color="tab:red",
+                linestyle=":",
+                linewidth=1.2,
+                label="SM clock (MHz)",
+            )
+            clock_axis.set_ylabel("SM clock (MHz)")
+            clock_axis.set_ylim(0, float(clock.max()) * 1.1)
+            clock_handles, clock_names = clock_axis.get_legend_handles_labels()
+            handles, names = handles + clock_handles, names + clock_names
+        ax.legend(handles, names, loc="lower right", fontsize=7)
         ax.set_title(label, fontsize=10, loc="left")
         ax.grid(True, alpha=0.3)
     if not labels:

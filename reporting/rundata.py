@@ -38,10 +38,15 @@ ColumnType = Literal["int", "float", "str"]
 
 @dataclass(frozen=True)
 class Column:
-    """One declared table column: its name (unit in the name) and the type it is parsed to."""
+    """One declared table column: its name (unit in the name) and the type it is parsed to.
+
+    ``optional`` columns were added to a table after files without them were written; such a
+    file is still read, with the column filled with missing values.
+    """
 
     name: str
     kind: ColumnType
+    optional: bool = False
 
 
 # Declared schemas, one per table of the run directory (docs/architecture.md, "Run directory").
@@ -51,6 +56,8 @@ INFERENCE_COLUMNS: tuple[Column, ...] = (
     Column("start_s", "float"),
     Column("end_s", "float"),
     Column("latency_ms", "float"),
+    Column("enqueue_ms", "float", optional=True),
+    Column("enqueue_cpu_ms", "float", optional=True),
 )
 TRAINING_COLUMNS: tuple[Column, ...] = (
     Column("iteration", "int"),
@@ -64,6 +71,8 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("sm_util_pct", "float"),
     Column("mem_util_pct", "float"),
     Column("mem_used_mib", "float"),
+    Column("sm_clock_mhz", "float", optional=True),
+    Column("mem_clock_mhz", "float", optional=True),
 )
 TRACE_COLUMNS: tuple[Column, ...] = (
     Column("client", "str"),
@@ -274,11 +283,14 @@ def read_table(path: Path, columns: Sequence[Column], *, notes: list[str]) -> pd
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise OrionError(f"{path} is not a readable CSV table: {reason}") from None
     frame.columns = [str(c).strip() for c in frame.columns]
+    for column in columns:
+        if column.optional and column.name not in frame.columns:
+            frame[column.name] = pd.Series(None, index=frame.index, dtype=object)
     missing = [c.name for c in columns if c.name not in frame.columns]
     if missing:
         raise OrionError(
             f"{path} lacks column(s) {', '.join(missing)}",
-            hint="expected columns: " + ",".join(c.name for c in columns),
+            hint="expected columns: " + ",".join(c.name for c in columns if not c.optional),
         )
     for column in columns:
         frame[column.name] = _typed(frame[column.name], column.kind)

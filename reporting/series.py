@@ -12,17 +12,18 @@ import numpy as np
 import pandas as pd
 
 from reporting.metrics import client_window, run_labels, window_rows
-from reporting.rundata import RunData
+from reporting.rundata import GPU_COLUMNS, RunData
 
 LATENCY_COLUMNS = ["run", "policy", "client", "role", "arrival_s", "latency_ms", "in_window"]
-GPU_SAMPLE_COLUMNS = [
+GPU_SAMPLE_COLUMNS = ["run", "policy", *(column.name for column in GPU_COLUMNS), "in_window"]
+GPU_CLOCK_COLUMNS = [
     "run",
     "policy",
-    "time_s",
-    "sm_util_pct",
-    "mem_util_pct",
-    "mem_used_mib",
-    "in_window",
+    "samples",
+    "sm_util_median_pct",
+    "sm_clock_median_mhz",
+    "sm_clock_min_mhz",
+    "mem_clock_median_mhz",
 ]
 KERNEL_COLUMNS = [
     "run",
@@ -94,6 +95,8 @@ def gpu_samples(runs: Sequence[RunData]) -> pd.DataFrame:
                     "sm_util_pct": gpu["sm_util_pct"].to_numpy(dtype=float),
                     "mem_util_pct": gpu["mem_util_pct"].to_numpy(dtype=float),
                     "mem_used_mib": gpu["mem_used_mib"].to_numpy(dtype=float),
+                    "sm_clock_mhz": _column(gpu, "sm_clock_mhz"),
+                    "mem_clock_mhz": _column(gpu, "mem_clock_mhz"),
                     "in_window": gpu["time_s"].between(start, end).to_numpy()
                     if start is not None and end is not None
                     else np.ones(len(gpu), dtype=bool),
@@ -104,6 +107,34 @@ def gpu_samples(runs: Sequence[RunData]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=GPU_SAMPLE_COLUMNS)
     return pd.concat(frames, ignore_index=True)
+
+
+def gpu_clock_summary(runs: Sequence[RunData]) -> pd.DataFrame:
+    """Per run, over its NVML samples inside the measurement window: how many, the median SM
+    utilisation, the median and lowest SM clock and the median memory clock (``GPU_CLOCK_COLUMNS``).
+
+    Why: the same kernels run slower at a lower clock, so two runs are comparable only at
+    comparable clocks. A lower median says the GPU ran slower throughout (power or thermal
+    limit, another tenant); a low minimum with a normal median says it throttled for a while,
+    which can make one run's tail alone. Clocks are NaN for runs written before gpu.csv had
+    them, and every value is NaN for a run without samples in its window.
+    """
+    samples = gpu_samples(runs)
+    rows = []
+    for run, label in zip(runs, run_labels(runs), strict=True):
+        mine = samples[(samples["run"] == label) & samples["in_window"].astype(bool)]
+        rows.append(
+            {
+                "run": label,
+                "policy": run.policy,
+                "samples": len(mine),
+                "sm_util_median_pct": _median(mine["sm_util_pct"]),
+                "sm_clock_median_mhz": _median(mine["sm_clock_mhz"]),
+                "sm_clock_min_mhz": _minimum(mine["sm_clock_mhz"]),
+                "mem_clock_median_mhz": _median(mine["mem_clock_mhz"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=GPU_CLOCK_COLUMNS)
 
 
 def kernel_slice(
@@ -148,6 +179,23 @@ def kernel_slice(
         },
         columns=KERNEL_COLUMNS,
     )
+
+
+def _median(values: pd.Series) -> float:
+    data = pd.to_numeric(values, errors="coerce").dropna()
+    return float(data.median()) if len(data) else float("nan")
+
+
+def _minimum(values: pd.Series) -> float:
+    data = pd.to_numeric(values, errors="coerce").dropna()
+    return float(data.min()) if len(data) else float("nan")
+
+
+def _column(table: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric column as floats, all NaN when the table predates it."""
+    if name not in table.columns:
+        return np.full(len(table), np.nan)
+    return pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
 
 
 def _run_window(run: RunData) -> tuple[float | None, float | None]:

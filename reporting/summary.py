@@ -33,7 +33,18 @@ from reporting.metrics import (
     scheduler_table,
 )
 from reporting.rundata import RunData
-from reporting.series import DEFAULT_MAX_KERNELS, gpu_samples, kernel_slice, request_latencies
+from reporting.series import (
+    DEFAULT_MAX_KERNELS,
+    gpu_clock_summary,
+    gpu_samples,
+    kernel_slice,
+    request_latencies,
+)
+from reporting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+
+BASELINE_P99_TOLERANCE = 0.05
+"""The dedicated run's HP p99 must be known to within ±5 % (its 95 % interval): the target is a
+5 % slowdown, and a reference less certain than that cannot tell a 5 % slowdown from noise."""
 
 REPORT_FORMAT = "orion-report"
 REPORT_VERSION = 1
@@ -60,10 +71,10 @@ _HEADLINE_VIEW = [
     ("run", "run"),
     ("policy", "policy"),
     ("complete", "complete"),
-    ("hp_p99_ms", "HP p99 ms"),
-    ("hp_p99_slowdown", "HP p99 slowdown ×"),
+    ("hp_p99_ms", "HP p99 ms [95% CI]"),
+    ("hp_p99_slowdown", "HP p99 slowdown × [95% CI]"),
     ("be_throughput_per_s", "BE per s"),
-    ("be_throughput_fraction", "BE fraction"),
+    ("be_throughput_fraction", "BE fraction [95% CI]"),
     ("target_met", "target met"),
 ]
 _RELATIVE_VIEW = [
@@ -73,11 +84,26 @@ _RELATIVE_VIEW = [
     ("matched", "matched"),
     ("p99_ms", "p99 ms"),
     ("p99_alone_ms", "p99 alone ms"),
-    ("hp_p99_slowdown", "p99 slowdown ×"),
+    ("hp_p99_slowdown", "p99 slowdown × [95% CI]"),
     ("throughput_per_s", "per s"),
     ("throughput_alone_per_s", "alone per s"),
-    ("throughput_fraction", "fraction"),
+    ("throughput_fraction", "fraction [95% CI]"),
 ]
+_GPU_VIEW = [
+    ("run", "run"),
+    ("samples", "samples"),
+    ("sm_util_median_pct", "SM util median %"),
+    ("sm_clock_median_mhz", "SM clock median MHz"),
+    ("sm_clock_min_mhz", "SM clock min MHz"),
+    ("mem_clock_median_mhz", "memory clock median MHz"),
+]
+# Value columns shown as `value [lo, hi]` in the Markdown tables: value -> (lo, hi) columns.
+_INTERVAL_COLUMNS = {
+    "hp_p99_ms": ("hp_p99_ci_lo_ms", "hp_p99_ci_hi_ms"),
+    "hp_p99_slowdown": ("hp_p99_slowdown_ci_lo", "hp_p99_slowdown_ci_hi"),
+    "be_throughput_fraction": ("be_throughput_fraction_ci_lo", "be_throughput_fraction_ci_hi"),
+    "throughput_fraction": ("throughput_fraction_ci_lo", "throughput_fraction_ci_hi"),
+}
 
 
 @dataclass(frozen=True)
@@ -91,21 +117,26 @@ class ReportTables:
     scheduler: pd.DataFrame
     verdicts: list[str]
     warnings: list[str]
+    gpu: pd.DataFrame
+    """Per run: median and lowest SM clock, median memory clock in the window
+    (``series.gpu_clock_summary``)."""
 
 
 def report_tables(runs: Sequence[RunData]) -> ReportTables:
     """All tables, the verdict sentences and the warnings for ``runs`` (at least one)."""
     if not runs:
         raise OrionError("no runs to report on", hint="pass one or more RUN_DIR paths")
-    head = headline(runs)
+    relative = relative_to_dedicated(runs)
+    head = headline(runs, relative=relative)
     return ReportTables(
         labels=run_labels(runs),
         clients=compare_runs(runs),
-        relative=relative_to_dedicated(runs),
+        relative=relative,
         headline=head,
         scheduler=scheduler_table(runs),
         verdicts=verdicts(head),
-        warnings=run_warnings(runs),
+        warnings=run_warnings(runs, head),
+        gpu=gpu_clock_summary(runs),
     )
 
 
@@ -114,9 +145,11 @@ def verdicts(head: pd.DataFrame) -> list[str]:
     return [_verdict(row) for row in head.to_dict("records") if not row["is_baseline"]]
 
 
-def run_warnings(runs: Sequence[RunData]) -> list[str]:
+def run_warnings(runs: Sequence[RunData], head: pd.DataFrame | None = None) -> list[str]:
     """What a reader must know before trusting the numbers: incomplete runs, failed clients,
-    dropped lines, a missing baseline. Each line starts with the run's label."""
+    dropped lines, a missing baseline, a baseline too uncertain to judge a 5 % target. Each
+    line about one run starts with its label. ``head`` is ``headline(runs)`` when the caller
+    has it already."""
     lines = []
     for run, label in zip(runs, run_labels(runs), strict=True):
         lines.extend(f"{label}: {note}" for note in run.notes)
@@ -124,7 +157,31 @@ def run_warnings(runs: Sequence[RunData]) -> list[str]:
         lines.append(
             "no dedicated run among these: slowdowns and throughput fractions cannot be computed"
         )
+        return lines
+    head = head if head is not None else headline(runs)
+    for row in head[head["is_baseline"].astype(bool)].to_dict("records"):
+        warning = baseline_interval_warning(
+            row["hp_p99_ms"], row["hp_p99_ci_lo_ms"], row["hp_p99_ci_hi_ms"]
+        )
+        if warning:
+            lines.append(f"{row['run']}: {warning}")
     return lines
+
+
+def baseline_interval_warning(p99_ms: float, lo_ms: float, hi_ms: float) -> str | None:
+    """The warning for a dedicated run whose HP p99 interval reaches beyond ±5 % of the p99
+    (``lo < 0.95·p99`` or ``hi > 1.05·p99``); None when it does not or nothing is known."""
+    if not (_finite(p99_ms) and _finite(lo_ms) and _finite(hi_ms)) or p99_ms <= 0:
+        return None
+    low, high = (1 - BASELINE_P99_TOLERANCE) * p99_ms, (1 + BASELINE_P99_TOLERANCE) * p99_ms
+    if lo_ms >= low and hi_ms <= high:
+        return None
+    return (
+        f"the dedicated HP p99 is {p99_ms:.2f} ms with a 95% interval of "
+        f"[{lo_ms:.2f}, {hi_ms:.2f}] ms, wider than ±{BASELINE_P99_TOLERANCE:.0%} of it: the run "
+        f"is too short or too noisy to judge a {BASELINE_P99_TOLERANCE:.0%} target "
+        "(measure longer, or find the noise)"
+    )
 
 
 def write_report(
@@ -157,6 +214,20 @@ def write_report(
             )
             lines.append("")
 
+    has_points = tables.headline[["hp_p99_ms", "be_throughput_per_s"]].notna().all(axis=1).any()
+    lines += ["## Trade-off", ""]
+    lines += _figure_lines(
+        "Trade-off",
+        plots.plot_tradeoff(tables.headline, out / "tradeoff.png", order=labels)
+        if has_points
+        else None,
+        "no run has both an HP client and a BE client with measurements",
+    )
+    lines.append(
+        "One point per run; bars are 95% bootstrap intervals; the shaded region meets the target."
+    )
+    lines.append("")
+
     lines += ["## Verdict", ""]
     baseline = find_baseline(runs)
     if baseline is None:
@@ -166,20 +237,13 @@ def write_report(
             f"{BE_FRACTION_MIN:.0%} of dedicated) cannot be judged."
         )
     lines += [f"- {sentence}" for sentence in tables.verdicts]
-    lines += ["", markdown_table(tables.headline, _HEADLINE_VIEW), ""]
-
-    figures: list[tuple[str, Path | None, str]] = []
-    has_points = tables.headline[["hp_p99_ms", "be_throughput_per_s"]].notna().all(axis=1).any()
-    figures.append(
-        (
-            "Trade-off",
-            plots.plot_tradeoff(tables.headline, out / "tradeoff.png", order=labels)
-            if has_points
-            else None,
-            "no run has both an HP client and a BE client with measurements",
-        )
+    lines += ["", markdown_table(with_intervals(tables.headline), _HEADLINE_VIEW), ""]
+    lines.append(
+        f"[lo, hi]: {DEFAULT_CONFIDENCE:.0%} percentile-bootstrap intervals "
+        f"({DEFAULT_RESAMPLES} resamples): of the p99 from the run's own requests, of a ratio "
+        "from both runs' samples (BE: summed samples over summed iteration durations)."
     )
-    lines += _figure_lines(*figures[-1])
+    lines.append("")
 
     lines += ["## Clients", "", markdown_table(tables.clients, _CLIENT_VIEW), ""]
     lines.append(
@@ -192,7 +256,7 @@ def write_report(
 
     if len(tables.relative):
         lines += ["## Relative to dedicated", ""]
-        lines += [markdown_table(tables.relative, _RELATIVE_VIEW), ""]
+        lines += [markdown_table(with_intervals(tables.relative), _RELATIVE_VIEW), ""]
         lines.append(
             "Slowdown = p99 shared / p99 alone (HP clients); fraction = throughput shared / "
             "throughput alone. The BE fraction of a run is the mean over its BE clients."
@@ -229,6 +293,13 @@ def write_report(
         else None,
         "no run has GPU samples (gpu.csv)",
     )
+    if len(gpu):
+        lines += [markdown_table(tables.gpu, _GPU_VIEW), ""]
+        lines.append(
+            "Over the NVML samples in each run's measurement window. Compare clocks before "
+            "comparing runs: a lower SM clock slows every kernel, whatever the policy."
+        )
+        lines.append("")
 
     traced = [(r, label) for r, label in zip(runs, labels, strict=True) if r.trace is not None]
     if traced:
@@ -351,6 +422,12 @@ def report_json(runs: Sequence[RunData]) -> dict[str, Any]:
             "clients": tables.clients.to_dict("records"),
             "relative": tables.relative.to_dict("records"),
             "scheduler": tables.scheduler.to_dict("records"),
+            "gpu_clocks": tables.gpu.to_dict("records"),
+            "intervals": {
+                "confidence": DEFAULT_CONFIDENCE,
+                "resamples": DEFAULT_RESAMPLES,
+                "method": "percentile bootstrap (reporting/stats.py)",
+            },
             "verdicts": tables.verdicts,
             "warnings": tables.warnings,
         }
@@ -392,6 +469,29 @@ def markdown_table(frame: pd.DataFrame, view: Sequence[tuple[str, str]] | None) 
     for record in frame.to_dict("records"):
         out.append("| " + " | ".join(_cell(record[c]) for c, _ in pairs) + " |")
     return "\n".join(out)
+
+
+def with_intervals(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` for display, each value that has an interval written
+    ``value [lo, hi]`` (``_INTERVAL_COLUMNS``); values without one are left as they are."""
+    shown = frame.copy()
+    for column, (lo_col, hi_col) in _INTERVAL_COLUMNS.items():
+        if not {column, lo_col, hi_col} <= set(frame.columns):
+            continue
+        shown[column] = [
+            format_interval(value, lo, hi)
+            for value, lo, hi in zip(frame[column], frame[lo_col], frame[hi_col], strict=True)
+        ]
+    return shown
+
+
+def format_interval(value: Any, lo: Any, hi: Any) -> str:
+    """``12.345 [12.001, 12.790]``; the bare value when the interval is unknown."""
+    if not _finite(value):
+        return "–"
+    if not (_finite(lo) and _finite(hi)):
+        return _cell(value)
+    return f"{_cell(value)} [{_cell(lo)}, {_cell(hi)}]"
 
 
 def _verdict(row: dict[str, Any]) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 INFERENCE_HEADER = ["request", "arrival_s", "start_s", "end_s", "latency_ms"]
 TRAINING_HEADER = ["iteration", "start_s", "end_s", "duration_ms", "samples"]
 GPU_HEADER = ["time_s", "sm_util_pct", "mem_util_pct", "mem_used_mib"]
+GPU_CLOCK_HEADER = ["sm_clock_mhz", "mem_clock_mhz"]
+"""Added to gpu.csv later; ``write_run(gpu_clocks=False)`` writes a file from before."""
 TRACE_HEADER = [
     "client",
     "seq",
@@ -143,9 +145,13 @@ def write_run(
     status: str = "complete",
     measure: tuple[float, float] = (10.0, 20.0),
     gpu: bool = True,
+    gpu_clocks: bool = True,
     scheduler: dict[str, Any] | None = None,
     trace: Sequence[dict[str, Any]] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Path:
+    """One run directory; ``config`` adds to (``run``: merges into) the recorded jobs config,
+    e.g. ``{"run": {"thresholds": {"queue_limit_us": 200}}, "clients": [...]}``."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     entries = []
@@ -181,13 +187,22 @@ def write_run(
                     "sm_util_pct": 50 + 40 * math.sin(t / 3.0),
                     "mem_util_pct": 30 + 20 * math.cos(t / 5.0),
                     "mem_used_mib": 20000 + 100 * i,
+                    # Boost clock 1980 MHz, dipping to 1755 MHz for t in [12, 14) s.
+                    "sm_clock_mhz": 1755 if 12.0 <= t < 14.0 else 1980,
+                    "mem_clock_mhz": 2619,
                 }
             )
-        write_csv(run_dir / "gpu.csv", GPU_HEADER, samples)
+        header = GPU_HEADER + GPU_CLOCK_HEADER if gpu_clocks else GPU_HEADER
+        write_csv(run_dir / "gpu.csv", header, samples)
     if scheduler is not None:
         (run_dir / "scheduler.json").write_text(json.dumps(scheduler), encoding="utf-8")
     if trace is not None:
         write_csv(run_dir / "trace.csv", TRACE_HEADER, trace)
+    recorded: dict[str, Any] = {
+        "run": {"policy": policy, "duration_s": 30, "seed": 1, "trace": bool(trace)}
+    }
+    for key, value in (config or {}).items():
+        recorded[key] = {**recorded[key], **value} if key == "run" else value
     meta = {
         "format": "orion-run",
         "version": 1,
@@ -195,7 +210,7 @@ def write_run(
         "policy": policy,
         "orion_version": "0.1.0",
         "git_revision": "abc123",
-        "config": {"run": {"policy": policy, "duration_s": 30, "seed": 1, "trace": bool(trace)}},
+        "config": recorded,
         "environment": ENVIRONMENT,
         "started_utc": "2026-11-21T12:00:00+00:00",
         "ended_utc": "2026-11-21T12:01:00+00:00",
@@ -287,6 +302,47 @@ def standard_runs(root: Path) -> dict[str, Path]:
             root, "run-timeslice", policy="timeslice", clients=pair(2.0, 10, (10.0, 20.0))
         ),
     }
+
+
+def write_cell(
+    root: Path,
+    name: str,
+    policy: str,
+    *,
+    hp_scale: float = 1.0,
+    be_iteration_ms: float = 500.0,
+    config: dict | None = None,
+    hp: list | None = None,
+) -> Path:
+    """One run: HP latencies hp_scale x 1..100 ms (p99 = 99.01 x hp_scale), BE iterations of
+    ``be_iteration_ms`` back to back, 32 samples each (throughput 32 / iteration seconds)."""
+    dedicated = policy == "dedicated"
+    be_window = (30.0, 40.0) if dedicated else (10.0, 20.0)
+    count = int(10_000 / be_iteration_ms) - 1
+    be = training_rows(
+        count,
+        first_end_s=be_window[0] + be_iteration_ms / 1000.0,
+        spacing_s=be_iteration_ms / 1000.0,
+        duration_ms=be_iteration_ms,
+    )
+    clients = [
+        ClientSpec(
+            "hp",
+            "hp",
+            "infer",
+            hp if hp is not None else hp_rows(hp_scale),
+            arrivals={"kind": "poisson", "rate_per_s": 10},
+        ),
+        ClientSpec("be", "be", "train", be, window=be_window, batch_size=32),
+    ]
+    measure = (10.0, 40.0) if dedicated else (10.0, 20.0)
+    return write_run(root, name, policy=policy, clients=clients, measure=measure, config=config)
+
+
+SHARE_50 = {"clients": [{"name": "hp"}, {"name": "be", "sm_percent": 50}]}
+QUEUE_200 = {"run": {"thresholds": {"queue_limit_us": 200}}}
+"""Knob settings as a run records them: the BE client at half the SMs (mps-share), and a
+200 us BE queue bound."""
 
 
 def _field(value: Any) -> str:

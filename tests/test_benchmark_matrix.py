@@ -40,7 +40,8 @@ def test_queue_limits_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_pat
         "default,100,2500",
     )
     cells = matrix.planned_cells(args.policies, args.queue_limits)
-    assert [matrix.cell_key(policy, limit) for _, policy, limit in cells] == [
+    assert [matrix.cell_key(cell) for _, cell in cells] == [
+        "dedicated",
         "priority",
         "orion",
         "orion@100us",
@@ -52,10 +53,11 @@ def test_queue_limits_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_pat
 
 
 def test_a_cell_runs_with_its_queue_bound(matrix, tmp_path) -> None:
-    jobs = matrix.cell_jobs("resnet50", "low", "resnet50-train", "orion", 15.0, tmp_path, 500.0)
+    group = matrix.Group("resnet50", "low", "resnet50-train")
+    jobs = matrix.cell_jobs(group, matrix.Cell("orion", queue_limit_us=500.0), 15.0, tmp_path)
     assert jobs["run"]["thresholds"] == {"queue_limit_us": 500.0}
     assert jobs["run"]["policy"] == "orion"
-    default = matrix.cell_jobs("resnet50", "low", "resnet50-train", "orion", 15.0, tmp_path)
+    default = matrix.cell_jobs(group, matrix.Cell("orion"), 15.0, tmp_path)
     assert default["run"]["thresholds"] == {"queue_limit_us": None}
 
 
@@ -64,8 +66,8 @@ def test_without_queue_limits_every_policy_runs_once_with_the_derived_bound(
 ) -> None:
     args = parse(matrix, monkeypatch, tmp_path, "--policies", "dedicated,orion")
     assert matrix.planned_cells(args.policies, args.queue_limits) == [
-        (1, "dedicated", None),
-        (1, "orion", None),
+        (1, matrix.Cell("dedicated")),
+        (1, matrix.Cell("orion")),
     ]
 
 
@@ -90,7 +92,7 @@ def test_repeats_run_every_cell_round_after_round(matrix, monkeypatch, tmp_path)
     )
     cells = matrix.planned_cells(args.policies, args.queue_limits, args.repeats)
     # Round 1 keeps the plain names, so a one-round matrix.json stays valid when rounds are added.
-    assert [matrix.cell_key(p, q, r) for r, p, q in cells] == [
+    assert [matrix.cell_key(cell, r) for r, cell in cells] == [
         "dedicated",
         "orion",
         "orion@500us",
@@ -98,7 +100,7 @@ def test_repeats_run_every_cell_round_after_round(matrix, monkeypatch, tmp_path)
         "orion#2",
         "orion@500us#2",
     ]
-    assert [matrix.split_cell_key(matrix.cell_key(p, q, r)) for r, p, q in cells][-1] == (
+    assert [matrix.split_cell_key(matrix.cell_key(cell, r)) for r, cell in cells][-1] == (
         "orion@500us",
         2,
     )

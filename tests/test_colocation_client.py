@@ -122,6 +122,9 @@ def test_open_loop_requests_are_served_on_schedule(tmp_path: Path) -> None:
     assert finished["unfinished"] == 0
     latencies = [x for m in messages if m["type"] == "progress" for x in m["latencies_ms"]]
     assert len(latencies) == 16
+    # step() sleeps 5 ms: 5 ms of wall time to enqueue, almost none of the thread's CPU time
+    assert rows["enqueue_ms"].between(4.5, 60).all()
+    assert (rows["enqueue_cpu_ms"] < rows["enqueue_ms"] / 2).all()
 
 
 def test_overload_queues_and_leaves_unfinished_requests(tmp_path: Path) -> None:

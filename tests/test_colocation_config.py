@@ -30,7 +30,7 @@ from orion_common.errors import OrionError
 DATA = Path(__file__).parent / "data" / "jobs"
 EXAMPLE_FILE = Path(__file__).parent.parent / "colocation" / "examples" / "resnet50_pair.json"
 TRAIN_PROFILE_COMMAND = "orion profile resnet50 --mode train --batch-size 32 --dtype fp32"
-ALL_POLICIES = "dedicated, timeslice, mps, mps-priority, priority, reef, orion"
+ALL_POLICIES = "dedicated, timeslice, mps, mps-priority, mps-share, priority, reef, orion"
 
 
 def base() -> dict[str, Any]:
@@ -391,7 +391,52 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         [edit("clients.1.priority", 1)],
         [
             "clients[1].priority: unknown field; allowed: name, workload, mode, batch_size, "
-            "dtype, role, arrivals, profile, options"
+            "dtype, role, arrivals, profile, options, cuda_graph, sm_percent"
+        ],
+    ),
+    (
+        "cuda_graph on a training client",
+        [edit("clients.1.cuda_graph", True)],
+        [
+            "clients[1].cuda_graph: applies to inference clients only; training runs eagerly "
+            '(remove "cuda_graph" or set mode to "infer")'
+        ],
+    ),
+    (
+        "cuda_graph not a boolean",
+        [edit("clients.0.cuda_graph", 1)],
+        ["clients[0].cuda_graph: must be true or false (got 1)"],
+    ),
+    (
+        "cuda_graph on a workload that cannot be captured",
+        [edit("clients.0.workload", "synthetic-memory"), edit("clients.0.cuda_graph", True)],
+        [
+            "clients[0].cuda_graph: workload 'synthetic-memory' cannot be captured: synthetic "
+            "kernels exist to test per-launch gating and are only run eagerly; serve a model "
+            "workload as a graph instead"
+        ],
+    ),
+    (
+        "sm_percent zero",
+        [edit("run.policy", "mps-share"), edit("clients.1.sm_percent", 0)],
+        ["clients[1].sm_percent: must be >= 1 (got 0)"],
+    ),
+    (
+        "sm_percent above 100",
+        [edit("run.policy", "mps-share"), edit("clients.1.sm_percent", 101)],
+        ["clients[1].sm_percent: must be <= 100 (got 101)"],
+    ),
+    (
+        "sm_percent not an integer",
+        [edit("run.policy", "mps-share"), edit("clients.1.sm_percent", 50.5)],
+        ["clients[1].sm_percent: must be an integer (got 50.5)"],
+    ),
+    (
+        "sm_percent under a policy without partitions",
+        [edit("run.policy", "mps-priority"), edit("clients.1.sm_percent", 50)],
+        [
+            "clients[1].sm_percent: policy 'mps-priority' has no SM partitions; sm_percent "
+            "applies under mps-share only"
         ],
     ),
     (
@@ -734,6 +779,7 @@ def test_policy_table() -> None:
     assert [p for p in POLICY_NAMES if POLICIES[p].uses_mps] == [
         "mps",
         "mps-priority",
+        "mps-share",
         "priority",
         "reef",
         "orion",
@@ -743,21 +789,77 @@ def test_policy_table() -> None:
         "timeslice": "passthrough",
         "mps": "passthrough",
         "mps-priority": "passthrough",
+        "mps-share": "passthrough",
         "priority": "priority",
         "reef": "reef",
         "orion": "orion",
     }
     assert [p for p in POLICY_NAMES if POLICIES[p].needs_hp] == [
         "mps-priority",
+        "mps-share",
         "priority",
         "reef",
         "orion",
     ]
     assert [p for p in POLICY_NAMES if POLICIES[p].needs_profiles] == ["reef", "orion"]
-    assert [p for p in POLICY_NAMES if POLICIES[p].hp_stream_priority_by_client] == ["mps-priority"]
+    assert [p for p in POLICY_NAMES if POLICIES[p].hp_stream_priority_by_client] == [
+        "mps-priority",
+        "mps-share",
+    ]
+    assert [p for p in POLICY_NAMES if POLICIES[p].sm_partitions] == ["mps-share"]
     assert [p for p in POLICY_NAMES if POLICIES[p].sequential] == ["dedicated"]
 
 
 def test_unknown_policy_lookup() -> None:
     with pytest.raises(OrionError, match=f"unknown policy 'x'; known policies: {ALL_POLICIES}"):
         get_policy("x")
+
+
+# ------------------------------------------------------------------------ CUDA graphs, SM shares
+
+
+def test_graph_client_and_sm_shares_validate_under_mps_share() -> None:
+    data = base()
+    data["run"]["policy"] = "mps-share"
+    data["clients"][0]["cuda_graph"] = True
+    data["clients"][1]["sm_percent"] = 30
+    config = parse_jobs(data, DATA)
+    assert config.clients[0].cuda_graph is True
+    assert config.clients[0].sm_percent is None
+    assert config.clients[1].sm_percent == 30
+    assert config.to_json_dict()["clients"][1]["sm_percent"] == 30
+
+
+def test_a_graph_client_is_told_to_profile_with_cuda_graph(tmp_path: Path) -> None:
+    data = base()
+    data["clients"][0]["cuda_graph"] = True
+    config = parse_jobs(data, DATA)
+    with pytest.raises(JobsConfigError) as info:
+        resolve_profiles(config, None, _default_in(tmp_path))
+    assert "run: orion profile resnet50 --mode infer --batch-size 4 --dtype fp32 --cuda-graph" in (
+        info.value.hint or ""
+    )
+
+
+@pytest.mark.parametrize(("client_graph", "profile_graph"), [(True, False), (False, True)])
+def test_an_eager_profile_for_a_graph_client_is_a_warning(
+    tmp_path: Path, client_graph: bool, profile_graph: bool
+) -> None:
+    data = base()
+    data["clients"][0]["cuda_graph"] = client_graph
+    config = parse_jobs(data, DATA)
+    hp = _write_profile(
+        tmp_path / "resnet50_infer_bs4_fp32.profile.csv",
+        mode="infer",
+        batch_size=4,
+        cuda_graph=profile_graph,
+    )
+    _write_profile(tmp_path / "resnet50_train_bs32_fp32.profile.csv")
+    resolved = resolve_profiles(config, "NVIDIA H200", _default_in(tmp_path))
+    assert resolved.paths["hp"] == hp
+    made, runs = ("eagerly", "as a CUDA graph") if client_graph else ("as a CUDA graph", "eagerly")
+    assert len(resolved.warnings) == 1
+    assert resolved.warnings[0].startswith(
+        f"client 'hp' ({hp}): the profile was made {made} but the client runs {runs}; launches "
+        "it does not list are gated as unknown work"
+    )

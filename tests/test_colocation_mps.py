@@ -127,3 +127,10 @@ def test_missing_mps_control_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(OrionError, match="nvidia-cuda-mps-control was not found") as info:
         require_mps_control()
     assert "dedicated or timeslice" in (info.value.hint or "")
+
+
+def test_sm_share_sets_the_mps_thread_percentage_and_drops_an_inherited_one() -> None:
+    inherited = {"PATH": "/bin", mps.MPS_THREAD_PERCENTAGE: "10"}
+    assert mps.with_sm_share(inherited, 30) == {"PATH": "/bin", mps.MPS_THREAD_PERCENTAGE: "30"}
+    assert mps.with_sm_share(inherited, None) == {"PATH": "/bin"}
+    assert inherited[mps.MPS_THREAD_PERCENTAGE] == "10"  # the caller's dict is left alone

@@ -125,14 +125,14 @@ def test_a_finished_state_is_kept(tmp_path: Path) -> None:
 def test_table_rows_appear_whole_and_at_least_every_interval(tmp_path: Path) -> None:
     path = tmp_path / "hp.csv"
     table = CsvTable(path, INFERENCE_COLUMNS, flush_interval_s=3600)
-    table.append((0, 1.0, 1.0, 1.002, 2.0))
+    table.append((0, 1.0, 1.0, 1.002, 2.0, 0.4, 0.4))
     # readable while being written: the header is there, the row waits for the interval
     assert read_table(path, READER_INFERENCE_COLUMNS, notes=[]).empty
     table.flush_interval_s = 0.0
     table.flush_if_due()
     rows = read_table(path, READER_INFERENCE_COLUMNS, notes=[])
     assert rows["request"].tolist() == [0]
-    table.append((1, 1.1, 1.2, 1.21, 110.0))  # due at once now
+    table.append((1, 1.1, 1.2, 1.21, 110.0, 0.5, 0.5))  # due at once now
     assert len(read_table(path, READER_INFERENCE_COLUMNS, notes=[])) == 2
     table.close()
 
@@ -164,8 +164,8 @@ def test_a_cut_last_line_is_tolerated_by_the_reader(tmp_path: Path) -> None:
     run_dir = create_run_dir(tmp_path, "timeslice", WHEN)
     record = _record(run_dir)
     with CsvTable(run_dir / "clients" / "hp.csv", INFERENCE_COLUMNS) as table:
-        table.append((0, 1.5, 1.5, 1.502, 2.0))
-        table.append((1, 1.7, 1.7, 1.703, 3.0))
+        table.append((0, 1.5, 1.5, 1.502, 2.0, 0.4, 0.4))
+        table.append((1, 1.7, 1.7, 1.703, 3.0, 0.5, 0.4))
     with (run_dir / "clients" / "hp.csv").open("a") as handle:
         handle.write("2,1.9,1.9,1.9")  # what a crash mid-write leaves: no newline
     record.finish("incomplete")

@@ -13,10 +13,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*/*/profile.csv"))
 
 
-def test_the_quickstart_jobs_file_is_valid_and_names_existing_profiles() -> None:
-    config = load_jobs(ROOT / "examples" / "headline.json")
+@pytest.mark.parametrize(
+    ("name", "graph"), [("headline.json", True), ("host-bound-hp.json", False)]
+)
+def test_the_example_jobs_files_are_valid_and_name_existing_profiles(
+    name: str, graph: bool
+) -> None:
+    config = load_jobs(ROOT / "examples" / name)
     assert config.run.policy == "orion"
     assert [client.role for client in config.clients] == ["hp", "be"]
+    # the headline serves HP as a CUDA graph, as production servers do; the second scenario
+    # keeps the eager HP, whose latency is bound by the host CPU
+    assert [client.cuda_graph for client in config.clients] == [graph, False]
     for client in config.clients:
         assert client.profile is not None and client.profile.is_file()
 

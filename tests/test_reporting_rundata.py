@@ -26,7 +26,14 @@ def test_load_run_reads_metadata_tables_and_extras(tmp_path: Path) -> None:
     assert run.client("hp").offered_rate_per_s == 10
     assert len(run.table("hp")) == 103  # 1 before + 100 in + 1 unfinished + 1 after the window
     assert run.table("hp")["end_s"].isna().sum() == 1
-    assert list(run.gpu.columns) == ["time_s", "sm_util_pct", "mem_util_pct", "mem_used_mib"]
+    assert list(run.gpu.columns) == [
+        "time_s",
+        "sm_util_pct",
+        "mem_util_pct",
+        "mem_used_mib",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+    ]
     assert run.scheduler["be"]["blocked_launches"] == 5000
     assert run.trace is not None and len(run.trace) == 6000
     assert run.notes == ()

@@ -204,3 +204,33 @@ def test_synthetic_default_grid_is_one_block_per_sm() -> None:
     wl = _build("synthetic-memory", mib=1)
     assert wl.grid == torch.cuda.get_device_properties(0).multi_processor_count  # type: ignore[attr-defined]
     assert wl.block == 256  # type: ignore[attr-defined]
+
+
+GRAPH_CASES = [
+    pytest.param(info.name, marks=_marks(info.name), id=info.name)
+    for info in list_workloads()
+    if info.graph_capturable
+]
+
+
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype")
+@pytest.mark.parametrize("name", GRAPH_CASES)
+def test_a_graph_replay_gives_the_eager_outputs(name: str) -> None:
+    from workloads.graph import GraphedInference
+
+    spec = WorkloadSpec(name, mode="infer", batch_size=2, device="cuda")
+    eager = build_workload(spec)
+    graphed = build_workload(WorkloadSpec(name, mode="infer", batch_size=2, cuda_graph=True))
+    assert isinstance(graphed, GraphedInference)
+    expected = eager.step().clone()
+    eager.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        outputs = []
+        for _ in range(3):
+            outputs.append(graphed.step().clone())  # the next replay overwrites the output
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    graphed.synchronize()
+    for out in outputs:
+        assert torch.equal(out, expected), (out - expected).abs().max().item()

@@ -63,8 +63,9 @@ def build_bert(spec: WorkloadSpec) -> TorchModelWorkload:
         spec,
         device,
         model,
-        infer=lambda m: m(input_ids=input_ids).logits,
-        loss=lambda m: m(input_ids=input_ids, labels=labels).loss,
+        inputs=(input_ids,),
+        infer=lambda m, ids: m(input_ids=ids).logits,
+        loss=lambda m, ids: m(input_ids=ids, labels=labels).loss,
     )
 
 
@@ -85,6 +86,7 @@ def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
         spec,
         device,
         model,
-        infer=lambda m: m(input_ids=input_ids).logits,
-        loss=lambda m: m(input_ids=input_ids, labels=input_ids).loss,
+        inputs=(input_ids,),
+        infer=lambda m, ids: m(input_ids=ids).logits,
+        loss=lambda m, ids: m(input_ids=ids, labels=ids).loss,
     )

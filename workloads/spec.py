@@ -33,6 +33,10 @@ class WorkloadSpec:
     ``options`` holds the per-workload integer knobs (see ``WorkloadInfo.options``); anything not
     given takes its default, so two specs that differ only by spelling out a default build the
     same job.
+
+    ``cuda_graph`` serves inference the way production servers do: the step is captured once as
+    a CUDA graph and every request replays it (see :mod:`workloads.graph`). It changes how the
+    GPU is fed (one launch per request instead of hundreds), so it is part of the identity.
     """
 
     name: str
@@ -41,6 +45,7 @@ class WorkloadSpec:
     dtype: str = "fp32"
     device: str = "cuda"
     options: dict[str, int] = field(default_factory=dict)
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         # A private copy: the caller mutating its dict later must not change a frozen spec.
@@ -69,6 +74,30 @@ class WorkloadSpec:
                 f"invalid device {short_repr(self.device)}; expected 'cpu', 'cuda' or 'cuda:N'"
             )
         info.check_options(self.options)
+        self._check_cuda_graph(info.graph_capture)
+
+    def _check_cuda_graph(self, not_capturable_because: str | None) -> None:
+        if not isinstance(self.cuda_graph, bool):
+            raise OrionError(f"cuda_graph must be true or false, got {short_repr(self.cuda_graph)}")
+        if not self.cuda_graph:
+            return
+        if self.mode != "infer":
+            raise OrionError(
+                f"cuda_graph applies to inference only; {self.name!r} in mode {self.mode!r} "
+                "runs eagerly (training steps allocate and update state a replay cannot)"
+            )
+        if not_capturable_because is not None:
+            raise OrionError(
+                f"workload {self.name!r} cannot be served as a CUDA graph: {not_capturable_because}"
+            )
+        if not self.device.startswith("cuda"):
+            raise OrionError(f"cuda_graph needs a CUDA device, got {short_repr(self.device)}")
+
+    @property
+    def label(self) -> str:
+        """``resnet50 infer bs4 fp32`` (with `` graph`` when replayed as a CUDA graph)."""
+        text = f"{self.name} {self.mode} bs{self.batch_size} {self.dtype}"
+        return text + " graph" if self.cuda_graph else text
 
     def resolved_options(self) -> dict[str, int]:
         """Every option of this workload, the given ones over the defaults (validates first)."""

@@ -27,8 +27,9 @@ def _build(spec: WorkloadSpec, architecture: str) -> TorchModelWorkload:
         spec,
         device,
         model,
-        infer=lambda m: m(images),
-        loss=lambda m: F.cross_entropy(m(images), labels),
+        inputs=(images,),
+        infer=lambda m, x: m(x),
+        loss=lambda m, x: F.cross_entropy(m(x), labels),
     )
 
 
