@@ -720,7 +720,20 @@ def load_jobs(path: str | os.PathLike[str]) -> JobsConfig:
             f"{file}: key {exc.key!r} appears twice in one object (JSON would keep only the last)",
             hint="remove one of them",
         ) from None
-    return parse_jobs(data, file.parent, source=f"jobs file {file}")
+    except RecursionError:
+        raise _nested_too_deeply(file) from None
+    try:
+        return parse_jobs(data, file.parent, source=f"jobs file {file}")
+    except RecursionError:
+        raise _nested_too_deeply(file) from None
+
+
+def _nested_too_deeply(file: Path) -> OrionError:
+    """Python's JSON reader gives up on deep nesting; a jobs file needs a few levels."""
+    return OrionError(
+        f"jobs file {file}: nested too deeply (arrays or objects inside each other)",
+        hint="a jobs file needs only a few levels: an object with a list of client objects",
+    )
 
 
 def profile_command(client: ClientConfig) -> str:

@@ -49,7 +49,8 @@ OutputOpt = Annotated[
         "--output",
         "-o",
         help="Folder for the profile and ncu's raw output (default: the profile folder the "
-        "scheduler searches, per GPU; with --from-ncu, the CSV's folder).",
+        "scheduler searches, per GPU; with --from-ncu, the CSV's folder, where an existing "
+        "profile.csv is never replaced).",
         show_default=False,
     ),
 ]
@@ -137,6 +138,8 @@ def profile_command(
         workload, mode=mode, batch_size=batch_size, dtype=dtype, cuda_graph=cuda_graph
     )
     spec.validate()
+    if output is not None:
+        _check_output_folder(output)
     if from_ncu is None:
         if measured is not None:
             raise OrionError("--measured only applies with --from-ncu")
@@ -165,6 +168,16 @@ def profile_command(
             out_dir=output,
         )
     show_summary(result)
+
+
+def _check_output_folder(output: Path) -> None:
+    """A file where -o points (or above it) is a one-line error before any work is done."""
+    for part in (output, *output.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "it is a file" if part == output else f"{part} is a file"
+                raise OrionError(f"cannot write the profile to {output}: {where}")
+            return
 
 
 def _profile_live(

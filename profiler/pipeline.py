@@ -638,6 +638,83 @@ def _write_run_record(
 # --- re-processing a saved ncu CSV ----------------------------------------------------------------
 
 
+_LABEL_KEYS = ("workload", "mode", "batch_size", "dtype")
+
+
+def _describe_labels(workload: Any, mode: Any, batch_size: Any, dtype: Any) -> str:
+    return f"{workload} {mode} bs{batch_size} {dtype}"
+
+
+def _check_ncu_labels(record: Mapping[str, Any], spec: WorkloadSpec, raw: Path) -> str | None:
+    """The workload, mode, batch size and dtype given for a saved CSV against its run record.
+
+    A ``profile_run.json`` beside the CSV (written by the live run) that disagrees is an error:
+    the profile would be filed under the wrong workload. Without one (or without those fields)
+    nothing says what the CSV holds, so the labels are taken on trust and a warning is returned.
+    """
+    given = {
+        "workload": spec.name,
+        "mode": spec.mode,
+        "batch_size": spec.batch_size,
+        "dtype": spec.dtype,
+    }
+    recorded = {key: record[key] for key in _LABEL_KEYS if record.get(key) is not None}
+    if not recorded:
+        where = "no" if not record else "a"
+        what = "" if not record else " without workload labels"
+        return (
+            f"labels not checked: {where} {RUN_JSON}{what} beside {raw}, so nothing says what "
+            f"the CSV profiled; it is written as {_describe_labels(**given)} on your word"
+        )
+    if any(recorded[key] != given[key] for key in recorded):
+        actual = {**given, **recorded}
+        graph = " cuda-graph" if record.get("cuda_graph") is True else ""
+        raise OrionError(
+            f"ncu CSV was profiled as {_describe_labels(**actual)}{graph} ({RUN_JSON}), "
+            f"not {_describe_labels(**given)}",
+            hint=f"give the labels the run record holds: orion profile {actual['workload']} "
+            f"--mode {actual['mode']} --batch-size {actual['batch_size']} "
+            f"--dtype {actual['dtype']} --from-ncu {raw}",
+        )
+    return None
+
+
+def _cannot_write(path: Path, exc: OSError) -> OrionError:
+    """One line for an output path the OS refuses, naming the part that is in the way."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                return OrionError(f"cannot write the profile to {path}: {part} is a file")
+            break
+    reason = (exc.strerror or str(exc)).lower()
+    return OrionError(f"cannot write the profile to {path}: {reason}")
+
+
+def _ncu_output_folder(folder: Path, out_dir: str | os.PathLike[str] | None) -> Path:
+    """Where ``profile_from_ncu`` writes, made ready before any work is done.
+
+    Without ``out_dir`` that is the CSV's own folder, and a ``profile.csv`` already there (often
+    the reference profile of the live run) is never replaced: the caller must choose a folder.
+    """
+    if out_dir is None:
+        existing = folder / PROFILE_CSV
+        if existing.exists():
+            raise OrionError(
+                f"{existing} already exists; --from-ncu does not replace it by default",
+                hint="pass -o DIR to write the profile to another folder",
+            )
+        target = folder
+    else:
+        target = Path(out_dir)
+        if target.exists() and not target.is_dir():
+            raise OrionError(f"cannot write the profile to {target}: it is a file")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
+    return target
+
+
 def profile_from_ncu(
     raw_csv: str | os.PathLike[str],
     *,
@@ -657,6 +734,11 @@ def profile_from_ncu(
     CSV's columns correspond to (SOL columns: ``full``; sub-metrics only: ``fast``), whatever
     the run record says. The profile goes to ``out_dir`` (default: the CSV's folder) as
     ``profile.csv``; the run record is left alone.
+
+    The labels (workload, mode, batch size, dtype) must agree with those the run record gives,
+    if it gives any; without them a warning says they were taken on trust. Without ``out_dir``
+    an existing ``profile.csv`` beside the CSV is never replaced (:class:`OrionError`), and an
+    output path that cannot be written is a one-line :class:`OrionError` too.
     """
     spec = WorkloadSpec(workload, mode, batch_size, dtype, options=dict(options or {}))
     spec.validate()
@@ -676,6 +758,8 @@ def profile_from_ncu(
     measured = read_measured(measured_path) if measured_path is not None else None
     software = _read_json(folder / SOFTWARE_JSON)
     record = _read_json(folder / RUN_JSON)
+    label_warning = _check_ncu_labels(record, spec, raw)
+    target = _ncu_output_folder(folder, out_dir)
     commands = record.get("commands") if isinstance(record.get("commands"), dict) else {}
     if record.get("cuda_graph") is True:
         # The step was captured as a graph when ncu ran: the profile must say so.
@@ -693,13 +777,16 @@ def profile_from_ncu(
     )
     metadata["ncu_csv"] = str(raw)
     profile, report = _postprocess(raw, measured, metadata)
-    target = Path(out_dir) if out_dir is not None else folder
-    target.mkdir(parents=True, exist_ok=True)
-    profile_path = write_profile(profile, target / PROFILE_CSV)
+    try:
+        profile_path = write_profile(profile, target / PROFILE_CSV)
+    except OSError as exc:
+        raise _cannot_write(target / PROFILE_CSV, exc) from None
     summary, measured_summary = _summaries(profile)
     warnings = quality_warnings(
         profile, report, measured_kernels=len(measured) if measured is not None else None
     )
+    if label_warning is not None:
+        warnings.insert(0, label_warning)
     elapsed = time.monotonic() - started
     paths = {"profile": profile_path, "ncu_raw": raw}
     if measured_path is not None:
