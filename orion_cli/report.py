@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import pandas as pd
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 
 from orion_cli._common import console, handle_errors
 from reporting import load_runs, report_json, report_tables, write_report
+from reporting.summary import target_met_text
 
 # (column, header, format) for each table; formats are str.format specs.
 _CLIENT_VIEW = [
@@ -38,7 +42,7 @@ _HEADLINE_VIEW = [
     ("hp_p99_slowdown_text", "HP p99 / alone [95% CI]", "{}"),
     ("be_throughput_per_s", "BE per s", "{:.2f}"),
     ("be_throughput_fraction_text", "BE / alone [95% CI]", "{}"),
-    ("target_met", "target met", "{}"),
+    ("target_met", "target met", "target"),
 ]
 # Each figure with its bootstrap interval: (value column, interval columns, format).
 _INTERVAL_TEXT = {
@@ -66,7 +70,16 @@ _GPU_VIEW = [
 ]
 
 
+# Width of the output when stdout is not a terminal (a pipe, a file, a CI log): wide enough that
+# no table is ever squeezed; lines are only as long as their content.
+PLAIN_WIDTH = 10_000
+# Columns repeated in every part when a table is split to fit a narrow terminal.
+_KEY_COLUMNS = ("run", "client")
+
+
 def _cell(value: Any, spec: str) -> str:
+    if spec == "target":
+        return target_met_text(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if value is pd.NA:
@@ -98,10 +111,46 @@ def _table(title: str, frame: pd.DataFrame, view: list[tuple[str, str, str]]) ->
     table = Table(title=title, title_justify="left")
     columns = [(name, header, spec) for name, header, spec in view if name in frame.columns]
     for _, header, spec in columns:
-        table.add_column(header, justify="left" if spec == "{}" else "right")
+        # fold, never "…": if a cell cannot fit it is broken over lines but nothing is dropped
+        table.add_column(
+            header, justify="left" if spec in ("{}", "target") else "right", overflow="fold"
+        )
     for row in frame.to_dict("records"):
         table.add_row(*(_cell(row.get(name), spec) for name, _, spec in columns))
     return table
+
+
+def output_console() -> Console:
+    """The shared console on a terminal; in a pipe or log a plain one as wide as the content."""
+    if console.is_terminal:
+        return console
+    return Console(width=PLAIN_WIDTH, highlight=False)
+
+
+def _natural_width(out: Console, table: Table) -> int:
+    return Measurement.get(out, out.options.update_width(PLAIN_WIDTH), table).maximum
+
+
+def print_table(
+    out: Console, title: str, frame: pd.DataFrame, view: list[tuple[str, str, str]]
+) -> None:
+    """``frame`` as one table, or, where the terminal is too narrow for it, as several tables of
+    fewer columns each (the run and client columns repeated in each), so no number is cut."""
+    view = [column for column in view if column[0] in frame.columns]
+    table = _table(title, frame, view)
+    if _natural_width(out, table) <= out.width:
+        out.print(table)
+        return
+    keys = [column for column in view if column[0] in _KEY_COLUMNS]
+    parts: list[list[tuple[str, str, str]]] = []
+    for column in (column for column in view if column[0] not in _KEY_COLUMNS):
+        trial = [*parts[-1], column] if parts else [column]
+        if parts and _natural_width(out, _table(title, frame, keys + trial)) <= out.width:
+            parts[-1] = trial
+        else:
+            parts.append([column])
+    for number, part in enumerate(parts, start=1):
+        out.print(_table(f"{title} ({number}/{len(parts)})", frame, keys + part))
 
 
 @handle_errors
@@ -118,7 +167,8 @@ def report_command(
             "--output",
             "-o",
             help="Where to write report.md and the PNGs (default: RUN_DIR/report for one run, "
-            "./orion-report for several).",
+            "the runs' common parent folder + /report for several). With --json, the JSON is "
+            "written to DIR/report.json instead of printed.",
         ),
     ] = None,
     plots: Annotated[
@@ -131,31 +181,47 @@ def report_command(
     HP p99 slowdown (p99 shared / p99 alone) and BE throughput as a fraction of alone.
     """
     runs = load_runs(run_dirs)
+    out = output_console()
     if as_json:
-        typer.echo(json.dumps(report_json(runs), indent=2, allow_nan=False))
+        text = json.dumps(report_json(runs), indent=2, allow_nan=False)
+        if output is None:
+            typer.echo(text)
+            return
+        output.mkdir(parents=True, exist_ok=True)
+        path = output / "report.json"
+        path.write_text(text + "\n", encoding="utf-8")
+        out.print(f"report: [bold]{path}[/]")
         return
     tables = report_tables(runs)
     for run, label in zip(runs, tables.labels, strict=True):
         if not run.complete:
-            console.print(
+            out.print(
                 Panel(
                     f"run {label} is [bold]{run.status}[/]: it did not finish normally; "
                     "its numbers cover only what was recorded",
                     style="yellow",
                     title="incomplete run",
+                    expand=False,
                 )
             )
-    console.print(_table("clients", tables.clients, _CLIENT_VIEW))
+    print_table(out, "clients", tables.clients, _CLIENT_VIEW)
     if len(runs) > 1 or not tables.relative.empty:
         headline = _with_interval_text(tables.headline)
-        console.print(_table("policies side by side", headline, _HEADLINE_VIEW))
+        print_table(out, "policies side by side", headline, _HEADLINE_VIEW)
     if not tables.gpu.empty and tables.gpu["samples"].gt(0).any():
-        console.print(_table("GPU during the window (NVML)", tables.gpu, _GPU_VIEW))
+        print_table(out, "GPU during the window (NVML)", tables.gpu, _GPU_VIEW)
     for verdict in tables.verdicts:
-        console.print(f"- {verdict}", highlight=False)
+        out.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
     if plots:
-        out_dir = output or (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("orion-report"))
-        path = write_report(runs, out_dir)
-        console.print(f"report: [bold]{path}[/] (pictures beside it)")
+        path = write_report(runs, output or default_output(run_dirs))
+        out.print(f"report: [bold]{path}[/] (pictures beside it)")
+
+
+def default_output(run_dirs: list[Path]) -> Path:
+    """``RUN_DIR/report`` for one run; for several, ``report`` in the runs' common parent folder,
+    so the report lies beside the results rather than in the current directory."""
+    if len(run_dirs) == 1:
+        return run_dirs[0] / "report"
+    return Path(os.path.commonpath([str(path.absolute()) for path in run_dirs])) / "report"

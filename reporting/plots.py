@@ -20,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import NullLocator
 
 from reporting.metrics import BE_FRACTION_MIN, HP_P99_SLOWDOWN_MAX
 
@@ -36,6 +37,10 @@ def run_colours(labels: Sequence[str]) -> dict[str, str]:
     return {label: to_hex(cmap(i % cmap.N)) for i, label in enumerate(labels)}
 
 
+# Percentile levels labelled on the latency CDF's tail axis: (1 - F, label).
+_TAIL_TICKS = [(0.5, "p50"), (0.1, "p90"), (0.01, "p99"), (0.001, "p99.9"), (0.0001, "p99.99")]
+
+
 def plot_latency_cdf(
     latencies: pd.DataFrame,
     out_path: str | Path,
@@ -44,51 +49,76 @@ def plot_latency_cdf(
     target_ms: float | None = None,
     title: str = "HP request latency CDF (requests in the measurement window)",
 ) -> Path:
-    """Empirical CDF of HP request latency, one line per run; the p99 of each run is marked.
+    """Latency distribution of HP requests, one line per run; the p99 of each run is marked.
 
     ``latencies`` is ``series.request_latencies(...)``; only ``in_window`` rows are drawn.
     ``target_ms`` draws the latency target (1.05 × dedicated p99) as a vertical line.
+    The y axis is the tail fraction 1 - F on a log scale, turned upside down and labelled with
+    percentiles (p50, p90, p99, p99.9), so the tail gets as much room as the median:
+    see :func:`latency_cdf_figure`.
     """
+    fig = latency_cdf_figure(latencies, order=order, target_ms=target_ms, title=title)
+    return _save(fig, out_path)
+
+
+def latency_cdf_figure(
+    latencies: pd.DataFrame,
+    *,
+    order: Sequence[str] | None = None,
+    target_ms: float | None = None,
+    title: str = "HP request latency CDF (requests in the measurement window)",
+) -> Figure:
+    """The figure :func:`plot_latency_cdf` saves. Each run is drawn as the fraction of its
+    requests at least as slow as x (1 - F, from 1 down to 1/n) on a log axis."""
     data = latencies[latencies["in_window"].astype(bool)] if len(latencies) else latencies
     labels = _order(data, order)
     colours = run_colours(labels)
     fig, ax = _figure((8, 5))
     drawn = False
     all_values = []
+    smallest_tail = 1e-3
     for label in labels:
         values = np.sort(data.loc[data["run"] == label, "latency_ms"].to_numpy(dtype=float))
         values = values[~np.isnan(values)]
         if not values.size:
             continue
         all_values.append(values)
-        fraction = np.arange(1, values.size + 1) / values.size
+        # Fraction of requests at least as slow as each value: 1, ..., 1/n (never 0, so it has a
+        # place on the log axis).
+        tail = (values.size - np.arange(values.size)) / values.size
+        smallest_tail = min(smallest_tail, 1 / values.size)
         p99 = float(np.percentile(values, 99))
         ax.step(
             values,
-            fraction,
+            tail,
             where="post",
             color=colours[label],
             label=f"{label} (n={values.size}, p99 {p99:.2f} ms)",
         )
-        ax.plot([p99], [0.99], "o", color=colours[label], markersize=4)
+        ax.plot([p99], [0.01], "o", color=colours[label], markersize=4)
         drawn = True
     if target_ms is not None and np.isfinite(target_ms):
         ax.axvline(target_ms, color="black", linestyle="--", linewidth=1, label="p99 target")
+    ax.set_yscale("log")
     if drawn:
         merged = np.concatenate(all_values)
         low, high = float(merged.min()), float(merged.max())
         if low > 0 and high / low > 20:
             ax.set_xscale("log")
-        ax.axhline(0.99, color="grey", linestyle=":", linewidth=0.8)
-        ax.legend(loc="lower right", fontsize=8)
+        ax.axhline(0.01, color="grey", linestyle=":", linewidth=0.8)
+        ax.legend(loc="upper left", fontsize=8)
     else:
         _no_data(ax, "no completed HP requests in any measurement window")
+    # Upside down (1 at the bottom) so the curve rises like a CDF, the tail at the top.
+    ax.set_ylim(1.0, smallest_tail * 0.7)
+    ticks = [(level, name) for level, name in _TAIL_TICKS if level >= smallest_tail * 0.7]
+    ax.set_yticks([1.0] + [level for level, _ in ticks], ["p0"] + [name for _, name in ticks])
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("request latency (ms, from arrival)")
-    ax.set_ylabel("fraction of requests ≤ latency")
-    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("percentile of requests (log scale of 1 - F)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    return _save(fig, out_path)
+    return fig
 
 
 def plot_tradeoff(

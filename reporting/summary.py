@@ -237,7 +237,10 @@ def write_report(
             f"{BE_FRACTION_MIN:.0%} of dedicated) cannot be judged."
         )
     lines += [f"- {sentence}" for sentence in tables.verdicts]
-    lines += ["", markdown_table(with_intervals(tables.headline), _HEADLINE_VIEW), ""]
+    shown = with_intervals(tables.headline)
+    if "target_met" in shown.columns:
+        shown["target_met"] = [target_met_text(v) for v in shown["target_met"]]
+    lines += ["", markdown_table(shown, _HEADLINE_VIEW), ""]
     lines.append(
         f"[lo, hi]: {DEFAULT_CONFIDENCE:.0%} percentile-bootstrap intervals "
         f"({DEFAULT_RESAMPLES} resamples): of the p99 from the run's own requests, of a ratio "
@@ -554,6 +557,14 @@ def _target_ms(head: pd.DataFrame) -> float | None:
     if not len(base) or not _finite(base["hp_p99_ms"].iloc[0]):
         return None
     return float(base["hp_p99_ms"].iloc[0]) * HP_P99_SLOWDOWN_MAX
+
+
+def target_met_text(value: Any) -> str:
+    """The ``target met`` cell, worded alike in the terminal and in report.md:
+    ``yes``, ``no``, or ``-`` when it cannot be judged (no dedicated baseline, no HP client)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return "yes" if bool(value) else "no"
 
 
 def _figure_lines(title: str, path: Path | None, reason: str) -> list[str]:

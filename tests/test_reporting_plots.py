@@ -21,6 +21,7 @@ from reporting import (
     request_latencies,
     run_labels,
 )
+from reporting.plots import latency_cdf_figure
 from reporting.series import GPU_SAMPLE_COLUMNS, KERNEL_COLUMNS, LATENCY_COLUMNS
 
 MIN_BYTES = 5_000
@@ -86,3 +87,16 @@ def test_kernel_slice_caps_and_starts_mid_window(runs) -> None:
 def test_empty_data_still_gives_a_figure(tmp_path: Path, plot, columns) -> None:
     path = plot(pd.DataFrame(columns=columns), tmp_path / "empty.png")
     assert path.is_file() and path.stat().st_size > 1_000
+
+
+def test_latency_cdf_gives_the_tail_room(runs) -> None:
+    """1 - F on an upside-down log axis labelled with percentiles, not a linear 0..1 axis."""
+    fig = latency_cdf_figure(request_latencies(runs), order=run_labels(runs))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    bottom, top = ax.get_ylim()
+    assert bottom == 1.0 and top < 0.01  # p0 at the bottom, beyond p99 at the top
+    labels = {tick.get_text() for tick in ax.get_yticklabels()}
+    assert {"p50", "p90", "p99"} <= labels
+    empty = latency_cdf_figure(pd.DataFrame(columns=LATENCY_COLUMNS))
+    assert empty.axes[0].get_yscale() == "log"
