@@ -520,6 +520,64 @@ def test_be_waits_for_an_estimated_hp_kernel_for_its_profiled_duration(harness, 
     assert duration_ms * MS - TOLERANCE_NS < waited_ns < duration_ms * MS + 500 * MS
 
 
+@pytest.mark.parametrize("policy", ["orion", "reef"])
+def test_be_waits_for_a_whole_hp_graph_however_long(harness, tmp_path, policy):
+    # The HP client launches one 300 ms CUDA graph and estimates its kernels' ends (the default).
+    # A graph's length is unknown at its launch: it must count as running until the GPU writes
+    # its completion, not for the unknown-kernel duration (5 ms here), so a BE kernel that
+    # cannot run beside it waits about 300 ms.
+    duration_ms = 300
+    with SchedulerRun(settings(policy)) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("hpk", 4, 128, 100, "compute", 1)))
+        be = run.add_client("be", "be", kernel_table(("bek", 1, 64, 8, "memory", 1)))
+        run.publish()
+        hp_env = run.client_environment(hp)
+        hp_env["FAKE_GRAPH_NS"] = str(duration_ms * MS)
+        hp_process = harness.start(
+            "graph 0 sleep 2000000 sync 0", env=hp_env, log=tmp_path / "hp.log"
+        )
+        wait_until_launched(run, "hp")
+        result = harness.run(
+            "func bek 1000 launch bek 1 64 0 sync 0",
+            env=run.client_environment(be),
+            log=tmp_path / "be.log",
+        )
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()
+        hp_process.kill()
+        hp_process.wait(timeout=10)
+    assert stats["hp"]["completion_mode"] == "estimate"  # for its kernels
+    assert stats["hp"]["graph_launches"] == 1
+    assert stats["hp"]["graph_gpu_writes"] == 1  # the graph's completion, written by the GPU
+    hp_events = read_log(tmp_path / "hp.log")
+    assert count_events(tmp_path / "hp.log", "host_register") == 1
+    assert [e.kind for e in hp_events if e.kind in ("launch", "write_value")] == [
+        "launch",
+        "write_value",
+    ]
+    assert stats["be"]["blocked_launches"] == 1
+    (hp_launch,) = launches(hp_events)
+    (be_launch,) = launches(read_log(tmp_path / "be.log"))
+    waited_ns = be_launch.time_ns - hp_launch.time_ns
+    assert duration_ms * MS - TOLERANCE_NS < waited_ns < duration_ms * MS + 500 * MS
+
+
+def test_an_estimating_hp_client_without_graphs_registers_nothing(harness, tmp_path):
+    with SchedulerRun(settings("orion")) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("hpk", 4, 128, 100, "compute", 0.2)))
+        run.publish()
+        result = harness.run(
+            "func hpk 200 repeat 3 launch hpk 4 128 0 end sync 0",
+            env=run.client_environment(hp),
+            log=tmp_path / "hp.log",
+        )
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["hp"]
+    assert stats["graph_gpu_writes"] == 0
+    assert count_events(tmp_path / "hp.log", "host_register") == 0
+    assert count_events(tmp_path / "hp.log", "write_value") == 0
+
+
 def test_launches_into_a_capturing_stream_pass_through(harness: Harness, tmp_path: Path):
     with SchedulerRun(settings("orion")) as run:
         be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))

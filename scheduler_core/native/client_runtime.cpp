@@ -204,28 +204,36 @@ bool ClientRuntime::stream_is_capturing(CUstream own_stream) const {
     return fn(own_stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+bool ClientRuntime::ensure_completion_words() {
+    std::call_once(words_once_, [this] {
+        const driver::Helpers& h = driver::helpers();
+        void* words = view_.completion(index_);
+        // Register just this client's page-aligned block of completion words, so the GPU can
+        // write a launch's sequence number into shared memory the moment the launch finishes.
+        const std::size_t bytes = sizeof(std::uint64_t) * kInflightSlots;
+        words_mapped_ =
+            h.mem_host_register != nullptr && h.mem_host_get_device_pointer != nullptr &&
+            h.stream_write_value64 != nullptr &&
+            h.mem_host_register(words, bytes,
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
+                CUDA_SUCCESS &&
+            h.mem_host_get_device_pointer(&completion_device_base_, words, 0) == CUDA_SUCCESS;
+    });
+    return words_mapped_;
+}
+
 void ClientRuntime::ensure_completion_tracking() {
     std::call_once(completion_once_, [this] {
         // The HP client estimates its finish times unless the run asks for GPU writes: a write is
         // one more driver call after every HP launch, on the path whose latency the scheduler is
-        // there to protect. BE clients always ask for writes (exact BE queue accounting).
+        // there to protect. BE clients always ask for writes (exact BE queue accounting). Graph
+        // launches get a written completion in either mode (see track_graph below).
         const bool gpu_writes =
             role_ != Role::kHighPriority ||
             view_.header().hp_completion != static_cast<std::uint32_t>(CompletionMode::kEstimate);
         CompletionMode mode = CompletionMode::kEstimate;
         if (gpu_writes) {
-            const driver::Helpers& h = driver::helpers();
-            void* words = view_.completion(index_);
-            // Register just this client's page-aligned block of completion words, so the GPU can
-            // write a launch's sequence number into shared memory the moment the launch finishes.
-            const std::size_t bytes = sizeof(std::uint64_t) * kInflightSlots;
-            if (h.mem_host_register != nullptr && h.mem_host_get_device_pointer != nullptr &&
-                h.stream_write_value64 != nullptr &&
-                h.mem_host_register(words, bytes,
-                                    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
-                    CUDA_SUCCESS &&
-                h.mem_host_get_device_pointer(&completion_device_base_, words, 0) ==
-                    CUDA_SUCCESS) {
+            if (ensure_completion_words()) {
                 mode = CompletionMode::kGpuWrite;
             } else {
                 log_message("cannot map completion words for the GPU; estimating finish times");
@@ -334,7 +342,7 @@ Reason ClientRuntime::wait_for_turn(const KernelInfo& kernel, bool* waited) {
 }
 
 std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_t key,
-                                          std::uint64_t now_ns) {
+                                          std::uint64_t now_ns, bool gpu_written) {
     ensure_completion_tracking();
     const std::uint64_t seq = slot_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
     InflightEntry& entry = view_.inflight(index_)[seq & kRingMask];
@@ -351,6 +359,7 @@ std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_
     entry.sm_needed = kernel.sm_needed;
     entry.kernel_class = static_cast<std::uint8_t>(kernel.kernel_class);
     entry.known = kernel.known ? 1 : 0;
+    entry.gpu_written = gpu_written ? 1 : 0;
     entry.seq.store(seq, std::memory_order_release);
     std::uint64_t published = slot_->published_seq.load(std::memory_order_relaxed);
     while (published < seq && !slot_->published_seq.compare_exchange_weak(
@@ -416,16 +425,24 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
     }
     slot_->stats.reasons[static_cast<int>(ticket.reason)].fetch_add(1, std::memory_order_relaxed);
     ticket.launch_ns = (waited || tracing_) ? monotonic_ns() : ticket.enqueue_ns;
-    if (tracks_) ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns);
+    if (tracks_) {
+        // A graph's length is unknown at its launch (it may run for milliseconds), so peers must
+        // not take it as finished at an estimated end: the GPU writes its completion, one write
+        // per graph, also for a client that estimates its kernels' ends. Without mapped words
+        // it is estimated like a kernel (and the client's log says why).
+        ticket.gpu_written = shape.function == nullptr && ensure_completion_words();
+        ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns, ticket.gpu_written);
+    }
     return ticket;
 }
 
 void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
     if (ticket.seq != 0) {
         bool recorded = false;
-        if (result == CUDA_SUCCESS &&
-            completion_mode_.load(std::memory_order_acquire) ==
-                static_cast<std::uint32_t>(CompletionMode::kGpuWrite)) {
+        const bool writes = ticket.gpu_written ||
+                            completion_mode_.load(std::memory_order_acquire) ==
+                                static_cast<std::uint32_t>(CompletionMode::kGpuWrite);
+        if (result == CUDA_SUCCESS && writes) {
             const CUdeviceptr address =
                 completion_device_base_ + sizeof(std::uint64_t) * (ticket.seq & kRingMask);
             // Runs on the GPU after the launch finishes (stream order): publishes completion with
@@ -434,7 +451,15 @@ void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
                                                               ticket.seq,
                                                               CU_STREAM_WRITE_VALUE_DEFAULT) ==
                        CUDA_SUCCESS;
-            if (!recorded) {
+            if (recorded && ticket.gpu_written) {
+                slot_->stats.graph_gpu_writes.fetch_add(1, std::memory_order_relaxed);
+            }
+            if (!recorded && ticket.gpu_written) {
+                // Nothing will ever write this graph's completion: rather than hold every peer
+                // back until the staleness bound, count it finished now, and say so.
+                log_message("GPU completion write for a graph launch failed; counting it finished");
+                mark_finished_by_cpu(ticket.seq);
+            } else if (!recorded) {
                 log_message("GPU completion write failed; estimating finish times from now on");
                 completion_mode_.store(static_cast<std::uint32_t>(CompletionMode::kEstimate),
                                        std::memory_order_release);

@@ -33,6 +33,7 @@ struct LaunchTicket {
     KernelInfo kernel;
     Reason reason = Reason::kNotGated;
     bool trace = false;
+    bool gpu_written = false;  // a graph whose completion the GPU writes (whatever the mode)
 };
 
 class ClientRuntime {
@@ -70,10 +71,13 @@ private:
     void report_unknown(CUfunction function, const LaunchShape& shape);
     bool stream_is_capturing(CUstream own_stream) const;
     void ensure_completion_tracking();
+    // Registers this client's completion words with the driver (once); false if it cannot.
+    bool ensure_completion_words();
     CUstream redirect_legacy_launch();
     // Blocks until the policy admits `kernel`; counts every reason it waited for.
     Reason wait_for_turn(const KernelInfo& kernel, bool* waited);
-    std::uint64_t track_launch(const KernelInfo& kernel, std::uint64_t key, std::uint64_t now_ns);
+    std::uint64_t track_launch(const KernelInfo& kernel, std::uint64_t key, std::uint64_t now_ns,
+                               bool gpu_written);
     void mark_finished_by_cpu(std::uint64_t seq);
     void write_trace(const LaunchTicket& ticket);
 
@@ -97,6 +101,8 @@ private:
     ClientSlot* slot_ = nullptr;
 
     std::once_flag completion_once_;
+    std::once_flag words_once_;
+    bool words_mapped_ = false;
     std::atomic<std::uint32_t> completion_mode_{static_cast<std::uint32_t>(CompletionMode::kNone)};
     CUdeviceptr completion_device_base_ = 0;
 

@@ -224,6 +224,7 @@ public:
         out["tracked_launches"] = s.tracked_launches.load();
         out["unknown_launches"] = s.unknown_launches.load();
         out["graph_launches"] = s.graph_launches.load();
+        out["graph_gpu_writes"] = s.graph_gpu_writes.load();
         out["blocked_launches"] = s.blocked_launches.load();
         out["blocked_ns"] = s.blocked_ns.load();
         out["redirected_launches"] = s.redirected_launches.load();

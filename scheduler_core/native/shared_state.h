@@ -20,7 +20,8 @@
 namespace orion {
 
 constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
-constexpr std::uint32_t kLayoutVersion = 2;  // 2: RunHeader::hp_completion
+// 2: RunHeader::hp_completion; 3: InflightEntry::gpu_written, ClientStats::graph_gpu_writes
+constexpr std::uint32_t kLayoutVersion = 3;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -71,7 +72,12 @@ struct InflightEntry {
     std::uint32_t sm_needed;
     std::uint8_t kernel_class;
     std::uint8_t known;
-    std::uint8_t reserved[2];
+    // 1: only the GPU-written completion word (or the staleness bound) ends this launch, whatever
+    // the client's completion mode; its expected end is a hint for sleeping, never a finish. Set
+    // for graph launches: one graph may run for milliseconds, and nothing about its length is
+    // known from the launch call.
+    std::uint8_t gpu_written;
+    std::uint8_t reserved;
     std::uint64_t reserved2[2];
 };
 static_assert(sizeof(InflightEntry) == 64);
@@ -117,10 +123,11 @@ struct ClientStats {
     std::atomic<std::uint64_t> capture_launches;    // launches into a capturing stream (passed through)
     std::atomic<std::uint64_t> streams_prioritised; // streams created with the role's priority
     std::atomic<std::uint64_t> trace_dropped;       // trace records overwritten before being read
+    std::atomic<std::uint64_t> graph_gpu_writes;    // graph completions the GPU was asked to write
     // Launch reasons count each launch once; wait reasons count each blocked launch once per
     // distinct reason it waited for.
     std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
-    std::atomic<std::uint64_t> reserved[5];
+    std::atomic<std::uint64_t> reserved[4];
 };
 
 struct alignas(64) ClientSlot {

@@ -29,6 +29,7 @@ bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t se
     }
     const RunHeader& header = view.header();
     if (header.stale_ns != 0 && now_ns > entry.launch_ns + header.stale_ns) return true;
+    if (entry.gpu_written != 0) return false;  // a graph: only its written completion ends it
     const auto mode = view.client(client).completion_mode.load(std::memory_order_relaxed);
     return mode == static_cast<std::uint32_t>(CompletionMode::kEstimate) &&
            now_ns >= entry.expected_end_ns;

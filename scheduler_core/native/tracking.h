@@ -10,8 +10,9 @@
 
 namespace orion {
 
-// Whether launch `seq` of `client` has finished: the GPU wrote its sequence number, or (fallback
-// mode) its estimated end passed, or it is older than the run's staleness bound.
+// Whether launch `seq` of `client` has finished: the GPU wrote its sequence number, or (estimating
+// clients, launches not marked `gpu_written`) its estimated end passed, or it is older than the
+// run's staleness bound.
 bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t seq,
                      std::uint64_t now_ns);
 
