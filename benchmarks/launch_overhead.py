@@ -1,6 +1,7 @@
 """Per-launch overhead of orion's hook, measured on the GPU in one run.
 
     python benchmarks/launch_overhead.py [--launches 100000] [--repeats 7] [--out DIR]
+        [--streams own,legacy]
 
 Builds `launch_overhead/empty_launch.cu` with nvcc and runs it, interleaved round by round so
 that clock and thermal drift hit every variant alike:
@@ -13,8 +14,15 @@ that clock and thermal drift hit every variant alike:
 - `orion HP gpu-write`: the same with `hp_completion` "gpu-write": one more driver call after
   every launch (`cuStreamWriteValue64`, so that the GPU writes the launch's completion word).
 
-Reports, per variant, the median and spread of the per-launch enqueue time (the CPU cost on the
-critical path) and of the time until the GPU finished, and the difference from `no library`.
+Each variant runs on two streams (`--streams`): `own`, a stream the program created, and `legacy`,
+the legacy default stream, which is where PyTorch launches unless told otherwise. On the legacy
+stream an HP client's launches take orion's longest path: the capture query, and the move to its
+private high-priority stream (an event and a wait before the launch, an event and a wait after
+it, so the program's ordering holds).
+
+Reports, per variant and stream, the median and spread of the per-launch enqueue time (the CPU
+cost on the critical path) and of the time until the GPU finished, and the difference from
+`no library` on the same stream.
 Writes `launch_overhead.json` and `launch_overhead.md` into --out.
 """
 
@@ -39,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SOURCE = ROOT / "benchmarks" / "launch_overhead" / "empty_launch.cu"
 VARIANTS = ("no library", "passthrough", "orion HP", "orion HP gpu-write")
+STREAMS = ("own", "legacy")
 # The variants that run in a scheduler run: (policy, role, hp_completion).
 RUN_VARIANTS = {
     "passthrough": ("passthrough", "be", "estimate"),
@@ -62,10 +71,12 @@ def measurement_cpu() -> int:
     return max(os.sched_getaffinity(0))
 
 
-def run_once(binary: Path, env: dict[str, str], launches: int) -> list[tuple[float, float]]:
+def run_once(
+    binary: Path, env: dict[str, str], launches: int, stream: str = "own"
+) -> list[tuple[float, float]]:
     cpu = measurement_cpu()
     done = subprocess.run(
-        [str(binary), str(launches), "3"],
+        [str(binary), str(launches), "3", stream],
         env=env,
         capture_output=True,
         text=True,
@@ -105,7 +116,16 @@ def main() -> int:
     parser.add_argument("--launches", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=7, help="processes per variant")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--streams",
+        type=lambda text: [item for item in text.split(",") if item],
+        default=list(STREAMS),
+        help="own (a stream the program made), legacy (the default stream PyTorch uses)",
+    )
     args = parser.parse_args()
+    unknown = [stream for stream in args.streams if stream not in STREAMS]
+    if unknown or not args.streams:
+        parser.error(f"--streams takes {', '.join(STREAMS)}, got {','.join(args.streams)}")
     gpu = gpu_facts(0)
     if gpu is None or gpu.sm_count is None:
         raise SystemExit("no CUDA GPU visible")
@@ -122,29 +142,38 @@ def main() -> int:
             hp_completion=hp_completion,
         )
 
-    samples: dict[str, dict[str, list[float]]] = {v: {"call": [], "total": []} for v in VARIANTS}
+    cells = [(variant, stream) for stream in args.streams for variant in VARIANTS]
+    samples: dict[tuple[str, str], dict[str, list[float]]] = {
+        cell: {"call": [], "total": []} for cell in cells
+    }
     with contextlib.ExitStack() as stack:
         runs = {}
         for variant, (policy, role, hp_completion) in RUN_VARIANTS.items():
             run = stack.enter_context(SchedulerRun(settings(policy, hp_completion)))
             # One slot per process: a slot is owned by the first process that joins it.
-            indices = [run.add_client(f"r{i}", role) for i in range(args.repeats)]
+            processes = args.repeats * len(args.streams)
+            indices = [run.add_client(f"r{i}", role) for i in range(processes)]
             run.publish()
-            runs[variant] = (run, indices)
-        for repeat in range(args.repeats):
-            for variant in VARIANTS:
+            runs[variant] = (run, iter(indices))
+        for _ in range(args.repeats):
+            for variant, stream in cells:
                 if variant == "no library":
                     env = plain_environment()
                 else:
                     run, indices = runs[variant]
-                    env = run.client_environment(indices[repeat])
-                for call_ns, total_ns in run_once(binary, env, args.launches):
-                    samples[variant]["call"].append(call_ns)
-                    samples[variant]["total"].append(total_ns)
+                    env = run.client_environment(next(indices))
+                for call_ns, total_ns in run_once(binary, env, args.launches, stream):
+                    samples[variant, stream]["call"].append(call_ns)
+                    samples[variant, stream]["total"].append(total_ns)
         client_stats = {variant: run.stats()["r0"] for variant, (run, _) in runs.items()}
 
-    baseline_call = statistics.median(samples["no library"]["call"])
-    baseline_total = statistics.median(samples["no library"]["total"])
+    baseline = {
+        stream: (
+            statistics.median(samples["no library", stream]["call"]),
+            statistics.median(samples["no library", stream]["total"]),
+        )
+        for stream in args.streams
+    }
     results = {
         "benchmark": "launch_overhead",
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -160,13 +189,17 @@ def main() -> int:
         .stdout.strip()
         .splitlines()[-1],
         "variants": {
-            variant: {
-                "call_ns": summarize(samples[variant]["call"]),
-                "total_ns": summarize(samples[variant]["total"]),
-                "added_call_ns": statistics.median(samples[variant]["call"]) - baseline_call,
-                "added_total_ns": statistics.median(samples[variant]["total"]) - baseline_total,
+            f"{variant} / {stream} stream": {
+                "variant": variant,
+                "stream": stream,
+                "call_ns": summarize(samples[variant, stream]["call"]),
+                "total_ns": summarize(samples[variant, stream]["total"]),
+                "added_call_ns": statistics.median(samples[variant, stream]["call"])
+                - baseline[stream][0],
+                "added_total_ns": statistics.median(samples[variant, stream]["total"])
+                - baseline[stream][1],
             }
-            for variant in VARIANTS
+            for variant, stream in cells
         },
         "client_stats": {
             variant: {key: stats[key] for key in STAT_KEYS}
@@ -185,14 +218,15 @@ def main() -> int:
         f"3 rounds per process, {args.repeats} processes per variant, variants interleaved, every "
         f"process pinned to CPU {measurement_cpu()}).",
         "",
-        "| variant | enqueue ns/launch (median) | p10-p90 | added vs no library | "
+        "| variant | stream | enqueue ns/launch (median) | p10-p90 | added vs no library | "
         "until GPU done ns/launch | added |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
-    for variant, row in results["variants"].items():
+    for row in results["variants"].values():
         call, total = row["call_ns"], row["total_ns"]
         lines.append(
-            f"| {variant} | {call['median']:.0f} | {call['p10']:.0f}-{call['p90']:.0f} | "
+            f"| {row['variant']} | {row['stream']} | {call['median']:.0f} | "
+            f"{call['p10']:.0f}-{call['p90']:.0f} | "
             f"{row['added_call_ns']:+.0f} | {total['median']:.0f} | {row['added_total_ns']:+.0f} |"
         )
     (out_dir / "launch_overhead.md").write_text("\n".join(lines) + "\n")

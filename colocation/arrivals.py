@@ -29,14 +29,15 @@ import hashlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field, ValidationInfo, field_validator
 
+from colocation.jobs_fields import PathField, StrictModel, existing_file, problem
 from orion_common.errors import OrionError
 
-if TYPE_CHECKING:
-    from colocation.config import ArrivalsModel
+ARRIVAL_KINDS = ("closed", "poisson", "uniform", "trace")
 
 _CHUNK = 4096
 """Arrivals generated per step. Fixed (not a parameter) because Poisson offsets are cumulative
@@ -91,6 +92,76 @@ def read_trace_ms(path: str | Path) -> np.ndarray:
     if not values:
         raise OrionError(f"{path}: no inter-arrival times in the file (only blanks or comments)")
     return np.asarray(values, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# the arrivals models of jobs.json (clients[].arrivals)
+
+
+class ClosedArrivals(StrictModel):
+    """The next request is issued when the previous one finished, after ``think_ms``."""
+
+    kind: Literal["closed"]
+    think_ms: Annotated[float, Field(ge=0)] = 0.0
+
+
+class PoissonArrivals(StrictModel):
+    """Open loop: exponential inter-arrival times with mean ``1 / rate_per_s``."""
+
+    kind: Literal["poisson"]
+    rate_per_s: Annotated[float, Field(gt=0)]
+
+
+class UniformArrivals(StrictModel):
+    """Open loop: one request every ``1 / rate_per_s`` seconds, the first at the start."""
+
+    kind: Literal["uniform"]
+    rate_per_s: Annotated[float, Field(gt=0)]
+
+
+class TraceArrivals(StrictModel):
+    """Open loop: inter-arrival times (ms) read from a text file, one per line."""
+
+    kind: Literal["trace"]
+    path: PathField
+    repeat: bool = Field(default=True, validate_default=True)
+
+    @field_validator("path")
+    @classmethod
+    def _trace_file_is_usable(cls, value: Path, info: ValidationInfo) -> Path:
+        resolved = existing_file(value, info)
+        try:
+            read_trace_ms(resolved)
+        except OrionError as exc:
+            raise problem(exc.message) from None
+        return resolved
+
+    @field_validator("repeat")
+    @classmethod
+    def _repeat_needs_time_to_pass(cls, value: bool, info: ValidationInfo) -> bool:
+        path = info.data.get("path")
+        if value and path is not None and float(read_trace_ms(path).sum()) <= 0:
+            raise problem(
+                "every inter-arrival time in the trace is 0, so repeating it would issue endless "
+                "requests at one instant; set repeat to false or add a non-zero gap"
+            )
+        return value
+
+
+ArrivalsModel = Annotated[
+    ClosedArrivals | PoissonArrivals | UniformArrivals | TraceArrivals,
+    Field(discriminator="kind"),
+]
+ARRIVAL_MODELS: dict[str, type[StrictModel]] = {
+    "closed": ClosedArrivals,
+    "poisson": PoissonArrivals,
+    "uniform": UniformArrivals,
+    "trace": TraceArrivals,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# schedules
 
 
 def is_open_loop(arrivals: ArrivalsModel) -> bool:

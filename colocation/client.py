@@ -211,6 +211,8 @@ class Client:
                 "done": progress.done,
                 "unfinished": self.unfinished,
                 "last_end_s": self.last_end_s,
+                # Data rows written to the table, recorded in run.json to detect a cut table.
+                "rows": table.rows,
             }
         )
         _log(f"{spec.name}: finished, {progress.done} done, {self.unfinished} unfinished")
@@ -361,7 +363,7 @@ def _arrivals_model(spec: ClientSpec, run_dir: Path) -> Any:
     """The validated arrivals model (done during warm-up: the imports take a while)."""
     from pydantic import TypeAdapter
 
-    from colocation.config import ArrivalsModel
+    from colocation.arrivals import ArrivalsModel
 
     return TypeAdapter(ArrivalsModel).validate_python(
         spec.arrivals or {"kind": "closed"}, context={"base_dir": run_dir}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from colocation.signals import DeferredSignals, sigterm_as_interrupt
-from orion_common import sysinfo
+from orion_common import prerequisites
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 
@@ -45,10 +45,6 @@ def with_sm_share(environment: dict[str, str], sm_percent: int | None) -> dict[s
 # sockaddr_un holds 108 bytes; the daemon's longest socket name in the pipe folder is
 # "control_privileged".
 _MAX_PIPE_DIR_CHARS = 107 - len("/control_privileged")
-_MPS_HINT = (
-    "install the NVIDIA driver's MPS tools (nvidia-cuda-mps-control) or put them on PATH, "
-    "or pick a policy without MPS: dedicated or timeslice"
-)
 
 
 @dataclass(frozen=True)
@@ -71,12 +67,7 @@ class MpsDaemon:
 
 def require_mps_control() -> Path:
     """``nvidia-cuda-mps-control``, or a clear refusal naming the alternatives."""
-    control = sysinfo.find_mps_control()
-    if control is None:
-        raise OrionError(
-            "this policy runs under MPS, but nvidia-cuda-mps-control was not found", _MPS_HINT
-        )
-    return control
+    return prerequisites.require(prerequisites.check_mps_control()).found
 
 
 def _wait_gone(pid: int, timeout_s: float) -> bool:
@@ -147,7 +138,9 @@ def _start(
         except subprocess.TimeoutExpired:
             raise OrionError(f"{control} -d did not return within {timeout_s:.0f} s") from None
         except OSError as exc:
-            raise OrionError(f"cannot run {control}: {exc.strerror or exc}", _MPS_HINT) from None
+            raise OrionError(
+                f"cannot run {control}: {exc.strerror or exc}", prerequisites.MPS_HINT
+            ) from None
     if result.returncode != 0:
         detail = _tail(start_log) or _tail(log_dir / "control.log")
         raise OrionError(

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation.config import ClientConfig, JobsConfig, resolve_profiles
+from colocation.config import JobsConfig
 from colocation.policies import Policy
-from orion_common import sysinfo
+from colocation.profiles import default_profile_for, load_profiles, resolve_profiles
+from orion_common import prerequisites, sysinfo
 from orion_common.errors import OrionError
+from scheduler_core.library import native_checks
 
 CLIENT_DEVICE_ENV = "ORION_CLIENT_DEVICE"
 """For tests and CPU-only development: ``cpu`` runs every client's workload on the CPU, so the
@@ -66,18 +68,15 @@ def client_device(config: JobsConfig) -> str:
 def _gpu_problems(device: str, environment: dict[str, Any], gpu: int) -> list[str]:
     if not device.startswith("cuda"):
         return []
-    problems = []
-    if environment.get("gpu_name") is None:
-        problems.append(
-            f"no NVIDIA GPU {gpu} is visible (NVML and torch see none); "
-            "colocation measures GPU sharing and needs one"
-        )
-    elif environment.get("torch_cuda_version") is None and environment.get("torch_version"):
-        problems.append(
-            f"torch {environment['torch_version']} is a CPU-only build; clients could not use "
-            "the GPU (install a CUDA build of torch)"
-        )
-    return problems
+    gpu_check = prerequisites.check_gpu(gpu, environment=environment)
+    if not gpu_check.ok:
+        return [f"{gpu_check.problem}; colocation measures GPU sharing and needs one"]
+    torch_build = prerequisites.check_torch_build(environment)
+    if not torch_build.ok:
+        return [
+            f"{torch_build.problem}; clients could not use the GPU (install a CUDA build of torch)"
+        ]
+    return []
 
 
 def _workload_problems(config: JobsConfig, device: str) -> list[str]:
@@ -102,17 +101,7 @@ def _workload_problems(config: JobsConfig, device: str) -> list[str]:
 
 
 def _preload_problems() -> list[str]:
-    from scheduler_core.library import check_preload_library, native_module
-
-    problems = []
-    loads, detail = check_preload_library()
-    if not loads:
-        problems.append(detail)
-    try:
-        native_module()
-    except OrionError as exc:
-        problems.append(exc.message)
-    return problems
+    return [check.problem or check.value for check in native_checks() if check.ok is False]
 
 
 def _system_mps_warning(policy: Policy) -> list[str]:
@@ -140,43 +129,6 @@ def _system_mps_warning(policy: Policy) -> list[str]:
         f"policy {policy.name!r} will run under it, not alone; stop it for a fair comparison "
         "(echo quit | nvidia-cuda-mps-control)"
     ]
-
-
-def default_profile_for(gpu_name: str | None) -> Any:
-    """Where ``orion profile`` keeps a client's profile on this GPU (its default location)."""
-    from postprocess import default_profile_path
-
-    def where(client: ClientConfig) -> Path:
-        graph = default_profile_path(
-            client.workload,
-            client.mode,
-            client.batch_size,
-            client.dtype,
-            gpu_name or "",
-            cuda_graph=client.cuda_graph,
-        )
-        if client.cuda_graph and not graph.is_file():
-            # The eager profile has the same kernels; resolve_profiles warns about the mismatch.
-            return default_profile_path(
-                client.workload, client.mode, client.batch_size, client.dtype, gpu_name or ""
-            )
-        return graph
-
-    return where
-
-
-def _load_profiles(paths: dict[str, Path | None]) -> dict[str, Any]:
-    from postprocess import read_profile
-
-    profiles: dict[str, Any] = {}
-    for name, path in paths.items():
-        if path is None:
-            continue
-        try:
-            profiles[name] = read_profile(path)
-        except OrionError as exc:
-            raise OrionError(f"client {name!r}: {exc.message}", hint=exc.hint) from None
-    return profiles
 
 
 def _sm_count(environment: dict[str, Any], config: JobsConfig, profiles: dict[str, Any]) -> int:
@@ -227,8 +179,6 @@ def prepare_run(config: JobsConfig) -> RunPlan:
     modules, MPS, preload library), then with the profile problems
     (:class:`colocation.config.JobsConfigError`), so nothing starts that cannot finish.
     """
-    from colocation.mps import require_mps_control
-
     policy = config.policy
     device = client_device(config)
     environment = sysinfo.software_summary(config.run.gpu)
@@ -236,10 +186,10 @@ def prepare_run(config: JobsConfig) -> RunPlan:
     problems += _workload_problems(config, device)
     mps_control: Path | None = None
     if policy.uses_mps:
-        try:
-            mps_control = require_mps_control()
-        except OrionError as exc:
-            problems.append(f"policy {policy.name!r} runs under MPS: {exc.message} ({exc.hint})")
+        mps = prerequisites.check_mps_control()
+        mps_control = mps.found
+        if not mps.ok:
+            problems.append(f"policy {policy.name!r} runs under MPS: {mps.problem} ({mps.hint})")
     problems += _preload_problems()
     if problems:
         lines = "\n".join(f"  {problem}" for problem in problems)
@@ -252,7 +202,7 @@ def prepare_run(config: JobsConfig) -> RunPlan:
     resolved = resolve_profiles(
         config, gpu_name, default_profile_for(environment.get("gpu_name")), environment=environment
     )
-    profiles = _load_profiles(resolved.paths) if policy.needs_profiles else {}
+    profiles = load_profiles(resolved.paths) if policy.needs_profiles else {}
     sm_count = _sm_count(environment, config, profiles)
     return RunPlan(
         config=config,

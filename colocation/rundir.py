@@ -23,49 +23,25 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 
-RUN_FORMAT = "orion-run"
-RUN_VERSION = 1
+# The format itself (name, version, statuses, table schemas) is declared in orion_common.run_format;
+# these names are what the writers use: a table's header is every declared column.
+RUN_FORMAT = run_format.FORMAT
+RUN_VERSION = run_format.VERSION
 DISTRIBUTION = "orion-gpu-share"
 
-STATUS_RUNNING = "running"
-STATUS_COMPLETE = "complete"
-STATUS_INCOMPLETE = "incomplete"
-STATUS_FAILED = "failed"
+STATUS_RUNNING = run_format.STATUS_RUNNING
+STATUS_COMPLETE = run_format.STATUS_COMPLETE
+STATUS_INCOMPLETE = run_format.STATUS_INCOMPLETE
+STATUS_FAILED = run_format.STATUS_FAILED
 
-INFERENCE_COLUMNS = (
-    "request",
-    "arrival_s",
-    "start_s",
-    "end_s",
-    "latency_ms",
-    # How long the request's step() call took to enqueue its GPU work, in wall time and in the
-    # client thread's CPU time: tells a host-bound request (long enqueue) from a GPU-bound one,
-    # and a thread that was descheduled (wall >> CPU) from one that was busy.
-    "enqueue_ms",
-    "enqueue_cpu_ms",
-)
-TRAINING_COLUMNS = ("iteration", "start_s", "end_s", "duration_ms", "samples")
-GPU_COLUMNS = (
-    "time_s",
-    "sm_util_pct",
-    "mem_util_pct",
-    "mem_used_mib",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-)
-TRACE_COLUMNS = (
-    "client",
-    "seq",
-    "kernel_name",
-    "kernel_class",
-    "sm_needed",
-    "duration_ns",
-    "enqueue_s",
-    "launch_s",
-)
+INFERENCE_COLUMNS = run_format.column_names(run_format.INFERENCE_COLUMNS)
+TRAINING_COLUMNS = run_format.column_names(run_format.TRAINING_COLUMNS)
+GPU_COLUMNS = run_format.column_names(run_format.GPU_COLUMNS)
+TRACE_COLUMNS = run_format.column_names(run_format.TRACE_COLUMNS)
 
 
 def utc_now() -> str:
@@ -197,6 +173,11 @@ class RunRecord:
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
 
+    def record_table_rows(self, rows: dict[str, int]) -> None:
+        """Keep, per table (path relative to the run directory), the data rows its writer wrote,
+        so a reader can tell a table cut after the run from one that was short all along."""
+        self.data[run_format.TABLE_ROWS_KEY] = {str(k): int(v) for k, v in sorted(rows.items())}
+
     def finish(self, status: str) -> None:
         """Record the end state and time; the run's record is final after this."""
         self.data["status"] = status
@@ -221,6 +202,33 @@ class RunRecord:
         else:
             self.note(f"the runner stopped on an error: {exc_type.__name__}: {exc}")
         self.finish(STATUS_INCOMPLETE)
+
+
+_rows_at_close: dict[Path, int] = {}
+_rows_lock = threading.Lock()
+
+
+def _note_rows_at_close(path: Path, rows: int) -> None:
+    with _rows_lock:
+        _rows_at_close[path.resolve()] = rows
+
+
+def rows_at_close(path: Path) -> int | None:
+    """The data rows a :class:`CsvTable` of this process had written to ``path`` when it was
+    closed (``None``: no table of this process closed it). The runner records them in run.json
+    for the tables it writes itself (gpu.csv, trace.csv)."""
+    with _rows_lock:
+        return _rows_at_close.get(path.resolve())
+
+
+def table_rows(path: Path, reported: int | None = None) -> int:
+    """The rows to record for the table at ``path``: what its writer reported (``reported``, a
+    client process's count) or, for a table of this process, counted at close; failing both
+    (a writer killed before it could say), the whole rows on disk now that it has stopped."""
+    if reported is not None:
+        return reported
+    closed = rows_at_close(path)
+    return closed if closed is not None else run_format.count_rows(path)
 
 
 def format_cell(value: Any) -> str:
@@ -269,6 +277,7 @@ class CsvTable:
         self._last_flush = time.monotonic()
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not path.exists() or path.stat().st_size == 0
+        self.rows_before = 0 if fresh else run_format.count_rows(path)
         self._file = path.open("a", encoding="utf-8", newline="")
         if fresh:
             buffer = io.StringIO()
@@ -304,12 +313,18 @@ class CsvTable:
             self._file.flush()
             self.rows_written += len(lines)
 
+    @property
+    def rows(self) -> int:
+        """Data rows in the file from this writer and any before it (pending ones excluded)."""
+        return self.rows_before + self.rows_written
+
     def close(self) -> None:
         self.flush()
         with self._lock:
             if not self._file.closed:
                 os.fsync(self._file.fileno())
                 self._file.close()
+                _note_rows_at_close(self.path, self.rows)
 
     def __enter__(self) -> CsvTable:
         return self

@@ -40,9 +40,11 @@ from colocation.rundir import (
     STATUS_FAILED,
     RunRecord,
     create_run_dir,
+    table_rows,
 )
 from colocation.scheduler_log import SchedulerRecorder
 from colocation.signals import DeferredSignals, sigterm_as_interrupt
+from orion_common import run_format
 
 START_DELAY_S = 0.5
 """Between the last client becoming ready and the window's start: every client has the start
@@ -210,6 +212,7 @@ class _Runner:
 
     def _set_up(self) -> None:
         from postprocess import kernel_identity_table
+        from postprocess.graphs import graph_wall_time_ns, is_graph_profile
         from scheduler_core import SchedulerRun
 
         self.scheduler = self.stack.enter_context(SchedulerRun(self.plan.settings))
@@ -217,6 +220,9 @@ class _Runner:
             profile = self.plan.profiles.get(client.name)
             kernels = kernel_identity_table(profile) if profile is not None else None
             index = self.scheduler.add_client(client.name, client.role, kernels)
+            if profile is not None and is_graph_profile(profile):
+                # The graph launches as a unit: the library finds it by its kernel nodes.
+                self.scheduler.add_graph(index, profile.kernels, graph_wall_time_ns(profile))
             self.clients.append(ClientProcess(client, index, self.run_dir))
             self._spec(client).write(spec_path(self.run_dir, client.name))
         self.scheduler.publish()
@@ -484,7 +490,25 @@ class _Runner:
                     self.record.note(self.monitor.clock_note)
                 for note in self.mps_notes:
                     self.record.note(note)
+                self._record_table_rows()
                 self._save()
+
+    def _record_table_rows(self) -> None:
+        """Every table is closed now: record the rows each holds, so a reader sees a cut one."""
+        rows: dict[str, int] = {}
+        for client in self.clients:
+            entry = self.record.client(client.name)
+            table = str(entry.get("table") or run_format.client_table(client.name))
+            path = self.run_dir / table
+            if path.is_file():
+                reported = client.finished_info.get("rows")
+                known = reported if isinstance(reported, int) and reported >= 0 else None
+                rows[table] = table_rows(path, known)
+        for table in (run_format.GPU_TABLE, run_format.TRACE_TABLE):
+            path = self.run_dir / table
+            if path.is_file():
+                rows[table] = table_rows(path)
+        self.record.record_table_rows(rows)
 
     def _finish(self) -> RunOutcome:
         failed = tuple(c.name for c in self.clients if c.failed)

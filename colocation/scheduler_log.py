@@ -9,7 +9,6 @@ run keeps what the scheduler saw up to then.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ class SchedulerRecorder:
         self._scheduler = scheduler
         self._clock = clock
         self._stats_path = run_dir / "scheduler.json"
-        self._seq: dict[str, int] = defaultdict(int)
         self._trace: CsvTable | None = None
         if scheduler.settings.trace_capacity:
             self._trace = CsvTable(run_dir / "trace.csv", TRACE_COLUMNS)
@@ -39,19 +37,17 @@ class SchedulerRecorder:
             return 0
         records = self._scheduler.drain_trace()
         for row in records.itertuples(index=False):
-            client = str(row.client)
-            seq = self._seq[client]
-            self._seq[client] = seq + 1
             self._trace.append(
                 (
-                    client,
-                    seq,
+                    str(row.client),
+                    int(row.seq),  # the library's record number: gaps are lost records
                     str(row.kernel_name),
                     str(row.kernel_class),
                     int(row.sm_needed),
                     int(row.duration_ns),
                     self._seconds(row.enqueue_ns),
                     self._seconds(row.launch_ns),
+                    str(row.reason),
                 )
             )
         self._trace.flush()

@@ -195,13 +195,13 @@ def colocate_command(
     Every client is a separate process; latencies, throughput, GPU utilisation and the
     scheduler's statistics are recorded in a new run directory for `orion report`.
     """
-    from colocation.config import EXAMPLE_JOBS, load_jobs
+    from colocation.config import example_jobs, load_jobs
     from colocation.overrides import with_overrides
     from colocation.preflight import prepare_run
     from colocation.runner import run_jobs
 
     if example:
-        typer.echo(EXAMPLE_JOBS, nl=False)
+        typer.echo(example_jobs(), nl=False)
         return
     if jobs is None:
         raise OrionError("give a jobs file: orion colocate JOBS.json", hint=_EXAMPLE_HINT)

@@ -6,9 +6,15 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import console, handle_errors
-from orion_common.doctor import blockers, run_checks
+from orion_common.prerequisites import Check, blockers, machine_checks
+from scheduler_core.library import native_checks
 
 _MARK = {True: "[green]ok[/]", False: "[red]missing[/]", None: "[dim]info[/]"}
+
+
+def run_checks() -> list[Check]:
+    """Every check, in the order a user reads them: GPU, Python stack, tools, orion itself."""
+    return [*machine_checks(), *native_checks()]
 
 
 @handle_errors

@@ -18,6 +18,10 @@ from rich.table import Table
 from orion_cli._common import console, handle_errors
 from reporting import load_runs, report_json, report_tables, write_report
 from reporting.summary import target_met_text
+from reporting.tail import NO_TRACE_NOTE
+
+_NO_TRACE_TEXT = NO_TRACE_NOTE.replace("`", "")
+"""The note for a run without a trace, without Markdown's backquotes."""
 
 # (column, header, format) for each table; formats are str.format specs.
 _CLIENT_VIEW = [
@@ -67,6 +71,22 @@ _GPU_VIEW = [
     ("sm_clock_median_mhz", "SM MHz (median)", "{:.0f}"),
     ("sm_clock_min_mhz", "SM MHz (min)", "{:.0f}"),
     ("mem_clock_median_mhz", "memory MHz (median)", "{:.0f}"),
+]
+_TAIL_VIEW = [
+    ("run", "run", "{}"),
+    ("client", "client", "{}"),
+    ("slow_requests", "slow", "{}"),
+    ("mean_latency_ms", "mean slow ms", "{:.2f}"),
+    ("be_outstanding_ms", "BE at arrival ms", "{:.2f}"),
+    ("share_be_outstanding", "share", "{:.0%}"),
+    ("be_admitted_ms", "BE beside ms", "{:.2f}"),
+    ("share_be_admitted", "share", "{:.0%}"),
+    ("queue_ms", "HP queue ms", "{:.2f}"),
+    ("share_queue", "share", "{:.0%}"),
+    ("rest_ms", "rest ms", "{:.2f}"),
+    ("share_rest", "share", "{:.0%}"),
+    ("top_be_kernel", "top BE kernel", "{}"),
+    ("reasons", "reasons beside", "{}"),
 ]
 
 
@@ -210,6 +230,12 @@ def report_command(
         print_table(out, "policies side by side", headline, _HEADLINE_VIEW)
     if not tables.gpu.empty and tables.gpu["samples"].gt(0).any():
         print_table(out, "GPU during the window (NVML)", tables.gpu, _GPU_VIEW)
+    traced = tables.tail[tables.tail["traced"].astype(bool)] if len(tables.tail) else tables.tail
+    if len(traced):
+        print_table(out, "where the HP tail comes from (requests above p95)", traced, _TAIL_VIEW)
+    for row in tables.tail.to_dict("records"):
+        if not row["traced"]:
+            out.print(f"- {row['run']} ({row['client']}): {_NO_TRACE_TEXT}", highlight=False)
     for verdict in tables.verdicts:
         out.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:

@@ -229,13 +229,6 @@ def profiling_counters_allowed() -> tuple[bool | None, str]:
     return False, "driver restricts GPU performance counters to administrators (ERR_NVGPUCTRPERM)"
 
 
-COUNTER_PERMISSION_HINT = (
-    "run as root, or let all users read counters: add 'options nvidia "
-    "NVreg_RestrictProfilingToAdminUsers=0' to /etc/modprobe.d/nvidia-profiling.conf and reload "
-    "the driver (see https://developer.nvidia.com/ERR_NVGPUCTRPERM)"
-)
-
-
 def software_summary(gpu_index: int = 0) -> dict[str, Any]:
     """The versions every profile and run records, so results can be compared and reproduced."""
     gpu = gpu_facts(gpu_index)

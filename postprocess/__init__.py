@@ -42,6 +42,7 @@ from postprocess.profile_format import (
     default_profile_path,
     profile_compatibility_warnings,
     read_profile,
+    read_profile_header,
     write_profile,
 )
 from postprocess.summary import ProfileSummary, sm_needed_bins, summarize_profile
@@ -82,6 +83,7 @@ __all__ = [
     "profile_compatibility_warnings",
     "read_ncu_raw_csv",
     "read_profile",
+    "read_profile_header",
     "sm_needed_bins",
     "summarize_profile",
     "write_profile",

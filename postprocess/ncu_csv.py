@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 import pandas as pd
 
 from orion_common.errors import OrionError
-from orion_common.sysinfo import COUNTER_PERMISSION_HINT
+from orion_common.prerequisites import COUNTER_PERMISSION_HINT
 from postprocess.demangle import demangle
 from postprocess.metrics import (
     COMPUTE_CAPABILITY_COLUMN,

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,19 +195,53 @@ def _parse_metadata(second_line: str, version: int, source: Path) -> dict[str, A
     return metadata
 
 
+def _not_found(source: Path) -> OrionError:
+    return OrionError(f"profile not found: {source}", hint="make one with 'orion profile'")
+
+
+def _cannot_read(source: Path, error: OSError | UnicodeDecodeError) -> OrionError:
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+    return OrionError(f"cannot read profile {source}: {reason}", hint=_REPROFILE_HINT)
+
+
+def _too_short(source: Path) -> OrionError:
+    return OrionError(
+        f"{source} is not an orion profile: expected a format line, a metadata line and a table",
+        hint=_REPROFILE_HINT,
+    )
+
+
+def read_profile_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A profile's metadata (line 2), its format and version checked, without the kernel table.
+
+    Reads the two header lines only, so checking many profiles stays cheap; raises the same
+    :class:`OrionError` as :func:`read_profile` for anything wrong in them.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise _not_found(source)
+    try:
+        with source.open(encoding="utf-8") as handle:
+            first, second = handle.readline(), handle.readline()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _cannot_read(source, error) from None
+    if not second.endswith("\n"):
+        raise _too_short(source)
+    return _parse_metadata(second, _parse_version(first, source), source)
+
+
 def read_profile(path: str | os.PathLike[str]) -> Profile:
     """Load and validate a profile; raise :class:`OrionError` when it cannot be trusted."""
     source = Path(path)
     if not source.is_file():
-        raise OrionError(f"profile not found: {source}", hint="make one with 'orion profile'")
-    text = source.read_text(encoding="utf-8")
+        raise _not_found(source)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise _cannot_read(source, error) from None
     lines = text.split("\n", 2)
     if len(lines) < 3:
-        raise OrionError(
-            f"{source} is not an orion profile: expected a format line, a metadata line and "
-            "a table",
-            hint=_REPROFILE_HINT,
-        )
+        raise _too_short(source)
     version = _parse_version(lines[0], source)
     metadata = _parse_metadata(lines[1], version, source)
     try:
@@ -241,15 +276,19 @@ def _differs(old: Any, new: Any) -> bool:
     return str(old).strip() != str(new).strip()
 
 
-def profile_compatibility_warnings(profile: Profile, current: dict[str, Any]) -> list[str]:
+def profile_compatibility_warnings(
+    profile: Profile | Mapping[str, Any], current: Mapping[str, Any]
+) -> list[str]:
     """One sentence per fact that differs between where the profile was made and ``current``.
 
+    ``profile`` is a :class:`Profile` or just its metadata (:func:`read_profile_header`).
     ``current`` is shaped like :func:`orion_common.sysinfo.software_summary`. A value unknown on
     either side (None or absent) is skipped: no evidence is not a mismatch.
     """
+    metadata = profile.metadata if isinstance(profile, Profile) else profile
     warnings: list[str] = []
     for key, (label, consequence) in _COMPATIBILITY_CHECKS.items():
-        made_with, here = profile.metadata.get(key), current.get(key)
+        made_with, here = metadata.get(key), current.get(key)
         if made_with is None or here is None or not _differs(made_with, here):
             continue
         warnings.append(

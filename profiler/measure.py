@@ -112,6 +112,54 @@ def kernel_rows_from_trace(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     return kernels
 
 
+def gpu_span_ns(trace: Mapping[str, Any]) -> float | None:
+    """From the first kernel's start to the last kernel's end in one step's trace, in ns.
+
+    This is the step's wall time on the GPU, gaps between kernels included: for a step replayed as
+    a CUDA graph, the time the graph occupies the GPU, which the scheduler needs to know how long
+    a launched graph holds its SMs (the sum of its kernels' durations leaves the gaps out). None
+    when the trace has no kernel.
+    """
+    events = trace.get("traceEvents", []) if isinstance(trace, Mapping) else []
+    starts, ends = [], []
+    for event in events:
+        if not isinstance(event, Mapping) or event.get("cat") != "kernel" or event.get("ph") != "X":
+            continue
+        try:
+            start, duration = float(event["ts"]), float(event.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        starts.append(start)
+        ends.append(start + duration)
+    if not starts:
+        return None
+    return (max(ends) - min(starts)) * 1000.0  # Chrome traces are in microseconds
+
+
+def write_spans(spans: list[float | None], path: str | Path) -> None:
+    """``measured_span.json``: each measured step's GPU span and their median (ns)."""
+    import json
+    import statistics
+
+    known = [span for span in spans if span is not None]
+    record = {
+        "step_gpu_span_ns": spans,
+        "median_ns": statistics.median(known) if known else None,
+    }
+    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def read_span_median(path: str | Path) -> float | None:
+    """The median step GPU span recorded by :func:`write_spans`; None when absent or unreadable."""
+    import json
+
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8")).get("median_ns")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 def steps_table(steps: Iterable[list[dict[str, Any]]]) -> pd.DataFrame:
     """One table of several steps' kernel rows, numbered by step and position (``STEP_COLUMNS``)."""
     rows = [

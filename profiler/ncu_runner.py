@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from orion_common.errors import OrionError
-from orion_common.sysinfo import COUNTER_PERMISSION_HINT
+from orion_common.prerequisites import COUNTER_PERMISSION_HINT, NCU_HINT
 from postprocess import (
     DEFAULT_METRIC_SET,
     METRIC_SETS,
@@ -386,7 +386,7 @@ def _start(
     except OSError as error:
         raise OrionError(
             f"could not start ncu ({command[0]}): {error.strerror or error}",
-            hint="install Nsight Compute, put ncu on PATH, or set ORION_NCU=/path/to/ncu",
+            hint=NCU_HINT,
         ) from None
 
 

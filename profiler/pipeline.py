@@ -33,10 +33,10 @@ from typing import Any
 
 import pandas as pd
 
-from orion_common import sysinfo
+from orion_common import prerequisites, sysinfo
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
-from orion_common.sysinfo import COUNTER_PERMISSION_HINT, GpuFacts
+from orion_common.sysinfo import GpuFacts
 from postprocess import (
     DEFAULT_METRIC_SET,
     MatchReport,
@@ -49,7 +49,7 @@ from postprocess import (
     summarize_profile,
     write_profile,
 )
-from profiler.measure import StepConsistency, check_steps, read_measured
+from profiler.measure import StepConsistency, check_steps, read_measured, read_span_median
 from profiler.ncu_runner import (
     NCU_LOG,
     RAW_CSV,
@@ -71,6 +71,7 @@ from workloads import WorkloadSpec
 
 MEASURED_CSV = "measured.csv"
 MEASURED_STEPS_CSV = "measured_steps.csv"
+MEASURED_SPAN_JSON = "measured_span.json"  # written by the measure pass beside measured.csv
 MEASURE_LOG = "measure.log"
 SOFTWARE_JSON = "software.json"
 PROFILE_CSV = "profile.csv"
@@ -89,8 +90,6 @@ phase) / 229 kernels: full (SOL metrics, 10 passes) (77.3 - 6.0) / 229 = 0.31 s
 the first 80 of those kernels gave 0.35 s (SOL) and 0.16 s (a similar 4-pass set). It grows with
 the memory the process holds, which ncu saves and restores per pass, so it is only a first guess
 for the progress display."""
-
-_NO_NCU_HINT = "install Nsight Compute, put ncu on PATH, or set ORION_NCU=/path/to/ncu"
 
 
 class ProgressListener:
@@ -162,31 +161,20 @@ class ProfileResult:
 
 def detect_gpu() -> GpuFacts:
     """The GPU torch will profile on, or a clear OrionError when there is none."""
-    try:
-        import torch
-    except ImportError:
+    if not prerequisites.check_torch().ok:
         raise OrionError(
             "orion profile needs torch with CUDA, and torch is not installed",
             hint="pip install torch (a CUDA build matching the NVIDIA driver)",
-        ) from None
-    try:
-        available = bool(torch.cuda.is_available())
-    except Exception:  # a broken driver install raises instead of answering False
-        available = False
-    if not available:
-        built_for = torch.version.cuda
-        why = (
-            f"torch {torch.__version__} is a CPU-only build"
-            if built_for is None
-            else (f"torch {torch.__version__} (CUDA {built_for}) sees no CUDA GPU")
         )
+    torch_cuda = prerequisites.check_torch_cuda()
+    if torch_cuda.ok is False:
         raise OrionError(
-            f"orion profile needs an NVIDIA GPU: {why}",
+            f"orion profile needs an NVIDIA GPU: {torch_cuda.problem}",
             hint="run on a machine with an NVIDIA GPU and a CUDA build of torch "
             "(`orion doctor` shows what is missing), or re-process an existing ncu CSV with "
             "--from-ncu",
         )
-    gpu = sysinfo.gpu_facts(0)
+    gpu = prerequisites.check_gpu(0).found
     if gpu is None:
         raise OrionError("torch reports a CUDA GPU but its properties cannot be read")
     return gpu
@@ -195,21 +183,8 @@ def detect_gpu() -> GpuFacts:
 def check_prerequisites() -> Prerequisites:
     """GPU, then ncu, then counter permission: each missing piece is one clear error."""
     gpu = detect_gpu()
-    ncu = sysinfo.find_ncu()
-    if ncu is None:
-        override = os.environ.get("ORION_NCU")
-        where = (
-            f"ORION_NCU={override} is not an executable file"
-            if override
-            else ("not on PATH nor in /usr/local/cuda/bin")
-        )
-        raise OrionError(f"Nsight Compute (ncu) not found: {where}", hint=_NO_NCU_HINT)
-    allowed, detail = sysinfo.profiling_counters_allowed()
-    if allowed is False:
-        raise OrionError(
-            f"this user may not read GPU performance counters: {detail}",
-            hint=COUNTER_PERMISSION_HINT,
-        )
+    ncu = prerequisites.require(prerequisites.check_ncu()).found
+    prerequisites.require(prerequisites.check_counters())
     return Prerequisites(gpu=gpu, ncu=ncu, ncu_version=sysinfo.ncu_version(ncu))
 
 
@@ -405,7 +380,14 @@ def default_output_dir(spec: WorkloadSpec, gpu_name: str) -> Path:
 
 def _clear_outputs(out_dir: Path) -> None:
     """A folder holds one run: stale outputs of an earlier one must not mix with this run's."""
-    for name in (PROFILE_CSV, RUN_JSON, MEASURED_CSV, MEASURED_STEPS_CSV, SOFTWARE_JSON):
+    for name in (
+        PROFILE_CSV,
+        RUN_JSON,
+        MEASURED_CSV,
+        MEASURED_STEPS_CSV,
+        MEASURED_SPAN_JSON,
+        SOFTWARE_JSON,
+    ):
         (out_dir / name).unlink(missing_ok=True)
 
 
@@ -516,6 +498,7 @@ def profile_workload(
         tensor_metrics=list(tensor.metrics),
         tensor_metrics_error=tensor.error,
     )
+    metadata["step_gpu_span_ns"] = read_span_median(folder / MEASURED_SPAN_JSON)
     profile, report = _postprocess(ncu_run.raw_csv, measured, metadata)
     profile_path = write_profile(profile, folder / PROFILE_CSV)
     summary, measured_summary = _summaries(profile)
@@ -776,6 +759,7 @@ def profile_from_ncu(
         tensor_metrics_error=None,
     )
     metadata["ncu_csv"] = str(raw)
+    metadata["step_gpu_span_ns"] = read_span_median(folder / MEASURED_SPAN_JSON)
     profile, report = _postprocess(raw, measured, metadata)
     try:
         profile_path = write_profile(profile, target / PROFILE_CSV)

@@ -67,6 +67,11 @@ def default_steps_output(output: Path) -> Path:
     return output.with_name(f"{output.stem}_steps.csv")
 
 
+def span_output(output: Path) -> Path:
+    """``measured.csv`` -> ``measured_span.json`` (each step's wall time on the GPU)."""
+    return output.with_name(f"{output.stem}_span.json")
+
+
 def _log(message: str) -> None:
     print(f"[orion target] {message}", file=sys.stderr, flush=True)
 
@@ -120,10 +125,12 @@ def _ncu_pass(workload: Any, output: Path) -> None:
     _log("profiled one step")
 
 
-def _profile_one_step(workload: Any, scratch: Path, step: int) -> list[dict[str, Any]]:
+def _profile_one_step(
+    workload: Any, scratch: Path, step: int
+) -> tuple[list[dict[str, Any]], float | None]:
     from torch.profiler import ProfilerActivity, profile
 
-    from profiler.measure import kernel_rows_from_trace
+    from profiler.measure import gpu_span_ns, kernel_rows_from_trace
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         workload.step()
@@ -132,15 +139,17 @@ def _profile_one_step(workload: Any, scratch: Path, step: int) -> list[dict[str,
     prof.export_chrome_trace(str(trace_path))
     trace = json.loads(trace_path.read_text(encoding="utf-8"))
     trace_path.unlink()
-    return kernel_rows_from_trace(trace)
+    return kernel_rows_from_trace(trace), gpu_span_ns(trace)
 
 
 def _measure_pass(workload: Any, steps: int, output: Path, steps_output: Path) -> None:
     from orion_common.errors import OrionError
-    from profiler.measure import median_per_position, steps_table, write_table
+    from profiler.measure import median_per_position, steps_table, write_spans, write_table
 
     with tempfile.TemporaryDirectory(prefix="orion-measure-") as scratch:
-        recorded = [_profile_one_step(workload, Path(scratch), step) for step in range(steps)]
+        measured = [_profile_one_step(workload, Path(scratch), step) for step in range(steps)]
+    recorded = [rows for rows, _ in measured]
+    write_spans([span for _, span in measured], span_output(output))
     table = steps_table(recorded)
     medians, consistency = median_per_position(table)
     write_table(table, steps_output)

@@ -1,9 +1,10 @@
 """Run directories → tables, ratios against a dedicated run, figures and a Markdown report.
 
 Analysis functions return DataFrames (``metrics``, ``series``); ``stats`` gives the bootstrap
-intervals every p99 and ratio carries; ``plots`` draws them into PNG files; ``summary`` puts
-both into ``report.md`` or a plain-JSON dict; ``benchmark`` sums a benchmark scenario's rounds
-up into ``summary.json``. Nothing here prints: problems a user can fix raise
+intervals every p99 and ratio carries; ``plots`` draws them into PNG files; ``tail`` attributes
+each slow HP request to what delayed it; ``summary`` puts all of it into ``report.md`` or a
+plain-JSON dict; ``benchmark`` sums a benchmark scenario's rounds up into ``summary.json``.
+Nothing here prints: problems a user can fix raise
 :class:`orion_common.errors.OrionError`.
 """
 
@@ -28,6 +29,7 @@ from reporting.plots import (
     plot_kernel_timeline,
     plot_latency_cdf,
     plot_latency_over_time,
+    plot_tail_attribution,
     plot_tradeoff,
 )
 from reporting.rundata import ClientInfo, Environment, RunData, load_run, load_runs
@@ -39,8 +41,17 @@ from reporting.summary import (
     report_json,
     report_tables,
     run_warnings,
+    tail_lines,
     verdicts,
     write_report,
+)
+from reporting.tail import (
+    LatencySplit,
+    be_launches,
+    service_alone_ms,
+    slow_requests,
+    split_latency,
+    tail_summary,
 )
 
 __all__ = [
@@ -48,8 +59,10 @@ __all__ = [
     "HP_P99_SLOWDOWN_MAX",
     "ClientInfo",
     "Environment",
+    "LatencySplit",
     "ReportTables",
     "RunData",
+    "be_launches",
     "bootstrap_percentile_ci",
     "build_summary",
     "client_summary",
@@ -69,6 +82,7 @@ __all__ = [
     "plot_kernel_timeline",
     "plot_latency_cdf",
     "plot_latency_over_time",
+    "plot_tail_attribution",
     "plot_tradeoff",
     "ratio_over_rounds_ci",
     "relative_to_dedicated",
@@ -78,6 +92,11 @@ __all__ = [
     "run_labels",
     "run_warnings",
     "scheduler_table",
+    "service_alone_ms",
+    "slow_requests",
+    "split_latency",
+    "tail_lines",
+    "tail_summary",
     "validate_summary",
     "verdicts",
     "window_rows",

@@ -23,6 +23,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullLocator
 
 from reporting.metrics import BE_FRACTION_MIN, HP_P99_SLOWDOWN_MAX
+from reporting.tail import PARTS
 
 DPI = 110
 # A scatter of more points than this is thinned with a fixed stride: the eye cannot tell, the
@@ -428,6 +429,65 @@ def plot_kernel_timeline(
     ax.set_ylabel("client")
     ax.set_title(title or f"Kernel timeline ({len(kernels)} launches)")
     ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, out_path)
+
+
+def plot_tail_attribution(
+    summary: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    title: str = "Where the HP tail comes from (requests above p95)",
+) -> Path:
+    """One stacked bar per traced run (and HP client): the mean latency of its slow requests
+    split into BE work outstanding at arrival, BE kernels admitted beside, HP queueing and the
+    rest, so the cause to fix is the tallest block.
+
+    ``summary`` is ``tail.tail_summary(...)``; rows without slow requests are left out. The
+    parts add up to the bar's height by construction (``tail.split_latency``)."""
+    data = summary
+    if len(data):
+        data = data[data["traced"].astype(bool) & data["mean_latency_ms"].notna()]
+    labels = _order(data, order)
+    clients_per_run = data.groupby("run")["client"].nunique() if len(data) else pd.Series(dtype=int)
+    bars: list[tuple[str, pd.Series]] = []
+    for label in labels:
+        for _, row in data[data["run"] == label].iterrows():
+            several = int(clients_per_run.get(label, 1)) > 1
+            bars.append((f"{label}\n{row['client']}" if several else label, row))
+    fig, ax = _figure((max(8.0, 1.2 * len(bars) + 4.5), 5))
+    if not bars:
+        _no_data(ax, "no traced run has requests above p95")
+        return _save(fig, out_path)
+    colours = {
+        "be_outstanding_ms": "tab:red",
+        "be_admitted_ms": "tab:orange",
+        "queue_ms": "tab:blue",
+        "rest_ms": "tab:gray",
+    }
+    x = np.arange(len(bars))
+    bottom = np.zeros(len(bars))
+    for column, legend in PARTS:
+        heights = np.array([float(row[column]) for _, row in bars])
+        heights = np.nan_to_num(heights)
+        ax.bar(x, heights, bottom=bottom, color=colours[column], label=legend, width=0.6)
+        bottom += heights
+    for i, (_, row) in enumerate(bars):
+        ax.annotate(
+            f"{float(row['mean_latency_ms']):.1f} ms, n={int(row['slow_requests'])}",
+            (x[i], bottom[i]),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=8,
+        )
+    ax.set_xticks(x, [name for name, _ in bars])
+    ax.set_xlim(-0.75, len(bars) - 0.25)
+    ax.set_ylabel("mean latency of the slow requests (ms)")
+    ax.set_ylim(0, float(bottom.max()) * 1.15 if bottom.max() > 0 else 1.0)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, out_path)
 
 

@@ -3,7 +3,9 @@
 Everything downstream (metrics, plots, the Markdown report) works on :class:`RunData`, never on
 files, so the format is checked in one place: a missing required column is one clear error, and
 damage a crash can leave behind (a cut last CSV line, a missing table, ``status: running``) is
-tolerated and recorded in ``RunData.notes`` instead of failing the whole report.
+tolerated and recorded in ``RunData.notes`` instead of failing the whole report. Damage after the
+run is caught too: a table holding other than the rows ``run.json`` recorded at close is noted and
+makes the run count as not complete, and a ``run.json`` that is not JSON is its own error.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 
+from orion_common import run_format
 from orion_common.errors import OrionError
+from orion_common.run_format import Column, ColumnType
 
-RUN_FORMAT = "orion-run"
-RUN_VERSION = 1
-STATUS_COMPLETE = "complete"
+# The format (name, version, statuses, schemas) is declared once, in orion_common.run_format.
+RUN_FORMAT = run_format.FORMAT
+RUN_VERSION = run_format.VERSION
+STATUS_COMPLETE = run_format.STATUS_COMPLETE
 
 MODE_INFER = "infer"
 MODE_TRAIN = "train"
@@ -33,57 +38,11 @@ _MODE_ALIASES = {
     "training": MODE_TRAIN,
 }
 
-ColumnType = Literal["int", "float", "str"]
-
-
-@dataclass(frozen=True)
-class Column:
-    """One declared table column: its name (unit in the name) and the type it is parsed to.
-
-    ``optional`` columns were added to a table after files without them were written; such a
-    file is still read, with the column filled with missing values.
-    """
-
-    name: str
-    kind: ColumnType
-    optional: bool = False
-
-
 # Declared schemas, one per table of the run directory (docs/architecture.md, "Run directory").
-INFERENCE_COLUMNS: tuple[Column, ...] = (
-    Column("request", "int"),
-    Column("arrival_s", "float"),
-    Column("start_s", "float"),
-    Column("end_s", "float"),
-    Column("latency_ms", "float"),
-    Column("enqueue_ms", "float", optional=True),
-    Column("enqueue_cpu_ms", "float", optional=True),
-)
-TRAINING_COLUMNS: tuple[Column, ...] = (
-    Column("iteration", "int"),
-    Column("start_s", "float"),
-    Column("end_s", "float"),
-    Column("duration_ms", "float"),
-    Column("samples", "float"),
-)
-GPU_COLUMNS: tuple[Column, ...] = (
-    Column("time_s", "float"),
-    Column("sm_util_pct", "float"),
-    Column("mem_util_pct", "float"),
-    Column("mem_used_mib", "float"),
-    Column("sm_clock_mhz", "float", optional=True),
-    Column("mem_clock_mhz", "float", optional=True),
-)
-TRACE_COLUMNS: tuple[Column, ...] = (
-    Column("client", "str"),
-    Column("seq", "int"),
-    Column("kernel_name", "str"),
-    Column("kernel_class", "str"),
-    Column("sm_needed", "float"),
-    Column("duration_ns", "float"),
-    Column("enqueue_s", "float"),
-    Column("launch_s", "float"),
-)
+INFERENCE_COLUMNS = run_format.INFERENCE_COLUMNS
+TRAINING_COLUMNS = run_format.TRAINING_COLUMNS
+GPU_COLUMNS = run_format.GPU_COLUMNS
+TRACE_COLUMNS = run_format.TRACE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -154,6 +113,9 @@ class RunData:
     config: dict[str, Any]
     meta: dict[str, Any]
     notes: tuple[str, ...]
+    cut_tables: tuple[str, ...] = ()
+    """Tables (relative paths) that do not hold the rows run.json recorded at close: cut or
+    otherwise changed after the run, so figures from them are wrong."""
 
     @property
     def name(self) -> str:
@@ -162,8 +124,9 @@ class RunData:
 
     @property
     def complete(self) -> bool:
-        """False for ``running`` (writer died), ``incomplete`` and ``failed`` runs."""
-        return self.status == STATUS_COMPLETE
+        """False for ``running`` (writer died), ``incomplete`` and ``failed`` runs, and for a
+        run whose tables no longer hold the rows recorded at close (``cut_tables``)."""
+        return self.status == STATUS_COMPLETE and not self.cut_tables
 
     def client(self, name: str) -> ClientInfo:
         for info in self.clients:
@@ -203,21 +166,29 @@ def load_run(path: str | Path) -> RunData:
     if duplicates:
         raise OrionError(f"{root / 'run.json'} lists client(s) twice: {', '.join(duplicates)}")
 
+    recorded = _recorded_rows(meta, root, notes)
+    cut: list[str] = []
     tables: dict[str, pd.DataFrame] = {}
     for info in clients:
         columns = INFERENCE_COLUMNS if info.is_inference else TRAINING_COLUMNS
+        relative = _relative(root, info.table_path)
         if info.table_path.is_file():
             tables[info.name] = read_table(info.table_path, columns, notes=notes)
+            rows_ok = _check_rows(relative, len(tables[info.name]), recorded, notes, cut)
+            if rows_ok and tables[info.name].empty and status == STATUS_COMPLETE:
+                notes.append(
+                    f"client {info.name!r}: {relative} has no rows although the run is "
+                    "complete: there are no figures for this client"
+                )
         else:
             notes.append(f"client {info.name!r} wrote no table ({info.table_path.name} is missing)")
             tables[info.name] = empty_table(columns)
+            _check_rows(relative, None, recorded, notes, cut)
         if info.failed:
             notes.append(f"client {info.name!r} failed: {_client_error_text(info)}")
 
-    gpu_path = root / "gpu.csv"
-    gpu = read_table(gpu_path, GPU_COLUMNS, notes=notes) if gpu_path.is_file() else None
-    trace_path = root / "trace.csv"
-    trace = read_table(trace_path, TRACE_COLUMNS, notes=notes) if trace_path.is_file() else None
+    gpu = _read_extra_table(root, run_format.GPU_TABLE, GPU_COLUMNS, recorded, notes, cut)
+    trace = _read_extra_table(root, run_format.TRACE_TABLE, TRACE_COLUMNS, recorded, notes, cut)
     if trace is not None:
         trace["kernel_class"] = trace["kernel_class"].fillna("unknown")
 
@@ -240,7 +211,85 @@ def load_run(path: str | Path) -> RunData:
         config=meta.get("config") if isinstance(meta.get("config"), dict) else {},
         meta=meta,
         notes=tuple(notes),
+        cut_tables=tuple(cut),
     )
+
+
+def _recorded_rows(meta: dict[str, Any], root: Path, notes: list[str]) -> dict[str, int] | None:
+    """``run.json``'s rows per table at close; ``None`` for runs from before it was recorded
+    (or a run whose writer never got to the end), whose tables are read unchecked."""
+    raw = meta.get(run_format.TABLE_ROWS_KEY)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        notes.append(f"run.json's {run_format.TABLE_ROWS_KEY!r} is not an object; rows unchecked")
+        return None
+    recorded = {}
+    for key, value in raw.items():
+        count = _as_int(value)
+        if count is not None and count >= 0:
+            recorded[str(key)] = count
+    return recorded
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _check_rows(
+    relative: str,
+    rows: int | None,
+    recorded: dict[str, int] | None,
+    notes: list[str],
+    cut: list[str],
+) -> bool:
+    """Compare a table's rows (``None``: the file is missing) with those recorded at close;
+    a mismatch is noted and the table listed in ``cut``. True when nothing is wrong."""
+    expected = recorded.get(relative) if recorded is not None else None
+    if expected is None:
+        return True
+    if rows is None:
+        if expected == 0:
+            return True
+        notes.append(
+            f"{relative} is missing, though {expected:,} rows were recorded at close: the "
+            "table was lost; figures from it are missing"
+        )
+    elif rows < expected:
+        notes.append(
+            f"{relative} has {rows:,} of {expected:,} rows recorded at close: the table was "
+            "cut; figures from it are wrong"
+        )
+    elif rows > expected:
+        notes.append(
+            f"{relative} has {rows:,} rows, more than the {expected:,} recorded at close: the "
+            "table was changed after the run; figures from it are wrong"
+        )
+    else:
+        return True
+    cut.append(relative)
+    return False
+
+
+def _read_extra_table(
+    root: Path,
+    relative: str,
+    columns: Sequence[Column],
+    recorded: dict[str, int] | None,
+    notes: list[str],
+    cut: list[str],
+) -> pd.DataFrame | None:
+    """``gpu.csv`` or ``trace.csv``: optional, but checked against its recorded rows."""
+    path = root / relative
+    if not path.is_file():
+        _check_rows(relative, None, recorded, notes, cut)
+        return None
+    frame = read_table(path, columns, notes=notes)
+    _check_rows(relative, len(frame), recorded, notes, cut)
+    return frame
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[RunData]:
@@ -315,10 +364,21 @@ def _read_run_json(root: Path) -> dict[str, Any]:
         f"{root} is not an orion run directory (no run.json)",
         hint="pass a directory written by `orion colocate`",
     )
+    path = root / run_format.RUN_JSON
     try:
-        meta = json.loads((root / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise not_a_run from None
+    except OSError as exc:
+        raise OrionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError (binary) is a ValueError too
+        reason = _shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 80)
+        raise OrionError(
+            f"run.json in {root} is not valid JSON (cut or corrupted): {reason}",
+            hint="the run's record is damaged (the runner only ever replaces it whole)",
+        ) from None
     if not isinstance(meta, dict) or meta.get("format") != RUN_FORMAT:
         raise not_a_run
     version = meta.get("version")

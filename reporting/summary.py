@@ -41,6 +41,7 @@ from reporting.series import (
     request_latencies,
 )
 from reporting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+from reporting.tail import NO_TRACE_NOTE, SLOW_PERCENTILE, slow_requests, tail_summary
 
 BASELINE_P99_TOLERANCE = 0.05
 """The dedicated run's HP p99 must be known to within ±5 % (its 95 % interval): the target is a
@@ -97,6 +98,25 @@ _GPU_VIEW = [
     ("sm_clock_min_mhz", "SM clock min MHz"),
     ("mem_clock_median_mhz", "memory clock median MHz"),
 ]
+_TAIL_VIEW = [
+    ("run", "run"),
+    ("client", "client"),
+    ("slow_requests", "slow requests"),
+    ("p95_ms", "p95 ms"),
+    ("service_alone_ms", "alone ms"),
+    ("mean_latency_ms", "mean slow ms"),
+    ("be_outstanding_ms", "BE outstanding at arrival ms"),
+    ("share_be_outstanding", "share"),
+    ("be_admitted_ms", "BE admitted beside ms"),
+    ("share_be_admitted", "share"),
+    ("queue_ms", "HP queueing ms"),
+    ("share_queue", "share"),
+    ("rest_ms", "rest ms"),
+    ("share_rest", "share"),
+    ("top_be_kernel", "top BE kernel at arrival"),
+    ("reasons", "admitted-beside reasons"),
+]
+_SHARE_COLUMNS = ("share_be_outstanding", "share_be_admitted", "share_queue", "share_rest")
 # Value columns shown as `value [lo, hi]` in the Markdown tables: value -> (lo, hi) columns.
 _INTERVAL_COLUMNS = {
     "hp_p99_ms": ("hp_p99_ci_lo_ms", "hp_p99_ci_hi_ms"),
@@ -120,6 +140,11 @@ class ReportTables:
     gpu: pd.DataFrame
     """Per run: median and lowest SM clock, median memory clock in the window
     (``series.gpu_clock_summary``)."""
+    tail: pd.DataFrame
+    """Per run and HP client: the slow requests' latency split by cause (``tail.tail_summary``);
+    runs without a trace have a row saying the attribution needs one."""
+    slow_requests: pd.DataFrame
+    """One row per slow HP request of the traced runs (``tail.slow_requests``)."""
 
 
 def report_tables(runs: Sequence[RunData]) -> ReportTables:
@@ -128,6 +153,7 @@ def report_tables(runs: Sequence[RunData]) -> ReportTables:
         raise OrionError("no runs to report on", hint="pass one or more RUN_DIR paths")
     relative = relative_to_dedicated(runs)
     head = headline(runs, relative=relative)
+    slow = slow_requests(runs)
     return ReportTables(
         labels=run_labels(runs),
         clients=compare_runs(runs),
@@ -137,6 +163,8 @@ def report_tables(runs: Sequence[RunData]) -> ReportTables:
         verdicts=verdicts(head),
         warnings=run_warnings(runs, head),
         gpu=gpu_clock_summary(runs),
+        tail=tail_summary(runs, slow),
+        slow_requests=slow,
     )
 
 
@@ -334,6 +362,8 @@ def write_report(
                 )
                 lines.append("")
 
+    lines += tail_lines(tables.tail, out, labels)
+
     if len(tables.scheduler):
         lines += ["## Scheduler statistics", ""]
         view = [(c, c) for c in tables.scheduler.columns if c != "policy"]
@@ -352,6 +382,48 @@ def write_report(
     except OSError as exc:
         raise OrionError(f"cannot write {report}: {exc.strerror or exc}") from None
     return report
+
+
+def tail_lines(tail: pd.DataFrame, out: Path, order: Sequence[str]) -> list[str]:
+    """The report's "Where the HP tail comes from" section: the stacked-bar figure and the table
+    for the traced runs, one line for each run whose attribution needs a trace. Empty when no
+    run has an HP inference client (nothing to attribute)."""
+    if not len(tail):
+        return []
+    lines = ["## Where the HP tail comes from", ""]
+    traced = tail[tail["traced"].astype(bool)]
+    if len(traced):
+        has_slow = bool(traced["mean_latency_ms"].notna().any())
+        lines += _figure_lines(
+            "Where the HP tail comes from",
+            plots.plot_tail_attribution(traced, out / "hp_tail_attribution.png", order=order)
+            if has_slow
+            else None,
+            "no traced run has requests above its p95",
+        )
+        shown = traced.copy()
+        for column in _SHARE_COLUMNS:
+            shown[column] = [
+                f"{float(v):.0%}" if _finite(v) else "–" for v in shown[column].tolist()
+            ]
+        lines += [markdown_table(shown, _TAIL_VIEW), ""]
+        lines.append(
+            f"Slow requests: in-window HP requests above their run's p{SLOW_PERCENTILE:g}. "
+            "BE outstanding at arrival: BE kernels launched before the request arrived and, by "
+            "their profiled duration, still running then (time left summed); BE admitted beside: "
+            "BE kernels launched while the request was served (profiled durations summed; "
+            "reasons from the trace); HP queueing: start minus arrival. The latency is split so "
+            "the parts add up to it: the delay over the service alone (median latency of the "
+            "requests below p50) goes to HP queueing, then BE outstanding, then BE admitted, "
+            "each capped by what is left; rest = service alone plus unexplained delay. Share: "
+            "mean over the slow requests of part / latency."
+        )
+        lines.append("")
+    for row in tail[~tail["traced"].astype(bool)].to_dict("records"):
+        lines.append(f"- `{row['run']}` ({row['client']}): {NO_TRACE_NOTE}.")
+    if not tail["traced"].astype(bool).all():
+        lines.append("")
+    return lines
 
 
 def environment_table(runs: Sequence[RunData], relative_to: Path | None = None) -> pd.DataFrame:
@@ -426,6 +498,8 @@ def report_json(runs: Sequence[RunData]) -> dict[str, Any]:
             "relative": tables.relative.to_dict("records"),
             "scheduler": tables.scheduler.to_dict("records"),
             "gpu_clocks": tables.gpu.to_dict("records"),
+            "hp_tail": tables.tail.to_dict("records"),
+            "hp_tail_requests": tables.slow_requests.to_dict("records"),
             "intervals": {
                 "confidence": DEFAULT_CONFIDENCE,
                 "resamples": DEFAULT_RESAMPLES,

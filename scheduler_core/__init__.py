@@ -8,7 +8,7 @@ index through its environment; the library gates best-effort launches by the cho
 from scheduler_core.library import check_preload_library, native_module, preload_library_path
 from scheduler_core.run_state import (
     HP_COMPLETION_MODES,
-    POLICIES,
+    NATIVE_POLICIES,
     TRACE_COLUMNS,
     SchedulerRun,
     SchedulerSettings,
@@ -17,7 +17,7 @@ from scheduler_core.thresholds import default_queue_limit_ns, default_unknown_du
 
 __all__ = [
     "HP_COMPLETION_MODES",
-    "POLICIES",
+    "NATIVE_POLICIES",
     "TRACE_COLUMNS",
     "SchedulerRun",
     "SchedulerSettings",

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 from orion_common.errors import OrionError
+from orion_common.prerequisites import COLOCATE, Check
 
 PRELOAD_LIBRARY_NAME = "liborion_preload.so"
 _REINSTALL_HINT = "reinstall orion with 'pip install .' (it builds the library with CMake)"
@@ -53,6 +54,32 @@ def check_preload_library() -> tuple[bool, str]:
     except OSError as error:
         return False, f"{path} does not load: {error}"
     return True, str(path)
+
+
+def native_checks() -> list[Check]:
+    """orion's own native pieces, as prerequisite checks (``orion doctor``, ``orion colocate``).
+
+    Here rather than in :mod:`orion_common.prerequisites`, which sits below this package.
+    """
+    loads, detail = check_preload_library()
+    checks = [
+        Check(
+            "preload library",
+            loads,
+            detail,
+            (COLOCATE,),
+            None if loads else "reinstall orion with 'pip install .'",
+            None if loads else detail,
+        )
+    ]
+    try:
+        native_module()
+        checks.append(Check("controller module", True, "scheduler_core._native", (COLOCATE,)))
+    except OrionError as error:
+        checks.append(
+            Check("controller module", False, error.message, (COLOCATE,), problem=error.message)
+        )
+    return checks
 
 
 def with_preload(environment: dict[str, str], library: Path | None = None) -> dict[str, str]:

@@ -20,10 +20,13 @@ import pandas as pd
 
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
+from orion_common.run_format import RAW_TRACE_COLUMN_NAMES as TRACE_COLUMNS
 from scheduler_core.library import native_module, preload_library_path, with_preload
 from scheduler_core.thresholds import DEFAULT_STALE_NS
 
-POLICIES = ("passthrough", "priority", "reef", "orion")
+NATIVE_POLICIES = ("passthrough", "priority", "reef", "orion")
+"""What the preload library enforces (``SchedulerSettings.policy``); not the user-facing policies
+of :mod:`colocation.policies`, each of which maps to one of these (``Policy.native_policy``)."""
 ROLES = ("hp", "be")
 # How the HP client's launch completions are tracked under the gating policies (reef, orion):
 # "estimate" (a launch counts as finished at its profiled expected end: no driver call on HP's
@@ -32,17 +35,35 @@ ROLES = ("hp", "be")
 HP_COMPLETION_MODES = ("estimate", "gpu-write")
 _SHM_PREFIX = "orion-"
 _SHM_DIR = Path("/dev/shm")
-TRACE_COLUMNS = (
-    "client",
-    "kernel_name",
-    "kernel_class",
-    "sm_needed",
-    "duration_ns",
-    "known",
-    "reason",
-    "enqueue_ns",
-    "launch_ns",
-)
+
+
+def graph_timeline(
+    nodes: pd.DataFrame, duration_ns: float, sm_count: int
+) -> list[tuple[int, int, int, str]]:
+    """(start_ns, end_ns, sm_needed, class) per kernel node, in run order, on the graph's clock.
+
+    Each node lasts its measured duration (ncu's replayed one when none was measured); the time
+    the graph spends between kernels (its wall time minus their sum) is spread evenly over the
+    gaps, so the last node ends at the graph's wall time. Rows run in profile order (``order``).
+    """
+    if "order" in nodes.columns:
+        nodes = nodes.sort_values("order", kind="stable")
+    replayed = pd.to_numeric(nodes["duration_ns"], errors="coerce")
+    durations = replayed
+    if "measured_duration_ns" in nodes.columns:
+        durations = pd.to_numeric(nodes["measured_duration_ns"], errors="coerce").fillna(replayed)
+    durations = durations.fillna(0.0)
+    needs = pd.to_numeric(nodes["sm_needed"], errors="coerce").fillna(sm_count)
+    classes = nodes["kernel_class"].fillna("unknown").astype(str)
+    gaps = max(len(nodes) - 1, 1)
+    gap = max(0.0, (float(duration_ns) - float(durations.sum())) / gaps)
+    timeline = []
+    start = 0.0
+    for duration, sm_needed, kernel_class in zip(durations, needs, classes, strict=True):
+        end = start + float(duration)
+        timeline.append((round(start), round(end), int(sm_needed), kernel_class))
+        start = end + gap
+    return timeline
 
 
 @dataclass(frozen=True)
@@ -58,9 +79,10 @@ class SchedulerSettings:
     hp_completion: str = "estimate"  # one of HP_COMPLETION_MODES
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
+        if self.policy not in NATIVE_POLICIES:
             raise OrionError(
-                f"scheduler policy must be one of {', '.join(POLICIES)} (got {self.policy!r})"
+                f"scheduler policy must be one of {', '.join(NATIVE_POLICIES)} "
+                f"(got {self.policy!r})"
             )
         if self.hp_completion not in HP_COMPLETION_MODES:
             raise OrionError(
@@ -166,6 +188,46 @@ class SchedulerRun:
             )
         return names
 
+    def add_graph(self, index: int, nodes: pd.DataFrame, duration_ns: float) -> int:
+        """Registers one CUDA graph of client ``index``; returns its identity (key).
+
+        ``nodes`` has one row per kernel node of the graph (a graph profile's rows: name, grid,
+        block, SMs needed, class); ``duration_ns`` is the graph's wall time on the GPU. The
+        library identifies a launched graph by the same key, computed from the kernel nodes it
+        reads when the program instantiates the graph, in any order. Launched as a unit, the
+        graph needs the SMs of its widest kernel; its class is its kernels' common class, else
+        unknown (nothing is paired with a graph of mixed classes).
+
+        For an HP graph the library also needs its timeline: each kernel node's expected start and
+        end on the graph's clock (:func:`graph_timeline`), so that a BE kernel is checked only
+        against the HP kernels expected to run while it would.
+        """
+        native = native_module()
+        if nodes.empty:
+            raise OrionError(f"client {self._clients[index]!r}: a graph needs kernel nodes")
+        keys = [
+            native.kernel_key(
+                str(row.kernel_name),
+                (int(row.grid_x), int(row.grid_y), int(row.grid_z)),
+                (int(row.block_x), int(row.block_y), int(row.block_z)),
+            )
+            for row in nodes.itertuples(index=False)
+        ]
+        key = native.graph_key(keys)
+        needs = pd.to_numeric(nodes["sm_needed"], errors="coerce")
+        sm_needed = self.settings.sm_count if needs.isna().any() else int(needs.max())
+        classes = set(nodes["kernel_class"].fillna("unknown").astype(str))
+        kernel_class = classes.pop() if len(classes) == 1 else "unknown"
+        timeline = graph_timeline(nodes, duration_ns, self.settings.sm_count)
+        try:
+            self._run.add_graph(
+                index, key, sm_needed, kernel_class, round(float(duration_ns)), len(keys), timeline
+            )
+        except (RuntimeError, ValueError) as error:
+            name = self._clients[index]
+            raise OrionError(f"cannot load the graph profile of client {name!r}: {error}") from None
+        return key
+
     def publish(self) -> None:
         """Makes the run visible to clients; nothing can be added afterwards."""
         self._run.publish()
@@ -194,9 +256,6 @@ class SchedulerRun:
         """The controller saw client ``index`` end: nobody waits on its launches any more."""
         self._run.mark_gone(index, crashed)
 
-    def in_flight(self, index: int) -> int:
-        return int(self._run.in_flight(index))
-
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-client statistics keyed by client name (launches, unknown kernels, blocking)."""
         result = {}
@@ -216,10 +275,11 @@ class SchedulerRun:
             self._trace_cursor[index] = cursor
             self._trace_lost += lost
             names = self._names_by_key[index]
-            for key, enqueue, launch, duration, sm, kernel_class, reason, known in records:
+            for seq, key, enqueue, launch, duration, sm, kernel_class, reason, known in records:
                 rows.append(
                     (
                         client,
+                        seq,
                         names.get(key, "<graph>" if key == 0 else "<unprofiled>"),
                         kernel_class,
                         sm,

@@ -53,11 +53,14 @@ def _compiled_case() -> tuple[Callable[[], torch.Tensor], int]:
     return (lambda: fused(x)), 3
 
 
-def _workload_case(name: str, mode: str, batch: int) -> tuple[Callable[[], torch.Tensor], int]:
+def _workload_case(
+    name: str, mode: str, batch: int, cuda_graph: bool = False
+) -> tuple[Callable[[], torch.Tensor], int]:
     from workloads import WorkloadSpec, build_workload
 
     options = {"seq_len": 128} if name == "bert" else {}
-    workload = build_workload(WorkloadSpec(name, mode, batch, "fp32", "cuda", options))
+    spec = WorkloadSpec(name, mode, batch, "fp32", "cuda", options, cuda_graph=cuda_graph)
+    workload = build_workload(spec)
     return workload.step, 5
 
 
@@ -65,6 +68,8 @@ CASES: dict[str, Callable[[], tuple[Callable[[], torch.Tensor], int]]] = {
     "resnet50-infer": lambda: _workload_case("resnet50", "infer", 4),
     "resnet50-train": lambda: _workload_case("resnet50", "train", 8),
     "bert-infer": lambda: _workload_case("bert", "infer", 4),
+    # Served as a CUDA graph: one cuGraphLaunch per step, its kernels seen only by the profiler.
+    "resnet50-graph": lambda: _workload_case("resnet50", "infer", 4, cuda_graph=True),
     "compiled": _compiled_case,
     "cupy": _cupy_case,
 }

@@ -14,21 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-INFERENCE_HEADER = ["request", "arrival_s", "start_s", "end_s", "latency_ms"]
-TRAINING_HEADER = ["iteration", "start_s", "end_s", "duration_ms", "samples"]
-GPU_HEADER = ["time_s", "sm_util_pct", "mem_util_pct", "mem_used_mib"]
-GPU_CLOCK_HEADER = ["sm_clock_mhz", "mem_clock_mhz"]
+from orion_common import run_format
+
+# Headers from the one declaration of the format. Client tables and gpu.csv are written as
+# before their optional columns were added (the reader must keep reading such files);
+# ``write_run(gpu_clocks=True)`` adds gpu.csv's clock columns.
+INFERENCE_HEADER = list(run_format.required_names(run_format.INFERENCE_COLUMNS))
+TRAINING_HEADER = list(run_format.required_names(run_format.TRAINING_COLUMNS))
+GPU_HEADER = list(run_format.required_names(run_format.GPU_COLUMNS))
+GPU_CLOCK_HEADER = [c.name for c in run_format.GPU_COLUMNS if c.optional]
 """Added to gpu.csv later; ``write_run(gpu_clocks=False)`` writes a file from before."""
-TRACE_HEADER = [
-    "client",
-    "seq",
-    "kernel_name",
-    "kernel_class",
-    "sm_needed",
-    "duration_ns",
-    "enqueue_s",
-    "launch_s",
-]
+TRACE_HEADER = list(run_format.required_names(run_format.TRACE_COLUMNS))
+TRACE_REASON_HEADER = list(run_format.column_names(run_format.TRACE_COLUMNS))
+"""trace.csv as new runs write it, with ``reason``; used when a trace row has a ``reason``."""
 
 ENVIRONMENT = {
     "gpu_name": "NVIDIA H200",
@@ -149,15 +147,22 @@ def write_run(
     scheduler: dict[str, Any] | None = None,
     trace: Sequence[dict[str, Any]] | None = None,
     config: dict[str, Any] | None = None,
+    table_rows: bool = True,
 ) -> Path:
     """One run directory; ``config`` adds to (``run``: merges into) the recorded jobs config,
-    e.g. ``{"run": {"thresholds": {"queue_limit_us": 200}}, "clients": [...]}``."""
+    e.g. ``{"run": {"thresholds": {"queue_limit_us": 200}}, "clients": [...]}``.
+
+    ``table_rows`` records each table's rows in run.json as the runner does at close;
+    ``False`` writes a run from before row counts were recorded."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     entries = []
+    rows: dict[str, int] = {}
     for spec in clients:
         header = INFERENCE_HEADER if spec.mode == "infer" else TRAINING_HEADER
-        write_csv(run_dir / "clients" / f"{spec.name}.csv", header, spec.rows)
+        table = run_format.client_table(spec.name)
+        write_csv(run_dir / table, header, spec.rows)
+        rows[table] = len(spec.rows)
         (run_dir / "logs").mkdir(exist_ok=True)
         (run_dir / "logs" / f"{spec.name}.log").write_text("ok\n", encoding="utf-8")
         entries.append(
@@ -171,7 +176,7 @@ def write_run(
                 "arrivals": spec.arrivals,
                 "exit_code": spec.exit_code,
                 "error": spec.error,
-                "table": f"clients/{spec.name}.csv",
+                "table": table,
                 "log": f"logs/{spec.name}.log",
                 "window_start_s": spec.window[0],
                 "window_end_s": spec.window[1],
@@ -193,19 +198,23 @@ def write_run(
                 }
             )
         header = GPU_HEADER + GPU_CLOCK_HEADER if gpu_clocks else GPU_HEADER
-        write_csv(run_dir / "gpu.csv", header, samples)
+        write_csv(run_dir / run_format.GPU_TABLE, header, samples)
+        rows[run_format.GPU_TABLE] = len(samples)
     if scheduler is not None:
         (run_dir / "scheduler.json").write_text(json.dumps(scheduler), encoding="utf-8")
     if trace is not None:
-        write_csv(run_dir / "trace.csv", TRACE_HEADER, trace)
+        reasons = any("reason" in row for row in trace)
+        header = TRACE_REASON_HEADER if reasons else TRACE_HEADER
+        write_csv(run_dir / run_format.TRACE_TABLE, header, trace)
+        rows[run_format.TRACE_TABLE] = len(trace)
     recorded: dict[str, Any] = {
         "run": {"policy": policy, "duration_s": 30, "seed": 1, "trace": bool(trace)}
     }
     for key, value in (config or {}).items():
         recorded[key] = {**recorded[key], **value} if key == "run" else value
     meta = {
-        "format": "orion-run",
-        "version": 1,
+        "format": run_format.FORMAT,
+        "version": run_format.VERSION,
         "status": status,
         "policy": policy,
         "orion_version": "0.1.0",
@@ -218,7 +227,9 @@ def write_run(
         "measure_end_s": measure[1],
         "clients": entries,
     }
-    (run_dir / "run.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    if table_rows:
+        meta[run_format.TABLE_ROWS_KEY] = rows
+    (run_dir / run_format.RUN_JSON).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return run_dir
 
 

@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -644,6 +645,30 @@ def test_example_is_valid_and_matches_the_shipped_file() -> None:
     assert (hp.workload, hp.mode, hp.batch_size, hp.role) == ("resnet50", "infer", 4, "hp")
     assert hp.arrivals == PoissonArrivals(kind="poisson", rate_per_s=80)
     assert (be.workload, be.mode, be.batch_size, be.role) == ("resnet50", "train", 32, "be")
+
+
+def test_example_is_package_data_shipped_in_the_wheel() -> None:
+    from importlib import resources
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    from colocation.config import EXAMPLE_PACKAGE_PATH, example_jobs
+
+    shipped = resources.files("colocation") / EXAMPLE_PACKAGE_PATH[0] / EXAMPLE_PACKAGE_PATH[1]
+    assert Path(str(shipped)) == EXAMPLE_FILE
+    assert example_jobs() == EXAMPLE_JOBS == EXAMPLE_FILE.read_text()
+    # scikit-build-core puts every file of a listed package folder in the wheel (not ignored ones)
+    pyproject = tomllib.loads((EXAMPLE_FILE.parents[2] / "pyproject.toml").read_text())
+    assert "colocation" in pyproject["tool"]["scikit-build"]["wheel"]["packages"]
+    excluded = pyproject["tool"]["scikit-build"]["wheel"].get("exclude", [])
+    assert not any(pattern.startswith("colocation") for pattern in excluded)
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(EXAMPLE_FILE)],
+        cwd=EXAMPLE_FILE.parents[2],
+        capture_output=True,
+        check=False,
+    )
+    assert ignored.returncode != 0, "the example must not be git-ignored"
 
 
 def test_to_json_dict_is_plain_json_and_validates_again(tmp_path: Path) -> None:

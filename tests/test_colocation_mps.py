@@ -13,6 +13,7 @@ import pytest
 
 from colocation import mps
 from colocation.mps import PID_FILE, private_mps_daemon, require_mps_control
+from orion_common import sysinfo
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 
@@ -123,7 +124,7 @@ def test_a_daemon_that_fails_to_start_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_missing_mps_control_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mps.sysinfo, "find_mps_control", lambda: None)
+    monkeypatch.setattr(sysinfo, "find_mps_control", lambda: None)
     with pytest.raises(OrionError, match="nvidia-cuda-mps-control was not found") as info:
         require_mps_control()
     assert "dedicated or timeslice" in (info.value.hint or "")

@@ -19,7 +19,10 @@ from colocation.rundir import (
     create_run_dir,
     format_cell,
     git_revision,
+    rows_at_close,
+    table_rows,
 )
+from orion_common import run_format
 from reporting import client_summary, load_run
 from reporting.rundata import INFERENCE_COLUMNS as READER_INFERENCE_COLUMNS
 from reporting.rundata import TRACE_COLUMNS as READER_TRACE_COLUMNS
@@ -142,7 +145,7 @@ def test_table_values_round_trip(tmp_path: Path) -> None:
     names = ["void k<{lambda()#1}>(float*, int)", 'say "hi", twice', "plain"]
     with CsvTable(path, TRACE_COLUMNS) as table:
         for seq, name in enumerate(names):
-            table.append(("be", np.int64(seq), name, "compute", 66, 1500, 1.25, None))
+            table.append(("be", np.int64(seq), name, "compute", 66, 1500, 1.25, None, "hp_idle"))
     frame = read_table(path, READER_TRACE_COLUMNS, notes=[])
     assert frame["kernel_name"].tolist() == names
     assert frame["seq"].tolist() == [0, 1, 2]
@@ -181,3 +184,107 @@ def test_git_revision_only_for_a_checkout_at_the_source_root(tmp_path: Path) -> 
     if (root / ".git").exists():
         revision = git_revision(root)
         assert revision is not None and len(revision) == 40
+
+
+# -- rows recorded at close, so a reader can tell a table cut after the run ------------------
+
+
+def test_a_table_knows_its_rows_at_close(tmp_path: Path) -> None:
+    path = tmp_path / "clients" / "hp.csv"
+    assert rows_at_close(path) is None
+    with CsvTable(path, INFERENCE_COLUMNS) as table:
+        for i in range(3):
+            table.append((i, 1.0, 1.0, 1.1, 100.0, 0.1, 0.1))
+        assert table.rows == 0  # still buffered: not in the file yet
+    assert table.rows == 3
+    assert rows_at_close(path) == 3
+    with CsvTable(path, INFERENCE_COLUMNS) as again:  # appending to a table counts it all
+        again.append((3, 2.0, 2.0, 2.1, 100.0, 0.1, 0.1))
+    assert again.rows == 4 and rows_at_close(path) == 4
+
+
+def test_table_rows_prefers_the_writers_count(tmp_path: Path) -> None:
+    path = tmp_path / "clients" / "be.csv"
+    path.parent.mkdir()
+    path.write_text("iteration,start_s,end_s,duration_ms,samples\n0,1,2,1000,32\n1,2,")
+    assert table_rows(path, 7) == 7  # what the client process said it wrote
+    assert table_rows(path) == 1  # no writer here: the whole rows on disk
+
+
+def test_recorded_rows_let_the_reader_find_a_table_cut_after_the_run(tmp_path: Path) -> None:
+    record = _record(tmp_path)
+    table_path = tmp_path / "clients" / "hp.csv"
+    with CsvTable(table_path, INFERENCE_COLUMNS) as table:
+        for i in range(2409):
+            table.append((i, 1.0 + i / 1000, 1.0 + i / 1000, 1.001 + i / 1000, 1.0, 0.1, 0.1))
+    record.record_table_rows({"clients/hp.csv": table_rows(table_path)})
+    record.finish("complete")
+    assert json.loads(record.path.read_text())["table_rows"] == {"clients/hp.csv": 2409}
+    assert load_run(tmp_path).complete
+
+    lines = table_path.read_text().splitlines(keepends=True)
+    table_path.write_text("".join(lines[:452]))
+    run = load_run(tmp_path)
+    assert not run.complete
+    assert (
+        "clients/hp.csv has 451 of 2,409 rows recorded at close: the table was cut; "
+        "figures from it are wrong"
+    ) in run.notes
+
+
+def test_the_runner_records_every_tables_rows_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real (CPU) run: run.json holds the rows of each table as its writer counted them."""
+    from colocation import runner
+    from colocation.config import parse_jobs
+
+    reported: dict[str, int | None] = {}
+
+    def spy(path: Path, count: int | None = None) -> int:
+        reported[path.name] = count
+        return table_rows(path, count)
+
+    monkeypatch.setattr(runner, "table_rows", spy)
+    monkeypatch.setenv("ORION_CLIENT_DEVICE", "cpu")
+    monkeypatch.setenv("ORION_PROFILE_DIR", str(tmp_path / "profiles"))
+    bert = {"workload": "bert", "batch_size": 1, "options": {"seq_len": 8}}
+    data = {
+        "run": {
+            "policy": "timeslice",
+            "requests": 10,
+            "warmup_steps": 1,
+            "output_dir": str(tmp_path / "runs"),
+        },
+        "clients": [
+            {
+                **bert,
+                "name": "hp",
+                "role": "hp",
+                "mode": "infer",
+                "arrivals": {"kind": "uniform", "rate_per_s": 8},
+            },
+            {**bert, "name": "be", "mode": "train"},
+        ],
+    }
+    outcome = runner.run_jobs(parse_jobs(data, tmp_path))
+    assert outcome.status == "complete"
+    meta = json.loads((outcome.run_dir / "run.json").read_text())
+    recorded = meta["table_rows"]
+    assert recorded["clients/hp.csv"] == 10
+    assert recorded["clients/be.csv"] > 0
+    # The client processes counted their own rows and said so when they finished.
+    assert reported["hp.csv"] == 10
+    assert reported["be.csv"] == recorded["clients/be.csv"]
+    for name, rows in recorded.items():
+        assert rows == len(read_table(outcome.run_dir / name, _schema(name), notes=[]))
+    run = load_run(outcome.run_dir)
+    assert run.complete and run.cut_tables == ()
+
+
+def _schema(name: str) -> tuple[run_format.Column, ...]:
+    if name == "clients/hp.csv":
+        return run_format.INFERENCE_COLUMNS
+    if name == "clients/be.csv":
+        return run_format.TRAINING_COLUMNS
+    return run_format.GPU_COLUMNS if name == "gpu.csv" else run_format.TRACE_COLUMNS

@@ -38,18 +38,27 @@ class FakeScheduler:
         }
 
 
-def launch(client: str, name: str, enqueue_s: float, launch_s: float | None) -> tuple:
+def launch(
+    client: str, seq: int, name: str, enqueue_s: float, launch_s: float | None, reason: str
+) -> tuple:
     def ns(seconds: float | None) -> int:
         return 0 if seconds is None else ORIGIN_NS + round(seconds * 1e9)
 
-    return (client, name, "compute", 66, 12_000, True, "hp_idle", ns(enqueue_s), ns(launch_s))
+    return (client, seq, name, "compute", 66, 12_000, True, reason, ns(enqueue_s), ns(launch_s))
 
 
 def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
     scheduler = FakeScheduler(
         [
-            [launch("hp", "gemm", 1.0, 1.0), launch("be", "conv<#1>, x", 1.1, 1.25)],
-            [launch("hp", "relu", 2.0, 2.0), launch("be", "bn", 2.1, None)],
+            [
+                launch("hp", 1, "gemm", 1.0, 1.0, "high_priority"),
+                launch("be", 1, "conv<#1>, x", 1.1, 1.25, "fits_beside"),
+            ],
+            # be's record 2 was overwritten in the ring before it was drained: its number is gone
+            [
+                launch("hp", 2, "relu", 2.0, 2.0, "high_priority"),
+                launch("be", 3, "bn", 2.1, None, "hp_idle"),
+            ],
         ]
     )
     recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
@@ -58,7 +67,8 @@ def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
     trace = read_table(tmp_path / "trace.csv", TRACE_COLUMNS, notes=[])
     assert list(trace.columns) == [c.name for c in TRACE_COLUMNS]
     assert trace["client"].tolist() == ["hp", "be", "hp", "be"]
-    assert trace["seq"].tolist() == [0, 0, 1, 1]
+    assert trace["seq"].tolist() == [1, 1, 2, 3]  # the library's numbers: be lost record 2
+    assert trace["reason"].tolist() == ["high_priority", "fits_beside", "high_priority", "hp_idle"]
     assert trace["kernel_name"].tolist() == ["gemm", "conv<#1>, x", "relu", "bn"]
     assert trace["enqueue_s"].tolist() == [1.0, 1.1, 2.0, 2.1]
     assert trace["launch_s"].tolist()[:3] == [1.0, 1.25, 2.0]

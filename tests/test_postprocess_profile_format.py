@@ -15,10 +15,12 @@ from postprocess.ncu_csv import read_ncu_raw_csv
 from postprocess.profile_format import (
     METADATA_KEYS,
     PROFILE_COLUMNS,
+    PROFILE_VERSION,
     Profile,
     default_profile_path,
     profile_compatibility_warnings,
     read_profile,
+    read_profile_header,
     write_profile,
 )
 
@@ -123,8 +125,35 @@ def test_bad_headers_are_refused(
 ) -> None:
     path = write_profile(profile, tmp_path / "p.csv")
     _rewrite(path, line, text)
-    with pytest.raises(OrionError, match=message):
+    with pytest.raises(OrionError, match=message) as whole:
         read_profile(path)
+    with pytest.raises(OrionError, match=message) as header:
+        read_profile_header(path)
+    assert (header.value.message, header.value.hint) == (whole.value.message, whole.value.hint)
+
+
+def test_header_reader_returns_the_metadata_without_the_table(
+    profile: Profile, tmp_path: Path
+) -> None:
+    path = write_profile(profile, tmp_path / "p.csv")
+    assert read_profile_header(path) == read_profile(path).metadata
+    assert read_profile_header(path)["version"] == PROFILE_VERSION
+    # only the two header lines are read: a broken table does not matter here
+    head = path.read_text().split("\n")[:2]
+    path.write_text("\n".join(head) + "\nnot,a,kernel,table\n")
+    assert read_profile_header(path)["format"] == "orion-profile"
+    with pytest.raises(OrionError, match="lacks column"):
+        read_profile(path)
+
+
+@pytest.mark.parametrize("text", ["", "# orion-profile: 1\n", "order,kernel_name\n"])
+def test_header_reader_refuses_a_file_without_a_header(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    with pytest.raises(OrionError, match="not an orion profile"):
+        read_profile_header(path)
+    with pytest.raises(OrionError, match="profile not found"):
+        read_profile_header(tmp_path / "none.csv")
 
 
 def test_missing_column_is_refused(profile: Profile, tmp_path: Path) -> None:

@@ -6,10 +6,19 @@ import json
 from pathlib import Path
 
 import pytest
-from rundir_factory import ClientSpec, be_train_rows, hp_rows, standard_runs, write_run
+from rundir_factory import (
+    ClientSpec,
+    be_train_rows,
+    hp_rows,
+    inference_rows,
+    kernel_trace,
+    standard_runs,
+    write_run,
+)
 
 from orion_common.errors import OrionError
 from reporting import client_summary, load_run, load_runs
+from reporting.summary import run_warnings, write_report
 
 
 def test_load_run_reads_metadata_tables_and_extras(tmp_path: Path) -> None:
@@ -49,7 +58,6 @@ def test_optional_files_absent(tmp_path: Path) -> None:
     "make",
     [
         pytest.param(lambda d: None, id="empty-dir"),
-        pytest.param(lambda d: (d / "run.json").write_text("{not json"), id="garbage-json"),
         pytest.param(
             lambda d: (d / "run.json").write_text(json.dumps({"format": "orion-profile"})),
             id="other-format",
@@ -158,3 +166,155 @@ def test_comment_lines_are_ignored(tmp_path: Path) -> None:
     run = load_run(run_dir)
     assert run.gpu is not None and len(run.gpu) > 0
     assert run.gpu["time_s"].iloc[0] == 0.0
+
+
+# -- damage after the run: tables that lost rows, a run.json that is not JSON -----------------
+
+
+def _issue_run(tmp_path: Path, *, table_rows: bool = True) -> Path:
+    """A complete run whose HP client wrote 2,409 requests (the issue's numbers)."""
+    latencies = [1.0 + (k % 50) for k in range(2409)]
+    return write_run(
+        tmp_path,
+        "r",
+        policy="orion",
+        clients=[
+            ClientSpec("hp", "hp", "infer", inference_rows(latencies, spacing_s=0.004)),
+            ClientSpec("be", "be", "train", be_train_rows(19, (10.0, 20.0))),
+        ],
+        trace=kernel_trace(["hp", "be"], per_client=50, start_s=10.0),
+        table_rows=table_rows,
+    )
+
+
+def _keep_rows(path: Path, rows: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: rows + 1]))
+
+
+def test_a_cut_client_table_is_flagged_and_the_run_is_not_complete(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    assert load_run(run_dir).complete
+    _keep_rows(run_dir / "clients" / "hp.csv", 451)
+
+    run = load_run(run_dir)
+
+    assert len(run.table("hp")) == 451
+    assert run.status == "complete"  # as recorded, but not to be judged as complete:
+    assert not run.complete
+    assert run.cut_tables == ("clients/hp.csv",)
+    message = (
+        "clients/hp.csv has 451 of 2,409 rows recorded at close: the table was cut; "
+        "figures from it are wrong"
+    )
+    assert message in run.notes
+    assert client_summary(run)["complete"].tolist() == [False, False]
+    assert f"orion: {message}" in run_warnings([run])
+
+
+def test_a_cut_table_makes_the_report_show_an_incomplete_run(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    _keep_rows(run_dir / "clients" / "hp.csv", 451)
+    report = write_report([load_run(run_dir)], tmp_path / "report").read_text()
+    assert "**Incomplete run `" in report
+    assert "clients/hp.csv has 451 of 2,409 rows recorded at close" in report
+
+
+def test_an_emptied_client_table_with_recorded_rows_is_flagged(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    (run_dir / "clients" / "hp.csv").write_text("")
+    run = load_run(run_dir)
+    assert len(run.table("hp")) == 0
+    assert not run.complete
+    assert (
+        "clients/hp.csv has 0 of 2,409 rows recorded at close: the table was cut; "
+        "figures from it are wrong"
+    ) in run.notes
+
+
+def test_a_lost_client_table_with_recorded_rows_is_flagged(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    (run_dir / "clients" / "be.csv").unlink()
+    run = load_run(run_dir)
+    assert not run.complete
+    assert run.cut_tables == ("clients/be.csv",)
+    assert any(note.startswith("clients/be.csv is missing, though 21 rows") for note in run.notes)
+
+
+def test_an_empty_client_table_of_a_complete_run_is_a_warning(tmp_path: Path) -> None:
+    for table_rows in (True, False):  # recorded as empty at close, and an older run
+        run_dir = write_run(
+            tmp_path / str(table_rows),
+            "r",
+            policy="orion",
+            clients=[
+                ClientSpec("hp", "hp", "infer", []),
+                ClientSpec("be", "be", "train", be_train_rows(19, (10.0, 20.0))),
+            ],
+            table_rows=table_rows,
+        )
+        run = load_run(run_dir)
+        assert run.complete  # nothing was lost after the run; the client wrote nothing
+        assert (
+            "client 'hp': clients/hp.csv has no rows although the run is complete: there are "
+            "no figures for this client"
+        ) in run.notes
+
+
+def test_cut_gpu_and_trace_tables_are_flagged(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    _keep_rows(run_dir / "gpu.csv", 10)
+    _keep_rows(run_dir / "trace.csv", 60)
+    run = load_run(run_dir)
+    assert not run.complete
+    assert run.cut_tables == ("gpu.csv", "trace.csv")
+    assert any(note.startswith("gpu.csv has 10 of 60 rows recorded") for note in run.notes)
+    assert any(note.startswith("trace.csv has 60 of 100 rows recorded") for note in run.notes)
+
+
+def test_a_table_with_more_rows_than_recorded_is_flagged(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    table = run_dir / "clients" / "be.csv"
+    table.write_text(table.read_text() + "99,30.0,30.5,500.0,32\n")
+    run = load_run(run_dir)
+    assert not run.complete
+    assert any("more than the 21 recorded at close" in note for note in run.notes)
+
+
+def test_runs_from_before_row_counts_are_read_unchecked(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path, table_rows=False)
+    _keep_rows(run_dir / "clients" / "hp.csv", 451)
+    run = load_run(run_dir)
+    assert run.complete
+    assert run.cut_tables == ()
+    assert run.notes == ()
+    assert len(run.table("hp")) == 451
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b'{"format": "orion-run", "version": 1, "status": "comp', id="cut"),
+        pytest.param(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", id="binary"),
+        pytest.param(b"{not json", id="garbage"),
+        pytest.param(b"", id="empty"),
+    ],
+)
+def test_a_cut_or_corrupted_run_json_is_its_own_one_line_error(
+    tmp_path: Path, content: bytes
+) -> None:
+    run_dir = _issue_run(tmp_path)
+    (run_dir / "run.json").write_bytes(content)
+    with pytest.raises(OrionError) as info:
+        load_run(run_dir)
+    message = str(info.value)
+    assert message.startswith(f"run.json in {run_dir} is not valid JSON (cut or corrupted): ")
+    assert "no run.json" not in message
+    assert "\n" not in message
+
+
+def test_a_missing_run_json_is_still_no_run_json(tmp_path: Path) -> None:
+    run_dir = _issue_run(tmp_path)
+    (run_dir / "run.json").unlink()
+    with pytest.raises(OrionError, match=r"is not an orion run directory \(no run\.json\)$"):
+        load_run(run_dir)

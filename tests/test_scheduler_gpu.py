@@ -104,3 +104,46 @@ def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_pa
     assert gated_hp_write["stats"]["completion_mode"] == "gpu-write"
     for result in (gated_hp, gated_hp_write):
         assert result["stats"]["tracked_launches"] > 0
+
+
+def test_a_captured_graph_is_identified_and_its_completions_are_written(tmp_path: Path) -> None:
+    # ResNet-50 inference replayed as a CUDA graph under the orion policy as an HP client that
+    # estimates its kernels' ends: the instantiation is seen and the graph's kernel nodes read
+    # (graphs_identified), each replay is one graph launch whose completion the GPU writes, and
+    # the outputs are those of the same graph without the library.
+    plain = _probe("resnet50-graph", tmp_path, dict(os.environ), "plain")
+    gated = _with_library("resnet50-graph", tmp_path, "orion", "hp")
+    stats = gated["stats"]
+    assert gated["library_launches"] == 1  # the step is one graph launch
+    assert gated["profiler_kernels"] > 100  # ... of ResNet-50's kernels
+    assert gated["output_sha256"] == plain["output_sha256"]
+    assert stats["graphs_identified"] == 1
+    assert stats["graph_launches"] >= 7  # 5 warm-up steps, the profiled one, the checked one
+    assert stats["graph_gpu_writes"] == stats["graph_launches"]
+    assert stats["unknown_graph_launches"] == stats["graph_launches"]  # the decoy profile
+    assert stats["completion_mode"] == "estimate"  # its kernels: the HP default
+
+
+def test_moving_hp_legacy_stream_launches_keeps_the_programs_ordering(tmp_path: Path) -> None:
+    # An HP client's legacy-stream kernels run on orion's private high-priority stream; a kernel
+    # the program then launches on a blocking stream of its own must still see their results.
+    pytest.importorskip("cupy")
+    settings = SchedulerSettings(
+        policy="priority", sm_count=_sm_count(), queue_limit_ns=100_000, unknown_duration_ns=100_000
+    )
+    program = Path(__file__).resolve().parent / "gpu_legacy_order.py"
+    with SchedulerRun(settings) as run:
+        index = run.add_client("hp", "hp")
+        run.publish()
+        done = subprocess.run(
+            [sys.executable, str(program)],
+            env=run.client_environment(index),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        stats = run.stats()["hp"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert stats["redirected_launches"] >= 5  # the slow kernels were moved
+    assert done.stdout.split()[-1] == "0", done.stdout  # ... and every read saw their writes

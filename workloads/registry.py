@@ -13,10 +13,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orion_common.errors import OrionError
-from workloads.spec import WorkloadSpec, short_repr
 
 if TYPE_CHECKING:
+    # Annotations only: workloads.spec imports this module (a spec validates against the
+    # registry), so the registry never imports it at run time.
     from workloads.base import Workload
+    from workloads.spec import WorkloadSpec
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` squeezed onto one short line, so error messages stay one line."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)

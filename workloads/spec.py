@@ -12,18 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orion_common.errors import OrionError
+from workloads.registry import get_workload_info, short_repr
 
 MODES: tuple[str, ...] = ("infer", "train")
 DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
 # Devices orion can place a workload on; other torch device types have no stream to share.
 _DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
-
-
-def short_repr(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` squeezed onto one short line, so error messages stay one line."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -54,8 +49,6 @@ class WorkloadSpec:
 
     def validate(self) -> None:
         """Raise :class:`OrionError` (one line) for anything a builder could not honour."""
-        from workloads.registry import get_workload_info
-
         info = get_workload_info(self.name)
         if self.mode not in MODES:
             raise OrionError(
@@ -102,8 +95,6 @@ class WorkloadSpec:
     def resolved_options(self) -> dict[str, int]:
         """Every option of this workload, the given ones over the defaults (validates first)."""
         self.validate()
-        from workloads.registry import get_workload_info
-
         resolved = {opt.name: opt.default for opt in get_workload_info(self.name).options}
         resolved.update(self.options)
         return resolved

@@ -1,14 +1,18 @@
 // Launch cost of an empty kernel: the critical-path overhead orion's hook adds to every launch.
 //
-//   empty_launch LAUNCHES ROUNDS
+//   empty_launch LAUNCHES ROUNDS [own|legacy]
 // prints one line per round: "round <i> call_ns <per launch, enqueue loop only> total_ns <per
 // launch, until the GPU finished>". Launches go through the CUDA runtime (<<<>>>), i.e. through
-// libcudart's cuGetProcAddress-resolved driver entry points, as PyTorch's do.
+// libcudart's cuGetProcAddress-resolved driver entry points, as PyTorch's do: on a stream the
+// program created (`own`, the default) or on the legacy default stream (`legacy`), where PyTorch
+// launches unless a program picks a stream, and where orion moves an HP client's launches to its
+// private high-priority stream.
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 __global__ void empty_kernel() {}
 
@@ -22,8 +26,9 @@ static void check(cudaError_t status, const char* what) {
 int main(int argc, char** argv) {
     const long launches = argc > 1 ? std::atol(argv[1]) : 100000;
     const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
-    cudaStream_t stream;
-    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    const bool legacy = argc > 3 && std::strcmp(argv[3], "legacy") == 0;
+    cudaStream_t stream = nullptr;  // the legacy default stream (nvcc's default)
+    if (!legacy) check(cudaStreamCreate(&stream), "cudaStreamCreate");
     for (int i = 0; i < 2000; ++i) empty_kernel<<<1, 32, 0, stream>>>();
     check(cudaStreamSynchronize(stream), "warm-up");
     using clock = std::chrono::steady_clock;

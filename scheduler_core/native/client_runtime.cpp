@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "clock.h"
 #include "driver.h"
@@ -159,6 +160,7 @@ std::uint64_t ClientRuntime::name_hash(CUfunction function) {
     };
     const auto bits = reinterpret_cast<std::uintptr_t>(function);
     const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
+    const std::uint32_t generation = name_generation_.load(std::memory_order_acquire);
     for (std::uint32_t probe = 0; probe < 64; ++probe) {
         FunctionSlot& slot = functions_[(start + probe) & (kFunctionSlots - 1)];
         CUfunction seen = slot.function.load(std::memory_order_acquire);
@@ -166,15 +168,87 @@ std::uint64_t ClientRuntime::name_hash(CUfunction function) {
             if (slot.function.compare_exchange_strong(seen, function, std::memory_order_acq_rel)) {
                 const std::uint64_t hash = compute();
                 slot.name_hash.store(hash, std::memory_order_release);
+                slot.generation.store(generation, std::memory_order_release);
                 return hash;
             }
         }
         if (seen == function || slot.function.load(std::memory_order_acquire) == function) {
+            if (slot.generation.load(std::memory_order_acquire) != generation) {
+                // Code was unloaded since this name was read: the handle may now be another
+                // kernel's. Read it again (and let the new kernel be reported if unknown).
+                const std::uint64_t hash = compute();
+                slot.name_hash.store(hash, std::memory_order_release);
+                slot.unknown_reported.store(0, std::memory_order_release);
+                slot.generation.store(generation, std::memory_order_release);
+                return hash;
+            }
             const std::uint64_t hash = slot.name_hash.load(std::memory_order_acquire);
             return hash != 0 ? hash : compute();  // another thread is filling it in right now
         }
     }
     return compute();  // cache full in this neighbourhood: correct, just slower
+}
+
+std::uint64_t ClientRuntime::identify_graph(CUgraph graph) {
+    const driver::Helpers& h = driver::helpers();
+    if (graph == nullptr || h.graph_get_nodes == nullptr || h.graph_node_get_type == nullptr ||
+        h.graph_kernel_node_get_params == nullptr) {
+        return 0;
+    }
+    std::size_t count = 0;
+    if (h.graph_get_nodes(graph, nullptr, &count) != CUDA_SUCCESS) return 0;
+    // Instantiation is set-up, not the launch path: an allocation here is fine.
+    std::vector<CUgraphNode> nodes(count);
+    if (count != 0 && h.graph_get_nodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return 0;
+    GraphKeyBuilder builder;
+    for (std::size_t i = 0; i < count && i < nodes.size(); ++i) {
+        CUgraphNodeType type = -1;
+        if (h.graph_node_get_type(nodes[i], &type) != CUDA_SUCCESS) return 0;
+        if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;  // copies, memsets, events: no SMs
+        CUDA_KERNEL_NODE_PARAMS_v2 params{};
+        if (h.graph_kernel_node_get_params(nodes[i], &params) != CUDA_SUCCESS) return 0;
+        CUfunction function =
+            params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
+        if (function == nullptr) return 0;
+        builder.add(kernel_key(name_hash(function), params.gridDimX, params.gridDimY,
+                               params.gridDimZ, params.blockDimX, params.blockDimY,
+                               params.blockDimZ));
+    }
+    return builder.key();
+}
+
+ClientRuntime::GraphSlot* ClientRuntime::graph_slot(CUgraphExec exec, bool claim) {
+    if (exec == nullptr) return nullptr;
+    const auto bits = reinterpret_cast<std::uintptr_t>(exec);
+    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
+    for (std::uint32_t probe = 0; probe < 64; ++probe) {
+        GraphSlot& slot = graph_execs_[(start + probe) & (kGraphExecSlots - 1)];
+        CUgraphExec seen = slot.exec.load(std::memory_order_acquire);
+        if (seen == exec) return &slot;
+        if (seen == nullptr) {
+            if (!claim) return nullptr;
+            if (slot.exec.compare_exchange_strong(seen, exec, std::memory_order_acq_rel) ||
+                seen == exec) {
+                return &slot;
+            }
+        }
+    }
+    return nullptr;  // neighbourhood full: the graph stays unidentified (gated conservatively)
+}
+
+void ClientRuntime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
+    // Only a client whose launches are gated or matched against a profile needs the identity;
+    // otherwise instantiation stays exactly the program's call.
+    if (!tracks_ && !has_profile_) return;
+    const std::uint64_t key = identify_graph(graph);
+    if (GraphSlot* slot = graph_slot(exec, true)) {
+        slot->key.store(key, std::memory_order_release);
+    }
+    if (key != 0) slot_->stats.graphs_identified.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ClientRuntime::graph_destroyed(CUgraphExec exec) {
+    if (GraphSlot* slot = graph_slot(exec, false)) slot->key.store(0, std::memory_order_release);
 }
 
 void ClientRuntime::report_unknown(CUfunction function, const LaunchShape& shape) {
@@ -200,8 +274,10 @@ bool ClientRuntime::stream_is_capturing(CUstream own_stream) const {
     const auto fn = driver::helpers().stream_is_capturing;
     if (fn == nullptr) return false;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    // An error here means the stream is in a state where extra work must not be added either.
-    return fn(own_stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+    // Only a stream the driver says is capturing passes through ungated. A failed query (an
+    // invalidated capture, a bad handle) must not open the gate: the launch is gated and tracked
+    // as usual, and if the driver then refuses it too, it is marked finished at once.
+    return fn(own_stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 bool ClientRuntime::ensure_completion_words() {
@@ -306,7 +382,7 @@ Reason ClientRuntime::wait_for_turn(const KernelInfo& kernel, bool* waited) {
     std::uint32_t wait_reasons = 0;  // bit per Reason this launch waited for
     Snapshot snapshot;
     for (;;) {
-        gather_snapshot(view_, now, &snapshot);
+        gather_snapshot(view_, now, kernel.duration_ns, &snapshot);
         const Decision decision = decide(policy_, role_, kernel, snapshot);
         if (decision.launch) {
             *waited = wait_reasons != 0;
@@ -342,7 +418,7 @@ Reason ClientRuntime::wait_for_turn(const KernelInfo& kernel, bool* waited) {
 }
 
 std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_t key,
-                                          std::uint64_t now_ns, bool gpu_written) {
+                                          std::uint64_t now_ns, bool gpu_written, bool graph) {
     ensure_completion_tracking();
     const std::uint64_t seq = slot_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
     InflightEntry& entry = view_.inflight(index_)[seq & kRingMask];
@@ -352,15 +428,17 @@ std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_
         expected_end = std::max(now_ns, previous_end) + kernel.duration_ns;
     } while (!slot_->last_expected_end_ns.compare_exchange_weak(previous_end, expected_end,
                                                                 std::memory_order_relaxed));
-    entry.key = key;
-    entry.launch_ns = now_ns;
-    entry.expected_end_ns = expected_end;
-    entry.duration_ns = kernel.duration_ns;
-    entry.sm_needed = kernel.sm_needed;
-    entry.kernel_class = static_cast<std::uint8_t>(kernel.kernel_class);
-    entry.known = kernel.known ? 1 : 0;
-    entry.gpu_written = gpu_written ? 1 : 0;
-    entry.seq.store(seq, std::memory_order_release);
+    InflightLaunch launch;
+    launch.key = key;
+    launch.launch_ns = now_ns;
+    launch.expected_end_ns = expected_end;
+    launch.duration_ns = kernel.duration_ns;
+    launch.sm_needed = kernel.sm_needed;
+    launch.kernel_class = static_cast<std::uint8_t>(kernel.kernel_class);
+    launch.known = kernel.known;
+    launch.gpu_written = gpu_written;
+    launch.graph = graph;
+    write_inflight(entry, seq, launch);
     std::uint64_t published = slot_->published_seq.load(std::memory_order_relaxed);
     while (published < seq && !slot_->published_seq.compare_exchange_weak(
                                   published, seq, std::memory_order_release,
@@ -386,7 +464,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         slot_->stats.graph_launches.fetch_add(1, std::memory_order_relaxed);
     }
     const bool may_redirect = role_ == Role::kHighPriority && policy_sets_priorities(policy_) &&
-                              is_legacy_stream(stream, variant);
+                              !shape.stream_fixed && is_legacy_stream(stream, variant);
     if ((tracks_ || may_redirect) && stream_is_capturing(ticket.own_stream)) {
         // Work captured into a graph runs later, as a graph launch; adding or gating now would
         // change the graph. Pass it through untouched.
@@ -408,13 +486,28 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         } else if (has_profile_) {
             report_unknown(shape.function, shape);
         }
-    } else if (shape.function == nullptr && has_profile_) {
-        slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
+    } else if (shape.function == nullptr) {
+        // A graph: known when its kernel nodes match a graph of the profile; it then needs the
+        // SMs of its widest kernel for its measured wall time. Otherwise all SMs, and (see
+        // track_launch) it counts as running until the GPU writes its completion.
+        const GraphSlot* exec = graph_slot(shape.graph, false);
+        ticket.key = exec != nullptr ? exec->key.load(std::memory_order_acquire) : 0;
+        const GraphEntry* entry = ticket.key != 0 ? view_.find_graph(index_, ticket.key) : nullptr;
+        if (entry != nullptr) {
+            ticket.kernel.known = true;
+            ticket.kernel.sm_needed = entry->sm_needed;
+            ticket.kernel.kernel_class = static_cast<KernelClass>(entry->kernel_class);
+            ticket.kernel.duration_ns = entry->duration_ns;
+        } else if (has_profile_) {
+            slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
+            slot_->stats.unknown_graph_launches.fetch_add(1, std::memory_order_relaxed);
+        }
     }
     if (may_redirect) {
         if (CUstream moved = redirect_legacy_launch()) {
             ticket.stream = moved;
             ticket.own_stream = moved;
+            ticket.redirected = true;
         }
     }
     bool waited = false;
@@ -431,9 +524,27 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         // per graph, also for a client that estimates its kernels' ends. Without mapped words
         // it is estimated like a kernel (and the client's log says why).
         ticket.gpu_written = shape.function == nullptr && ensure_completion_words();
-        ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns, ticket.gpu_written);
+        ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns, ticket.gpu_written,
+                                  shape.function == nullptr);
     }
     return ticket;
+}
+
+void ClientRuntime::join_legacy_stream() {
+    const driver::Helpers& h = driver::helpers();
+    // Blocking streams wait for earlier legacy-stream work, but not for each other: without this,
+    // work the program then puts on a blocking stream of its own (CuPy's default Stream(), say)
+    // would no longer wait for the moved kernel. Making the legacy stream wait for the moved
+    // launch keeps every ordering the program wrote: later legacy work, and through the legacy
+    // stream's implicit synchronisation every later blocking-stream launch, comes after it.
+    thread_local CUevent done = nullptr;
+    if (done == nullptr && h.event_create(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        done = nullptr;
+        return;
+    }
+    if (h.event_record(done, redirect_stream_) == CUDA_SUCCESS) {
+        h.stream_wait_event(cu_stream_legacy(), done, 0);
+    }
 }
 
 void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
@@ -470,6 +581,7 @@ void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
         // A failed launch never runs, so nothing on the GPU will ever mark it finished.
         if (result != CUDA_SUCCESS) mark_finished_by_cpu(ticket.seq);
     }
+    if (ticket.redirected && result == CUDA_SUCCESS) join_legacy_stream();
     if (ticket.trace) write_trace(ticket);
 }
 
@@ -477,15 +589,19 @@ void ClientRuntime::write_trace(const LaunchTicket& ticket) {
     const RunHeader& header = view_.header();
     const std::uint64_t index = slot_->trace_head.fetch_add(1, std::memory_order_acq_rel);
     TraceRecord& record = view_.trace(index_)[index & (header.trace_capacity - 1)];
-    record.seq = index + 1;
-    record.key = ticket.key;
-    record.enqueue_ns = ticket.enqueue_ns;
-    record.launch_ns = ticket.launch_ns;
-    record.duration_ns = ticket.kernel.duration_ns;
-    record.sm_needed = ticket.kernel.sm_needed;
-    record.kernel_class = static_cast<std::uint8_t>(ticket.kernel.kernel_class);
-    record.reason = static_cast<std::uint8_t>(ticket.reason);
-    record.known = ticket.kernel.known ? 1 : 0;
+    // The seqlock of shared_state.h: invalidate, fence, fields, publish.
+    record.seq.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    record.key.store(ticket.key, std::memory_order_relaxed);
+    record.enqueue_ns.store(ticket.enqueue_ns, std::memory_order_relaxed);
+    record.launch_ns.store(ticket.launch_ns, std::memory_order_relaxed);
+    record.duration_ns.store(ticket.kernel.duration_ns, std::memory_order_relaxed);
+    record.sm_needed.store(ticket.kernel.sm_needed, std::memory_order_relaxed);
+    record.kernel_class.store(static_cast<std::uint8_t>(ticket.kernel.kernel_class),
+                              std::memory_order_relaxed);
+    record.reason.store(static_cast<std::uint8_t>(ticket.reason), std::memory_order_relaxed);
+    record.known.store(ticket.kernel.known ? 1 : 0, std::memory_order_relaxed);
+    record.seq.store(index + 1, std::memory_order_release);
 }
 
 }  // namespace orion

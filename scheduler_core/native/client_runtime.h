@@ -20,6 +20,8 @@ struct LaunchShape {
     CUfunction function = nullptr;  // nullptr for a graph launch
     unsigned int grid[3] = {1, 1, 1};
     unsigned int block[3] = {1, 1, 1};
+    CUgraphExec graph = nullptr;  // the executable graph of a graph launch
+    bool stream_fixed = false;    // the API takes no stream (cuLaunch, cuLaunchGrid): never moved
 };
 
 // What `before_launch` decided, carried to `after_launch`.
@@ -34,6 +36,7 @@ struct LaunchTicket {
     Reason reason = Reason::kNotGated;
     bool trace = false;
     bool gpu_written = false;  // a graph whose completion the GPU writes (whatever the mode)
+    bool redirected = false;   // an HP legacy-stream launch moved to the private stream
 };
 
 class ClientRuntime {
@@ -52,6 +55,14 @@ public:
     LaunchTicket before_launch(const LaunchShape& shape, CUstream stream, int variant);
     void after_launch(const LaunchTicket& ticket, CUresult result);
 
+    // A graph was instantiated into `exec`: read its kernel nodes and remember its identity.
+    void graph_instantiated(CUgraphExec exec, CUgraph graph);
+    // `exec` is being destroyed: a later executable at the same address is a different graph.
+    void graph_destroyed(CUgraphExec exec);
+
+    // Code was unloaded: cached kernel names may belong to handles that will be reused.
+    void forget_kernel_names() { name_generation_.fetch_add(1, std::memory_order_acq_rel); }
+
     // The priority a stream created by this process gets.
     int stream_priority(int requested);
     void count_prioritised_stream();
@@ -68,16 +79,23 @@ private:
     ClientRuntime();
     void attach_from_environment();
     std::uint64_t name_hash(CUfunction function);
+    // The identity of `graph` from its kernel nodes; 0 when the driver cannot list them.
+    std::uint64_t identify_graph(CUgraph graph);
+    // The slot remembering `exec`, claimed when `claim` is set; nullptr when there is none.
+    struct GraphSlot;
+    GraphSlot* graph_slot(CUgraphExec exec, bool claim);
     void report_unknown(CUfunction function, const LaunchShape& shape);
     bool stream_is_capturing(CUstream own_stream) const;
     void ensure_completion_tracking();
     // Registers this client's completion words with the driver (once); false if it cannot.
     bool ensure_completion_words();
     CUstream redirect_legacy_launch();
+    // After a moved launch: the legacy stream waits for it, as if it had run there.
+    void join_legacy_stream();
     // Blocks until the policy admits `kernel`; counts every reason it waited for.
     Reason wait_for_turn(const KernelInfo& kernel, bool* waited);
     std::uint64_t track_launch(const KernelInfo& kernel, std::uint64_t key, std::uint64_t now_ns,
-                               bool gpu_written);
+                               bool gpu_written, bool graph);
     void mark_finished_by_cpu(std::uint64_t seq);
     void write_trace(const LaunchTicket& ticket);
 
@@ -86,8 +104,15 @@ private:
         std::atomic<CUfunction> function{nullptr};
         std::atomic<std::uint64_t> name_hash{0};
         std::atomic<std::uint32_t> unknown_reported{0};
+        std::atomic<std::uint32_t> generation{0};  // name_generation_ when name_hash was read
     };
     static constexpr std::uint32_t kFunctionSlots = 16384;
+    // A lock-free map from an executable graph to its identity (0: not identified).
+    struct GraphSlot {
+        std::atomic<CUgraphExec> exec{nullptr};
+        std::atomic<std::uint64_t> key{0};
+    };
+    static constexpr std::uint32_t kGraphExecSlots = 1024;
 
     std::atomic<bool> active_{false};
     RunMapping mapping_;
@@ -118,7 +143,9 @@ private:
     std::atomic<bool> redirect_failed_{false};
     std::atomic<bool> redirect_used_{false};
 
+    std::atomic<std::uint32_t> name_generation_{0};  // bumped by every module/library unload
     FunctionSlot functions_[kFunctionSlots];
+    GraphSlot graph_execs_[kGraphExecSlots];
 };
 
 }  // namespace orion

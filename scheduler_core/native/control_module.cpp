@@ -179,6 +179,60 @@ public:
         }
     }
 
+    // `timeline`: (start_ns, end_ns, sm_needed, kernel_class) per kernel node on the graph's clock,
+    // in the order they run; empty: the graph is gated as a unit only.
+    void add_graph(std::uint32_t client, std::uint64_t key, std::uint32_t sm_needed,
+                   const std::string& kernel_class, std::uint64_t duration_ns,
+                   std::uint32_t node_count,
+                   const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint32_t,
+                                                std::string>>& timeline) {
+        require_unpublished();
+        check_client(client);
+        if (key == 0) throw py::value_error("graph key 0 is reserved");
+        ClientSlot& slot = view().client(client);
+        if (slot.timeline_count + timeline.size() > kTimelineNodes) {
+            throw py::value_error("a client's graphs hold at most " +
+                                  std::to_string(kTimelineNodes) + " kernel nodes in all");
+        }
+        if (slot.graph_count >= kGraphSlots / 2) {
+            throw py::value_error("a client's profile holds at most " +
+                                  std::to_string(kGraphSlots / 2) + " graphs");
+        }
+        GraphEntry* table = view().graphs(client);
+        for (std::uint32_t probe = 0; probe < kGraphSlots; ++probe) {
+            GraphEntry& entry = table[(key + probe) & (kGraphSlots - 1)];
+            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
+            if (stored != 0 && stored != key) continue;
+            entry.duration_ns = duration_ns;
+            entry.sm_needed = sm_needed;
+            entry.node_count = node_count;
+            entry.kernel_class = static_cast<std::uint8_t>(parse_class(kernel_class));
+            entry.timeline_first = slot.timeline_count;
+            entry.timeline_count = static_cast<std::uint32_t>(timeline.size());
+            TimelineNode* nodes = view().timeline(client) + slot.timeline_count;
+            for (const auto& [start, end, sms, node_class] : timeline) {
+                if (end < start) throw py::value_error("a timeline node ends before it starts");
+                TimelineNode& node = *nodes++;
+                node.start_ns = start;
+                node.end_ns = end;
+                node.sm_needed = sms;
+                node.kernel_class = static_cast<std::uint8_t>(parse_class(node_class));
+                node.known = 1;
+            }
+            slot.timeline_count += entry.timeline_count;
+            if (stored == 0) {
+                entry.key.store(key, std::memory_order_relaxed);
+                ++slot.graph_count;
+            }
+            return;
+        }
+    }
+
+    std::uint32_t graph_count(std::uint32_t client) const {
+        check_client(client);
+        return view().client(client).graph_count;
+    }
+
     std::uint32_t kernel_count(std::uint32_t client) const {
         check_client(client);
         return view().client(client).kernel_count;
@@ -189,11 +243,6 @@ public:
     std::string client_state(std::uint32_t client) const {
         check_client(client);
         return state_name(view().client(client).state.load(std::memory_order_acquire));
-    }
-
-    int client_pid(std::uint32_t client) const {
-        check_client(client);
-        return view().client(client).pid.load(std::memory_order_acquire);
     }
 
     // The controller saw the process end: nobody should wait on its launches any more.
@@ -225,6 +274,9 @@ public:
         out["unknown_launches"] = s.unknown_launches.load();
         out["graph_launches"] = s.graph_launches.load();
         out["graph_gpu_writes"] = s.graph_gpu_writes.load();
+        out["graphs_identified"] = s.graphs_identified.load();
+        out["unknown_graph_launches"] = s.unknown_graph_launches.load();
+        out["profiled_graphs"] = slot.graph_count;
         out["blocked_launches"] = s.blocked_launches.load();
         out["blocked_ns"] = s.blocked_ns.load();
         out["redirected_launches"] = s.redirected_launches.load();
@@ -267,14 +319,37 @@ public:
             start = head - capacity;
         }
         const TraceRecord* ring = view().trace(client);
-        for (std::uint64_t index = start; index < head; ++index) {
+        std::uint64_t index = start;
+        for (; index < head; ++index) {
+            // The seqlock of shared_state.h: a record is taken only when both reads of its seq
+            // give its own number; one still being written stops this drain (the next one reads
+            // it), one overwritten by a later lap or torn is lost and counted.
             const TraceRecord& r = ring[index & (capacity - 1)];
-            records.append(py::make_tuple(r.key, r.enqueue_ns, r.launch_ns, r.duration_ns,
-                                          r.sm_needed, class_name(r.kernel_class),
-                                          reason_name(static_cast<Reason>(r.reason)),
-                                          r.known != 0));
+            const std::uint64_t want = index + 1;
+            const std::uint64_t first = r.seq.load(std::memory_order_acquire);
+            if (first < want) break;
+            if (first > want) {
+                ++lost;
+                continue;
+            }
+            const std::uint64_t key = r.key.load(std::memory_order_relaxed);
+            const std::uint64_t enqueue_ns = r.enqueue_ns.load(std::memory_order_relaxed);
+            const std::uint64_t launch_ns = r.launch_ns.load(std::memory_order_relaxed);
+            const std::uint64_t duration_ns = r.duration_ns.load(std::memory_order_relaxed);
+            const std::uint32_t sm_needed = r.sm_needed.load(std::memory_order_relaxed);
+            const std::uint8_t kernel_class = r.kernel_class.load(std::memory_order_relaxed);
+            const std::uint8_t reason = r.reason.load(std::memory_order_relaxed);
+            const std::uint8_t known = r.known.load(std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (r.seq.load(std::memory_order_relaxed) != want) {
+                ++lost;
+                continue;
+            }
+            records.append(py::make_tuple(want, key, enqueue_ns, launch_ns, duration_ns, sm_needed,
+                                          class_name(kernel_class),
+                                          reason_name(static_cast<Reason>(reason)), known != 0));
         }
-        return {records, head, lost};
+        return {records, index, lost};
     }
 
     // Launches of `client` not yet finished, as the scheduler sees them now.
@@ -325,6 +400,12 @@ std::uint64_t key_for(const std::string& name, std::array<std::uint32_t, 3> grid
                       block[2]);
 }
 
+std::uint64_t graph_key_for(const std::vector<std::uint64_t>& kernel_keys) {
+    GraphKeyBuilder builder;
+    for (const std::uint64_t key : kernel_keys) builder.add(key);
+    return builder.key();
+}
+
 KernelInfo kernel_from(const py::dict& d) {
     KernelInfo info;
     info.known = d.contains("known") ? d["known"].cast<bool>() : true;
@@ -365,11 +446,14 @@ PYBIND11_MODULE(_native, m) {
     m.attr("MAX_HP_INSPECTED") = orion::kMaxHpInspected;
     m.def("kernel_key", &orion::key_for, py::arg("name"), py::arg("grid"), py::arg("block"),
           "The 64-bit identity the preload library computes for a launch.");
+    m.def("graph_key", &orion::graph_key_for, py::arg("kernel_keys"),
+          "The identity the preload library computes for a CUDA graph from the kernel keys of "
+          "its kernel nodes (any order).");
+    m.attr("MAX_GRAPHS_PER_CLIENT") = orion::kGraphSlots / 2;
     m.def("decide", &orion::decide_for, py::arg("policy"), py::arg("role"), py::arg("kernel"),
           py::arg("sm_count"), py::arg("queue_limit_ns"), py::arg("be_outstanding_ns"),
           py::arg("hp_in_flight"),
           "Runs the scheduling policy on a hand-made snapshot: (launch?, reason).");
-    m.def("process_is_gone", &orion::process_is_gone, py::arg("pid"));
     py::class_<Run>(m, "Run")
         .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),
                     py::arg("sm_count"), py::arg("queue_limit_ns"),
@@ -389,9 +473,13 @@ PYBIND11_MODULE(_native, m) {
         .def("add_kernel", &Run::add_kernel, py::arg("client"), py::arg("key"),
              py::arg("sm_needed"), py::arg("kernel_class"), py::arg("duration_ns"))
         .def("kernel_count", &Run::kernel_count, py::arg("client"))
+        .def("add_graph", &Run::add_graph, py::arg("client"), py::arg("key"), py::arg("sm_needed"),
+             py::arg("kernel_class"), py::arg("duration_ns"), py::arg("node_count"),
+             py::arg("timeline") = std::vector<std::tuple<std::uint64_t, std::uint64_t,
+                                                          std::uint32_t, std::string>>{})
+        .def("graph_count", &Run::graph_count, py::arg("client"))
         .def("publish", &Run::publish)
         .def("client_state", &Run::client_state, py::arg("client"))
-        .def("client_pid", &Run::client_pid, py::arg("client"))
         .def("mark_gone", &Run::mark_gone, py::arg("client"), py::arg("crashed"))
         .def("client_stats", &Run::client_stats, py::arg("client"))
         .def("unknown_kernels", &Run::unknown_kernels, py::arg("client"))

@@ -19,12 +19,58 @@ struct CUfunc_st;
 struct CUkern_st;
 struct CUevent_st;
 struct CUgraphExec_st;
+struct CUgraph_st;
+struct CUmod_st;
+struct CUlib_st;
+struct CUgraphNode_st;
 using CUcontext = CUctx_st*;
 using CUstream = CUstream_st*;
 using CUfunction = CUfunc_st*;
 using CUkernel = CUkern_st*;
 using CUevent = CUevent_st*;
 using CUgraphExec = CUgraphExec_st*;
+using CUgraph = CUgraph_st*;
+using CUmodule = CUmod_st*;
+using CUlibrary = CUlib_st*;
+using CUgraphNode = CUgraphNode_st*;
+using CUgraphNodeType = int;
+constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_KERNEL = 0;
+
+// A kernel node's parameters (CUDA 12's CUDA_KERNEL_NODE_PARAMS_v2, what cuGraphKernelNodeGetParams
+// fills when fetched for CUDA 12.0 or later). `func` may be a CUkernel, as for launches; `kern`,
+// when set, is the library kernel itself.
+struct CUDA_KERNEL_NODE_PARAMS_v2 {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void** kernelParams;
+    void** extra;
+    CUkernel kern;
+    CUcontext ctx;
+};
+
+// One device's launch of cuLaunchCooperativeKernelMultiDevice.
+struct CUDA_LAUNCH_PARAMS {
+    CUfunction function;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void** kernelParams;
+};
+
+// Passed through untouched by orion.
+struct CUDA_GRAPH_INSTANTIATE_PARAMS_st;
+using CUDA_GRAPH_INSTANTIATE_PARAMS = CUDA_GRAPH_INSTANTIATE_PARAMS_st;
 
 // Opaque to orion: launch attributes are passed through untouched.
 struct CUlaunchAttribute_st;
@@ -80,6 +126,26 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
                                    unsigned int sharedMemBytes, CUstream hStream,
                                    void** kernelParams);
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+// Deprecated launch routes, still exported by the driver: counted and gated like the others. The
+// legacy three take their block shape from an earlier cuFuncSetBlockShape, which orion does not
+// see, so their kernels are unknown to the profile (gated conservatively).
+CUresult cuLaunch(CUfunction f);
+CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height);
+CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream);
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList,
+                                              unsigned int numDevices, unsigned int flags);
+// Graph instantiation: orion hooks the two entry points with one ABI in every CUDA version (the
+// plain `cuGraphInstantiate` name changed signature between CUDA 11 and 12, so a wrapper could
+// call the wrong one), reads the graph's kernel nodes and remembers the executable's identity.
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags);  // NOLINT(google-runtime-int)
+CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+// Unloading code: a function handle of the unloaded module may come back for another kernel, so
+// orion forgets every kernel name it cached.
+CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags);
 CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority);
 CUresult cuStreamSynchronize(CUstream hStream);
@@ -102,5 +168,9 @@ using MemHostGetDevicePointerFn = CUresult (*)(CUdeviceptr* pdptr, void* p, unsi
 using EventCreateFn = CUresult (*)(CUevent* phEvent, unsigned int Flags);
 using EventRecordFn = CUresult (*)(CUevent hEvent, CUstream hStream);
 using StreamWaitEventFn = CUresult (*)(CUstream hStream, CUevent hEvent, unsigned int Flags);
+using GraphGetNodesFn = CUresult (*)(CUgraph hGraph, CUgraphNode* nodes, std::size_t* numNodes);
+using GraphNodeGetTypeFn = CUresult (*)(CUgraphNode hNode, CUgraphNodeType* type);
+using GraphKernelNodeGetParamsFn = CUresult (*)(CUgraphNode hNode,
+                                                CUDA_KERNEL_NODE_PARAMS_v2* nodeParams);
 
 }  // namespace orion::cuda

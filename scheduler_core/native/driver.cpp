@@ -112,6 +112,13 @@ const Helpers& helpers() {
         h.event_record = reinterpret_cast<cuda::EventRecordFn>(lookup("cuEventRecord", false));
         h.stream_wait_event =
             reinterpret_cast<cuda::StreamWaitEventFn>(lookup("cuStreamWaitEvent", false));
+        h.graph_get_nodes =
+            reinterpret_cast<cuda::GraphGetNodesFn>(lookup("cuGraphGetNodes", false));
+        h.graph_node_get_type =
+            reinterpret_cast<cuda::GraphNodeGetTypeFn>(lookup("cuGraphNodeGetType", false));
+        // Asked for at the CUDA 12.0 ABI: the driver hands out the _v2 parameter layout.
+        h.graph_kernel_node_get_params = reinterpret_cast<cuda::GraphKernelNodeGetParamsFn>(
+            lookup("cuGraphKernelNodeGetParams", false));
         return h;
     }();
     return resolved;

@@ -35,6 +35,9 @@ struct Helpers {
     cuda::EventCreateFn event_create = nullptr;
     cuda::EventRecordFn event_record = nullptr;
     cuda::StreamWaitEventFn stream_wait_event = nullptr;
+    cuda::GraphGetNodesFn graph_get_nodes = nullptr;
+    cuda::GraphNodeGetTypeFn graph_node_get_type = nullptr;
+    cuda::GraphKernelNodeGetParamsFn graph_kernel_node_get_params = nullptr;
 };
 const Helpers& helpers();
 

@@ -18,9 +18,18 @@
     X(cuStreamQuery)
 
 // Entry points with a single variant.
-#define ORION_HOOKS_PLAIN(X) \
-    X(cuStreamCreate)        \
-    X(cuStreamCreateWithPriority)
+#define ORION_HOOKS_PLAIN(X)     \
+    X(cuStreamCreate)            \
+    X(cuStreamCreateWithPriority) \
+    X(cuGraphInstantiateWithFlags) \
+    X(cuGraphInstantiateWithParams) \
+    X(cuGraphExecDestroy)          \
+    X(cuModuleUnload)              \
+    X(cuLibraryUnload)             \
+    X(cuLaunch)                    \
+    X(cuLaunchGrid)                \
+    X(cuLaunchGridAsync)           \
+    X(cuLaunchCooperativeKernelMultiDevice)
 
 namespace orion::hooks {
 

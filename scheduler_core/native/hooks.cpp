@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "client_runtime.h"
 #include "driver.h"
@@ -222,7 +223,9 @@ CUresult graph_launch(int variant, CUgraphExec graph, CUstream stream) {
     if (real == nullptr) return kNotFound;
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active()) return real(graph, stream);
-    const LaunchTicket ticket = runtime.before_launch(LaunchShape{}, stream, variant);
+    LaunchShape shape;
+    shape.graph = graph;
+    const LaunchTicket ticket = runtime.before_launch(shape, stream, variant);
     const CUresult result = real(graph, ticket.stream);
     runtime.after_launch(ticket, result);
     return result;
@@ -343,6 +346,131 @@ ORION_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int 
         priority = runtime.stream_priority(priority);
     }
     return real(stream, flags, priority);
+}
+
+// Graph instantiation: the call goes through unchanged; on success the runtime reads the graph's
+// kernel nodes, so that a later cuGraphLaunch of the executable finds its profile entry.
+namespace {
+
+// Instantiates through `real`; on success the runtime reads the graph's kernel nodes.
+template <typename Real, typename Options>
+CUresult instantiate(Real real, CUgraphExec* exec, CUgraph graph, Options options) {
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(exec, graph, options);
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (result == CUDA_SUCCESS && exec != nullptr && runtime.active()) {
+        runtime.graph_instantiated(*exec, graph);
+    }
+    return result;
+}
+
+}  // namespace
+
+ORION_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                                  unsigned long long flags) {  // NOLINT
+    return instantiate(hooks::real_cuGraphInstantiateWithFlags(hooks::kLegacy), exec, graph,
+                       flags);
+}
+
+ORION_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+    return instantiate(hooks::real_cuGraphInstantiateWithParams(hooks::kLegacy), exec, graph,
+                       params);
+}
+
+ORION_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
+    auto real = hooks::real_cuGraphExecDestroy(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (runtime.active()) runtime.graph_destroyed(exec);
+    return real(exec);
+}
+
+ORION_EXPORT CUresult cuLaunch(CUfunction f) {
+    auto real = hooks::real_cuLaunch(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active()) return real(f);
+    LaunchShape shape{f, {1, 1, 1}, {0, 0, 0}};  // block shape unknown: never matches a profile
+    shape.stream_fixed = true;
+    const LaunchTicket ticket = runtime.before_launch(shape, cu_stream_legacy(), hooks::kLegacy);
+    const CUresult result = real(f);
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+ORION_EXPORT CUresult cuLaunchGrid(CUfunction f, int width, int height) {
+    auto real = hooks::real_cuLaunchGrid(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active()) return real(f, width, height);
+    LaunchShape shape{f,
+                      {static_cast<unsigned int>(width), static_cast<unsigned int>(height), 1},
+                      {0, 0, 0}};
+    shape.stream_fixed = true;
+    const LaunchTicket ticket = runtime.before_launch(shape, cu_stream_legacy(), hooks::kLegacy);
+    const CUresult result = real(f, width, height);
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+ORION_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int width, int height, CUstream stream) {
+    auto real = hooks::real_cuLaunchGridAsync(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active()) return real(f, width, height, stream);
+    const LaunchShape shape{
+        f, {static_cast<unsigned int>(width), static_cast<unsigned int>(height), 1}, {0, 0, 0}};
+    const LaunchTicket ticket = runtime.before_launch(shape, stream, hooks::kLegacy);
+    const CUresult result = real(f, width, height, ticket.stream);
+    runtime.after_launch(ticket, result);
+    return result;
+}
+
+// One cooperative launch per device: each is gated (in list order) and tracked on its own stream.
+ORION_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* list,
+                                                           unsigned int devices,
+                                                           unsigned int flags) {
+    auto real = hooks::real_cuLaunchCooperativeKernelMultiDevice(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (!runtime.active() || list == nullptr || devices == 0) return real(list, devices, flags);
+    // A deprecated, rare route: a copy of the list (streams may be moved) is affordable here.
+    std::vector<CUDA_LAUNCH_PARAMS> moved(list, list + devices);
+    std::vector<LaunchTicket> tickets;
+    tickets.reserve(devices);
+    for (CUDA_LAUNCH_PARAMS& entry : moved) {
+        const LaunchShape shape{entry.function,
+                                {entry.gridDimX, entry.gridDimY, entry.gridDimZ},
+                                {entry.blockDimX, entry.blockDimY, entry.blockDimZ}};
+        tickets.push_back(runtime.before_launch(shape, entry.hStream, hooks::kLegacy));
+        entry.hStream = tickets.back().stream;
+    }
+    const CUresult result = real(moved.data(), devices, flags);
+    for (const LaunchTicket& ticket : tickets) runtime.after_launch(ticket, result);
+    return result;
+}
+
+namespace {
+
+// Unloads through `real`; on success the cached kernel names are forgotten (handles get reused).
+template <typename Real, typename Handle>
+CUresult unload(Real real, Handle handle) {
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(handle);
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (result == CUDA_SUCCESS && runtime.active()) runtime.forget_kernel_names();
+    return result;
+}
+
+}  // namespace
+
+ORION_EXPORT CUresult cuModuleUnload(CUmodule module) {
+    return unload(hooks::real_cuModuleUnload(hooks::kLegacy), module);
+}
+
+ORION_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
+    return unload(hooks::real_cuLibraryUnload(hooks::kLegacy), library);
 }
 
 ORION_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,

@@ -33,4 +33,35 @@ inline std::uint64_t kernel_key(std::uint64_t name_hash, std::uint32_t grid_x, s
     return hash == 0 ? 1 : hash;  // 0 marks an empty table slot
 }
 
+// A 64-bit mixer (the splitmix64 finaliser): spreads every input bit over every output bit, so a
+// sum of mixed keys behaves like a hash of the set.
+inline std::uint64_t mix64(std::uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+// Graph identity: computed from the kernel keys of a CUDA graph's kernel nodes (kernel_key above),
+// independent of their order, because the driver does not promise the order in which it lists a
+// graph's nodes. The profile side computes the same from the kernels ncu saw in the graph.
+class GraphKeyBuilder {
+public:
+    void add(std::uint64_t kernel_key) {
+        sum_ += mix64(kernel_key);
+        ++count_;
+    }
+    std::uint32_t count() const { return count_; }
+    std::uint64_t key() const {
+        const std::uint64_t key = mix64(sum_ ^ (std::uint64_t{count_} * 0x9e3779b97f4a7c15ULL));
+        return key == 0 ? 1 : key;
+    }
+
+private:
+    std::uint64_t sum_ = 0;
+    std::uint32_t count_ = 0;
+};
+
 }  // namespace orion

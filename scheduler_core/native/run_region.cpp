@@ -85,6 +85,8 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->completion_offset = layout.completion_offset;
     header->completion_bytes = layout.completion_bytes;
     header->trace_offset = layout.trace_offset;
+    header->graphs_offset = layout.graphs_offset;
+    header->timeline_offset = layout.timeline_offset;
     return RunMapping(base, layout.total_bytes);
 }
 

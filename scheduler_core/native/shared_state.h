@@ -20,11 +20,16 @@
 namespace orion {
 
 constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
-// 2: RunHeader::hp_completion; 3: InflightEntry::gpu_written, ClientStats::graph_gpu_writes
-constexpr std::uint32_t kLayoutVersion = 3;
+// 2: RunHeader::hp_completion; 3: InflightEntry::gpu_written, ClientStats::graph_gpu_writes;
+// 4: per-client graph tables (RunHeader::graphs_offset, GraphEntry), graph statistics; seqlock
+//    protocol for the in-flight ring and the trace; ClientSlot::low_water on its own cache line;
+//    graph timelines (TimelineNode, RunHeader::timeline_offset)
+constexpr std::uint32_t kLayoutVersion = 4;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
+constexpr std::uint32_t kGraphSlots = 64;       // per client; power of two; graphs in a profile
+constexpr std::uint32_t kTimelineNodes = 4096;  // per client: kernel nodes of all its graphs
 constexpr std::uint32_t kUnknownNames = 64;
 constexpr std::uint32_t kNameBytes = 256;
 constexpr std::uint32_t kClientNameBytes = 32;
@@ -32,6 +37,7 @@ constexpr std::size_t kPageBytes = 4096;
 
 static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
 static_assert((kInflightSlots & (kInflightSlots - 1)) == 0, "ring size must be a power of two");
+static_assert((kGraphSlots & (kGraphSlots - 1)) == 0, "graph table size must be a power of two");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
 
@@ -61,26 +67,113 @@ struct KernelEntry {
 };
 static_assert(sizeof(KernelEntry) == 24);
 
-// One tracked launch. Written by its owner before the launch, `seq` stored last with release, so a
-// reader that sees `seq` equal to what it expects also sees the rest (checked again after reading).
-struct InflightEntry {
-    std::atomic<std::uint64_t> seq;
-    std::uint64_t key;
-    std::uint64_t launch_ns;
-    std::uint64_t expected_end_ns;
+// One CUDA graph of a client's profile, identified by its kernel nodes (GraphKeyBuilder): launched
+// as a unit, it needs the SMs of its widest kernel for its measured wall time on the GPU.
+struct GraphEntry {
+    std::atomic<std::uint64_t> key;  // 0 marks an empty slot
     std::uint64_t duration_ns;
+    std::uint32_t sm_needed;
+    std::uint32_t node_count;
+    std::uint8_t kernel_class;
+    std::uint8_t reserved[3];
+    // The graph's profiled timeline, when loaded: `timeline_count` TimelineNodes from index
+    // `timeline_first` of the client's timeline pool (0 nodes: gated as a unit only).
+    std::uint32_t timeline_first;
+    std::uint32_t timeline_count;
+    std::uint32_t reserved2;
+};
+static_assert(sizeof(GraphEntry) == 40);
+
+// One kernel node of a profiled graph, placed on the graph's own clock (0 = the graph starts):
+// when it is expected to run, and what it needs while it does.
+struct TimelineNode {
+    std::uint64_t start_ns;
+    std::uint64_t end_ns;
     std::uint32_t sm_needed;
     std::uint8_t kernel_class;
     std::uint8_t known;
+    std::uint8_t reserved[2];
+};
+static_assert(sizeof(TimelineNode) == 24);
+
+// One tracked launch, in its owner's ring of kInflightSlots (slot = seq % kInflightSlots).
+//
+// Protocol (a per-entry seqlock; only the owning client writes, any process reads):
+//   writer: seq = 0 (relaxed); release fence; every payload field (relaxed atomics);
+//           seq = launch's sequence number (release).
+//   reader: s = seq (acquire); if s is not the launch wanted, stop; read the payload (relaxed);
+//           acquire fence; the read is valid only if seq still equals s.
+// Once the ring wraps, the writer overwrites a slot that readers may be reading: the fences make
+// the second seq read see the invalidation (0) or the new number whenever any payload field read
+// saw the new write, so a torn entry is always detected. Use write_inflight / read_inflight.
+struct InflightEntry {
+    std::atomic<std::uint64_t> seq;
+    std::atomic<std::uint64_t> key;
+    std::atomic<std::uint64_t> launch_ns;
+    std::atomic<std::uint64_t> expected_end_ns;
+    std::atomic<std::uint64_t> duration_ns;
+    std::atomic<std::uint32_t> sm_needed;
+    std::atomic<std::uint8_t> kernel_class;
+    std::atomic<std::uint8_t> known;
     // 1: only the GPU-written completion word (or the staleness bound) ends this launch, whatever
     // the client's completion mode; its expected end is a hint for sleeping, never a finish. Set
     // for graph launches: one graph may run for milliseconds, and nothing about its length is
     // known from the launch call.
-    std::uint8_t gpu_written;
-    std::uint8_t reserved;
+    std::atomic<std::uint8_t> gpu_written;
+    std::atomic<std::uint8_t> graph;  // 1: a graph launch; `key` is then the graph's identity
     std::uint64_t reserved2[2];
 };
 static_assert(sizeof(InflightEntry) == 64);
+static_assert(std::atomic<std::uint8_t>::is_always_lock_free, "shared atomics must be lock-free");
+
+// A launch as the in-flight ring holds it (the payload of an InflightEntry).
+struct InflightLaunch {
+    std::uint64_t key = 0;
+    std::uint64_t launch_ns = 0;
+    std::uint64_t expected_end_ns = 0;
+    std::uint64_t duration_ns = 0;
+    std::uint32_t sm_needed = 0;
+    std::uint8_t kernel_class = 0;
+    bool known = false;
+    bool gpu_written = false;
+    bool graph = false;
+};
+
+inline void write_inflight(InflightEntry& entry, std::uint64_t seq, const InflightLaunch& launch) {
+    entry.seq.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    entry.key.store(launch.key, std::memory_order_relaxed);
+    entry.launch_ns.store(launch.launch_ns, std::memory_order_relaxed);
+    entry.expected_end_ns.store(launch.expected_end_ns, std::memory_order_relaxed);
+    entry.duration_ns.store(launch.duration_ns, std::memory_order_relaxed);
+    entry.sm_needed.store(launch.sm_needed, std::memory_order_relaxed);
+    entry.kernel_class.store(launch.kernel_class, std::memory_order_relaxed);
+    entry.known.store(launch.known ? 1 : 0, std::memory_order_relaxed);
+    entry.gpu_written.store(launch.gpu_written ? 1 : 0, std::memory_order_relaxed);
+    entry.graph.store(launch.graph ? 1 : 0, std::memory_order_relaxed);
+    entry.seq.store(seq, std::memory_order_release);
+}
+
+// Reads launch `seq` from its slot. Returns the sequence number the slot held: equal to `seq`
+// when `out` is a consistent copy of that launch; otherwise `out` is unspecified (a larger number:
+// the slot was reused, so launch `seq` is long gone; a smaller one or 0: not yet published, or
+// being rewritten right now).
+inline std::uint64_t read_inflight(const InflightEntry& entry, std::uint64_t seq,
+                                   InflightLaunch* out) {
+    const std::uint64_t first = entry.seq.load(std::memory_order_acquire);
+    if (first != seq) return first;
+    out->key = entry.key.load(std::memory_order_relaxed);
+    out->launch_ns = entry.launch_ns.load(std::memory_order_relaxed);
+    out->expected_end_ns = entry.expected_end_ns.load(std::memory_order_relaxed);
+    out->duration_ns = entry.duration_ns.load(std::memory_order_relaxed);
+    out->sm_needed = entry.sm_needed.load(std::memory_order_relaxed);
+    out->kernel_class = entry.kernel_class.load(std::memory_order_relaxed);
+    out->known = entry.known.load(std::memory_order_relaxed) != 0;
+    out->gpu_written = entry.gpu_written.load(std::memory_order_relaxed) != 0;
+    out->graph = entry.graph.load(std::memory_order_relaxed) != 0;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return entry.seq.load(std::memory_order_relaxed);
+}
 
 // Why a launch went ahead or waited; recorded in the trace and counted in statistics.
 enum class Reason : std::uint8_t {
@@ -98,16 +191,22 @@ enum class Reason : std::uint8_t {
     kCount = 11,
 };
 
+// One launch in a client's trace ring (capacity a power of two; record i in slot i % capacity).
+// The same seqlock as InflightEntry: the writer claims index i with trace_head.fetch_add, stores
+// seq = 0, a release fence, the fields, then seq = i + 1 (release); the controller reads seq,
+// the fields, an acquire fence and seq again, and takes the record only if both reads gave i + 1.
+// A record not yet published (seq < i + 1) is read on the next drain; one already overwritten by
+// a later lap (seq > i + 1) or torn is counted as lost, never returned as a bogus row.
 struct TraceRecord {
-    std::uint64_t seq;
-    std::uint64_t key;
-    std::uint64_t enqueue_ns;
-    std::uint64_t launch_ns;
-    std::uint64_t duration_ns;
-    std::uint32_t sm_needed;
-    std::uint8_t kernel_class;
-    std::uint8_t reason;
-    std::uint8_t known;
+    std::atomic<std::uint64_t> seq;
+    std::atomic<std::uint64_t> key;
+    std::atomic<std::uint64_t> enqueue_ns;
+    std::atomic<std::uint64_t> launch_ns;
+    std::atomic<std::uint64_t> duration_ns;
+    std::atomic<std::uint32_t> sm_needed;
+    std::atomic<std::uint8_t> kernel_class;
+    std::atomic<std::uint8_t> reason;
+    std::atomic<std::uint8_t> known;
     std::uint8_t reserved;
 };
 static_assert(sizeof(TraceRecord) == 48);
@@ -122,12 +221,13 @@ struct ClientStats {
     std::atomic<std::uint64_t> redirected_launches; // HP legacy-stream launches moved to a priority stream
     std::atomic<std::uint64_t> capture_launches;    // launches into a capturing stream (passed through)
     std::atomic<std::uint64_t> streams_prioritised; // streams created with the role's priority
-    std::atomic<std::uint64_t> trace_dropped;       // trace records overwritten before being read
     std::atomic<std::uint64_t> graph_gpu_writes;    // graph completions the GPU was asked to write
+    std::atomic<std::uint64_t> graphs_identified;   // instantiations whose kernel nodes were read
+    std::atomic<std::uint64_t> unknown_graph_launches;  // graph launches not found in the profile
     // Launch reasons count each launch once; wait reasons count each blocked launch once per
     // distinct reason it waited for.
     std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
-    std::atomic<std::uint64_t> reserved[4];
+    std::atomic<std::uint64_t> reserved[3];
 };
 
 struct alignas(64) ClientSlot {
@@ -137,11 +237,16 @@ struct alignas(64) ClientSlot {
     std::atomic<std::uint32_t> completion_mode;
     char name[kClientNameBytes];
     std::uint32_t kernel_count;
-    std::uint32_t reserved0;
+    std::uint32_t graph_count;
+    std::uint32_t timeline_count;  // TimelineNodes of the client's pool in use
+    std::uint32_t reserved_counts;
+    // Written by the owner on every tracked launch (one cache line, read by every peer).
     alignas(64) std::atomic<std::uint64_t> next_seq;       // owner's sequence allocator
     std::atomic<std::uint64_t> published_seq;              // highest seq whose entry is written
-    std::atomic<std::uint64_t> low_water;                  // every seq <= low_water has finished
     std::atomic<std::uint64_t> last_expected_end_ns;       // owner's estimate of its queue's end
+    // Advanced by whoever reads the ring (waiting BE clients, the controller): on a line of its
+    // own, so their compare-and-swaps never invalidate the owner's launch-path line above.
+    alignas(64) std::atomic<std::uint64_t> low_water;      // every seq <= low_water has finished
     alignas(64) ClientStats stats;
     alignas(64) std::atomic<std::uint64_t> trace_head;     // trace records written so far
     std::atomic<std::uint32_t> unknown_name_count;
@@ -171,13 +276,16 @@ struct alignas(64) RunHeader {
     std::uint64_t completion_offset;  // page aligned: registered with the driver for GPU writes
     std::uint64_t completion_bytes;
     std::uint64_t trace_offset;
-    std::uint64_t reserved[16];
+    std::uint64_t graphs_offset;
+    std::uint64_t timeline_offset;
+    std::uint64_t reserved[14];
 };
 
 static_assert(std::is_standard_layout_v<RunHeader>);
 static_assert(std::is_standard_layout_v<ClientSlot>);
 static_assert(std::is_standard_layout_v<InflightEntry>);
 static_assert(std::is_standard_layout_v<KernelEntry>);
+static_assert(std::is_standard_layout_v<GraphEntry>);
 
 // Byte offsets of each region for a given trace capacity.
 struct Layout {
@@ -187,6 +295,8 @@ struct Layout {
     std::uint64_t completion_offset;
     std::uint64_t completion_bytes;
     std::uint64_t trace_offset;
+    std::uint64_t graphs_offset;
+    std::uint64_t timeline_offset;
     std::uint64_t total_bytes;
 };
 
@@ -206,9 +316,13 @@ constexpr Layout compute_layout(std::uint32_t trace_capacity) {
     layout.completion_bytes =
         align_up(sizeof(std::uint64_t) * kInflightSlots * kMaxClients, kPageBytes);
     layout.trace_offset = layout.completion_offset + layout.completion_bytes;
-    layout.total_bytes = align_up(
+    layout.graphs_offset = align_up(
         layout.trace_offset + sizeof(TraceRecord) * std::uint64_t{trace_capacity} * kMaxClients,
         kPageBytes);
+    layout.timeline_offset =
+        align_up(layout.graphs_offset + sizeof(GraphEntry) * kGraphSlots * kMaxClients, kPageBytes);
+    layout.total_bytes = align_up(
+        layout.timeline_offset + sizeof(TimelineNode) * kTimelineNodes * kMaxClients, kPageBytes);
     return layout;
 }
 
@@ -239,6 +353,28 @@ public:
     TraceRecord* trace(std::uint32_t index) const {
         return reinterpret_cast<TraceRecord*>(base_ + header().trace_offset) +
                std::uint64_t{index} * header().trace_capacity;
+    }
+
+    GraphEntry* graphs(std::uint32_t index) const {
+        return reinterpret_cast<GraphEntry*>(base_ + header().graphs_offset) +
+               std::uint64_t{index} * kGraphSlots;
+    }
+
+    TimelineNode* timeline(std::uint32_t index) const {
+        return reinterpret_cast<TimelineNode*>(base_ + header().timeline_offset) +
+               std::uint64_t{index} * kTimelineNodes;
+    }
+
+    // The profile entry of the graph `key`, or nullptr when the graph is unknown to this client.
+    const GraphEntry* find_graph(std::uint32_t client_index, std::uint64_t key) const {
+        const GraphEntry* table = graphs(client_index);
+        for (std::uint32_t probe = 0; probe < kGraphSlots; ++probe) {
+            const GraphEntry& entry = table[(key + probe) & (kGraphSlots - 1)];
+            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
+            if (stored == key) return &entry;
+            if (stored == 0) return nullptr;
+        }
+        return nullptr;
     }
 
     // The profile entry for `key`, or nullptr when the kernel is unknown to this client.

@@ -20,19 +20,19 @@ constexpr std::uint64_t kMaxScan = 1024;
 
 bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t seq,
                      std::uint64_t now_ns) {
-    const InflightEntry& entry = view.inflight(client)[seq & kRingMask];
-    const std::uint64_t stored = entry.seq.load(std::memory_order_acquire);
+    InflightLaunch launch;
+    const std::uint64_t stored = read_inflight(view.inflight(client)[seq & kRingMask], seq, &launch);
     if (stored > seq) return true;   // the slot was reused by a later launch: this one is long done
-    if (stored < seq) return false;  // not yet published by its owner: count it as in flight
+    if (stored != seq) return false;  // not yet published, or being rewritten: count it in flight
     if (view.completion(client)[seq & kRingMask].load(std::memory_order_acquire) == seq) {
         return true;
     }
     const RunHeader& header = view.header();
-    if (header.stale_ns != 0 && now_ns > entry.launch_ns + header.stale_ns) return true;
-    if (entry.gpu_written != 0) return false;  // a graph: only its written completion ends it
+    if (header.stale_ns != 0 && now_ns > launch.launch_ns + header.stale_ns) return true;
+    if (launch.gpu_written) return false;  // a graph: only its written completion ends it
     const auto mode = view.client(client).completion_mode.load(std::memory_order_relaxed);
     return mode == static_cast<std::uint32_t>(CompletionMode::kEstimate) &&
-           now_ns >= entry.expected_end_ns;
+           now_ns >= launch.expected_end_ns;
 }
 
 std::uint64_t advance_low_water(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
@@ -50,7 +50,66 @@ std::uint64_t advance_low_water(const RunView& view, std::uint32_t client, std::
     return mark > low ? mark : low;
 }
 
-void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out) {
+namespace {
+
+// Adds `info` as an HP kernel in flight; false when the snapshot is full (HP backlog set).
+bool add_hp_kernel(Snapshot* out, const KernelInfo& info) {
+    if (out->hp_in_flight == kMaxHpInspected) {
+        out->hp_backlog = true;
+        return false;
+    }
+    out->hp_kernels[out->hp_in_flight++] = info;
+    return true;
+}
+
+// An HP graph in flight, as the kernels of its profiled timeline expected to run between now and
+// now + horizon. The graph's start is estimated from its expected end (launch or the end of the
+// work queued before it, plus its profiled span); if it has run past its profiled end and the GPU
+// has not written its completion, nothing about it is predictable any more: all SMs, unknown.
+// Returns false when the snapshot filled up.
+bool add_hp_graph(const RunView& view, std::uint32_t client, const InflightLaunch& launch,
+                  std::uint64_t now_ns, std::uint64_t horizon_ns, Snapshot* out) {
+    const GraphEntry* graph = view.find_graph(client, launch.key);
+    if (graph == nullptr || graph->timeline_count == 0 || graph->duration_ns == 0) {
+        KernelInfo whole;
+        whole.known = launch.known;
+        whole.sm_needed = launch.sm_needed;
+        whole.kernel_class = static_cast<KernelClass>(launch.kernel_class);
+        whole.duration_ns = launch.duration_ns;
+        return add_hp_kernel(out, whole);
+    }
+    const std::uint64_t start =
+        launch.expected_end_ns > graph->duration_ns ? launch.expected_end_ns - graph->duration_ns : 0;
+    const std::uint64_t from = now_ns > start ? now_ns - start : 0;
+    if (from >= graph->duration_ns) {
+        KernelInfo overran;
+        overran.sm_needed = view.header().sm_count;
+        overran.duration_ns = view.header().unknown_duration_ns;
+        return add_hp_kernel(out, overran);
+    }
+    const std::uint64_t to = from + horizon_ns;
+    const TimelineNode* nodes = view.timeline(client) + graph->timeline_first;
+    for (std::uint32_t i = 0; i < graph->timeline_count; ++i) {
+        const TimelineNode& node = nodes[i];
+        if (node.end_ns <= from || node.start_ns > to) continue;  // not running in [from, to]
+        KernelInfo info;
+        info.known = node.known != 0;
+        info.sm_needed = node.sm_needed;
+        info.kernel_class = static_cast<KernelClass>(node.kernel_class);
+        info.duration_ns = node.end_ns - node.start_ns;
+        // A waiting BE client should look again when this kernel ends, not when the graph does.
+        if (start + node.end_ns < out->earliest_end_ns || out->earliest_end_ns == 0) {
+            out->earliest_end_ns = start + node.end_ns;
+        }
+        if (!add_hp_kernel(out, info)) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t horizon_ns,
+                     Snapshot* out) {
     const RunHeader& header = view.header();
     out->sm_count = header.sm_count;
     out->queue_limit_ns = header.queue_limit_ns;
@@ -77,26 +136,26 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out) {
         const InflightEntry* ring = view.inflight(client);
         for (std::uint64_t seq = low + 1; seq <= published; ++seq) {
             if (launch_finished(view, client, seq, now_ns)) continue;
-            const InflightEntry& entry = ring[seq & kRingMask];
+            InflightLaunch launch;
             KernelInfo info;
-            info.known = entry.known != 0;
-            info.sm_needed = entry.sm_needed;
-            info.kernel_class = static_cast<KernelClass>(entry.kernel_class);
-            info.duration_ns = entry.duration_ns;
-            const std::uint64_t expected_end = entry.expected_end_ns;
-            if (entry.seq.load(std::memory_order_acquire) != seq) {
-                info = KernelInfo{};  // being written right now: assume the worst
-                info.duration_ns = header.unknown_duration_ns;
+            const bool consistent = read_inflight(ring[seq & kRingMask], seq, &launch) == seq;
+            if (!consistent) {
+                info.duration_ns = header.unknown_duration_ns;  // being rewritten: the worst case
                 info.sm_needed = header.sm_count;
-            } else if (out->earliest_end_ns == 0 || expected_end < out->earliest_end_ns) {
-                out->earliest_end_ns = expected_end;
+            } else {
+                info.known = launch.known;
+                info.sm_needed = launch.sm_needed;
+                info.kernel_class = static_cast<KernelClass>(launch.kernel_class);
+                info.duration_ns = launch.duration_ns;
+                if (out->earliest_end_ns == 0 || launch.expected_end_ns < out->earliest_end_ns) {
+                    out->earliest_end_ns = launch.expected_end_ns;
+                }
             }
             if (is_hp) {
-                if (out->hp_in_flight == kMaxHpInspected) {
-                    out->hp_backlog = true;
-                    break;
-                }
-                out->hp_kernels[out->hp_in_flight++] = info;
+                const bool room = consistent && launch.graph && launch.known
+                                      ? add_hp_graph(view, client, launch, now_ns, horizon_ns, out)
+                                      : add_hp_kernel(out, info);
+                if (!room) break;
             } else {
                 out->be_outstanding_ns += info.duration_ns;
             }

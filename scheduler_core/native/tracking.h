@@ -20,7 +20,10 @@ bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t se
 std::uint64_t advance_low_water(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
 
 // Fills `out` for a BE decision: HP kernels in flight and BE work outstanding, over all live clients.
-void gather_snapshot(const RunView& view, std::uint64_t now_ns, Snapshot* out);
+// `horizon_ns` is how long the BE kernel being decided would run: an HP graph with a profiled
+// timeline contributes the kernels expected to run within that time from now, not the graph whole.
+void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t horizon_ns,
+                     Snapshot* out);
 
 // Whether a client counts for scheduling: attached and its process still alive as far as we know.
 inline bool client_participates(const ClientSlot& slot) {

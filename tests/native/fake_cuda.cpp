@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,8 +20,10 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 extern "C" {
 using CUresult = int;
@@ -49,6 +52,31 @@ struct FakeStream {
 };
 
 constexpr unsigned int kCaptureFlag = 0x40;  // test-only flag: the stream reports capturing
+constexpr unsigned int kBrokenFlag = 0x80;   // test-only flag: asking whether it captures fails
+
+// A CUDA graph of kernel nodes (made by the launcher with fake_graph_create/fake_graph_add_kernel)
+// and its executables: launching one runs its kernels back to back.
+struct FakeNode {
+    FakeFunction* function;
+    unsigned int grid;
+    unsigned int block;
+};
+struct FakeGraph {
+    std::vector<FakeNode> nodes;
+};
+struct FakeExec {
+    std::uint64_t duration_ns;
+};
+struct KernelNodeParams {  // CUDA_KERNEL_NODE_PARAMS_v2's layout
+    void* func;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void** kernelParams;
+    void** extra;
+    void* kern;
+    void* ctx;
+};
+std::mutex g_exec_mutex;
+std::set<void*> g_execs;  // live executables; any other handle launches FAKE_GRAPH_NS
 
 std::uint64_t now_ns() {
     timespec ts{};
@@ -158,9 +186,27 @@ Gpu& gpu() {
     return *instance;
 }
 
-std::uint64_t graph_duration() {
+std::uint64_t graph_duration(void* exec) {
+    {
+        std::lock_guard<std::mutex> lock(g_exec_mutex);
+        if (g_execs.count(exec) != 0) return static_cast<FakeExec*>(exec)->duration_ns;
+    }
     const char* text = std::getenv("FAKE_GRAPH_NS");
     return text != nullptr ? std::strtoull(text, nullptr, 10) : 100000;
+}
+
+CUresult instantiate(const char* api, void** exec, void* graph) {
+    auto* fake = static_cast<FakeGraph*>(graph);
+    auto* made = new FakeExec{0};
+    for (const FakeNode& node : fake->nodes) made->duration_ns += node.function->duration_ns;
+    {
+        std::lock_guard<std::mutex> lock(g_exec_mutex);
+        g_execs.insert(made);
+    }
+    *exec = made;
+    log_line(std::string("graph_instantiate ") + api + " nodes=" +
+             std::to_string(fake->nodes.size()));
+    return 0;
 }
 
 CUresult record_launch(const char* api, void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -224,14 +270,100 @@ CUresult cuLaunchCooperativeKernel_ptsz(void* f, unsigned gx, unsigned gy, unsig
                                         void* stream, void**) {
     return record_launch("cuLaunchCooperativeKernel_ptsz", f, gx, gy, gz, bx, by, bz, stream);
 }
-CUresult cuGraphLaunch(void*, void* stream) {
-    log_line("launch cuGraphLaunch graph stream=" + stream_text(stream));
-    gpu().submit(Op{Op::kKernel, "graph", graph_duration(), nullptr, 0});
+CUresult cuLaunch(void* f) {
+    return record_launch("cuLaunch", f, 1, 1, 1, 0, 0, 0, nullptr);
+}
+CUresult cuLaunchGrid(void* f, int width, int height) {
+    return record_launch("cuLaunchGrid", f, width, height, 1, 0, 0, 0, nullptr);
+}
+CUresult cuLaunchGridAsync(void* f, int width, int height, void* stream) {
+    return record_launch("cuLaunchGridAsync", f, width, height, 1, 0, 0, 0, stream);
+}
+struct LaunchParams {  // CUDA_LAUNCH_PARAMS
+    void* function;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void* hStream;
+    void** kernelParams;
+};
+CUresult cuLaunchCooperativeKernelMultiDevice(LaunchParams* list, unsigned int devices, unsigned) {
+    for (unsigned int i = 0; i < devices; ++i) {
+        const LaunchParams& p = list[i];
+        record_launch("cuLaunchCooperativeKernelMultiDevice", p.function, p.gridDimX, p.gridDimY,
+                      p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ, p.hStream);
+    }
     return 0;
 }
-CUresult cuGraphLaunch_ptsz(void*, void* stream) {
+CUresult cuGraphLaunch(void* exec, void* stream) {
+    log_line("launch cuGraphLaunch graph stream=" + stream_text(stream));
+    gpu().submit(Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
+    return 0;
+}
+CUresult cuGraphLaunch_ptsz(void* exec, void* stream) {
     log_line("launch cuGraphLaunch_ptsz graph stream=" + stream_text(stream));
-    gpu().submit(Op{Op::kKernel, "graph", graph_duration(), nullptr, 0});
+    gpu().submit(Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
+    return 0;
+}
+
+__attribute__((visibility("default"))) void* fake_graph_create() { return new FakeGraph{}; }
+
+// A module unloaded and its function handle handed out again for another kernel: the same handle
+// now names a different kernel.
+__attribute__((visibility("default"))) void fake_rename_function(void* function, const char* name) {
+    std::snprintf(static_cast<FakeFunction*>(function)->name, sizeof(FakeFunction::name), "%s",
+                  name);
+}
+
+CUresult cuModuleUnload(void*) {
+    log_line("module_unload");
+    return 0;
+}
+CUresult cuLibraryUnload(void*) {
+    log_line("library_unload");
+    return 0;
+}
+__attribute__((visibility("default"))) void fake_graph_add_kernel(void* graph, void* function,
+                                                                  unsigned grid, unsigned block) {
+    static_cast<FakeGraph*>(graph)->nodes.push_back(
+        FakeNode{static_cast<FakeFunction*>(function), grid, block});
+}
+
+CUresult cuGraphGetNodes(void* graph, void** nodes, size_t* count) {
+    auto* fake = static_cast<FakeGraph*>(graph);
+    if (nodes != nullptr) {
+        // Listed last to first: the driver promises no order, and orion must not rely on one.
+        const size_t n = std::min(*count, fake->nodes.size());
+        for (size_t i = 0; i < n; ++i) nodes[i] = &fake->nodes[fake->nodes.size() - 1 - i];
+    }
+    *count = fake->nodes.size();
+    return 0;
+}
+CUresult cuGraphNodeGetType(void*, int* type) {
+    *type = 0;  // CU_GRAPH_NODE_TYPE_KERNEL
+    return 0;
+}
+CUresult cuGraphKernelNodeGetParams(void* node, KernelNodeParams* params) {
+    const auto* fake = static_cast<FakeNode*>(node);
+    *params = KernelNodeParams{};
+    params->func = fake->function;
+    params->gridDimX = fake->grid;
+    params->gridDimY = params->gridDimZ = 1;
+    params->blockDimX = fake->block;
+    params->blockDimY = params->blockDimZ = 1;
+    return 0;
+}
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {
+    return instantiate("cuGraphInstantiateWithFlags", exec, graph);
+}
+CUresult cuGraphInstantiateWithParams(void** exec, void* graph, void*) {
+    return instantiate("cuGraphInstantiateWithParams", exec, graph);
+}
+CUresult cuGraphExecDestroy(void* exec) {
+    {
+        std::lock_guard<std::mutex> lock(g_exec_mutex);
+        if (g_execs.erase(exec) == 0) return kInvalidHandle;
+    }
+    delete static_cast<FakeExec*>(exec);
+    log_line("graph_exec_destroy");
     return 0;
 }
 
@@ -281,6 +413,9 @@ CUresult cuStreamQuery_ptsz(void* stream) { return cuStreamQuery(stream); }
 CUresult cuStreamIsCapturing(void* stream, int* status) {
     const bool special = stream == nullptr || stream == reinterpret_cast<void*>(0x1) ||
                          stream == reinterpret_cast<void*>(0x2);
+    if (!special && (static_cast<FakeStream*>(stream)->flags & kBrokenFlag) != 0) {
+        return 901;  // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    }
     *status = (!special && static_cast<FakeStream*>(stream)->capturing) ? 1 : 0;
     return 0;
 }
@@ -360,6 +495,18 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuEventCreate),
     FAKE_PLAIN(cuEventRecord),
     FAKE_PLAIN(cuStreamWaitEvent),
+    FAKE_PLAIN(cuGraphGetNodes),
+    FAKE_PLAIN(cuGraphNodeGetType),
+    FAKE_PLAIN(cuGraphKernelNodeGetParams),
+    FAKE_PLAIN(cuGraphInstantiateWithFlags),
+    FAKE_SINCE(cuGraphInstantiateWithParams, 12000),
+    FAKE_PLAIN(cuGraphExecDestroy),
+    FAKE_PLAIN(cuModuleUnload),
+    FAKE_PLAIN(cuLaunch),
+    FAKE_PLAIN(cuLaunchGrid),
+    FAKE_PLAIN(cuLaunchGridAsync),
+    FAKE_PLAIN(cuLaunchCooperativeKernelMultiDevice),
+    FAKE_PLAIN(cuLibraryUnload),
 };
 
 constexpr CUresult kNotFound = 500;

@@ -42,6 +42,23 @@ using SyncFn = CUresult (*)(void*);
 using GetProcV2 = CUresult (*)(const char*, void**, int, std::uint64_t, int*);
 using GetProcV1 = CUresult (*)(const char*, void**, int, std::uint64_t);
 using MakeFn = void* (*)(const char*, std::uint64_t);
+using GraphCreateFn = void* (*)();
+using GraphAddFn = void (*)(void*, void*, unsigned, unsigned);
+using InstantiateFlagsFn = CUresult (*)(void**, void*, unsigned long long);
+using InstantiateParamsFn = CUresult (*)(void**, void*, void*);
+using ExecDestroyFn = CUresult (*)(void*);
+using UnloadFn = CUresult (*)(void*);
+using LegacyLaunchFn = CUresult (*)(void*);
+using LegacyGridFn = CUresult (*)(void*, int, int);
+using LegacyGridAsyncFn = CUresult (*)(void*, int, int, void*);
+struct LaunchParams {  // CUDA_LAUNCH_PARAMS
+    void* function;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void* hStream;
+    void** kernelParams;
+};
+using MultiDeviceFn = CUresult (*)(LaunchParams*, unsigned, unsigned);
+using RenameFn = void (*)(void*, const char*);
 
 // The direct route: these resolve through the program's link to libcuda.so.1.
 CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -50,6 +67,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig*, void*, void**, void**);
 CUresult cuLaunchCooperativeKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    unsigned, unsigned, void*, void**);
 CUresult cuGraphLaunch(void*, void*);
+CUresult cuGraphInstantiateWithFlags(void**, void*, unsigned long long);
+CUresult cuGraphExecDestroy(void*);
 CUresult cuStreamCreate(void**, unsigned);
 CUresult cuStreamCreateWithPriority(void**, unsigned, int);
 CUresult cuStreamSynchronize(void*);
@@ -61,6 +80,8 @@ void* g_handle = nullptr;
 std::string g_route = "getproc";
 std::map<std::string, void*> g_functions;
 std::map<std::string, void*> g_streams;
+std::map<std::string, void*> g_graphs;  // graphs being built, by name
+std::map<std::string, void*> g_execs;   // their executables, by the graph's name
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr, "launcher: %s\n", why);
@@ -75,6 +96,12 @@ void* resolve(const char* symbol) {
             return reinterpret_cast<void*>(&cuLaunchCooperativeKernel);
         }
         if (!std::strcmp(symbol, "cuGraphLaunch")) return reinterpret_cast<void*>(&cuGraphLaunch);
+        if (!std::strcmp(symbol, "cuGraphInstantiateWithFlags")) {
+            return reinterpret_cast<void*>(&cuGraphInstantiateWithFlags);
+        }
+        if (!std::strcmp(symbol, "cuGraphExecDestroy")) {
+            return reinterpret_cast<void*>(&cuGraphExecDestroy);
+        }
         if (!std::strcmp(symbol, "cuStreamCreate")) return reinterpret_cast<void*>(&cuStreamCreate);
         if (!std::strcmp(symbol, "cuStreamCreateWithPriority")) {
             return reinterpret_cast<void*>(&cuStreamCreateWithPriority);
@@ -184,10 +211,98 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                 usage("graph launch failed");
             }
             pos += 2;
+        } else if (cmd == "graph_new") {  // graph_new G
+            need(2);
+            g_graphs[t[pos + 1]] =
+                reinterpret_cast<GraphCreateFn>(dlsym(g_handle, "fake_graph_create"))();
+            pos += 2;
+        } else if (cmd == "graph_node") {  // graph_node G FUNC GRID BLOCK
+            need(5);
+            reinterpret_cast<GraphAddFn>(dlsym(g_handle, "fake_graph_add_kernel"))(
+                g_graphs.at(t[pos + 1]), g_functions.at(t[pos + 2]),
+                std::strtoul(t[pos + 3].c_str(), nullptr, 10),
+                std::strtoul(t[pos + 4].c_str(), nullptr, 10));
+            pos += 5;
+        } else if (cmd == "graph_inst") {  // graph_inst G flags|params
+            need(3);
+            void* exec = nullptr;
+            CUresult r;
+            if (t[pos + 2] == "params") {
+                r = reinterpret_cast<InstantiateParamsFn>(resolve("cuGraphInstantiateWithParams"))(
+                    &exec, g_graphs.at(t[pos + 1]), nullptr);
+            } else {
+                r = reinterpret_cast<InstantiateFlagsFn>(resolve("cuGraphInstantiateWithFlags"))(
+                    &exec, g_graphs.at(t[pos + 1]), 0);
+            }
+            if (r != 0) usage("graph instantiation failed");
+            g_execs[t[pos + 1]] = exec;
+            pos += 3;
+        } else if (cmd == "graph_run") {  // graph_run G STREAM
+            need(3);
+            if (reinterpret_cast<GraphFn>(resolve("cuGraphLaunch"))(
+                    g_execs.at(t[pos + 1]), stream_arg(t[pos + 2])) != 0) {
+                usage("graph launch failed");
+            }
+            pos += 3;
+        } else if (cmd == "graph_destroy") {  // graph_destroy G
+            need(2);
+            if (reinterpret_cast<ExecDestroyFn>(resolve("cuGraphExecDestroy"))(
+                    g_execs.at(t[pos + 1])) != 0) {
+                usage("graph destroy failed");
+            }
+            g_execs.erase(t[pos + 1]);
+            pos += 2;
+        } else if (cmd == "launch_legacy") {  // launch_legacy FUNC (cuLaunch)
+            need(2);
+            if (reinterpret_cast<LegacyLaunchFn>(resolve("cuLaunch"))(g_functions.at(t[pos + 1])) !=
+                0) {
+                usage("launch failed");
+            }
+            pos += 2;
+        } else if (cmd == "launch_grid") {  // launch_grid FUNC GRID [STREAM: async]
+            need(3);
+            void* f = g_functions.at(t[pos + 1]);
+            const int grid = std::atoi(t[pos + 2].c_str());
+            CUresult r;
+            if (pos + 3 < t.size() && t[pos + 3] == "async") {
+                r = reinterpret_cast<LegacyGridAsyncFn>(resolve("cuLaunchGridAsync"))(f, grid, 1,
+                                                                                    nullptr);
+                pos += 1;
+            } else {
+                r = reinterpret_cast<LegacyGridFn>(resolve("cuLaunchGrid"))(f, grid, 1);
+            }
+            if (r != 0) usage("launch failed");
+            pos += 3;
+        } else if (cmd == "launch_multi") {  // launch_multi FUNC GRID BLOCK (two devices)
+            need(4);
+            const unsigned grid = std::strtoul(t[pos + 2].c_str(), nullptr, 10);
+            const unsigned block = std::strtoul(t[pos + 3].c_str(), nullptr, 10);
+            LaunchParams list[2];
+            for (LaunchParams& p : list) {
+                p = LaunchParams{g_functions.at(t[pos + 1]), grid, 1, 1, block, 1, 1, 0, nullptr,
+                                 nullptr};
+            }
+            if (reinterpret_cast<MultiDeviceFn>(resolve("cuLaunchCooperativeKernelMultiDevice"))(
+                    list, 2, 0) != 0) {
+                usage("launch failed");
+            }
+            pos += 4;
+        } else if (cmd == "rename") {  // rename FUNC NEWNAME (the handle is reused)
+            need(3);
+            reinterpret_cast<RenameFn>(dlsym(g_handle, "fake_rename_function"))(
+                g_functions.at(t[pos + 1]), t[pos + 2].c_str());
+            pos += 3;
+        } else if (cmd == "unload") {  // unload module|library
+            need(2);
+            const char* symbol = t[pos + 1] == "library" ? "cuLibraryUnload" : "cuModuleUnload";
+            if (reinterpret_cast<UnloadFn>(resolve(symbol))(reinterpret_cast<void*>(0x77)) != 0) {
+                usage("unload failed");
+            }
+            pos += 2;
         } else if (cmd == "stream") {
             need(3);
             void* s = nullptr;
-            const unsigned flags = t[pos + 2] == "capture" ? 0x40 : 0;
+            const unsigned flags = t[pos + 2] == "capture" ? 0x40 : t[pos + 2] == "broken" ? 0x80 : 0;
             if (reinterpret_cast<StreamCreateFn>(resolve("cuStreamCreate"))(&s, flags) != 0) {
                 usage("stream create failed");
             }

@@ -1,0 +1,149 @@
+"""The run directory's format, ``orion-run`` (docs/architecture.md, "Run directory"), declared once.
+
+The writer (:mod:`colocation.rundir` and the processes that fill its tables), the reader
+(:mod:`reporting.rundata`), the scheduler's trace drain and the tests' run factory all take the
+format's name, version, status values and table schemas from here, so they cannot drift apart.
+
+This module is in the bottom layer: it imports nothing from other orion packages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+FORMAT = "orion-run"
+VERSION = 1
+"""Raised only for a change an older reader would misread; optional columns and new run.json
+keys (e.g. ``table_rows``) are added without a version change."""
+
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+STATUS_INCOMPLETE = "incomplete"
+STATUS_FAILED = "failed"
+STATUSES = (STATUS_RUNNING, STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_FAILED)
+
+RUN_JSON = "run.json"
+CLIENTS_DIR = "clients"
+GPU_TABLE = "gpu.csv"
+TRACE_TABLE = "trace.csv"
+SCHEDULER_JSON = "scheduler.json"
+
+TABLE_ROWS_KEY = "table_rows"
+"""``run.json`` key written when the run ends: ``{table path relative to the run directory:
+data rows its writer wrote}``, for the client tables, ``gpu.csv`` and ``trace.csv``. A reader
+finding fewer rows knows the table was cut after the run. Runs from before it lack the key."""
+
+ColumnType = Literal["int", "float", "str"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One declared table column: its name (unit in the name) and the type it is parsed to.
+
+    ``optional`` columns were added to a table after files without them were written; such a
+    file is still read, with the column filled with missing values.
+    """
+
+    name: str
+    kind: ColumnType
+    optional: bool = False
+
+
+def column_names(columns: Sequence[Column]) -> tuple[str, ...]:
+    """The header a writer writes: every column, in order."""
+    return tuple(c.name for c in columns)
+
+
+def required_names(columns: Sequence[Column]) -> tuple[str, ...]:
+    """The columns every file of the table has, also those written before optional ones."""
+    return tuple(c.name for c in columns if not c.optional)
+
+
+# One row per request (latency from arrival, so queueing counts). enqueue_ms / enqueue_cpu_ms:
+# wall and thread CPU time of the call that enqueued the request's GPU work, which tells a
+# host-bound request from a GPU-bound one; added later, older tables lack them.
+INFERENCE_COLUMNS: tuple[Column, ...] = (
+    Column("request", "int"),
+    Column("arrival_s", "float"),
+    Column("start_s", "float"),
+    Column("end_s", "float"),
+    Column("latency_ms", "float"),
+    Column("enqueue_ms", "float", optional=True),
+    Column("enqueue_cpu_ms", "float", optional=True),
+)
+# One row per training iteration.
+TRAINING_COLUMNS: tuple[Column, ...] = (
+    Column("iteration", "int"),
+    Column("start_s", "float"),
+    Column("end_s", "float"),
+    Column("duration_ms", "float"),
+    Column("samples", "float"),
+)
+# gpu.csv: nvidia-ml-py samples; the clocks were added later (and stay empty on a GPU that
+# refuses clock queries).
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("time_s", "float"),
+    Column("sm_util_pct", "float"),
+    Column("mem_util_pct", "float"),
+    Column("mem_used_mib", "float"),
+    Column("sm_clock_mhz", "float", optional=True),
+    Column("mem_clock_mhz", "float", optional=True),
+)
+# trace.csv: one row per kernel launch the preload library recorded, times on the run clock.
+TRACE_COLUMNS: tuple[Column, ...] = (
+    Column("client", "str"),
+    # The library's own record number (1, 2, ... per client): a gap is a record lost to the ring
+    # (overwritten before it was drained), which scheduler.json counts as trace_records_lost.
+    Column("seq", "int"),
+    Column("kernel_name", "str"),
+    Column("kernel_class", "str"),
+    Column("sm_needed", "float"),
+    Column("duration_ns", "float"),
+    Column("enqueue_s", "float"),
+    Column("launch_s", "float"),
+    # Why the launch went ahead when it did (the policy's reason: hp_idle, fits_beside, ...).
+    Column("reason", "str", optional=True),
+)
+# Not a file: the records drained from the shared-memory trace ring (scheduler_core.run_state),
+# before they are put on the run clock and written as trace.csv.
+RAW_TRACE_COLUMNS: tuple[Column, ...] = (
+    Column("client", "str"),
+    Column("seq", "int"),
+    Column("kernel_name", "str"),
+    Column("kernel_class", "str"),
+    Column("sm_needed", "int"),
+    Column("duration_ns", "int"),
+    Column("known", "int"),
+    Column("reason", "str"),
+    Column("enqueue_ns", "int"),
+    Column("launch_ns", "int"),
+)
+RAW_TRACE_COLUMN_NAMES = column_names(RAW_TRACE_COLUMNS)
+
+MODE_COLUMNS: dict[str, tuple[Column, ...]] = {
+    "infer": INFERENCE_COLUMNS,
+    "train": TRAINING_COLUMNS,
+}
+"""A client table's schema by the client's mode."""
+
+
+def client_table(name: str) -> str:
+    """Where client ``name``'s table lives, relative to the run directory."""
+    return f"{CLIENTS_DIR}/{name}.csv"
+
+
+def count_rows(path: Path) -> int:
+    """Data rows of a table file as written: whole (newline-ended) lines after the header.
+
+    Writers quote text and never write a line break inside a cell, so lines are rows. A missing
+    or unreadable file has 0.
+    """
+    try:
+        with path.open("rb") as handle:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    except OSError:
+        return 0
+    return max(lines - 1, 0)
