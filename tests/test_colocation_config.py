@@ -654,8 +654,10 @@ def test_example_is_package_data_shipped_in_the_wheel() -> None:
 
     from colocation.config import EXAMPLE_PACKAGE_PATH, example_jobs
 
+    # Read from the installed package (site-packages in a plain install, the checkout in an
+    # editable one): the same text as the file in the repository.
     shipped = resources.files("colocation") / EXAMPLE_PACKAGE_PATH[0] / EXAMPLE_PACKAGE_PATH[1]
-    assert Path(str(shipped)) == EXAMPLE_FILE
+    assert shipped.read_text(encoding="utf-8") == EXAMPLE_FILE.read_text(encoding="utf-8")
     assert example_jobs() == EXAMPLE_JOBS == EXAMPLE_FILE.read_text()
     # scikit-build-core puts every file of a listed package folder in the wheel (not ignored ones)
     pyproject = tomllib.loads((EXAMPLE_FILE.parents[2] / "pyproject.toml").read_text())
