@@ -110,8 +110,9 @@ class Interval:
 def launch_intervals(events: list[Event]) -> list[Interval]:
     """Each kernel from its launch call to the simulated GPU finishing it, in order.
 
-    In one stand-in process the simulated GPU runs work in submission order, so the n-th
-    finished kernel belongs to the n-th launch. (The end of execution, not the completion write:
+    A stand-in process whose kernels all go to one stream runs them in submission order (the
+    simulated GPU keeps one queue per stream), so the n-th finished kernel belongs to the n-th
+    launch. (The end of execution, not the completion write:
     a client whose finish times are estimated has no writes.)
     """
     launches = [e for e in events if e.kind == "launch"]

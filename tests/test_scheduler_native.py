@@ -230,6 +230,45 @@ def test_hp_default_stream_launches_move_to_a_priority_stream(harness: Harness, 
     assert syncs == ["stream=(nil)", f"stream={private_stream}"]
 
 
+def _execution(events: list, name: str) -> tuple[int, int]:
+    start = next(e.time_ns for e in events if e.kind == "exec_start" and e.fields[0] == name)
+    end = next(e.time_ns for e in events if e.kind == "exec_end" and e.fields[0] == name)
+    return start, end
+
+
+@pytest.mark.parametrize(("reader", "ordered"), [("plain", True), ("nonblocking", False)])
+def test_the_stand_in_gpu_keeps_cudas_stream_ordering(harness, tmp_path, reader, ordered):
+    # No library: a kernel on a blocking stream waits for earlier legacy-stream work; one on a
+    # non-blocking stream does not. (The stand-in must show the difference for the tests below
+    # to mean anything.)
+    script = f"func slow 50000 func fast 1000 stream s {reader} launch slow 1 32 0 "
+    script += "launch fast 1 32 s sync 0"
+    result = harness.run(script, env={}, log=tmp_path / "log")
+    assert result.returncode == 0, result.stderr
+    events = read_log(tmp_path / "log")
+    _, slow_end = _execution(events, "slow")
+    fast_start, _ = _execution(events, "fast")
+    assert (fast_start >= slow_end) == ordered
+
+
+def test_a_moved_hp_launch_still_orders_the_programs_blocking_streams(harness, tmp_path):
+    # The HP client's legacy-stream kernel is moved to orion's private priority stream; a kernel
+    # the program then puts on a blocking stream of its own must still start after it ends.
+    with SchedulerRun(settings("priority")) as run:
+        index = run.add_client("hp", "hp")
+        run.publish()
+        script = "func slow 50000 func fast 1000 stream s plain launch slow 1 32 0 "
+        script += "launch fast 1 32 s sync 0"
+        result = harness.run(script, env=run.client_environment(index), log=tmp_path / "log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["hp"]
+    assert stats["redirected_launches"] == 1
+    events = read_log(tmp_path / "log")
+    _, slow_end = _execution(events, "slow")
+    fast_start, _ = _execution(events, "fast")
+    assert fast_start >= slow_end
+
+
 def test_be_default_stream_launches_stay_put(harness: Harness, tmp_path: Path):
     with SchedulerRun(settings("priority")) as run:
         index = run.add_client("be", "be")

@@ -2,8 +2,10 @@
 //
 // It exports the driver entry points the preload library and the test launcher use, records every
 // call in a log file (FAKE_CUDA_LOG, one line per event, times on CLOCK_MONOTONIC) and simulates a
-// GPU: one executor thread runs the submitted work in order, sleeping for each kernel's duration
-// and performing stream write-value operations into host memory when reached, as the real GPU does.
+// GPU: one queue per stream, each run in order by an executor thread of its own (so streams run
+// concurrently unless CUDA's stream rules or stream waits order them), sleeping for each kernel's
+// duration and performing stream write-value operations into host memory when reached, as the
+// real GPU does.
 // Kernels are made by the launcher with fake_make_function(name, duration_ns) (a module function:
 // cuFuncGetName knows it) or fake_make_library_kernel (a CUkernel passed as a function, as the
 // CUDA runtime does for library kernels: only cuKernelGetName knows it).
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -112,62 +115,144 @@ std::string stream_text(void* stream) {
     return buffer;
 }
 
-// The simulated GPU: one in-order queue.
+// The simulated GPU: one in-order queue per stream, each run by a thread of its own, so work on
+// different streams runs concurrently unless something orders it, as on a real GPU. What orders
+// it is what CUDA promises:
+// - the legacy default stream (handle 0 or CU_STREAM_LEGACY) waits for all earlier work of every
+//   blocking stream, and a blocking stream's work waits for all earlier legacy-stream work
+//   (streams created with CU_STREAM_NON_BLOCKING take no part);
+// - cuStreamWaitEvent makes the stream's next work wait for what the event recorded.
+// Blocking streams do not wait for each other. Synchronising the legacy stream drains the device
+// (the launcher's "sync 0" waits for everything); any other stream, that stream only.
 struct Op {
-    enum Kind { kKernel, kWrite } kind;
+    enum Kind { kKernel, kWrite, kWait } kind;  // kWait: a cuStreamWaitEvent, done when its event is
     std::string name;
     std::uint64_t duration_ns;
     std::uint64_t* address;
     std::uint64_t value;
+    std::uint64_t id = 0;
+    std::vector<std::uint64_t> after;  // ids of the work this op must wait for
 };
+
+constexpr unsigned int kNonBlockingFlag = 0x1;  // CU_STREAM_NON_BLOCKING
+
+bool is_legacy_handle(void* stream) {
+    return stream == nullptr || stream == reinterpret_cast<void*>(0x1);
+}
 
 class Gpu {
 public:
-    void submit(Op op) {
+    void submit(void* stream, Op op) {
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            queue_.push_back(std::move(op));
-            ++submitted_;
-            if (!started_) {
-                started_ = true;
-                std::thread([this] { run(); }).detach();
+            Lane& lane = lane_for(stream);
+            op.id = ++next_id_;
+            for (auto& [handle, other] : lanes_) {
+                if (&other == &lane || other.last == 0) continue;
+                const bool orders = lane.legacy ? other.blocking : (lane.blocking && other.legacy);
+                if (orders) op.after.push_back(other.last);
             }
+            op.after.insert(op.after.end(), lane.waits.begin(), lane.waits.end());
+            lane.waits.clear();
+            lane.last = op.id;
+            ++lane.submitted;
+            lane.queue.push_back(std::move(op));
         }
         changed_.notify_all();
     }
 
-    void drain() {
-        std::unique_lock<std::mutex> lock(mutex_);
-        const std::uint64_t target = submitted_;
-        changed_.wait(lock, [&] { return completed_ >= target; });
+    void record_event(void* event, void* stream) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        events_[event] = lane_for(stream).last;
     }
 
-    bool idle() {
+    // Like the real driver, the wait is work in the stream: later work of the stream, and work
+    // that the legacy-stream rules order after it, comes after what the event recorded.
+    void wait_event(void* stream, void* event) {
+        std::uint64_t recorded = 0;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            const auto found = events_.find(event);
+            if (found == events_.end() || found->second == 0) return;
+            recorded = found->second;
+            lane_for(stream).waits.push_back(recorded);
+        }
+        submit(stream, Op{Op::kWait, "", 0, nullptr, 0});
+    }
+
+    // Waits for `stream`'s work; the legacy stream: for all work on the device.
+    void drain(void* stream) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (is_legacy_handle(stream)) {
+            const std::uint64_t target = next_id_;
+            changed_.wait(lock, [&] { return done_.size() >= target; });
+            return;
+        }
+        Lane& lane = lane_for(stream);
+        const std::uint64_t target = lane.submitted;
+        changed_.wait(lock, [&] { return lane.completed >= target; });
+    }
+
+    bool idle(void* stream) {
         std::lock_guard<std::mutex> lock(mutex_);
-        return completed_ >= submitted_;
+        if (is_legacy_handle(stream)) return done_.size() >= next_id_;
+        const Lane& lane = lane_for(stream);
+        return lane.completed >= lane.submitted;
     }
 
 private:
-    void run() {
+    struct Lane {
+        std::deque<Op> queue;
+        std::uint64_t last = 0;  // id of the newest op submitted here
+        std::uint64_t submitted = 0;
+        std::uint64_t completed = 0;
+        std::vector<std::uint64_t> waits;  // event waits for the next op
+        bool legacy = false;
+        bool blocking = true;
+    };
+
+    Lane& lane_for(void* stream) {
+        void* key = is_legacy_handle(stream) ? nullptr : stream;
+        auto found = lanes_.find(key);
+        if (found != lanes_.end()) return found->second;
+        Lane& lane = lanes_[key];
+        lane.legacy = key == nullptr;
+        const bool special = key == reinterpret_cast<void*>(0x2);  // per-thread default: blocking
+        if (!lane.legacy && !special) {
+            lane.blocking = (static_cast<FakeStream*>(key)->flags & kNonBlockingFlag) == 0;
+        }
+        std::thread([this, &lane] { run(lane); }).detach();
+        return lane;
+    }
+
+    bool ready(const Op& op) const {
+        for (const std::uint64_t id : op.after) {
+            if (done_.count(id) == 0) return false;
+        }
+        return true;
+    }
+
+    void run(Lane& lane) {
         for (;;) {
             Op op;
             {
                 std::unique_lock<std::mutex> lock(mutex_);
-                changed_.wait(lock, [&] { return !queue_.empty(); });
-                op = queue_.front();
-                queue_.pop_front();
+                changed_.wait(lock, [&] { return !lane.queue.empty() && ready(lane.queue.front()); });
+                op = lane.queue.front();
+                lane.queue.pop_front();
             }
             if (op.kind == Op::kKernel) {
                 log_line("exec_start " + op.name);
                 sleep_for(op.duration_ns);
                 log_line("exec_end " + op.name);
-            } else {
+            } else if (op.kind == Op::kWrite) {
                 __atomic_store_n(op.address, op.value, __ATOMIC_RELEASE);
                 log_line("write " + std::to_string(op.value));
             }
             {
                 std::lock_guard<std::mutex> lock(mutex_);
-                ++completed_;
+                done_.insert(op.id);
+                ++lane.completed;
             }
             changed_.notify_all();
         }
@@ -175,10 +260,10 @@ private:
 
     std::mutex mutex_;
     std::condition_variable changed_;
-    std::deque<Op> queue_;
-    std::uint64_t submitted_ = 0;
-    std::uint64_t completed_ = 0;
-    bool started_ = false;
+    std::map<void*, Lane> lanes_;  // std::map: a lane never moves while its thread runs
+    std::map<void*, std::uint64_t> events_;
+    std::set<std::uint64_t> done_;
+    std::uint64_t next_id_ = 0;
 };
 
 Gpu& gpu() {
@@ -216,7 +301,11 @@ CUresult record_launch(const char* api, void* f, unsigned gx, unsigned gy, unsig
     std::snprintf(buffer, sizeof(buffer), "launch %s %s grid=%u,%u,%u block=%u,%u,%u stream=%s", api,
                   fn->name, gx, gy, gz, bx, by, bz, stream_text(stream).c_str());
     log_line(buffer);
-    gpu().submit(Op{Op::kKernel, fn->name, fn->duration_ns, nullptr, 0});
+    // A per-thread-default-stream entry point's stream 0 is the per-thread stream (0x2).
+    void* lane = stream == nullptr && std::strstr(api, "_ptsz") != nullptr
+                     ? reinterpret_cast<void*>(0x2)
+                     : stream;
+    gpu().submit(lane, Op{Op::kKernel, fn->name, fn->duration_ns, nullptr, 0});
     return 0;
 }
 
@@ -295,12 +384,13 @@ CUresult cuLaunchCooperativeKernelMultiDevice(LaunchParams* list, unsigned int d
 }
 CUresult cuGraphLaunch(void* exec, void* stream) {
     log_line("launch cuGraphLaunch graph stream=" + stream_text(stream));
-    gpu().submit(Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
+    gpu().submit(stream, Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
     return 0;
 }
 CUresult cuGraphLaunch_ptsz(void* exec, void* stream) {
     log_line("launch cuGraphLaunch_ptsz graph stream=" + stream_text(stream));
-    gpu().submit(Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
+    gpu().submit(stream == nullptr ? reinterpret_cast<void*>(0x2) : stream,
+                 Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
     return 0;
 }
 
@@ -402,13 +492,17 @@ CUresult cuStreamCreateWithPriority(void** stream, unsigned int flags, int prior
     return 0;
 }
 CUresult cuStreamSynchronize(void* stream) {
-    gpu().drain();
+    gpu().drain(stream);
     log_line("stream_sync stream=" + stream_text(stream));
     return 0;
 }
-CUresult cuStreamSynchronize_ptsz(void* stream) { return cuStreamSynchronize(stream); }
-CUresult cuStreamQuery(void*) { return gpu().idle() ? 0 : 600; }
-CUresult cuStreamQuery_ptsz(void* stream) { return cuStreamQuery(stream); }
+CUresult cuStreamSynchronize_ptsz(void* stream) {
+    return cuStreamSynchronize(stream == nullptr ? reinterpret_cast<void*>(0x2) : stream);
+}
+CUresult cuStreamQuery(void* stream) { return gpu().idle(stream) ? 0 : 600; }
+CUresult cuStreamQuery_ptsz(void* stream) {
+    return cuStreamQuery(stream == nullptr ? reinterpret_cast<void*>(0x2) : stream);
+}
 
 CUresult cuStreamIsCapturing(void* stream, int* status) {
     const bool special = stream == nullptr || stream == reinterpret_cast<void*>(0x1) ||
@@ -424,7 +518,7 @@ CUresult cuStreamWriteValue64(void* stream, unsigned long long address, std::uin
                               unsigned) {
     // Logged when called (the CPU cost a client pays) and, as "write", when the GPU performs it.
     log_line("write_value value=" + std::to_string(value) + " stream=" + stream_text(stream));
-    gpu().submit(Op{Op::kWrite, "", 0, reinterpret_cast<std::uint64_t*>(address), value});
+    gpu().submit(stream, Op{Op::kWrite, "", 0, reinterpret_cast<std::uint64_t*>(address), value});
     return 0;
 }
 
@@ -443,11 +537,13 @@ CUresult cuEventCreate(void** event, unsigned int) {
     *event = new int(0);
     return 0;
 }
-CUresult cuEventRecord(void*, void* stream) {
+CUresult cuEventRecord(void* event, void* stream) {
+    gpu().record_event(event, stream);
     log_line("event_record stream=" + stream_text(stream));
     return 0;
 }
-CUresult cuStreamWaitEvent(void* stream, void*, unsigned int) {
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int) {
+    gpu().wait_event(stream, event);
     log_line("stream_wait_event stream=" + stream_text(stream));
     return 0;
 }

@@ -302,7 +302,11 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
         } else if (cmd == "stream") {
             need(3);
             void* s = nullptr;
-            const unsigned flags = t[pos + 2] == "capture" ? 0x40 : t[pos + 2] == "broken" ? 0x80 : 0;
+            const std::string& kind = t[pos + 2];
+            const unsigned flags = kind == "capture"       ? 0x40
+                                   : kind == "broken"      ? 0x80
+                                   : kind == "nonblocking" ? 0x1
+                                                           : 0;
             if (reinterpret_cast<StreamCreateFn>(resolve("cuStreamCreate"))(&s, flags) != 0) {
                 usage("stream create failed");
             }
