@@ -61,6 +61,21 @@ or missing launch of a kernel, its later occurrence numbers are off by one and c
 launches wrongly; a run of consecutive agreeing launches cannot be such an accident."""
 
 
+def graph_columns(rows: int, metadata: dict[str, Any]) -> dict[str, pd.Series]:
+    """The graph columns: for a step captured as one CUDA graph (``metadata["cuda_graph"]``),
+    every kernel node is in graph 0, whose wall time is the step's measured GPU span; empty for
+    an eager step."""
+    graph = metadata.get("cuda_graph") is True
+    span = metadata.get("step_gpu_span_ns")
+    return {
+        "graph": pd.Series([0 if graph else pd.NA] * rows, dtype="Int64"),
+        "graph_duration_ns": pd.Series(
+            [float(span) if graph and isinstance(span, (int, float)) else np.nan] * rows,
+            dtype="float64",
+        ),
+    }
+
+
 def build_profile(trace: NcuTrace, metadata: dict[str, Any]) -> Profile:
     """The profile of ``trace``; ``metadata`` supplies what ncu cannot know (workload, versions).
 
@@ -95,6 +110,7 @@ def build_profile(trace: NcuTrace, metadata: dict[str, Any]) -> Profile:
             "kernel_class": classify_kernels(kernels),
             "duration_ns": kernels["duration_ns"],
             "measured_duration_ns": pd.Series(np.nan, index=kernels.index, dtype="float64"),
+            **graph_columns(len(kernels), metadata),
         }
     )
     table = table[list(PROFILE_COLUMNS)].astype(PROFILE_COLUMNS)

@@ -1,4 +1,4 @@
-"""The profile file (format ``orion-profile``, version 1; spec in docs/architecture.md).
+"""The profile file (format ``orion-profile``, version 2; spec in docs/architecture.md).
 
 Line 1 names the format and version, line 2 is one JSON object of metadata, then one CSV row per
 kernel launch. Metadata sits in ``#`` lines so ``pandas.read_csv(path, comment="#")`` reads the
@@ -24,7 +24,12 @@ from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
 
 PROFILE_FORMAT = "orion-profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Version 2 added the graph columns; a version-1 file reads with them empty (an eager step)."""
+GRAPH_COLUMNS = ("graph", "graph_duration_ns")
+"""The columns version 2 added: which CUDA graph of the profile a row (a kernel node) belongs to,
+and that graph's wall time on the GPU; empty for a kernel of an eager step."""
 
 PROFILE_COLUMNS: dict[str, str] = {
     "order": "Int64",
@@ -49,6 +54,8 @@ PROFILE_COLUMNS: dict[str, str] = {
     "kernel_class": "string",
     "duration_ns": "float64",
     "measured_duration_ns": "float64",
+    "graph": "Int64",
+    "graph_duration_ns": "float64",
 }
 """Column -> pandas dtype, in file order. Nullable dtypes: an ``n/a`` counter stays empty."""
 
@@ -155,17 +162,12 @@ def _parse_version(first_line: str, source: Path) -> int:
             f"{source}: profile version {match.group(1)!r} is not an integer",
             hint=_REPROFILE_HINT,
         ) from None
-    if version > PROFILE_VERSION:
+    if version not in READABLE_VERSIONS:
+        newer = version > PROFILE_VERSION
         raise OrionError(
-            f"{source} is an {PROFILE_FORMAT} version {version} file; this orion reads "
-            f"version {PROFILE_VERSION} only",
-            hint="upgrade orion, or " + _REPROFILE_HINT,
-        )
-    if version != PROFILE_VERSION:
-        raise OrionError(
-            f"{source}: {PROFILE_FORMAT} version {version} is not supported (only "
-            f"{PROFILE_VERSION})",
-            hint=_REPROFILE_HINT,
+            f"{source} is an {PROFILE_FORMAT} version {version} file; this orion reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}",
+            hint="upgrade orion" if newer else "re-profile the workload with `orion profile`",
         )
     return version
 
@@ -249,6 +251,9 @@ def read_profile(path: str | os.PathLike[str]) -> Profile:
         table = pd.read_csv(io.StringIO(lines[2]), dtype=str, keep_default_na=False, na_values=[""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise OrionError(f"{source}: the kernel table is not valid CSV ({error})") from None
+    if version == 1:  # before the graph columns: an eager step's kernels
+        for column in GRAPH_COLUMNS:
+            table[column] = float("nan")  # as an empty cell reads
     missing = [column for column in PROFILE_COLUMNS if column not in table.columns]
     if missing:
         raise OrionError(

@@ -172,7 +172,8 @@ def test_profile_table_and_metadata(profile: Profile, trace) -> None:
     assert list(kernels.columns) == list(PROFILE_COLUMNS)
     assert kernels["order"].tolist() == list(range(459))
     assert profile.metadata["format"] == "orion-profile"
-    assert profile.metadata["version"] == 1
+    assert profile.metadata["version"] == 2
+    assert profile.kernels["graph"].isna().all()  # an eager step
     assert profile.metadata["gpu_name"] == "NVIDIA H200"
     assert profile.metadata["sm_count"] == 132
     assert profile.metadata["compute_capability"] == "9.0"
@@ -349,6 +350,8 @@ def _tiny_profile(rows: list[dict]) -> Profile:
                 "kernel_class": row["cls"],
                 "duration_ns": row["ncu"],
                 "measured_duration_ns": row.get("measured", np.nan),
+                "graph": pd.NA,
+                "graph_duration_ns": np.nan,
             }
             for i, row in enumerate(rows)
         ]

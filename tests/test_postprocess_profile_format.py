@@ -82,8 +82,8 @@ def test_round_trip_is_lossless(profile: Profile, tmp_path: Path) -> None:
 def test_file_layout_and_plain_pandas_read(profile: Profile, tmp_path: Path) -> None:
     path = write_profile(profile, tmp_path / "p.csv")
     lines = path.read_text().splitlines()
-    assert lines[0] == "# orion-profile: 1"
-    assert lines[1].startswith('# metadata: {"format": "orion-profile", "version": 1, ')
+    assert lines[0] == "# orion-profile: 2"
+    assert lines[1].startswith('# metadata: {"format": "orion-profile", "version": 2, ')
     assert lines[2].startswith('"order","kernel_name","demangled_name","grid_x"')
     plain = pd.read_csv(path, comment="#")
     assert list(plain.columns) == list(PROFILE_COLUMNS)
@@ -102,20 +102,41 @@ def _rewrite(path: Path, line: int, text: str) -> None:
 
 def test_newer_version_is_refused(profile: Profile, tmp_path: Path) -> None:
     path = write_profile(profile, tmp_path / "p.csv")
-    _rewrite(path, 0, "# orion-profile: 2")
+    _rewrite(path, 0, "# orion-profile: 3")
     with pytest.raises(OrionError) as error:
         read_profile(path)
-    assert "version 2" in error.value.message
+    assert "version 3" in error.value.message
     assert "upgrade orion" in error.value.hint
+
+
+def test_a_version_1_profile_reads_as_an_eager_step() -> None:
+    # Version 1 had no graph columns: such a file (the committed reference profiles were made
+    # before them) still reads, its kernels in no graph.
+    path = Path(__file__).resolve().parents[1] / "profiles/nvidia-h200/resnet50-infer-bs4-fp32"
+    old = read_profile(path / "profile.csv")
+    assert old.metadata["version"] == 1
+    assert len(old.kernels) > 100
+    assert old.kernels["graph"].isna().all()
+    assert old.kernels["graph_duration_ns"].isna().all()
+
+
+def test_a_graph_profile_puts_every_kernel_node_in_its_graph(tmp_path: Path) -> None:
+    from postprocess.build import graph_columns
+
+    graph = graph_columns(3, {"cuda_graph": True, "step_gpu_span_ns": 1_400_000.0})
+    assert graph["graph"].tolist() == [0, 0, 0]
+    assert graph["graph_duration_ns"].tolist() == [1_400_000.0] * 3
+    eager = graph_columns(2, {"cuda_graph": False})
+    assert eager["graph"].isna().all() and eager["graph_duration_ns"].isna().all()
 
 
 @pytest.mark.parametrize(
     ("line", "text", "message"),
     [
-        (0, "# orion-profile: 0", "not supported"),
+        (0, "# orion-profile: 0", "this orion reads versions 1, 2"),
         (0, "order,kernel_name", "not an orion profile"),
         (1, "# metadata: {not json", "not valid JSON"),
-        (1, '# metadata: {"format": "orion-profile", "version": 2}', "expected 'orion-profile'"),
+        (1, '# metadata: {"format": "orion-profile", "version": 1}', "expected 'orion-profile'"),
         (1, '# metadata: {"format": "orion-run", "version": 1}', "orion-run"),
         (1, "# something else", "line 2"),
     ],
