@@ -6,6 +6,7 @@ import typer
 
 from orion_cli.colocate import colocate_command
 from orion_cli.doctor import doctor_command
+from orion_cli.plan import plan_command
 from orion_cli.profile import profile_command
 from orion_cli.report import report_command
 from orion_cli.workloads import workloads_command
@@ -28,6 +29,7 @@ app.command("colocate")(colocate_command)
 app.command("report")(report_command)
 app.command("doctor")(doctor_command)
 app.command("workloads")(workloads_command)
+app.command("plan")(plan_command)
 
 
 def main() -> None:

@@ -1,0 +1,104 @@
+"""The fleet file: GPUs by kind, the HP services with their SLOs, the BE jobs, an objective."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orion_common.errors import OrionError
+from placement._fields import FieldError, array, integer, join, number, obj, read_json, string
+
+OBJECTIVES = ("max-total-be", "max-min-be", "fewest-gpus")
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True)
+class HpService:
+    name: str
+    job: str
+    rate_per_s: float
+    p99_slo_ms: float
+
+
+@dataclass(frozen=True)
+class BeJob:
+    name: str
+    job: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Fleet:
+    gpus: tuple[GpuGroup, ...]
+    objective: str
+    hp: tuple[HpService, ...]
+    be: tuple[BeJob, ...]
+
+    def gpu_kinds(self) -> list[str]:
+        """The kind of every GPU, index by index (groups in file order)."""
+        return [group.kind for group in self.gpus for _ in range(group.count)]
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    return parse_fleet(read_json(Path(path), "fleet file"), source=str(path))
+
+
+def parse_fleet(data: Any, source: str = "fleet") -> Fleet:
+    """Validates a parsed fleet document; raises OrionError `SOURCE: field.path: message`."""
+    try:
+        return _parse(data)
+    except FieldError as error:
+        raise OrionError(
+            f"{source}: {error}", hint="see `orion plan --help` for the fleet file"
+        ) from None
+
+
+def _parse(data: Any) -> Fleet:
+    top = obj(data, "", ("gpus", "hp"), ("objective", "be"))
+    gpus = []
+    kinds: set[str] = set()
+    for index, item in enumerate(array(top["gpus"], "gpus", nonempty=True)):
+        path = join("gpus", index)
+        spec = obj(item, path, ("kind", "count"))
+        kind = string(spec["kind"], join(path, "kind"))
+        if kind in kinds:
+            raise FieldError(join(path, "kind"), f"{kind!r} is listed twice")
+        kinds.add(kind)
+        gpus.append(GpuGroup(kind, integer(spec["count"], join(path, "count"), minimum=1)))
+    objective = string(top.get("objective", "max-total-be"), "objective", OBJECTIVES)
+    names: dict[str, str] = {}
+    hp = []
+    for index, item in enumerate(array(top["hp"], "hp")):
+        path = join("hp", index)
+        spec = obj(item, path, ("name", "job", "rate_per_s", "p99_slo_ms"))
+        name = _unique(spec["name"], join(path, "name"), names)
+        hp.append(
+            HpService(
+                name,
+                string(spec["job"], join(path, "job")),
+                number(spec["rate_per_s"], join(path, "rate_per_s")),
+                number(spec["p99_slo_ms"], join(path, "p99_slo_ms")),
+            )
+        )
+    be = []
+    for index, item in enumerate(array(top.get("be", []), "be")):
+        path = join("be", index)
+        spec = obj(item, path, ("name", "job"), ("weight",))
+        name = _unique(spec["name"], join(path, "name"), names)
+        weight = number(spec.get("weight", 1.0), join(path, "weight"))
+        be.append(BeJob(name, string(spec["job"], join(path, "job")), weight))
+    return Fleet(tuple(gpus), objective, tuple(hp), tuple(be))
+
+
+def _unique(name: Any, path: str, names: dict[str, str]) -> str:
+    name = string(name, path)
+    if name in names:
+        raise FieldError(path, f"{name!r} is already the name of {names[name]}")
+    names[name] = path.rsplit(".", 1)[0]
+    return name
