@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
@@ -63,6 +64,12 @@ ModeOpt = Annotated[
     typer.Option("--mode", "-m", help="infer (one request per step) or train (one iteration)."),
 ]
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per step.")]
+MatrixDirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--matrix-dir", help="Folder holding one pair matrix <gpu kind>.json per GPU kind."
+    ),
+]
 CudaGraphOpt = Annotated[
     bool,
     typer.Option(

@@ -9,6 +9,7 @@ from orion_cli.doctor import doctor_command
 from orion_cli.plan import plan_command
 from orion_cli.profile import profile_command
 from orion_cli.report import report_command
+from orion_cli.simulate import simulate_command
 from orion_cli.workloads import workloads_command
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.command("report")(report_command)
 app.command("doctor")(doctor_command)
 app.command("workloads")(workloads_command)
 app.command("plan")(plan_command)
+app.command("simulate")(simulate_command)
 
 
 def main() -> None:

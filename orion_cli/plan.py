@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orion_cli._common import console, handle_errors
+from orion_cli._common import MatrixDirOpt, console, handle_errors
 from placement.fleet import OBJECTIVES
 from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
@@ -24,12 +24,7 @@ def plan_command(
             show_default=False,
         ),
     ],
-    matrix_dir: Annotated[
-        Path,
-        typer.Option(
-            "--matrix-dir", help="Folder holding one pair matrix <gpu kind>.json per GPU kind."
-        ),
-    ] = DEFAULT_MATRIX_DIR,
+    matrix_dir: MatrixDirOpt = DEFAULT_MATRIX_DIR,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the plan (format orion-plan) to this file."),
