@@ -327,7 +327,14 @@ public:
             const TraceRecord& r = ring[index & (capacity - 1)];
             const std::uint64_t want = index + 1;
             const std::uint64_t first = r.seq.load(std::memory_order_acquire);
-            if (first < want) break;
+            if (first < want) {
+                // Not published yet: read it next time, unless its writer has already published
+                // the newest record, so it never will (a client killed mid-write): then it is lost.
+                const TraceRecord& newest = ring[(head - 1) & (capacity - 1)];
+                if (newest.seq.load(std::memory_order_acquire) != head || index + 1 == head) break;
+                ++lost;
+                continue;
+            }
             if (first > want) {
                 ++lost;
                 continue;
