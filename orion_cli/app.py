@@ -6,6 +6,7 @@ import typer
 
 from orion_cli.colocate import colocate_command
 from orion_cli.doctor import doctor_command
+from orion_cli.pairs import pairs_command
 from orion_cli.plan import plan_command
 from orion_cli.profile import profile_command
 from orion_cli.report import report_command
@@ -31,6 +32,7 @@ app.command("report")(report_command)
 app.command("doctor")(doctor_command)
 app.command("workloads")(workloads_command)
 app.command("plan")(plan_command)
+app.command("pairs")(pairs_command)
 app.command("simulate")(simulate_command)
 
 

@@ -1,0 +1,485 @@
+"""`orion pairs`: measure the pair matrix of a list of jobs on one GPU.
+
+A jobs file (format below, :func:`parse_pairs_jobs`) lists HP and BE jobs. Each round runs every
+job alone (policy ``dedicated``) first, then every HP x BE pair and every BE x BE pair under the
+chosen policy, so each pair has its own round's reference and slow drift of the machine spreads
+over every cell alike (as in benchmarks/matrix.py). The three parts are kept apart so they can be
+tested without a GPU:
+
+- :func:`planned_cells`: the ordered cells (pure);
+- :func:`run_cells`: runs the cells not yet complete, through a ``run_cell`` callable (default:
+  ``colocation.runner.run_jobs``), recording each run directory in an index so an interrupted
+  invocation resumes; ``time_budget_s`` stops before the first cell that would not fit;
+- :func:`build_pair_matrix`: the ``orion-pair-matrix`` document from the complete runs (pure),
+  each ratio the geometric mean over rounds of shared / same-round alone with its two-level
+  bootstrap interval (``reporting.stats.ratio_over_rounds_ci``).
+
+Jobs file::
+
+    {"policy": "orion", "settings": {"queue_limit_us": 200}, "duration_s": 60, "rounds": 3,
+     "jobs": {"search": {"kind": "hp", "workload": "resnet50", "mode": "infer", "batch_size": 4,
+                         "cuda_graph": true, "rate_per_s": 80},
+              "train": {"kind": "be", "workload": "resnet50", "mode": "train", "batch_size": 32}}}
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from colocation.jobs_schema import CLIENT_NAME_PATTERN
+from orion_common.atomic_io import write_json_atomic
+from orion_common.errors import OrionError
+from placement._fields import (
+    FieldError,
+    integer,
+    number,
+    obj,
+    read_json,
+    string,
+)
+from placement.pair_matrix import FORMAT, VERSION, parse_pair_matrix
+from reporting.metrics import HP_QUANTILE, POLICY_DEDICATED, latency_sample, work_sample
+from reporting.rundata import ClientInfo, RunData
+from reporting.stats import (
+    DEFAULT_RESAMPLES,
+    as_sample,
+    percentile_statistic,
+    ratio_over_rounds_ci,
+    throughput_statistic,
+)
+
+POLICIES = ("orion", "mps-priority", "mps-share")
+SETTINGS = ("queue_limit_us", "unknown_kernel_us", "be_sm_percent")
+"""``queue_limit_us`` / ``unknown_kernel_us``: the scheduler thresholds (run.thresholds);
+``be_sm_percent``: every BE client's SM share (mps-share)."""
+INDEX_FORMAT = "orion-pairs-index"
+INDEX_FILE = "index.json"
+SETUP_ESTIMATE_S = 10.0
+"""Start-up per cell (process start, model build, warm-up), for the time budget."""
+
+
+@dataclass(frozen=True)
+class PairsJob:
+    name: str
+    kind: str
+    workload: str
+    mode: str
+    batch_size: int
+    dtype: str = "fp32"
+    cuda_graph: bool = False
+    rate_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PairsSpec:
+    policy: str
+    settings: dict[str, Any]
+    duration_s: float
+    rounds: int
+    jobs: dict[str, PairsJob]
+
+    @property
+    def hp(self) -> list[str]:
+        return [name for name, job in self.jobs.items() if job.kind == "hp"]
+
+    @property
+    def be(self) -> list[str]:
+        return [name for name, job in self.jobs.items() if job.kind == "be"]
+
+    def record(self) -> dict[str, Any]:
+        """What the measurements depend on (the index refuses to mix other jobs in)."""
+        return {
+            "policy": self.policy,
+            "settings": self.settings,
+            "duration_s": self.duration_s,
+            "jobs": {name: vars(job) for name, job in self.jobs.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run: a job alone (``dedicated``) or two co-runners under the spec's policy."""
+
+    round: int
+    members: tuple[str, ...]
+
+    @property
+    def alone(self) -> bool:
+        return len(self.members) == 1
+
+    @property
+    def name(self) -> str:
+        return f"alone:{self.members[0]}" if self.alone else "+".join(self.members)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}#{self.round}"
+
+
+def load_pairs_jobs(path: str | Path) -> PairsSpec:
+    return parse_pairs_jobs(read_json(Path(path), "pairs jobs file"), source=str(path))
+
+
+def parse_pairs_jobs(data: Any, source: str = "pairs jobs file") -> PairsSpec:
+    """Validates a jobs file; raises OrionError `SOURCE: field.path: message`."""
+    try:
+        return _parse_spec(data)
+    except FieldError as error:
+        raise OrionError(f"{source}: {error}", hint="see `orion pairs --help`") from None
+
+
+def _parse_spec(data: Any) -> PairsSpec:
+    top = obj(data, "", ("policy", "jobs"), ("settings", "duration_s", "rounds"))
+    policy = string(top["policy"], "policy", POLICIES)
+    settings = top.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise FieldError("settings", "must be an object")
+    obj(settings, "settings", (), SETTINGS)
+    for key in ("queue_limit_us", "unknown_kernel_us"):
+        if key in settings:
+            number(settings[key], f"settings.{key}")
+    if "be_sm_percent" in settings:
+        share = integer(settings["be_sm_percent"], "settings.be_sm_percent", minimum=1)
+        if share > 100:
+            raise FieldError("settings.be_sm_percent", f"must be at most 100, not {share}")
+        if policy != "mps-share":
+            raise FieldError("settings.be_sm_percent", "applies only to policy mps-share")
+    duration = number(top.get("duration_s", 60), "duration_s")
+    rounds = integer(top.get("rounds", 3), "rounds", minimum=1)
+    raw_jobs = top["jobs"]
+    if not isinstance(raw_jobs, dict) or not raw_jobs:
+        raise FieldError("jobs", "must be a non-empty object of job name to job")
+    jobs = {name: _parse_job(name, spec) for name, spec in raw_jobs.items()}
+    kinds = [job.kind for job in jobs.values()]
+    if kinds.count("be") < 1 or (kinds.count("be") < 2 and "hp" not in kinds):
+        raise FieldError("jobs", "must hold at least one BE job and one more job to pair it with")
+    return PairsSpec(policy, dict(settings), duration, rounds, jobs)
+
+
+def _parse_job(name: str, spec: Any) -> PairsJob:
+    path = f"jobs.{name}"
+    if not CLIENT_NAME_PATTERN.fullmatch(name):
+        raise FieldError(path, "a job name is 1-32 letters, digits, '_' or '-'")
+    spec = obj(
+        spec,
+        path,
+        ("kind", "workload", "mode", "batch_size"),
+        ("dtype", "cuda_graph", "rate_per_s"),
+    )
+    kind = string(spec["kind"], f"{path}.kind", ("hp", "be"))
+    workload = string(spec["workload"], f"{path}.workload")
+    mode = string(spec["mode"], f"{path}.mode", ("infer", "train"))
+    batch_size = integer(spec["batch_size"], f"{path}.batch_size", minimum=1)
+    dtype = string(spec.get("dtype", "fp32"), f"{path}.dtype", ("fp32", "bf16"))
+    if kind == "be":
+        for key in ("cuda_graph", "rate_per_s"):
+            if key in spec:
+                raise FieldError(f"{path}.{key}", "applies only to HP jobs")
+        if mode != "train":
+            raise FieldError(
+                f"{path}.mode",
+                "must be train for a BE job (its throughput is measured from training iterations)",
+            )
+        return PairsJob(name, kind, workload, mode, batch_size, dtype)
+    if mode != "infer":
+        raise FieldError(f"{path}.mode", "must be infer for an HP job")
+    if "rate_per_s" not in spec:
+        raise FieldError(f"{path}.rate_per_s", "is required for an HP job")
+    rate = number(spec["rate_per_s"], f"{path}.rate_per_s")
+    graph = spec.get("cuda_graph", False)
+    if not isinstance(graph, bool):
+        raise FieldError(f"{path}.cuda_graph", "must be true or false")
+    return PairsJob(name, kind, workload, mode, batch_size, dtype, graph, rate)
+
+
+# (a) planning -----------------------------------------------------------------------------------
+
+
+def pair_names(spec: PairsSpec) -> list[tuple[str, ...]]:
+    """Every HP x BE pair (HP order, then BE order), then every BE x BE pair."""
+    pairs = [(hp, be) for hp in spec.hp for be in spec.be]
+    return pairs + list(itertools.combinations(spec.be, 2))
+
+
+def planned_cells(spec: PairsSpec) -> list[Cell]:
+    """The cells in the order they run: round by round, each job alone first, then the pairs."""
+    cells: list[Cell] = []
+    for round_ in range(1, spec.rounds + 1):
+        cells += [Cell(round_, (name,)) for name in spec.jobs]
+        cells += [Cell(round_, members) for members in pair_names(spec)]
+    return cells
+
+
+def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
+    """The jobs config of one cell (colocation.config format): its clients named after the jobs."""
+    thresholds = {
+        key: spec.settings[key]
+        for key in ("queue_limit_us", "unknown_kernel_us")
+        if key in spec.settings
+    }
+    clients = []
+    for name in cell.members:
+        job = spec.jobs[name]
+        client: dict[str, Any] = {
+            "name": name,
+            "role": job.kind,
+            "workload": job.workload,
+            "mode": job.mode,
+            "batch_size": job.batch_size,
+            "dtype": job.dtype,
+        }
+        if job.kind == "hp":
+            client["cuda_graph"] = job.cuda_graph
+            client["arrivals"] = {"kind": "poisson", "rate_per_s": job.rate_per_s}
+        elif not cell.alone and "be_sm_percent" in spec.settings:
+            client["sm_percent"] = spec.settings["be_sm_percent"]
+        clients.append(client)
+    return {
+        "run": {
+            "policy": POLICY_DEDICATED if cell.alone else spec.policy,
+            "duration_s": spec.duration_s,
+            "warmup_steps": 20,
+            "seed": 1,
+            "output_dir": str(runs_dir),
+            "thresholds": {} if cell.alone else thresholds,
+        },
+        "clients": clients,
+    }
+
+
+# (b) running ------------------------------------------------------------------------------------
+
+RunCell = Callable[[dict[str, Any], str], Path]
+"""Runs one cell's jobs config (named by the second argument) and returns its run directory."""
+
+
+def run_cell_real(jobs: dict[str, Any], source: str) -> Path:
+    """The real runner: the jobs config validated as `orion colocate` does, then run_jobs."""
+    from colocation.config import parse_jobs
+    from colocation.runner import run_jobs
+
+    return run_jobs(parse_jobs(jobs, Path.cwd(), source=source)).run_dir
+
+
+def load_index(folder: Path, spec: PairsSpec) -> dict[str, Any]:
+    """The index of ``folder`` (a new one when there is none); refuses one made for other jobs."""
+    path = folder / INDEX_FILE
+    if not path.exists():
+        return {"format": INDEX_FORMAT, "version": 1, "spec": spec.record(), "cells": {}}
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise OrionError(f"cannot read the index {path}: {error}") from None
+    if index.get("spec") != json.loads(json.dumps(spec.record())):
+        raise OrionError(
+            f"{path} was made for other jobs, policy, settings or duration",
+            hint="use another --out folder, or remove that folder to measure again",
+        )
+    return index
+
+
+def complete_run(folder: Path, entry: str | None) -> Path | None:
+    """The run directory of an index entry when its run completed, else None."""
+    if not entry:
+        return None
+    path = folder / entry
+    try:
+        status = json.loads((path / "run.json").read_text(encoding="utf-8"))["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return path if status == "complete" else None
+
+
+def run_cells(
+    spec: PairsSpec,
+    folder: Path,
+    *,
+    time_budget_s: float | None = None,
+    run_cell: RunCell = run_cell_real,
+    progress: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Runs the cells not yet complete in planned order, recording each in ``folder``'s index
+    after it ends (so Ctrl-C leaves the index as it was after the last finished cell); True
+    when none is left. The budget stops at the first cell that does not fit, keeping the
+    interleaved order for the next invocation."""
+    folder.mkdir(parents=True, exist_ok=True)
+    index = load_index(folder, spec)
+    write_json_atomic(folder / INDEX_FILE, index)
+    cells: dict[str, str | None] = index["cells"]
+    plan = planned_cells(spec)
+    started = clock()
+    for number_, cell in enumerate(plan, start=1):
+        if complete_run(folder, cells.get(cell.key)):
+            continue
+        elapsed = clock() - started
+        if time_budget_s is not None and elapsed + spec.duration_s + SETUP_ESTIMATE_S > (
+            time_budget_s
+        ):
+            return False
+        progress(f"[{elapsed:6.0f} s] cell {number_}/{len(plan)}: {cell.key}")
+        try:
+            run_dir = run_cell(cell_jobs(spec, cell, folder / "runs"), f"pairs cell {cell.key}")
+        except OrionError as error:
+            progress(f"  refused: {error.message}")
+            cells[cell.key] = None
+            write_json_atomic(folder / INDEX_FILE, index)
+            continue
+        run_dir = Path(run_dir).absolute()
+        try:
+            entry = str(run_dir.relative_to(folder.absolute()))
+        except ValueError:
+            entry = str(run_dir)
+        cells[cell.key] = entry
+        write_json_atomic(folder / INDEX_FILE, index)
+        state = "complete" if complete_run(folder, entry) else "not complete"
+        progress(f"  {state}: {run_dir}")
+    return True
+
+
+def load_cell_runs(folder: Path, spec: PairsSpec) -> dict[Cell, RunData]:
+    """The complete runs of the index, by cell."""
+    from reporting import load_run
+
+    index = load_index(folder, spec)
+    runs: dict[Cell, RunData] = {}
+    for cell in planned_cells(spec):
+        path = complete_run(folder, index["cells"].get(cell.key))
+        if path is not None:
+            runs[cell] = load_run(path)
+    return runs
+
+
+# (c) the pair matrix ----------------------------------------------------------------------------
+
+
+def _client(run: RunData, name: str) -> ClientInfo | None:
+    return next((c for c in run.clients if c.name == name), None)
+
+
+def _sample(run: RunData, name: str, kind: str) -> np.ndarray | None:
+    client = _client(run, name)
+    if client is None:
+        return None
+    sample = latency_sample(run, client) if kind == "hp" else work_sample(run, client)
+    if sample is None:
+        return None
+    sample = as_sample(sample)
+    return sample if len(sample) else None
+
+
+def _statistic(kind: str):
+    return percentile_statistic(HP_QUANTILE) if kind == "hp" else throughput_statistic
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def build_pair_matrix(
+    spec: PairsSpec,
+    runs: Mapping[Cell, RunData],
+    device: str,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The ``orion-pair-matrix`` document of the complete runs, validated.
+
+    A job's alone figure pools its alone runs over the rounds (HP: p99 of the in-window
+    latencies; BE: samples per second of the in-window iterations). A pair's ratio uses the
+    rounds with the pair and each member's alone run complete. Jobs never measured alone, and
+    pairs without such a round, are left out; raises OrionError when nothing is left.
+    """
+    alone: dict[str, dict[int, np.ndarray]] = {}
+    for cell, run in runs.items():
+        if cell.alone:
+            name = cell.members[0]
+            sample = _sample(run, name, spec.jobs[name].kind)
+            if sample is not None:
+                alone.setdefault(name, {})[cell.round] = sample
+    jobs: dict[str, Any] = {}
+    for name, job in spec.jobs.items():
+        if name not in alone:
+            continue
+        pooled = np.concatenate(list(alone[name].values()))
+        value = _finite(float(_statistic(job.kind)(pooled[np.newaxis])[0]))
+        if value is None:
+            del alone[name]
+            continue
+        figure = {"p99_ms": value} if job.kind == "hp" else {"throughput_per_s": value}
+        jobs[name] = {
+            "kind": job.kind,
+            "workload": job.workload,
+            "mode": job.mode,
+            "batch_size": job.batch_size,
+            "alone": figure,
+        }
+    pairs = []
+    for members in pair_names(spec):
+        if not all(name in jobs for name in members):
+            continue
+        by_job: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in members}
+        for cell, run in runs.items():
+            if cell.members != members:
+                continue
+            shared = {name: _sample(run, name, spec.jobs[name].kind) for name in members}
+            refs = {name: alone[name].get(cell.round) for name in members}
+            if any(v is None for v in (*shared.values(), *refs.values())):
+                continue
+            for name in members:
+                by_job[name].append((shared[name], refs[name]))
+        if not by_job[members[0]]:
+            continue
+        ratios: dict[str, tuple[float | None, list[float] | None]] = {}
+        for name in members:
+            point, lo, hi = ratio_over_rounds_ci(
+                by_job[name], _statistic(spec.jobs[name].kind), resamples=resamples, seed=seed
+            )
+            ci = [lo, hi] if _finite(lo) and _finite(hi) else None
+            ratios[name] = (_finite(point), ci)
+        if any(point is None for point, _ in ratios.values()):
+            continue
+        hp = members[0] if spec.jobs[members[0]].kind == "hp" else None
+        be = [name for name in members if name != hp]
+        pairs.append(
+            {
+                "hp": hp,
+                "be": be,
+                "hp_p99_ratio": ratios[hp][0] if hp else None,
+                "hp_p99_ratio_ci": ratios[hp][1] if hp else None,
+                "be_ratios": {name: ratios[name][0] for name in be},
+                "be_ratios_ci": {name: ratios[name][1] for name in be},
+            }
+        )
+    if not jobs:
+        raise OrionError("no job has a complete alone run yet: nothing to write")
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "device": device,
+        "policy": spec.policy,
+        "settings": dict(spec.settings),
+        "jobs": jobs,
+        "pairs": pairs,
+    }
+    parse_pair_matrix(document, source=f"pair matrix for {device}")
+    return document
+
+
+def write_pair_matrix(document: dict[str, Any], out: Path) -> Path:
+    """``<out>/<device>.json``, validated again and written atomically."""
+    parse_pair_matrix(document, source=f"pair matrix for {document.get('device')}")
+    path = out / f"{document['device']}.json"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, document)
+    return path
