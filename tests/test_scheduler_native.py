@@ -298,6 +298,22 @@ def wait_until_launched(run: SchedulerRun, client: str, timeout_s: float = 20) -
         time.sleep(0.005)
 
 
+def be_beside_running_hp(harness, tmp_path, run, hp, be, hp_script, be_script, hp_env=None) -> dict:
+    """Starts the HP script (which keeps running), runs the BE script to its end once HP has
+    launched, and returns the run's statistics taken then; the HP process is killed after."""
+    hp_process = harness.start(
+        hp_script, env={**run.client_environment(hp), **(hp_env or {})}, log=tmp_path / "hp.log"
+    )
+    try:
+        wait_until_launched(run, "hp")
+        result = harness.run(be_script, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        return run.stats()
+    finally:
+        hp_process.kill()
+        hp_process.wait(timeout=10)
+
+
 def run_pair(harness, tmp_path, policy, hp_table, be_table, be_script, queue_limit_ms=5.0):
     # The HP client's completions are written by the (fake) GPU here: these tests check the
     # policy's rules, which must hold exactly, not the estimates a default HP client makes (an
@@ -551,22 +567,16 @@ def test_be_waits_for_an_estimated_hp_kernel_for_its_profiled_duration(harness, 
         hp = run.add_client("hp", "hp", kernel_table(("hpk", 4, 128, 100, "compute", duration_ms)))
         be = run.add_client("be", "be", kernel_table(("wide", 1, 64, 50, "memory", 1)))
         run.publish()
-        hp_process = harness.start(
+        stats = be_beside_running_hp(
+            harness,
+            tmp_path,
+            run,
+            hp,
+            be,
             f"func hpk {duration_ms * 1000} launch hpk 4 128 0 sleep 2000000 sync 0",
-            env=run.client_environment(hp),
-            log=tmp_path / "hp.log",
-        )
-        wait_until_launched(run, "hp")
-        result = harness.run(
             "func wide 1000 launch wide 1 64 0 sync 0",
-            env=run.client_environment(be),
-            log=tmp_path / "be.log",
         )
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()
-        assert run.client_state(hp) == "attached"  # HP was still there the whole time
-        hp_process.kill()
-        hp_process.wait(timeout=10)
+    assert stats["hp"]["state"] == "attached"  # HP was still there the whole time
     assert stats["hp"]["completion_mode"] == "estimate"
     assert stats["be"]["blocked_launches"] == 1, "BE arrived after the HP kernel had ended"
     assert stats["be"]["reasons"]["not_enough_sms"] == 1
@@ -587,21 +597,16 @@ def test_be_waits_for_a_whole_hp_graph_however_long(harness, tmp_path, policy):
         hp = run.add_client("hp", "hp", kernel_table(("hpk", 4, 128, 100, "compute", 1)))
         be = run.add_client("be", "be", kernel_table(("bek", 1, 64, 8, "memory", 1)))
         run.publish()
-        hp_env = run.client_environment(hp)
-        hp_env["FAKE_GRAPH_NS"] = str(duration_ms * MS)
-        hp_process = harness.start(
-            "graph 0 sleep 2000000 sync 0", env=hp_env, log=tmp_path / "hp.log"
-        )
-        wait_until_launched(run, "hp")
-        result = harness.run(
+        stats = be_beside_running_hp(
+            harness,
+            tmp_path,
+            run,
+            hp,
+            be,
+            "graph 0 sleep 2000000 sync 0",
             "func bek 1000 launch bek 1 64 0 sync 0",
-            env=run.client_environment(be),
-            log=tmp_path / "be.log",
+            hp_env={"FAKE_GRAPH_NS": str(duration_ms * MS)},
         )
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()
-        hp_process.kill()
-        hp_process.wait(timeout=10)
     assert stats["hp"]["completion_mode"] == "estimate"  # for its kernels
     assert stats["hp"]["graph_launches"] == 1
     assert stats["hp"]["graph_gpu_writes"] == 1  # the graph's completion, written by the GPU
@@ -721,21 +726,15 @@ def test_a_profiled_hp_graph_gates_be_by_its_widest_kernel_and_wall_time(harness
             kernel_table(("narrow", 1, 64, 20, "memory", 1), ("wide", 2, 64, 100, "memory", 1)),
         )
         run.publish()
-        hp_process = harness.start(
+        stats = be_beside_running_hp(
+            harness,
+            tmp_path,
+            run,
+            hp,
+            be,
             f"{GRAPH_A} graph_inst A flags say ready graph_run A 0 sleep 2000000 sync 0",
-            env=run.client_environment(hp),
-            log=tmp_path / "hp.log",
-        )
-        wait_until_launched(run, "hp")
-        result = harness.run(
             "func narrow 1000 func wide 1000 launch narrow 1 64 0 launch wide 2 64 0 sync 0",
-            env=run.client_environment(be),
-            log=tmp_path / "be.log",
         )
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()
-        hp_process.kill()
-        hp_process.wait(timeout=10)
     assert stats["hp"]["unknown_graph_launches"] == 0
     assert stats["be"]["reasons"]["fits_beside"] >= 1
     assert stats["be"]["reasons"]["not_enough_sms"] == 1
@@ -758,22 +757,16 @@ def test_be_runs_beside_an_hp_graph_once_its_wide_kernels_are_done(harness, tmp_
         run.add_graph(hp, nodes, 200 * MS)
         be = run.add_client("be", "be", kernel_table(("bek", 1, 64, 20, "memory", 5)))
         run.publish()
-        hp_process = harness.start(
+        stats = be_beside_running_hp(
+            harness,
+            tmp_path,
+            run,
+            hp,
+            be,
             "func wide 100000 func narrow 100000 graph_new G graph_node G wide 4 128 "
             "graph_node G narrow 2 64 graph_inst G flags graph_run G 0 sleep 2000000 sync 0",
-            env=run.client_environment(hp),
-            log=tmp_path / "hp.log",
-        )
-        wait_until_launched(run, "hp")
-        result = harness.run(
             "sleep 20000 func bek 5000 launch bek 1 64 0 sync 0",
-            env=run.client_environment(be),
-            log=tmp_path / "be.log",
         )
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()
-        hp_process.kill()
-        hp_process.wait(timeout=10)
     assert stats["be"]["reasons"]["not_enough_sms"] == 1  # waited for "wide"
     assert stats["be"]["reasons"]["fits_beside"] == 1  # then ran beside "narrow"
     (graph_launch,) = launches(read_log(tmp_path / "hp.log"))
