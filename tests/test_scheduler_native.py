@@ -298,6 +298,17 @@ def wait_until_launched(run: SchedulerRun, client: str, timeout_s: float = 20) -
         time.sleep(0.005)
 
 
+def lone_be_stats(harness, tmp_path, kernels: pd.DataFrame, script: str) -> dict:
+    """Runs ``script`` as the only client (BE, policy orion, profile ``kernels``) to its end;
+    returns its statistics. Its stand-in log is ``tmp_path / "be.log"``."""
+    with SchedulerRun(settings("orion")) as run:
+        be = run.add_client("be", "be", kernels)
+        run.publish()
+        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        return run.stats()["be"]
+
+
 def be_beside_running_hp(harness, tmp_path, run, hp, be, hp_script, be_script, hp_env=None) -> dict:
     """Starts the HP script (which keeps running), runs the BE script to its end once HP has
     launched, and returns the run's statistics taken then; the HP process is killed after."""
@@ -776,13 +787,8 @@ def test_be_runs_beside_an_hp_graph_once_its_wide_kernels_are_done(harness, tmp_
 
 
 def test_launches_into_a_capturing_stream_pass_through(harness: Harness, tmp_path: Path):
-    with SchedulerRun(settings("orion")) as run:
-        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
-        run.publish()
-        script = "func bek 1000 stream cap capture repeat 5 launch bek 8 128 cap end sync 0"
-        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()["be"]
+    script = "func bek 1000 stream cap capture repeat 5 launch bek 8 128 cap end sync 0"
+    stats = lone_be_stats(harness, tmp_path, kernel_table(("bek", 8, 128, 8, "memory", 1)), script)
     assert stats["capture_launches"] == 5
     assert stats["tracked_launches"] == 0
     assert not [e for e in read_log(tmp_path / "be.log") if e.kind == "write"]
@@ -793,16 +799,11 @@ def test_deprecated_launch_routes_are_counted_and_gated(harness, tmp_path, route
     # cuLaunch, cuLaunchGrid, cuLaunchGridAsync and cuLaunchCooperativeKernelMultiDevice (two
     # devices: two launches): five launches, each seen once and tracked. The legacy three carry no
     # block shape, so they are unknown to the profile; the multi-device one is profiled.
-    with SchedulerRun(settings("orion")) as run:
-        be = run.add_client("be", "be", kernel_table(("k", 4, 128, 8, "memory", 1)))
-        run.publish()
-        script = (
-            f"route {route} func k 100 launch_legacy k launch_grid k 4 launch_grid k 4 async "
-            "launch_multi k 4 128 sync 0"
-        )
-        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()["be"]
+    script = (
+        f"route {route} func k 100 launch_legacy k launch_grid k 4 launch_grid k 4 async "
+        "launch_multi k 4 128 sync 0"
+    )
+    stats = lone_be_stats(harness, tmp_path, kernel_table(("k", 4, 128, 8, "memory", 1)), script)
     assert stats["launches"] == 5
     assert stats["tracked_launches"] == 5
     assert stats["unknown_launches"] == 3
@@ -812,34 +813,25 @@ def test_deprecated_launch_routes_are_counted_and_gated(harness, tmp_path, route
 def test_a_failed_capture_query_does_not_open_the_gate(harness: Harness, tmp_path: Path):
     # The driver cannot say whether the stream captures: the launches are still gated and
     # tracked, never passed through as if they were being captured.
-    with SchedulerRun(settings("orion")) as run:
-        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
-        run.publish()
-        script = "func bek 1000 stream odd broken repeat 5 launch bek 8 128 odd end sync 0"
-        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()["be"]
+    script = "func bek 1000 stream odd broken repeat 5 launch bek 8 128 odd end sync 0"
+    stats = lone_be_stats(harness, tmp_path, kernel_table(("bek", 8, 128, 8, "memory", 1)), script)
     assert stats["capture_launches"] == 0
     assert stats["tracked_launches"] == 5
 
 
 @pytest.mark.parametrize(
-    ("unload", "unknown"), [("", 1), ("unload module", 1), ("unload library", 1)]
+    ("unload", "unknown"),
+    # without an unload the cached name stays "old": both launches unknown
+    [("", 2), ("unload module", 1), ("unload library", 1)],
 )
 def test_a_function_handle_reused_after_an_unload_is_named_again(
     harness, tmp_path, unload, unknown
 ):
     # "old" is not in the profile, "new" is. The handle of "old" comes back for "new" (the fake
     # renames it, as a reloaded module may reuse a handle): only after an unload may orion know.
-    with SchedulerRun(settings("orion")) as run:
-        be = run.add_client("be", "be", kernel_table(("new", 1, 64, 8, "memory", 1)))
-        run.publish()
-        script = f"func old 100 launch old 1 64 0 rename old new {unload} launch old 1 64 0 sync 0"
-        result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        stats = run.stats()["be"]
-    expected_unknown = unknown if unload else 2  # without an unload the cached name stays "old"
-    assert stats["unknown_launches"] == expected_unknown
+    script = f"func old 100 launch old 1 64 0 rename old new {unload} launch old 1 64 0 sync 0"
+    stats = lone_be_stats(harness, tmp_path, kernel_table(("new", 1, 64, 8, "memory", 1)), script)
+    assert stats["unknown_launches"] == unknown
     assert stats["launches"] == 2
 
 
