@@ -13,6 +13,13 @@ that clock and thermal drift hit every variant alike:
   times, stream priority: no extra driver call);
 - `orion HP gpu-write`: the same with `hp_completion` "gpu-write": one more driver call after
   every launch (`cuStreamWriteValue64`, so that the GPU writes the launch's completion word).
+- `orion BE cpu-gate`: the library as a BE client under `orion` with `be_gate` "cpu", no HP
+  client: every launch reads the run's shared state and asks the policy (admitted at once here,
+  HP being idle), and is tracked with a GPU-written completion.
+- `orion BE gpu-gate`: the same with `be_gate` "gpu": no policy call on the launch; a GPU-side
+  gate wait (`cuStreamWaitValue32`) before the launch whenever the work since the stream's last
+  one would pass the queue limit. The empty kernel is unprofiled, so it counts as the unknown
+  duration (= the 100 us queue limit here): a wait before every launch, the worst case.
 
 Each variant runs on two streams (`--streams`): `own`, a stream the program created, and `legacy`,
 the legacy default stream, which is where PyTorch launches unless told otherwise. On the legacy
@@ -46,16 +53,32 @@ from scheduler_core import SchedulerRun, SchedulerSettings
 ROOT = Path(__file__).resolve().parents[1]
 
 SOURCE = ROOT / "benchmarks" / "launch_overhead" / "empty_launch.cu"
-VARIANTS = ("no library", "passthrough", "orion HP", "orion HP gpu-write")
+VARIANTS = (
+    "no library",
+    "passthrough",
+    "orion HP",
+    "orion HP gpu-write",
+    "orion BE cpu-gate",
+    "orion BE gpu-gate",
+)
 STREAMS = ("own", "legacy")
-# The variants that run in a scheduler run: (policy, role, hp_completion).
+# The variants that run in a scheduler run: (policy, role, hp_completion, be_gate).
 RUN_VARIANTS = {
-    "passthrough": ("passthrough", "be", "estimate"),
-    "orion HP": ("orion", "hp", "estimate"),
-    "orion HP gpu-write": ("orion", "hp", "gpu-write"),
+    "passthrough": ("passthrough", "be", "estimate", "cpu"),
+    "orion HP": ("orion", "hp", "estimate", "cpu"),
+    "orion HP gpu-write": ("orion", "hp", "gpu-write", "cpu"),
+    "orion BE cpu-gate": ("orion", "be", "estimate", "cpu"),
+    "orion BE gpu-gate": ("orion", "be", "estimate", "gpu"),
 }
 # What launch_overhead.json keeps of each run variant's first client (proof of what it did).
-STAT_KEYS = ("launches", "tracked_launches", "completion_mode", "streams_prioritised")
+STAT_KEYS = (
+    "launches",
+    "tracked_launches",
+    "completion_mode",
+    "streams_prioritised",
+    "blocked_launches",
+    "gate_waits",
+)
 
 
 def build(out_dir: Path) -> Path:
@@ -133,13 +156,14 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     binary = build(out_dir)
 
-    def settings(policy: str, hp_completion: str) -> SchedulerSettings:
+    def settings(policy: str, hp_completion: str, be_gate: str) -> SchedulerSettings:
         return SchedulerSettings(
             policy=policy,
             sm_count=gpu.sm_count,
             queue_limit_ns=100_000,
             unknown_duration_ns=100_000,
             hp_completion=hp_completion,
+            be_gate=be_gate,
         )
 
     cells = [(variant, stream) for stream in args.streams for variant in VARIANTS]
@@ -148,8 +172,8 @@ def main() -> int:
     }
     with contextlib.ExitStack() as stack:
         runs = {}
-        for variant, (policy, role, hp_completion) in RUN_VARIANTS.items():
-            run = stack.enter_context(SchedulerRun(settings(policy, hp_completion)))
+        for variant, (policy, role, hp_completion, be_gate) in RUN_VARIANTS.items():
+            run = stack.enter_context(SchedulerRun(settings(policy, hp_completion, be_gate)))
             # One slot per process: a slot is owned by the first process that joins it.
             processes = args.repeats * len(args.streams)
             indices = [run.add_client(f"r{i}", role) for i in range(processes)]

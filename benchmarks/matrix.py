@@ -2,7 +2,8 @@
 
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
-        [--queue-limits default,100,500] [--mps-share-be 30,50,70] [--repeats 3]
+        [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
+        [--repeats 3]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
 
@@ -17,8 +18,10 @@ a scenario, --hp x --rates x --be name groups of the same shape (results in
 Cells. Every cell is one `orion colocate` run of a policy with its knob settings, named
 ``<policy>[@<setting>]`` (``dedicated``, ``orion@200us``, ``mps-share@be50``): --queue-limits
 sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = derived from the HP
-profile, plain cell name), --mps-share-be the BE client's SM share under mps-share (the HP
-client keeps all SMs); other policies ignore both.
+profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
+in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
+--mps-share-be the BE client's SM share under mps-share (the HP
+client keeps all SMs); other policies ignore them.
 
 Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
 every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
@@ -62,6 +65,7 @@ from colocation.policies import POLICY_NAMES
 from colocation.runner import run_jobs
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
+from orion_common.run_format import GATING_POLICIES
 from orion_common.sysinfo import gpu_facts, software_summary
 from postprocess.profile_format import gpu_slug
 from reporting import headline, load_run, write_report
@@ -73,6 +77,7 @@ from reporting.benchmark import (
     summary_markdown,
 )
 from reporting.rundata import RunData
+from scheduler_core.run_state import BE_GATES, DEFAULT_BE_GATE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,8 +109,9 @@ BE_JOBS: dict[str, dict[str, Any]] = {
 SETUP_ESTIMATE_S = 10.0
 
 DEDICATED = "dedicated"
-GATED_POLICIES = ("reef", "orion")
-"""Policies with a BE queue bound, the only ones --queue-limits applies to."""
+GATED_POLICIES = GATING_POLICIES
+"""Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
+apply to."""
 SHARE_POLICY = "mps-share"
 """The policy with static SM shares, the only one --mps-share-be applies to."""
 
@@ -157,21 +163,26 @@ SCENARIOS = {
 
 @dataclass(frozen=True)
 class Cell:
-    """A policy with its knob settings: the BE queue bound (gated policies) or the BE client's
-    SM share (mps-share). ``None`` leaves the knob at its default."""
+    """A policy with its knob settings: the BE queue bound and where held BE launches wait (gated
+    policies) or the BE client's SM share (mps-share). ``None`` leaves the knob at its default."""
 
     policy: str
     queue_limit_us: float | None = None
     be_sm_percent: int | None = None
+    be_gate: str | None = None
 
     @property
     def name(self) -> str:
-        """``orion``, ``orion@200us``, ``mps-share@be50``: the same as the report's run label."""
+        """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``mps-share@be50``: the same as
+        the report's run label."""
+        name = self.policy
         if self.queue_limit_us is not None:
-            return f"{self.policy}@{self.queue_limit_us:g}us"
+            name += f"@{self.queue_limit_us:g}us"
+        if self.be_gate is not None:
+            name += f"@{self.be_gate}-gate"
         if self.be_sm_percent is not None:
-            return f"{self.policy}@be{self.be_sm_percent}"
-        return self.policy
+            name += f"@be{self.be_sm_percent}"
+        return name
 
 
 def cell_key(cell: Cell, round_: int = 1) -> str:
@@ -191,16 +202,22 @@ def planned_cells(
     queue_limits: Sequence[float | None] = (None,),
     repeats: int = 1,
     mps_share_be: Sequence[int] = (),
+    be_gates: Sequence[str | None] = (None,),
 ) -> list[tuple[int, Cell]]:
     """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
     even when not asked for: without it a round has no reference), then the other policies in
-    the order given, the gated ones once per queue bound and mps-share once per BE share."""
+    the order given, the gated ones once per queue bound and BE gate, and mps-share once per BE
+    share."""
     cells: list[Cell] = []
     for policy in dict.fromkeys(policies):
         if policy == DEDICATED:
             continue
         if policy in GATED_POLICIES:
-            cells += [Cell(policy, queue_limit_us=limit) for limit in queue_limits]
+            cells += [
+                Cell(policy, queue_limit_us=limit, be_gate=gate)
+                for limit in queue_limits
+                for gate in be_gates
+            ]
         elif policy == SHARE_POLICY and mps_share_be:
             cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
         else:
@@ -237,6 +254,7 @@ def cell_jobs(group: Group, cell: Cell, duration_s: float, out: Path) -> dict[st
             "seed": 1,
             "output_dir": str(out / "runs" / group.name),
             "thresholds": {"queue_limit_us": cell.queue_limit_us},
+            **({"be_gate": cell.be_gate} if cell.be_gate is not None else {}),
         },
         "clients": [hp_client, be_client],
     }
@@ -276,7 +294,7 @@ def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
         cells = index["cells"].setdefault(group.name, {})
         duration_s = window_s(args.duration, args.min_requests, RATES[group.rate])
         for round_, cell in planned_cells(
-            args.policies, args.queue_limits, args.repeats, args.mps_share_be
+            args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates
         ):
             key = cell_key(cell, round_)
             if complete_run(args.out, cells.get(key)):
@@ -558,6 +576,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_queue_limits,
         default=[None],
         help="BE queue bounds in microseconds for reef and orion, 'default' = derived",
+    )
+    parser.add_argument(
+        "--be-gates",
+        type=_names(BE_GATES),
+        default=[DEFAULT_BE_GATE],
+        help="where reef and orion hold BE launches, one cell each: cpu (in the launching "
+        f"thread), gpu (on the GPU); default {DEFAULT_BE_GATE}, the jobs file's default",
     )
     parser.add_argument(
         "--mps-share-be",

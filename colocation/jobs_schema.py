@@ -34,6 +34,7 @@ from colocation.jobs_fields import (
 )
 from colocation.policies import POLICIES, POLICY_NAMES, Policy
 from orion_common.errors import OrionError
+from scheduler_core.run_state import DEFAULT_BE_GATE
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -61,6 +62,11 @@ class RunConfig(StrictModel):
     # profiled expected end; no driver call on HP's critical path) or "gpu-write" (written by the
     # GPU after each HP launch: exact, one more driver call per launch). BE always uses gpu-write.
     hp_completion: Literal["estimate", "gpu-write"] = "estimate"
+    # Where a held BE launch waits under reef/orion: "gpu" (the default: the launch returns at
+    # once and the BE stream waits on the GPU for a gate the controller opens when the policy
+    # admits the work) or "cpu" (in the program's launching thread, which stops, so its GPU queue
+    # drains).
+    be_gate: Literal["cpu", "gpu"] = DEFAULT_BE_GATE
     gpu: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("policy")

@@ -169,6 +169,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         unknown_duration_ns=unknown_ns,
         trace_capacity=65536 if config.run.trace else 0,
         hp_completion=config.run.hp_completion,
+        be_gate=config.run.be_gate,
     )
 
 

@@ -62,6 +62,10 @@ class SchedulerRecorder:
         }
         if run_meta is not None:
             data["trace_records_lost"] = run_meta.get("trace_records_lost", 0)
+        if self._scheduler.settings.holds_be_on_gpu:
+            # How often the controller's keeper opened and closed BE gates (HP closes are not
+            # counted: every HP launch closes them).
+            data["gate_keeper"] = self._scheduler.gate_stats()
         write_json_atomic(self._stats_path, data)
 
     def close(self) -> None:

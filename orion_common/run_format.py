@@ -25,6 +25,11 @@ STATUS_INCOMPLETE = "incomplete"
 STATUS_FAILED = "failed"
 STATUSES = (STATUS_RUNNING, STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_FAILED)
 
+GATING_POLICIES = ("reef", "orion")
+"""Policies under which the preload library holds BE launches back; the jobs file's
+``run.be_gate`` (kept in the run's config) says where: ``cpu`` in the launching thread, ``gpu``
+on the GPU. Reports name the gate of these runs only (``orion@cpu-gate``)."""
+
 RUN_JSON = "run.json"
 CLIENTS_DIR = "clients"
 GPU_TABLE = "gpu.csv"

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from orion_common.errors import OrionError
+from orion_common.run_format import GATING_POLICIES
 from reporting import plots
 from reporting.metrics import (
     BE_FRACTION_MIN,
@@ -394,14 +395,17 @@ def _cell_row(
 
 
 def run_settings(run: RunData) -> dict[str, Any]:
-    """The knob settings a run made: ``queue_limit_us`` when set, ``sm_percent_<client>`` per
-    client with an SM share."""
+    """The knob settings a run made: ``queue_limit_us`` when set, ``be_gate`` of a gating policy,
+    ``sm_percent_<client>`` per client with an SM share."""
     settings: dict[str, Any] = {}
     section = run.config.get("run")
     thresholds = (section.get("thresholds") if isinstance(section, dict) else None) or {}
     limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
     if _is_number(limit):
         settings["queue_limit_us"] = limit
+    gate = section.get("be_gate") if isinstance(section, dict) else None
+    if isinstance(gate, str) and run.policy in GATING_POLICIES:
+        settings["be_gate"] = gate
     clients = run.config.get("clients")
     for client in clients if isinstance(clients, list) else []:
         if isinstance(client, dict) and _is_number(client.get("sm_percent")):

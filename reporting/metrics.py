@@ -7,9 +7,16 @@ Definitions (everything in the reports follows from these):
   ``dedicated`` run the clients run alone one after another, so their windows differ.
 - Inference: the requests that *arrived* inside the window and completed (``end_s`` present).
   Latency is ``latency_ms`` (from arrival, so queueing counts). Throughput is those requests
-  divided by the window length; samples/s multiplies by the batch size.
+  divided by the measured window's length; samples/s multiplies by the batch size.
 - Training: the iterations whose ``end_s`` lies inside the window. The latency columns hold
-  iteration-duration percentiles; throughput is iterations (samples) per second of window.
+  iteration-duration percentiles; throughput is iterations (samples) per second of measured
+  window.
+- The measured window (:func:`measured_window`, ``window_s``) is the window itself, except in a
+  run whose runner was stopped before the end (status ``incomplete``, or ``running`` when it was
+  killed): there it ends where the run stopped, the latest moment any client recorded, since
+  nothing was measured after it. Dividing by the planned length would count the time never run
+  as time with no work done (a ``dedicated`` run stopped 12 s into its 20 s BE phase reported
+  409 iterations / 20 s = 20.45 it/s for a job doing 409 / 12.06 s = 33.9 it/s).
 - Percentiles use numpy's default linear interpolation (``numpy.percentile(..., method="linear")``):
   for n sorted values the q-th percentile sits at rank ``q/100 * (n - 1)``, interpolated.
 - Against a dedicated run: ``hp_p99_slowdown = p99_shared / p99_alone`` (HP clients) and
@@ -41,6 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orion_common.run_format import GATING_POLICIES
 from reporting.rundata import ClientInfo, RunData
 from reporting.stats import (
     PERCENTILE_METHOD,
@@ -149,15 +157,19 @@ SCHEDULER_COLUMNS = [
 
 
 def policy_label(run: RunData) -> str:
-    """The policy with the knob settings the run made: the BE queue bound (``orion@500us``) and
-    per-client SM shares (``mps-share@be50``, client name then percent). Runs of one policy that
-    differ only in a knob are a sweep and must be told apart by it."""
+    """The policy with the knob settings the run made: the BE queue bound (``orion@500us``), where
+    held BE launches wait when the jobs file says (``orion@gpu-gate``) and per-client SM shares
+    (``mps-share@be50``, client name then percent). Runs of one policy that differ only in a knob
+    are a sweep and must be told apart by it."""
     run_section = run.config.get("run")
     thresholds = (run_section.get("thresholds") if isinstance(run_section, dict) else None) or {}
     limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
     label = run.policy
     if _is_number(limit):
         label += f"@{limit:g}us"
+    gate = run_section.get("be_gate") if isinstance(run_section, dict) else None
+    if isinstance(gate, str) and run.policy in GATING_POLICIES:
+        label += f"@{gate}-gate"
     clients = run.config.get("clients")
     shares = [
         f"{client.get('name')}{client['sm_percent']:g}"
@@ -195,6 +207,44 @@ def client_window(run: RunData, client: ClientInfo) -> tuple[float, float] | Non
     if start is None or end is None or end <= start:
         return None
     return start, end
+
+
+def measured_window(run: RunData, client: ClientInfo) -> tuple[float, float] | None:
+    """The part of the client's window that was actually measured: what its throughput is per.
+
+    A run that went through its schedule (``complete``, or ``failed``) measured every window to
+    its planned end, so this is :func:`client_window`, and such a run's figures are per planned
+    window as always (a client that failed mid-window included: the time it lost counts
+    against it). A run whose runner was stopped (Ctrl-C or a timeout: ``incomplete``) or killed
+    (``running``) measured only up to the stop, and ``run.json`` keeps the planned ends, not the
+    stop, so the window ends at :func:`_stopped_at` if that is earlier. That moment is the
+    run's, not the client's own last row: clients measuring together are stopped together, so
+    a client that was slow or starved just before the stop is not given a shorter window than
+    its neighbours (as in a complete run), and a ``dedicated`` phase that a later one followed
+    keeps its whole window. The end is never after the planned one (rows written while draining
+    past it do not stretch it); a window in which nothing was recorded has length 0, so its
+    throughput is unknown rather than 0.
+
+    Only the length changes: rows are still chosen by :func:`client_window`, and none lies
+    after the stop, so counts and latencies are the same either way.
+    """
+    window = client_window(run, client)
+    if window is None or not run.stopped_early:
+        return window
+    start, end = window
+    return start, min(end, _stopped_at(run, start))
+
+
+def _stopped_at(run: RunData, start: float) -> float:
+    """The latest run-clock moment the run is known to have been measuring, at least ``start``
+    (a window's own start): the latest time in any client table (an arrival, a start or an end;
+    an unserved request's row has only its arrival, which still shows its client was measuring
+    then) or the start of any client's window (a phase that began shows that the one before it
+    ran to its end). ``gpu.csv`` does not count: its monitor samples on while the clients are
+    being stopped."""
+    times = [_last_recorded_s(table) for table in run.tables.values()]
+    times += [w[0] for w in (client_window(run, c) for c in run.clients) if w is not None]
+    return max([start, *(t for t in times if t is not None)])
 
 
 def window_rows(run: RunData, client: ClientInfo) -> pd.DataFrame:
@@ -541,7 +591,8 @@ def scheduler_table(runs: Sequence[RunData]) -> pd.DataFrame:
 
 def _client_row(run: RunData, info: ClientInfo, label: str) -> dict[str, Any]:
     window = client_window(run, info)
-    window_s = window[1] - window[0] if window is not None else float("nan")
+    measured = measured_window(run, info)
+    window_s = measured[1] - measured[0] if measured is not None else float("nan")
     rows = window_rows(run, info)
     count = len(rows)
     if info.is_inference:
@@ -639,6 +690,20 @@ def _excess(value: float, limit: float) -> float:
         return float("nan")
     over = value - limit
     return over if over > LIMIT_TOLERANCE else 0.0
+
+
+_TIME_COLUMNS = ("arrival_s", "start_s", "end_s")
+
+
+def _last_recorded_s(table: pd.DataFrame) -> float | None:
+    """The latest run-clock time in a client table; None when it has none."""
+    times = [
+        pd.to_numeric(table[column], errors="coerce").max()
+        for column in _TIME_COLUMNS
+        if column in table.columns
+    ]
+    times = [float(t) for t in times if pd.notna(t)]
+    return max(times) if times else None
 
 
 def _with_latency(table: pd.DataFrame) -> pd.DataFrame:

@@ -28,6 +28,10 @@ from orion_common.run_format import Column, ColumnType
 RUN_FORMAT = run_format.FORMAT
 RUN_VERSION = run_format.VERSION
 STATUS_COMPLETE = run_format.STATUS_COMPLETE
+STATUSES_STOPPED_EARLY = (run_format.STATUS_INCOMPLETE, run_format.STATUS_RUNNING)
+"""A runner left the run ``incomplete`` when it was stopped (Ctrl-C, SIGTERM, a timeout, an
+error) and ``running`` when it was killed; ``failed`` (every client failed) and ``complete`` runs
+went through their whole schedule."""
 
 MODE_INFER = "infer"
 MODE_TRAIN = "train"
@@ -127,6 +131,12 @@ class RunData:
         """False for ``running`` (writer died), ``incomplete`` and ``failed`` runs, and for a
         run whose tables no longer hold the rows recorded at close (``cut_tables``)."""
         return self.status == STATUS_COMPLETE and not self.cut_tables
+
+    @property
+    def stopped_early(self) -> bool:
+        """The runner stopped before the end of its schedule, so the last window it was in
+        ends at the stop, which ``run.json`` does not record, not at its planned end."""
+        return self.status in STATUSES_STOPPED_EARLY
 
     def client(self, name: str) -> ClientInfo:
         for info in self.clients:

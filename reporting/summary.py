@@ -281,7 +281,8 @@ def write_report(
         "Inference: requests that arrived in the client's measurement window and completed; "
         "latency from arrival. Training: iterations that ended in the window; latency columns "
         f"are iteration durations. Percentiles: numpy `{PERCENTILE_METHOD}` interpolation. "
-        "Throughput: count / window length."
+        "Throughput: count / window length; in a run that stopped early, the window ends at "
+        "the last moment its clients recorded."
     )
     lines.append("")
 

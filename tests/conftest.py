@@ -29,7 +29,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA")
     skip_tv = pytest.mark.skip(reason="needs a working torchvision")
     for item in items:
-        if "gpu" in item.keywords and not cuda_available():
+        # The marker itself, not the keyword: a parameter named "gpu" must not skip a CPU test.
+        if item.get_closest_marker("gpu") is not None and not cuda_available():
             item.add_marker(skip_gpu)
-        if "torchvision" in item.keywords and not torchvision_works():
+        if item.get_closest_marker("torchvision") is not None and not torchvision_works():
             item.add_marker(skip_tv)

@@ -15,7 +15,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 NATIVE_TEST_DIR = Path(__file__).resolve().parent / "native"
+MS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -121,3 +124,25 @@ def launch_intervals(events: list[Event]) -> list[Interval]:
         Interval(name=launch.fields[1], launched_ns=launch.time_ns, finished_ns=end.time_ns)
         for launch, end in zip(launches, ends, strict=False)
     ]
+
+
+def kernel_table(*rows: tuple[str, int, int, int, str, float]) -> pd.DataFrame:
+    """Identity table rows: (name, grid_x, block_x, sm_needed, class, duration_ms)."""
+    return pd.DataFrame(
+        [
+            {
+                "kernel_name": name,
+                "demangled_name": name,
+                "grid_x": grid,
+                "grid_y": 1,
+                "grid_z": 1,
+                "block_x": block,
+                "block_y": 1,
+                "block_z": 1,
+                "sm_needed": sm,
+                "kernel_class": kernel_class,
+                "duration_ns": duration_ms * MS,
+            }
+            for name, grid, block, sm, kernel_class, duration_ms in rows
+        ]
+    )

@@ -52,6 +52,26 @@ def test_queue_limits_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_pat
     ]
 
 
+def test_be_gates_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_path) -> None:
+    args = parse(matrix, monkeypatch, tmp_path, "--policies", "mps,orion", "--be-gates", "cpu,gpu")
+    cells = matrix.planned_cells(
+        args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates
+    )
+    assert [matrix.cell_key(cell) for _, cell in cells] == [
+        "dedicated",
+        "mps",
+        "orion@cpu-gate",
+        "orion@gpu-gate",
+    ]
+    group = matrix.Group("resnet50", "low", "resnet50-train")
+    jobs = matrix.cell_jobs(group, cells[2][1], 15.0, tmp_path)
+    assert jobs["run"]["be_gate"] == "cpu"
+    assert "be_gate" not in matrix.cell_jobs(group, cells[1][1], 15.0, tmp_path)["run"]
+    # Not given: the library's default gate, named, so the cell reads as the report labels it.
+    default = parse(matrix, monkeypatch, tmp_path, "--policies", "orion")
+    assert default.be_gates == ["gpu"]
+
+
 def test_a_cell_runs_with_its_queue_bound(matrix, tmp_path) -> None:
     group = matrix.Group("resnet50", "low", "resnet50-train")
     jobs = matrix.cell_jobs(group, matrix.Cell("orion", queue_limit_us=500.0), 15.0, tmp_path)

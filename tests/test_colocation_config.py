@@ -181,6 +181,11 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         ["run.hp_completion: must be one of estimate, gpu-write (got true)"],
     ),
     (
+        "unknown be gate",
+        [edit("run.be_gate", "gpu-side")],
+        ["run.be_gate: must be one of cpu, gpu (got 'gpu-side')"],
+    ),
+    (
         "misspelt run field",
         [edit("run.duraton_s", 3)],
         ["run.duraton_s: unknown field; did you mean 'duration_s'?"],
@@ -520,6 +525,7 @@ def test_defaults() -> None:
     assert (run.trace, run.gpu) == (False, 0)
     assert (run.thresholds.queue_limit_us, run.thresholds.unknown_kernel_us) == (None, None)
     assert run.hp_completion == "estimate"
+    assert run.be_gate == "gpu"
     hp, be = config.clients
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)
     assert be.arrivals is None

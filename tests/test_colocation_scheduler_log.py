@@ -37,6 +37,9 @@ class FakeScheduler:
             "_run": {"trace_records_lost": 2},
         }
 
+    def gate_stats(self) -> dict[str, Any]:
+        return {"keeper_running": True, "opens": 4, "closes": 1}
+
 
 def launch(
     client: str, seq: int, name: str, enqueue_s: float, launch_s: float | None, reason: str
@@ -79,6 +82,9 @@ def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
     assert stats["settings"]["trace_capacity"] == 1024
     assert stats["settings"]["hp_completion"] == "estimate"
     assert stats["trace_records_lost"] == 2
+    # BE launches held on the GPU (the default): what the controller's gate keeper did.
+    assert stats["settings"]["be_gate"] == "gpu"
+    assert stats["gate_keeper"] == {"keeper_running": True, "opens": 4, "closes": 1}
 
 
 def test_no_trace_file_without_tracing(tmp_path: Path) -> None:

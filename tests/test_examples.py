@@ -32,7 +32,9 @@ def test_the_example_jobs_files_are_valid_and_name_existing_profiles(
 @pytest.mark.parametrize("path", PROFILES, ids=[p.parent.name for p in PROFILES])
 def test_reference_profiles_load_and_give_the_scheduler_a_table(path: Path) -> None:
     profile = read_profile(path)
-    workload, mode, batch, dtype = path.parent.name.split("-")
+    workload, mode, batch, dtype, *graph = path.parent.name.split("-")
+    # A CUDA-graph profile's folder ends in "-graph" (orion's default location for one).
+    assert bool(profile.metadata.get("cuda_graph", False)) == (graph == ["graph"])
     assert profile.metadata["workload"] == workload
     assert profile.metadata["mode"] == mode
     assert f"bs{profile.metadata['batch_size']}" == batch

@@ -32,6 +32,7 @@ from reporting import (
     headline,
     load_run,
     load_runs,
+    measured_window,
     percentile_summary,
     relative_to_dedicated,
     run_labels,
@@ -125,6 +126,154 @@ def test_window_falls_back_to_the_run_window(tmp_path: Path) -> None:
     row = client_summary(load_run(run_dir)).iloc[0]
     assert row["count"] == 100
     assert row["window_s"] == 10.0
+
+
+# A dedicated run as `orion colocate` wrote it on an H100 (resnet50 infer bs4 at 80 requests/s
+# as HP, resnet50 train bs32 as BE; 20 s per phase), stopped by Ctrl-C 12.07 s into the BE
+# phase. run.json keeps the planned windows; the BE table shows 409 back-to-back iterations of
+# 29.5 ms from the window's start, the last ending at its start + 12.0655 s.
+HP_ALONE_WINDOW = (10.989843445, 30.989843445)
+BE_ALONE_WINDOW = (45.589165003, 65.589165003)
+BE_ITERATION_S = 0.0295
+BE_DONE = 409
+
+
+def _interrupted_dedicated(root: Path, status: str = "incomplete") -> Path:
+    hp_start = HP_ALONE_WINDOW[0]
+    hp = inference_rows([1.5] * 1598, first_arrival_s=hp_start + 0.005, spacing_s=0.0125)
+    be_start = BE_ALONE_WINDOW[0]
+    be = training_rows(
+        BE_DONE,
+        first_end_s=be_start + BE_ITERATION_S,
+        spacing_s=BE_ITERATION_S,
+        duration_ms=BE_ITERATION_S * 1000.0,
+    )
+    arrivals = {"kind": "poisson", "rate_per_s": 80.0}
+    return write_run(
+        root,
+        "dedicated-20261123-144829",
+        policy="dedicated",
+        status=status,
+        measure=(hp_start, BE_ALONE_WINDOW[1]),
+        clients=[
+            ClientSpec("hp", "hp", "infer", hp, window=HP_ALONE_WINDOW, arrivals=arrivals),
+            ClientSpec("be", "be", "train", be, window=BE_ALONE_WINDOW, batch_size=32),
+        ],
+    )
+
+
+def test_an_interrupted_run_is_per_second_measured_not_per_planned_window(
+    tmp_path: Path,
+) -> None:
+    run = load_run(_interrupted_dedicated(tmp_path))
+    be = client_summary(run).set_index("client").loc["be"]
+    measured_s = BE_DONE * BE_ITERATION_S  # 12.0655 s: from the window's start to the stop
+    assert be["count"] == BE_DONE  # every iteration ended inside the planned window
+    assert be["window_s"] == pytest.approx(measured_s)
+    assert be["throughput_per_s"] == pytest.approx(1 / BE_ITERATION_S)  # 33.9, not 409 / 20
+    assert be["samples_per_s"] == pytest.approx(32 / BE_ITERATION_S)
+    assert be["p50_ms"] == pytest.approx(BE_ITERATION_S * 1000.0)
+    # The HP phase ran to its end before the BE phase started: its window stays whole.
+    hp = client_summary(run).set_index("client").loc["hp"]
+    assert hp["window_s"] == pytest.approx(20.0)
+    assert hp["throughput_per_s"] == pytest.approx(1598 / 20.0)
+    # The report still says the run covers only what was written.
+    assert any("numbers cover only what was written" in note for note in run.notes)
+
+
+def test_an_interrupted_alone_run_gives_the_true_be_fraction(tmp_path: Path) -> None:
+    dedicated = _interrupted_dedicated(tmp_path)
+    # A complete shared run: BE iterations of 59 ms, twice the alone 29.5 ms, so 338 end in its
+    # 20 s window (it trains on past the window until stopped) and the fraction is about 1/2.
+    shared_be = training_rows(
+        400, first_end_s=10.0 + 0.059, spacing_s=0.059, duration_ms=59.0, samples=32
+    )
+    shared = write_run(
+        tmp_path,
+        "priority-20261123-145500",
+        policy="priority",
+        measure=(10.0, 30.0),
+        clients=[
+            ClientSpec(
+                "hp",
+                "hp",
+                "infer",
+                inference_rows([1.6] * 1598, first_arrival_s=10.005, spacing_s=0.0125),
+                window=(10.0, 30.0),
+                arrivals={"kind": "poisson", "rate_per_s": 80.0},
+            ),
+            ClientSpec("be", "be", "train", shared_be, window=(10.0, 30.0), batch_size=32),
+        ],
+    )
+    rel = relative_to_dedicated(load_runs([dedicated, shared])).set_index(["run", "client"])
+    be = rel.loc[("priority", "be")]
+    assert be["throughput_alone_per_s"] == pytest.approx(1 / BE_ITERATION_S)
+    assert be["throughput_per_s"] == pytest.approx(338 / 20.0)
+    assert be["throughput_fraction"] == pytest.approx(338 / 20.0 * BE_ITERATION_S)  # 0.499
+
+
+def test_a_complete_run_is_per_planned_window_whatever_its_tables_hold(tmp_path: Path) -> None:
+    # The same tables in a run that went through its schedule: the BE client stopped working
+    # 12 s into its window (it crashed, say) and the time it lost counts against it.
+    for status in ("complete", "failed"):
+        run = load_run(_interrupted_dedicated(tmp_path / status, status=status))
+        be = client_summary(run).set_index("client").loc["be"]
+        assert be["window_s"] == pytest.approx(20.0)
+        assert be["throughput_per_s"] == pytest.approx(BE_DONE / 20.0)
+
+
+def test_clients_stopped_together_share_the_measured_window(tmp_path: Path) -> None:
+    # A shared run killed 5.0 s into a 20 s window (the runner died: status `running`). The
+    # HP client recorded until 5.0 s (the last request arrived then and was never served); the
+    # starved BE client finished its 9th 0.5 s iteration at 4.5 s and was mid-way through the
+    # 10th. Both were measured for 5.0 s.
+    hp = inference_rows([2.0] * 50 + [math.nan], first_arrival_s=10.0, spacing_s=0.1)
+    be = training_rows(9, first_end_s=10.5, spacing_s=0.5)
+    run = load_run(
+        write_run(
+            tmp_path,
+            "r",
+            policy="orion",
+            status="running",
+            measure=(10.0, 30.0),
+            clients=[
+                ClientSpec("hp", "hp", "infer", hp, window=(10.0, 30.0)),
+                ClientSpec("be", "be", "train", be, window=(10.0, 30.0), batch_size=32),
+            ],
+        )
+    )
+    summary = client_summary(run).set_index("client")
+    assert measured_window(run, run.client("be")) == pytest.approx((10.0, 15.0))
+    assert summary.loc["hp", "window_s"] == pytest.approx(5.0)
+    assert summary.loc["hp", "throughput_per_s"] == pytest.approx(50 / 5.0)
+    assert summary.loc["hp", "unfinished"] == 1
+    assert summary.loc["be", "window_s"] == pytest.approx(5.0)
+    assert summary.loc["be", "throughput_per_s"] == pytest.approx(9 / 5.0)
+
+
+def test_a_window_stopped_before_anything_was_recorded_has_no_throughput(
+    tmp_path: Path,
+) -> None:
+    # Stopped right after the BE phase's start was sent: its window began, nothing was written.
+    hp = inference_rows([1.5] * 1598, first_arrival_s=HP_ALONE_WINDOW[0] + 0.005, spacing_s=0.0125)
+    run = load_run(
+        write_run(
+            tmp_path,
+            "r",
+            policy="dedicated",
+            status="incomplete",
+            measure=(HP_ALONE_WINDOW[0], BE_ALONE_WINDOW[1]),
+            clients=[
+                ClientSpec("hp", "hp", "infer", hp, window=HP_ALONE_WINDOW),
+                ClientSpec("be", "be", "train", [], window=BE_ALONE_WINDOW, batch_size=32),
+            ],
+        )
+    )
+    summary = client_summary(run).set_index("client")
+    assert summary.loc["hp", "window_s"] == pytest.approx(20.0)  # the BE phase's start shows it
+    assert summary.loc["be", "window_s"] == 0.0
+    assert summary.loc["be", "count"] == 0
+    assert math.isnan(summary.loc["be", "throughput_per_s"])  # not measured, rather than 0
 
 
 def test_labels_are_policies_when_unique_else_dir_names(tmp_path: Path, runs) -> None:

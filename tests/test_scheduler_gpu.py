@@ -65,7 +65,12 @@ DECOY_PROFILE = pd.DataFrame(
 
 
 def _with_library(
-    case: str, tmp_path: Path, policy: str, role: str, hp_completion: str = "estimate"
+    case: str,
+    tmp_path: Path,
+    policy: str,
+    role: str,
+    hp_completion: str = "estimate",
+    be_gate: str = "gpu",
 ) -> dict:
     settings = SchedulerSettings(
         policy=policy,
@@ -73,11 +78,12 @@ def _with_library(
         queue_limit_ns=100_000,
         unknown_duration_ns=100_000,
         hp_completion=hp_completion,
+        be_gate=be_gate,
     )
     with SchedulerRun(settings) as run:
         index = run.add_client("probe", role, DECOY_PROFILE)
         run.publish()
-        tag = f"{policy}-{role}-{hp_completion}"
+        tag = f"{policy}-{role}-{hp_completion}-{be_gate}"
         result = _probe(case, tmp_path, run.client_environment(index), tag)
         result["stats"] = run.stats()["probe"]
     return result
@@ -104,6 +110,25 @@ def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_pa
     assert gated_hp_write["stats"]["completion_mode"] == "gpu-write"
     for result in (gated_hp, gated_hp_write):
         assert result["stats"]["tracked_launches"] > 0
+
+
+@pytest.mark.parametrize("case", ["resnet50-infer", "cupy"])
+def test_be_work_behind_gpu_side_gates_runs_once_with_unchanged_outputs(
+    case: str, tmp_path: Path
+) -> None:
+    # A BE client under orion with its launches held on the GPU (be_gate "gpu"): a stream wait
+    # on its gate word goes before its work (here the unprofiled kernels count as 100 us each,
+    # the queue limit: a wait before every launch, the most the driver is asked for), every
+    # launch reaches the GPU once, nothing blocks, and the outputs are those without the library.
+    plain = _probe(case, tmp_path, dict(os.environ), "plain")
+    gated = _with_library(case, tmp_path, "orion", "be", be_gate="gpu")
+    stats = gated["stats"]
+    assert gated["library_launches"] == gated["profiler_kernels"] > 0
+    assert gated["output_sha256"] == plain["output_sha256"]
+    assert stats["gate_waits"] == stats["launches"] - stats["capture_launches"]
+    assert stats["reasons"]["gpu_gate"] == stats["gate_waits"]
+    assert stats["blocked_launches"] == 0
+    assert stats["completion_mode"] == "gpu-write"
 
 
 def test_a_captured_graph_is_identified_and_its_completions_are_written(tmp_path: Path) -> None:

@@ -13,14 +13,21 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from native_harness import Harness, Interval, build_harness, launch_intervals, read_log
+from native_harness import (
+    MS,
+    Harness,
+    Interval,
+    build_harness,
+    kernel_table,
+    launch_intervals,
+    read_log,
+)
 
 from orion_common.errors import OrionError
 from scheduler_core import SchedulerRun, SchedulerSettings, native_module, preload_library_path
 from scheduler_core.library import with_preload
 from scheduler_core.run_state import remove_stale_runs
 
-MS = 1_000_000
 # Scheduling decisions and the log line of the launch they allow are a few microseconds apart;
 # allow generously for a loaded 2-core CI machine descheduling a process in between.
 TOLERANCE_NS = 3 * MS
@@ -34,30 +41,12 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
         pytest.skip(str(error))
 
 
-def kernel_table(*rows: tuple[str, int, int, int, str, float]) -> pd.DataFrame:
-    """Identity table rows: (name, grid_x, block_x, sm_needed, class, duration_ms)."""
-    return pd.DataFrame(
-        [
-            {
-                "kernel_name": name,
-                "demangled_name": name,
-                "grid_x": grid,
-                "grid_y": 1,
-                "grid_z": 1,
-                "block_x": block,
-                "block_y": 1,
-                "block_z": 1,
-                "sm_needed": sm,
-                "kernel_class": kernel_class,
-                "duration_ns": duration_ms * MS,
-            }
-            for name, grid, block, sm, kernel_class, duration_ms in rows
-        ]
-    )
-
-
 def settings(
-    policy: str, queue_limit_ms: float = 5.0, trace: int = 0, hp_completion: str | None = None
+    policy: str,
+    queue_limit_ms: float = 5.0,
+    trace: int = 0,
+    hp_completion: str | None = None,
+    be_gate: str = "cpu",  # most tests here check the rules a held launch waits for in its thread
 ) -> SchedulerSettings:
     extra = {} if hp_completion is None else {"hp_completion": hp_completion}
     return SchedulerSettings(
@@ -66,6 +55,7 @@ def settings(
         queue_limit_ns=int(queue_limit_ms * MS),
         unknown_duration_ns=int(queue_limit_ms * MS),
         trace_capacity=trace,
+        be_gate=be_gate,
         **extra,
     )
 
@@ -440,8 +430,9 @@ def test_be_queue_stays_under_the_limit(harness: Harness, tmp_path: Path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_killed_hp_client_does_not_stall_best_effort(harness: Harness, tmp_path: Path):
-    with SchedulerRun(settings("reef")) as run:
+@pytest.mark.parametrize("be_gate", ["cpu", "gpu"])  # gpu: the keeper must reopen the BE gate
+def test_killed_hp_client_does_not_stall_best_effort(harness: Harness, tmp_path: Path, be_gate):
+    with SchedulerRun(settings("reef", be_gate=be_gate)) as run:
         hp = run.add_client("hp", "hp", kernel_table(("long", 1, 32, 1, "compute", 20_000)))
         be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
         run.publish()

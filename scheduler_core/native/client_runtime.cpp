@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "driver.h"
+#include "futex.h"
 #include "hooked_symbols.h"
 #include "kernel_key.h"
 #include "tracking.h"
@@ -133,6 +134,8 @@ void ClientRuntime::attach_from_environment() {
     tracks_ = policy_tracks_launches(policy_);
     tracing_ = view_.header().trace_capacity != 0;
     has_profile_ = slot.kernel_count != 0;
+    gpu_gate_ = tracks_ && role_ == Role::kBestEffort &&
+                view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
     if (env_flag("ORION_DEBUG")) {
@@ -296,6 +299,96 @@ bool ClientRuntime::ensure_completion_words() {
             h.mem_host_get_device_pointer(&completion_device_base_, words, 0) == CUDA_SUCCESS;
     });
     return words_mapped_;
+}
+
+bool ClientRuntime::ensure_gate_mapped() {
+    std::call_once(gate_once_, [this] {
+        const driver::Helpers& h = driver::helpers();
+        GateBlock& block = view_.gates();
+        CUdeviceptr base = 0;
+        gate_mapped_ =
+            h.mem_host_register != nullptr && h.mem_host_get_device_pointer != nullptr &&
+            h.stream_wait_value32 != nullptr &&
+            h.mem_host_register(&block, kPageBytes,
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
+                CUDA_SUCCESS &&
+            h.mem_host_get_device_pointer(&base, &block, 0) == CUDA_SUCCESS;
+        if (gate_mapped_) {
+            const auto offset = reinterpret_cast<unsigned char*>(&block.gates[index_].word) -
+                                reinterpret_cast<unsigned char*>(&block);
+            gate_device_ = base + static_cast<CUdeviceptr>(offset);
+        } else {
+            log_message("cannot map the BE gate for the GPU; held launches wait in their thread");
+        }
+    });
+    return gate_mapped_;
+}
+
+ClientRuntime::StreamBudget* ClientRuntime::stream_budget(CUstream stream) {
+    // The legacy stream's handle is 0, which marks a free slot here: use its explicit handle.
+    if (stream == nullptr) stream = cu_stream_legacy();
+    const auto bits = reinterpret_cast<std::uintptr_t>(stream);
+    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
+    for (std::uint32_t probe = 0; probe < kStreamSlots; ++probe) {
+        StreamBudget& slot = stream_budgets_[(start + probe) & (kStreamSlots - 1)];
+        CUstream seen = slot.stream.load(std::memory_order_acquire);
+        if (seen == stream) return &slot;
+        if (seen == nullptr &&
+            (slot.stream.compare_exchange_strong(seen, stream, std::memory_order_acq_rel) ||
+             seen == stream)) {
+            return &slot;
+        }
+    }
+    return nullptr;  // table full: every launch on this stream gets a wait of its own
+}
+
+bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited) {
+    const std::uint64_t work = std::max<std::uint64_t>(kernel.duration_ns, 1);
+    StreamBudget* budget = stream_budget(own_stream);
+    const std::uint64_t before =
+        budget != nullptr ? budget->since_wait_ns.fetch_add(work, std::memory_order_relaxed) : 0;
+    *waited = false;
+    // The first launch on a stream, and every launch that would take the work past one gate over
+    // the queue limit, waits on the gate: an HP request never finds more than the limit of BE
+    // work let through by one opening (the same bound the CPU gate keeps).
+    if (before != 0 && before + work <= view_.header().queue_limit_ns) return true;
+    const CUresult result = driver::helpers().stream_wait_value32(own_stream, gate_device_,
+                                                                  kGateOpen,
+                                                                  CU_STREAM_WAIT_VALUE_AND);
+    if (result != CUDA_SUCCESS) {
+        if (budget != nullptr) budget->since_wait_ns.store(0, std::memory_order_relaxed);
+        if (!gate_failed_.exchange(true, std::memory_order_relaxed)) {
+            log_message("the driver refused a GPU-side gate wait; held launches wait in their thread");
+        }
+        return false;
+    }
+    if (budget != nullptr) budget->since_wait_ns.store(work, std::memory_order_relaxed);
+    slot_->stats.gate_waits.fetch_add(1, std::memory_order_relaxed);
+    *waited = true;
+    return true;
+}
+
+void ClientRuntime::close_be_gates(std::uint64_t now_ns) {
+    GateBlock& block = view_.gates();
+    const RunHeader& header = view_.header();
+    const std::uint64_t heartbeat = block.keeper_heartbeat_ns.load(std::memory_order_acquire);
+    // Without a live keeper nobody would open what HP closes: leave BE ungated instead.
+    const bool keeper_alive = heartbeat != 0 && now_ns < heartbeat + kKeeperStaleNs;
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        if (view_.client(client).role != static_cast<std::uint32_t>(Role::kBestEffort)) continue;
+        if (keeper_alive) {
+            close_gate(block.gates[client].word);
+        } else {
+            block.gates[client].word.fetch_or(kGateOpen, std::memory_order_acq_rel);
+        }
+    }
+    if (!keeper_alive) return;
+    block.hp_activity.fetch_add(1, std::memory_order_seq_cst);
+    // Only when the keeper sleeps (HP was idle): one system call per HP burst, not per launch.
+    if (block.keeper_sleeping.load(std::memory_order_seq_cst) != 0) {
+        futex_wake_all(block.hp_activity);
+    }
 }
 
 void ClientRuntime::ensure_completion_tracking() {
@@ -512,7 +605,14 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
     }
     bool waited = false;
     if (role_ == Role::kBestEffort && tracks_) {
-        ticket.reason = wait_for_turn(ticket.kernel, &waited);
+        // Under the GPU-side gate the launch returns at once (the GPU holds it); if the gate
+        // cannot be used, it waits here as under the CPU gate.
+        if (gpu_gate_ && !gate_failed_.load(std::memory_order_relaxed) && ensure_gate_mapped() &&
+            gate_on_gpu(ticket.own_stream, ticket.kernel, &ticket.gate_wait)) {
+            ticket.reason = Reason::kGpuGate;
+        } else {
+            ticket.reason = wait_for_turn(ticket.kernel, &waited);
+        }
     } else {
         ticket.reason = role_ == Role::kHighPriority ? Reason::kHighPriority : Reason::kNotGated;
     }
@@ -526,6 +626,12 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         ticket.gpu_written = shape.function == nullptr && ensure_completion_words();
         ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns, ticket.gpu_written,
                                   shape.function == nullptr);
+        // Published first, then the gates closed: the keeper's open-after-check protocol
+        // (shared_state.h, GateBlock) relies on that order.
+        if (role_ == Role::kHighPriority &&
+            header.be_gate == static_cast<std::uint32_t>(BeGate::kGpu)) {
+            close_be_gates(ticket.launch_ns);
+        }
     }
     return ticket;
 }

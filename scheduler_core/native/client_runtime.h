@@ -36,6 +36,7 @@ struct LaunchTicket {
     Reason reason = Reason::kNotGated;
     bool trace = false;
     bool gpu_written = false;  // a graph whose completion the GPU writes (whatever the mode)
+    bool gate_wait = false;    // a GPU-side gate wait was put on the stream before this launch
     bool redirected = false;   // an HP legacy-stream launch moved to the private stream
 };
 
@@ -94,6 +95,15 @@ private:
     void join_legacy_stream();
     // Blocks until the policy admits `kernel`; counts every reason it waited for.
     Reason wait_for_turn(const KernelInfo& kernel, bool* waited);
+    // BE under be_gate kGpu: registers the gate page with the driver (once); false if it cannot.
+    bool ensure_gate_mapped();
+    // BE under be_gate kGpu: puts a wait on this client's gate before `kernel` on `stream` when
+    // the work since the stream's last wait would pass the queue limit. False if the driver
+    // refused the wait (the launch is then gated on the CPU).
+    bool gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited);
+    // HP under be_gate kGpu, after publishing a launch: closes every BE gate, wakes the keeper;
+    // opens them instead when the keeper is gone (no heartbeat since kKeeperStaleNs).
+    void close_be_gates(std::uint64_t now_ns);
     std::uint64_t track_launch(const KernelInfo& kernel, std::uint64_t key, std::uint64_t now_ns,
                                bool gpu_written, bool graph);
     void mark_finished_by_cpu(std::uint64_t seq);
@@ -113,6 +123,15 @@ private:
         std::atomic<std::uint64_t> key{0};
     };
     static constexpr std::uint32_t kGraphExecSlots = 1024;
+    // Per stream: predicted BE work enqueued since the stream's last gate wait (be_gate kGpu).
+    // A stream handle reused after its stream was destroyed inherits the count: its first launches
+    // may go without a wait of their own, never more than the queue limit of work.
+    struct StreamBudget {
+        std::atomic<CUstream> stream{nullptr};
+        std::atomic<std::uint64_t> since_wait_ns{0};
+    };
+    static constexpr std::uint32_t kStreamSlots = 256;
+    StreamBudget* stream_budget(CUstream stream);
 
     std::atomic<bool> active_{false};
     RunMapping mapping_;
@@ -142,6 +161,13 @@ private:
     std::atomic<bool> redirect_ready_{false};
     std::atomic<bool> redirect_failed_{false};
     std::atomic<bool> redirect_used_{false};
+
+    bool gpu_gate_ = false;  // BE client of a gating policy with be_gate kGpu
+    std::once_flag gate_once_;
+    bool gate_mapped_ = false;
+    std::atomic<bool> gate_failed_{false};
+    CUdeviceptr gate_device_ = 0;  // this client's gate word, as the GPU addresses it
+    StreamBudget stream_budgets_[kStreamSlots];
 
     std::atomic<std::uint32_t> name_generation_{0};  // bumped by every module/library unload
     FunctionSlot functions_[kFunctionSlots];

@@ -7,12 +7,14 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <memory>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "gate_keeper.h"
 #include "kernel_key.h"
 #include "policy.h"
 #include "run_region.h"
@@ -66,6 +68,13 @@ CompletionMode hp_completion_from(const std::string& name) {
     throw py::value_error("hp_completion must be 'estimate' or 'gpu-write', not '" + name + "'");
 }
 
+// Where held BE launches wait, as named in jobs.json and SchedulerSettings.
+BeGate be_gate_from(const std::string& name) {
+    if (name == "cpu") return BeGate::kCpu;
+    if (name == "gpu") return BeGate::kGpu;
+    throw py::value_error("be_gate must be 'cpu' or 'gpu', not '" + name + "'");
+}
+
 const char* completion_mode_name(std::uint32_t mode) {
     switch (static_cast<CompletionMode>(mode)) {
         case CompletionMode::kGpuWrite:
@@ -99,9 +108,10 @@ public:
     static Run create(const std::string& name, const std::string& policy, std::uint32_t sm_count,
                       std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns,
                       std::uint64_t stale_ns, std::uint32_t trace_capacity,
-                      const std::string& hp_completion) {
+                      const std::string& hp_completion, const std::string& be_gate) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         RunConfig config;
+        config.be_gate = be_gate_from(be_gate);
         config.hp_completion = hp_completion_from(hp_completion);
         config.policy = policy_from(policy);
         config.sm_count = sm_count;
@@ -238,7 +248,42 @@ public:
         return view().client(client).kernel_count;
     }
 
-    void publish() { header().ready.store(1, std::memory_order_release); }
+    // Makes the run visible to clients; under be_gate "gpu" also starts the gate keeper, the
+    // thread that opens BE gates (this process is outside every gated one).
+    void publish() {
+        header().ready.store(1, std::memory_order_release);
+        if (header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) &&
+            policy_tracks_launches(static_cast<Policy>(header().policy)) && !keeper_) {
+            keeper_ = std::make_unique<GateKeeper>(view());
+            keeper_->start();
+        }
+    }
+
+    std::string be_gate() const {
+        return header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) ? "gpu" : "cpu";
+    }
+
+    bool gate_open(std::uint32_t client) const {
+        check_client(client);
+        return (view().gates().gates[client].word.load(std::memory_order_acquire) & kGateOpen) != 0;
+    }
+
+    py::dict gate_stats() const {
+        const GateBlock& block = view().gates();
+        py::dict out;
+        out["keeper_running"] = keeper_ != nullptr && keeper_->running();
+        out["opens"] = block.opens.load();
+        out["closes"] = block.closes.load();
+        out["keeper_wakeups"] = block.wakeups.load();
+        out["hp_activity"] = block.hp_activity.load();
+        return out;
+    }
+
+    // Stops the gate keeper, opening every gate (end of run, Ctrl-C, SIGTERM). Idempotent.
+    void stop_gate_keeper() {
+        if (keeper_) keeper_->stop();
+        keeper_.reset();
+    }
 
     std::string client_state(std::uint32_t client) const {
         check_client(client);
@@ -276,6 +321,7 @@ public:
         out["graph_gpu_writes"] = s.graph_gpu_writes.load();
         out["graphs_identified"] = s.graphs_identified.load();
         out["unknown_graph_launches"] = s.unknown_graph_launches.load();
+        out["gate_waits"] = s.gate_waits.load();
         out["profiled_graphs"] = slot.graph_count;
         out["blocked_launches"] = s.blocked_launches.load();
         out["blocked_ns"] = s.blocked_ns.load();
@@ -378,7 +424,10 @@ public:
         if (!RunMapping::unlink(name_, &error)) throw std::runtime_error(error);
     }
 
-    void close() { mapping_ = RunMapping(); }
+    void close() {
+        stop_gate_keeper();
+        mapping_ = RunMapping();
+    }
 
 private:
     Run(std::string name, RunMapping mapping) : name_(std::move(name)), mapping_(std::move(mapping)) {}
@@ -399,6 +448,7 @@ private:
 
     std::string name_;
     RunMapping mapping_;
+    std::unique_ptr<GateKeeper> keeper_;  // declared after the mapping: stopped before unmapping
 };
 
 std::uint64_t key_for(const std::string& name, std::array<std::uint32_t, 3> grid,
@@ -465,7 +515,8 @@ PYBIND11_MODULE(_native, m) {
         .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),
                     py::arg("sm_count"), py::arg("queue_limit_ns"),
                     py::arg("unknown_duration_ns"), py::arg("stale_ns"),
-                    py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate")
+                    py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate",
+                    py::arg("be_gate") = "gpu")
         .def_static("attach", &Run::attach, py::arg("name"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("policy", &Run::policy)
@@ -474,6 +525,11 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("trace_capacity", &Run::trace_capacity)
         .def_property_readonly("queue_limit_ns", &Run::queue_limit_ns)
         .def_property_readonly("hp_completion", &Run::hp_completion)
+        .def_property_readonly("be_gate", &Run::be_gate)
+        .def("gate_open", &Run::gate_open, py::arg("client"))
+        .def("gate_stats", &Run::gate_stats)
+        .def("stop_gate_keeper", &Run::stop_gate_keeper,
+             py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("size_bytes", &Run::size_bytes)
         .def_property_readonly("ready", &Run::ready)
         .def("add_client", &Run::add_client, py::arg("name"), py::arg("role"))
@@ -493,5 +549,5 @@ PYBIND11_MODULE(_native, m) {
         .def("read_trace", &Run::read_trace, py::arg("client"), py::arg("start"))
         .def("in_flight", &Run::in_flight, py::arg("client"))
         .def("unlink", &Run::unlink)
-        .def("close", &Run::close);
+        .def("close", &Run::close, py::call_guard<py::gil_scoped_release>());
 }

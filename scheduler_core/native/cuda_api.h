@@ -12,6 +12,7 @@ using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;  // NOLINT(google-runtime-int): ABI type
 using cuuint64_t = std::uint64_t;
+using cuuint32_t = std::uint32_t;
 
 struct CUctx_st;
 struct CUstream_st;
@@ -108,6 +109,7 @@ constexpr unsigned int CU_MEMHOSTREGISTER_DEVICEMAP = 0x02;
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned int CU_STREAM_DEFAULT = 0x0;
 constexpr unsigned int CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;
+constexpr unsigned int CU_STREAM_WAIT_VALUE_AND = 0x2;  // until (*addr & value) != 0
 constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_NONE = 0;
 
 // Hooked entry points (the preload library defines functions with these exact signatures).
@@ -163,6 +165,8 @@ using CtxGetStreamPriorityRangeFn = CUresult (*)(int* leastPriority, int* greate
 using StreamIsCapturingFn = CUresult (*)(CUstream hStream, CUstreamCaptureStatus* captureStatus);
 using StreamWriteValue64Fn = CUresult (*)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                           unsigned int flags);
+using StreamWaitValue32Fn = CUresult (*)(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags);
 using MemHostRegisterFn = CUresult (*)(void* p, std::size_t bytesize, unsigned int Flags);
 using MemHostGetDevicePointerFn = CUresult (*)(CUdeviceptr* pdptr, void* p, unsigned int Flags);
 using EventCreateFn = CUresult (*)(CUevent* phEvent, unsigned int Flags);

@@ -104,6 +104,8 @@ const Helpers& helpers() {
             reinterpret_cast<cuda::StreamIsCapturingFn>(lookup("cuStreamIsCapturing", false));
         h.stream_write_value64 =
             reinterpret_cast<cuda::StreamWriteValue64Fn>(lookup("cuStreamWriteValue64", false));
+        h.stream_wait_value32 =
+            reinterpret_cast<cuda::StreamWaitValue32Fn>(lookup("cuStreamWaitValue32", false));
         h.mem_host_register =
             reinterpret_cast<cuda::MemHostRegisterFn>(lookup("cuMemHostRegister", false));
         h.mem_host_get_device_pointer = reinterpret_cast<cuda::MemHostGetDevicePointerFn>(

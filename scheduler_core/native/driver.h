@@ -30,6 +30,7 @@ struct Helpers {
     cuda::CtxGetStreamPriorityRangeFn ctx_get_stream_priority_range = nullptr;
     cuda::StreamIsCapturingFn stream_is_capturing = nullptr;
     cuda::StreamWriteValue64Fn stream_write_value64 = nullptr;
+    cuda::StreamWaitValue32Fn stream_wait_value32 = nullptr;
     cuda::MemHostRegisterFn mem_host_register = nullptr;
     cuda::MemHostGetDevicePointerFn mem_host_get_device_pointer = nullptr;
     cuda::EventCreateFn event_create = nullptr;

@@ -82,7 +82,7 @@ const char* reason_name(Reason reason) {
     static const char* const kNames[] = {
         "high_priority", "not_gated",       "hp_idle",         "fits_beside",
         "queue_full",    "unknown_beside_hp", "hp_kernel_unknown", "not_enough_sms",
-        "class_clash",   "hp_backlog",      "hp_busy",
+        "class_clash",   "hp_backlog",      "hp_busy",         "gpu_gate",
     };
     static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Reason::kCount));
     const auto index = static_cast<unsigned>(reason);

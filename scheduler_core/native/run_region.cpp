@@ -87,6 +87,11 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->trace_offset = layout.trace_offset;
     header->graphs_offset = layout.graphs_offset;
     header->timeline_offset = layout.timeline_offset;
+    header->gate_offset = layout.gate_offset;
+    header->be_gate = static_cast<std::uint32_t>(config.be_gate);
+    // Every gate starts open: nothing is held until an HP client launches.
+    GateBlock& gates = RunView(base).gates();
+    for (GateWord& gate : gates.gates) gate.word.store(kGateOpen, std::memory_order_relaxed);
     return RunMapping(base, layout.total_bytes);
 }
 

@@ -16,6 +16,7 @@ struct RunConfig {
     std::uint64_t stale_ns = 0;
     std::uint32_t trace_capacity = 0;  // rounded up to a power of two; 0 = off
     CompletionMode hp_completion = CompletionMode::kEstimate;  // kEstimate or kGpuWrite
+    BeGate be_gate = BeGate::kCpu;
 };
 
 // Owns one mapping of a run's shared memory; unmaps on destruction. Movable, not copyable.

@@ -24,7 +24,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 4: per-client graph tables (RunHeader::graphs_offset, GraphEntry), graph statistics; seqlock
 //    protocol for the in-flight ring and the trace; ClientSlot::low_water on its own cache line;
 //    graph timelines (TimelineNode, RunHeader::timeline_offset)
-constexpr std::uint32_t kLayoutVersion = 4;
+// 5: GPU-side BE gates (RunHeader::be_gate, gate_offset, GateBlock), ClientStats::gate_waits,
+//    Reason::kGpuGate
+constexpr std::uint32_t kLayoutVersion = 5;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -50,6 +52,11 @@ enum class ClientState : std::uint32_t {
     kAttached = 2,    // a live process owns it
     kExited = 3,      // its process detached normally
     kDead = 4,        // its process died without detaching (seen by a peer or the controller)
+};
+// Where a held BE launch waits (RunHeader::be_gate).
+enum class BeGate : std::uint32_t {
+    kCpu = 0,  // in the launching thread, inside the launch call, until the policy admits it
+    kGpu = 1,  // on the GPU: the launch returns at once, its stream waits on the client's gate word
 };
 enum class CompletionMode : std::uint32_t {
     kNone = 0,      // nothing tracked yet
@@ -188,7 +195,8 @@ enum class Reason : std::uint8_t {
     kClassClash = 8,        // same class as the HP kernel (or one of them unknown)
     kHpBacklog = 9,         // more HP kernels in flight than orion inspects
     kHpBusy = 10,           // REEF: HP has work in flight
-    kCount = 11,
+    kGpuGate = 11,          // BE launch returned at once; its stream waits on the GPU-side gate
+    kCount = 12,
 };
 
 // One launch in a client's trace ring (capacity a power of two; record i in slot i % capacity).
@@ -224,11 +232,64 @@ struct ClientStats {
     std::atomic<std::uint64_t> graph_gpu_writes;    // graph completions the GPU was asked to write
     std::atomic<std::uint64_t> graphs_identified;   // instantiations whose kernel nodes were read
     std::atomic<std::uint64_t> unknown_graph_launches;  // graph launches not found in the profile
+    std::atomic<std::uint64_t> gate_waits;  // GPU-side gate waits put before this BE client's work
     // Launch reasons count each launch once; wait reasons count each blocked launch once per
     // distinct reason it waited for.
     std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
-    std::atomic<std::uint64_t> reserved[3];
+    std::atomic<std::uint64_t> reserved[2];
 };
+
+// The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
+// driver. Client c's gate is `gates[c].word`: bit 0 set = open, the other bits an epoch. A BE client
+// puts `cuStreamWaitValue32(stream, word, 1, AND)` before its work (one wait per queue limit of
+// predicted work per stream), so its program never blocks on the gate; the GPU holds the work.
+//
+// Protocol (no locks; any process may die at any instant):
+//   HP client, on every tracked launch: publish the launch in its ring, then close every BE gate
+//     (close_gate: epoch + 1, open bit cleared), then bump `hp_activity` and futex-wake the
+//     keeper if it sleeps. HP never opens a gate.
+//   Gate keeper (a thread of the controller, never of a gated process: a thread of the BE process
+//     could itself be blocked behind the closed gate, inside any call that synchronises): reads a
+//     gate word, then decides from the rings (the policy's `decide`, HP launches published before
+//     the read are seen), then opens with a compare-and-swap from the word it read. A close that
+//     happened in between changed the epoch, so the swap fails and the keeper decides again.
+//   When the keeper stops (end of run, Ctrl-C, SIGTERM) it opens every gate; when an HP process
+//   dies, the keeper finds it gone and its launches stop counting; when the keeper itself is gone
+//   (no heartbeat for kKeeperStaleNs), HP launches open every gate instead of closing them.
+struct alignas(64) GateWord {
+    std::atomic<std::uint32_t> word;
+};
+struct alignas(64) GateBlock {
+    std::atomic<std::uint32_t> hp_activity;      // futex word: bumped after every HP close
+    std::atomic<std::uint32_t> keeper_sleeping;  // 1 while the keeper waits on hp_activity
+    std::atomic<std::uint64_t> opens;            // gates the keeper opened
+    std::atomic<std::uint64_t> closes;           // gates the keeper closed (HP closes not counted)
+    std::atomic<std::uint64_t> wakeups;          // keeper loop iterations
+    // Monotonic ns of the keeper's latest pass (at least every 5 ms); 0 when no keeper runs. HP
+    // clients stop closing gates (and open them) when it is 0 or stale: with nobody left to open
+    // them (a controller killed with SIGKILL), a closed gate would hold BE work forever.
+    std::atomic<std::uint64_t> keeper_heartbeat_ns;
+    GateWord gates[kMaxClients];
+};
+static_assert(sizeof(GateBlock) <= kPageBytes, "the gates must fit one registered page");
+
+constexpr std::uint32_t kGateOpen = 1;
+constexpr std::uint64_t kKeeperStaleNs = 250'000'000;  // a keeper silent this long is gone
+
+// Closes `gate` for a new epoch, whatever its state: the keeper's pending open (from the word it
+// read before) fails.
+inline void close_gate(std::atomic<std::uint32_t>& gate) {
+    std::uint32_t seen = gate.load(std::memory_order_relaxed);
+    while (!gate.compare_exchange_weak(seen, (seen + 2) & ~kGateOpen, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+    }
+}
+
+// Opens `gate` if it still holds `seen` (a closed word read before the decision to open).
+inline bool open_gate_if_unchanged(std::atomic<std::uint32_t>& gate, std::uint32_t seen) {
+    return gate.compare_exchange_strong(seen, seen | kGateOpen, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed);
+}
 
 struct alignas(64) ClientSlot {
     std::atomic<std::uint32_t> state;
@@ -278,7 +339,10 @@ struct alignas(64) RunHeader {
     std::uint64_t trace_offset;
     std::uint64_t graphs_offset;
     std::uint64_t timeline_offset;
-    std::uint64_t reserved[14];
+    std::uint64_t gate_offset;  // page aligned: the GateBlock, registered by BE clients
+    std::uint32_t be_gate;      // a BeGate
+    std::uint32_t reserved_gate;
+    std::uint64_t reserved[12];
 };
 
 static_assert(std::is_standard_layout_v<RunHeader>);
@@ -297,6 +361,7 @@ struct Layout {
     std::uint64_t trace_offset;
     std::uint64_t graphs_offset;
     std::uint64_t timeline_offset;
+    std::uint64_t gate_offset;
     std::uint64_t total_bytes;
 };
 
@@ -321,8 +386,9 @@ constexpr Layout compute_layout(std::uint32_t trace_capacity) {
         kPageBytes);
     layout.timeline_offset =
         align_up(layout.graphs_offset + sizeof(GraphEntry) * kGraphSlots * kMaxClients, kPageBytes);
-    layout.total_bytes = align_up(
+    layout.gate_offset = align_up(
         layout.timeline_offset + sizeof(TimelineNode) * kTimelineNodes * kMaxClients, kPageBytes);
+    layout.total_bytes = layout.gate_offset + kPageBytes;
     return layout;
 }
 
@@ -363,6 +429,10 @@ public:
     TimelineNode* timeline(std::uint32_t index) const {
         return reinterpret_cast<TimelineNode*>(base_ + header().timeline_offset) +
                std::uint64_t{index} * kTimelineNodes;
+    }
+
+    GateBlock& gates() const {
+        return *reinterpret_cast<GateBlock*>(base_ + header().gate_offset);
     }
 
     // The profile entry of the graph `key`, or nullptr when the graph is unknown to this client.

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -161,6 +162,41 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
             }
         }
     }
+}
+
+KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
+    const RunHeader& header = view.header();
+    KernelInfo batch;
+    const ClientSlot& slot = view.client(client);
+    const std::uint64_t low = client_participates(slot) ? advance_low_water(view, client, now_ns) : 0;
+    const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
+    const InflightEntry* ring = view.inflight(client);
+    bool first = true;
+    for (std::uint64_t seq = low + 1; client_participates(slot) && seq <= published &&
+                                      seq - low <= kMaxScan;
+         ++seq) {
+        if (!first && batch.duration_ns >= header.queue_limit_ns) break;
+        if (launch_finished(view, client, seq, now_ns)) continue;
+        InflightLaunch launch;
+        if (read_inflight(ring[seq & kRingMask], seq, &launch) != seq) {
+            launch = InflightLaunch{};  // being rewritten: the worst case
+            launch.sm_needed = header.sm_count;
+            launch.duration_ns = header.unknown_duration_ns;
+        }
+        const auto kernel_class = static_cast<KernelClass>(launch.kernel_class);
+        batch.known = first ? launch.known : batch.known && launch.known;
+        batch.sm_needed = std::max(batch.sm_needed, launch.sm_needed);
+        batch.kernel_class = first || batch.kernel_class == kernel_class ? kernel_class
+                                                                         : KernelClass::kUnknown;
+        batch.duration_ns += launch.duration_ns;
+        first = false;
+    }
+    if (first) {
+        batch.known = false;
+        batch.sm_needed = header.sm_count;
+        batch.duration_ns = header.unknown_duration_ns;
+    }
+    return batch;
 }
 
 bool process_is_gone(int pid) {

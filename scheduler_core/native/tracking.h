@@ -25,6 +25,13 @@ std::uint64_t advance_low_water(const RunView& view, std::uint32_t client, std::
 void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t horizon_ns,
                      Snapshot* out);
 
+// The BE work a GPU-side gate of `client` is about to let through: its unfinished launches in
+// launch order, up to the run's queue limit of profiled work (at least one), summed into one
+// kernel: known if all are, the SMs of the widest, their common class (else unknown), the sum of
+// their durations. With nothing queued, an unknown kernel of the run's unknown duration: the
+// gate then opens only when HP is idle, for whatever the client launches next.
+KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
+
 // Whether a client counts for scheduling: attached and its process still alive as far as we know.
 inline bool client_participates(const ClientSlot& slot) {
     return slot.state.load(std::memory_order_acquire) ==

@@ -125,7 +125,9 @@ std::string stream_text(void* stream) {
 // Blocking streams do not wait for each other. Synchronising the legacy stream drains the device
 // (the launcher's "sync 0" waits for everything); any other stream, that stream only.
 struct Op {
-    enum Kind { kKernel, kWrite, kWait } kind;  // kWait: a cuStreamWaitEvent, done when its event is
+    // kWait: a cuStreamWaitEvent, done when its event is; kWaitValue: a cuStreamWaitValue32 with
+    // CU_STREAM_WAIT_VALUE_AND, done once (*address & value) != 0 (the stream holds until then)
+    enum Kind { kKernel, kWrite, kWait, kWaitValue } kind;
     std::string name;
     std::uint64_t duration_ns;
     std::uint64_t* address;
@@ -245,6 +247,10 @@ private:
                 log_line("exec_start " + op.name);
                 sleep_for(op.duration_ns);
                 log_line("exec_end " + op.name);
+            } else if (op.kind == Op::kWaitValue) {
+                const auto* word = reinterpret_cast<const std::uint32_t*>(op.address);
+                while ((__atomic_load_n(word, __ATOMIC_ACQUIRE) & op.value) == 0) sleep_for(20'000);
+                log_line("wait_passed");
             } else if (op.kind == Op::kWrite) {
                 __atomic_store_n(op.address, op.value, __ATOMIC_RELEASE);
                 log_line("write " + std::to_string(op.value));
@@ -522,6 +528,15 @@ CUresult cuStreamWriteValue64(void* stream, unsigned long long address, std::uin
     return 0;
 }
 
+CUresult cuStreamWaitValue32(void* stream, unsigned long long address, std::uint32_t value,
+                             unsigned flags) {
+    if (std::getenv("FAKE_NO_WAIT_VALUE") != nullptr) return 1;
+    if (flags != 0x2) return 1;  // only CU_STREAM_WAIT_VALUE_AND is simulated
+    log_line("wait_value value=" + std::to_string(value) + " stream=" + stream_text(stream));
+    gpu().submit(stream, Op{Op::kWaitValue, "", 0, reinterpret_cast<std::uint64_t*>(address), value});
+    return 0;
+}
+
 CUresult cuMemHostRegister(void* p, size_t bytes, unsigned int flags) {
     if (std::getenv("FAKE_NO_HOST_REGISTER") != nullptr) return 1;
     log_line("host_register bytes=" + std::to_string(bytes) + " flags=" + std::to_string(flags) +
@@ -586,6 +601,7 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuStreamCreateWithPriority),
     FAKE_PLAIN(cuStreamIsCapturing),
     FAKE_PLAIN(cuStreamWriteValue64),
+    FAKE_PLAIN(cuStreamWaitValue32),
     FAKE_PLAIN(cuMemHostRegister),
     FAKE_PLAIN(cuMemHostGetDevicePointer),
     FAKE_PLAIN(cuEventCreate),

@@ -1,0 +1,194 @@
+"""BE launches held on the GPU, not in the program's thread (``be_gate="gpu"``), on CPU.
+
+The stand-in driver simulates `cuStreamWaitValue32`: a stream holds at the wait until the gate
+word's open bit is set. What users rely on: a held BE launch returns to the program at once, its
+work still runs only when the policy admits it, at most one queue limit of work passes one
+opening, and nothing stays held when the HP client dies or the run ends.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from native_harness import MS, Harness, build_harness, kernel_table, read_log
+
+from orion_common.errors import OrionError
+from scheduler_core import SchedulerRun, SchedulerSettings
+
+BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda_gate"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+def gate_settings(policy: str = "reef", queue_limit_ms: float = 2.5) -> SchedulerSettings:
+    # GPU-written HP completions: the gate must open when HP's work is done, exactly.
+    return SchedulerSettings(
+        policy=policy,
+        sm_count=132,
+        queue_limit_ns=int(queue_limit_ms * MS),
+        unknown_duration_ns=int(queue_limit_ms * MS),
+        hp_completion="gpu-write",
+        be_gate="gpu",
+    )
+
+
+def wait_for(condition, timeout_s: float = 20, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.002)
+
+
+def calls(log: Path, *kinds: str) -> list:
+    return [e for e in read_log(log) if e.kind in kinds]
+
+
+def start_hp_kernel(
+    harness: Harness,
+    tmp_path: Path,
+    run: SchedulerRun,
+    hp_ms: int = 300,
+    hp_sms: int = 1,
+    be_sms: int = 8,
+    be_class: str = "memory",
+    keeper: bool = True,
+):
+    """Registers an HP client (one compute kernel of ``hp_ms``) and a BE client (1 ms kernels),
+    publishes the run (``keeper=False``: then stops its gate keeper, as if it had died) and
+    starts HP's kernel; returns (hp index, be index, HP process)."""
+    hp = run.add_client("hp", "hp", kernel_table(("long", 1, 32, hp_sms, "compute", hp_ms)))
+    be = run.add_client("be", "be", kernel_table(("bek", 8, 128, be_sms, be_class, 1)))
+    run.publish()
+    if not keeper:
+        run._run.stop_gate_keeper()
+    process = harness.start(
+        f"func long {hp_ms * 1000} launch long 1 32 0 sync 0",
+        env=run.client_environment(hp),
+        log=tmp_path / "hp.log",
+    )
+    return hp, be, process
+
+
+def hp_kernel_end_ns(tmp_path: Path) -> int:
+    return next(e for e in read_log(tmp_path / "hp.log") if e.kind == "exec_end").time_ns
+
+
+def test_held_be_launches_return_at_once_and_run_after_the_hp_kernel(harness, tmp_path):
+    with SchedulerRun(gate_settings()) as run:
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
+        wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
+        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        assert hp_process.wait(timeout=30) == 0
+        stats = run.stats()["be"]
+    be_calls = calls(tmp_path / "be.log", "launch")
+    hp_end = hp_kernel_end_ns(tmp_path)
+    be_starts = calls(tmp_path / "be.log", "exec_start")
+    assert len(be_calls) == len(be_starts) == 10
+    # The program never stopped: all ten launch calls within a fraction of the HP kernel ...
+    assert be_calls[-1].time_ns - be_calls[0].time_ns < 100 * MS
+    assert be_calls[0].time_ns < hp_end - 100 * MS
+    # ... but the GPU ran none of them before HP's kernel ended.
+    assert all(start.time_ns >= hp_end for start in be_starts)
+    assert stats["blocked_launches"] == 0
+    assert stats["reasons"]["gpu_gate"] == 10
+
+
+def test_one_gate_wait_per_queue_limit_of_be_work(harness, tmp_path):
+    # 1 ms kernels under a 2.5 ms limit: a wait before the 1st, 3rd, 5th ... launch, so an HP
+    # request never finds more than the limit of BE work let through by one opening.
+    with SchedulerRun(gate_settings("orion")) as run:
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
+        run.publish()
+        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["be"]
+    sequence = [e.kind for e in calls(tmp_path / "be.log", "launch", "wait_value")]
+    assert sequence == ["wait_value", "launch", "launch"] * 5
+    assert stats["gate_waits"] == 5
+
+
+def test_ending_the_run_opens_every_gate(harness, tmp_path):
+    run = SchedulerRun(gate_settings())
+    _, be, hp_process = start_hp_kernel(harness, tmp_path, run, hp_ms=20_000)
+    be_process = None
+    try:
+        wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
+        be_process = harness.start(
+            BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log"
+        )
+        wait_for(lambda: len(calls(tmp_path / "be.log", "launch")) == 10, what="BE's launches")
+        time.sleep(0.3)
+        assert be_process.poll() is None  # held on the (simulated) GPU behind the closed gate
+        run.close()  # what Ctrl-C and SIGTERM of `orion colocate` end in
+        assert be_process.wait(timeout=5) == 0
+    finally:
+        for process in (hp_process, be_process):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+        run.close()
+
+
+def test_without_a_gate_keeper_hp_leaves_be_ungated(harness, tmp_path):
+    # A controller killed with SIGKILL takes its keeper with it: HP launches must then stop
+    # closing gates, or BE work would be held forever with nobody to open it.
+    with SchedulerRun(gate_settings()) as run:
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run, keeper=False)
+        assert not run.gate_stats()["keeper_running"]
+        wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+        assert run.gate_open(be)
+        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        assert hp_process.wait(timeout=30) == 0
+    assert calls(tmp_path / "be.log", "exec_end")[-1].time_ns < hp_kernel_end_ns(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("be_class", "runs_beside"),
+    [("memory", True), ("compute", False)],  # memory-bound beside a compute-bound HP kernel
+)
+def test_orion_opens_the_gate_beside_hp_only_for_work_that_fits(
+    harness, tmp_path, be_class, runs_beside
+):
+    with SchedulerRun(gate_settings("orion")) as run:
+        _, be, hp_process = start_hp_kernel(
+            harness, tmp_path, run, hp_sms=100, be_sms=20, be_class=be_class
+        )
+        wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        assert hp_process.wait(timeout=30) == 0
+    be_ends = calls(tmp_path / "be.log", "exec_end")
+    assert len(be_ends) == 10
+    # 20 SMs fit beside HP's 100 of 132; only the complementary class may share them.
+    assert (be_ends[-1].time_ns < hp_kernel_end_ns(tmp_path)) == runs_beside
+
+
+def test_without_stream_waits_held_launches_wait_in_their_thread(harness, tmp_path):
+    with SchedulerRun(gate_settings()) as run:
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
+        wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+        env = {**run.client_environment(be), "FAKE_NO_WAIT_VALUE": "1"}
+        result = harness.run(BE_SCRIPT, env=env, log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+        assert hp_process.wait(timeout=30) == 0
+        stats = run.stats()["be"]
+    assert "held launches wait in their thread" in result.stderr
+    assert stats["gate_waits"] == 0
+    assert stats["blocked_launches"] > 0  # gated on the CPU instead, never ungated
+
+
+def test_be_gate_must_be_cpu_or_gpu():
+    with pytest.raises(OrionError, match="be_gate must be one of cpu, gpu"):
+        SchedulerSettings(
+            policy="orion", sm_count=1, queue_limit_ns=1, unknown_duration_ns=1, be_gate="gpu-side"
+        )
