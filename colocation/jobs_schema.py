@@ -34,6 +34,7 @@ from colocation.jobs_fields import (
 )
 from colocation.policies import POLICIES, POLICY_NAMES, Policy
 from orion_common.errors import OrionError
+from orion_common.sizes import parse_size
 from scheduler_core.run_state import DEFAULT_BE_GATE
 from workloads.registry import WorkloadInfo, get_workload_info
 
@@ -101,6 +102,10 @@ class ClientConfig(StrictModel):
     """Serve inference by replaying the step captured once as a CUDA graph."""
     sm_percent: Annotated[int, Field(ge=1, le=100)] | None = None
     """Percent of the SMs this client may use (policy ``mps-share``; default all)."""
+    memory_limit: int | None = None
+    """Bytes of GPU memory this client may allocate (``"4GiB"`` in the file); None: no limit.
+    Enforced by the preload library, which every policy loads; checked against the GPU's memory
+    in :mod:`colocation.preflight`."""
 
     @field_validator("name")
     @classmethod
@@ -156,6 +161,17 @@ class ClientConfig(StrictModel):
         if workload is not None:
             _check_options(_workload_info(workload), value)
         return value
+
+    @field_validator("memory_limit", mode="before")
+    @classmethod
+    def _memory_limit_is_a_size(cls, value: Any) -> int | None:
+        # before pydantic's own check: the file may say "4GiB", the model keeps bytes
+        if value is None:
+            return None
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise problem(str(exc)) from None
 
     @property
     def is_hp(self) -> bool:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation.config import JobsConfig
+from colocation.config import JobsConfig, JobsConfigError, Problem
 from colocation.policies import Policy
 from colocation.profiles import default_profile_for, load_profiles, resolve_profiles
 from orion_common import prerequisites, sysinfo
 from orion_common.errors import OrionError
+from orion_common.sizes import format_size
 from scheduler_core.library import native_checks
 
 CLIENT_DEVICE_ENV = "ORION_CLIENT_DEVICE"
@@ -131,6 +133,62 @@ def _system_mps_warning(policy: Policy) -> list[str]:
     ]
 
 
+def _memory_limit_warnings(config: JobsConfig, environment: Mapping[str, Any]) -> list[str]:
+    """Refuses a client ``memory_limit`` above the GPU's memory; warns when the limits add up to
+    more than it.
+
+    A limit above the GPU's memory limits nothing and is most likely a slip in the number or its
+    unit, which the run itself would never reveal. Limits that merely add up to more are allowed:
+    each caps one client but reserves nothing, so a client may still run out of memory below its
+    limit while the others hold theirs; clients of a sequential policy never share the GPU, so
+    there is nothing to warn about. With the GPU's memory unknown (no GPU, no NVML) nothing is
+    checked.
+    """
+    total_mib = environment.get("gpu_memory_mib")
+    if not isinstance(total_mib, int) or total_mib <= 0:
+        return []
+    total = total_mib * 2**20  # NVML's total, in whole MiB
+    name = environment.get("gpu_name")
+    gpu = f"GPU {config.run.gpu}" + (f" ({name})" if name else "")
+    limits = [
+        (i, client.memory_limit)
+        for i, client in enumerate(config.clients)
+        if client.memory_limit is not None
+    ]
+    problems: list[Problem] = []
+    for i, limit in limits:
+        if limit > total:
+            asked, has = _sizes(limit, total)
+            problems.append(
+                Problem(f"clients[{i}].memory_limit", f"{asked} is more than the {has} of {gpu}")
+            )
+    if problems:
+        count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
+        raise JobsConfigError(
+            f"memory limits for {gpu} ({count}):",
+            problems,
+            hint=f'lower memory_limit to at most "{total_mib}MiB" (the whole GPU) or remove it',
+        )
+    combined = sum(limit for _, limit in limits)
+    if config.policy.sequential or len(limits) < 2 or combined <= total:
+        return []
+    asked, has = _sizes(combined, total)
+    return [
+        f"the clients' memory limits add up to {asked}, more than the {has} of {gpu}: each "
+        "limit caps one client but reserves nothing, so a client can run out of memory below "
+        "its limit while the others hold theirs"
+    ]
+
+
+def _sizes(a: int, b: int) -> tuple[str, str]:
+    """``a`` and ``b`` for a message comparing them; in bytes too where rounding hides which is
+    larger."""
+    shown = format_size(a), format_size(b)
+    if shown[0] == shown[1]:
+        return f"{shown[0]} ({a} bytes)", f"{shown[1]} ({b} bytes)"
+    return shown
+
+
 def _sm_count(environment: dict[str, Any], config: JobsConfig, profiles: dict[str, Any]) -> int:
     """The GPU's SM count; without a GPU (CPU runs), the profiles' (HP first); else 1."""
     if environment.get("sm_count"):
@@ -177,8 +235,9 @@ def prepare_run(config: JobsConfig) -> RunPlan:
     """Check every prerequisite of ``config`` and derive the run's settings; no side effects.
 
     Refuses with one :class:`OrionError` listing every missing prerequisite (GPU, workload
-    modules, MPS, preload library), then with the profile problems
-    (:class:`colocation.config.JobsConfigError`), so nothing starts that cannot finish.
+    modules, MPS, preload library), then with the clients' memory limits that exceed the GPU's
+    memory and with the profile problems (each a :class:`colocation.config.JobsConfigError`), so
+    nothing starts that cannot finish.
     """
     policy = config.policy
     device = client_device(config)
@@ -199,6 +258,7 @@ def prepare_run(config: JobsConfig) -> RunPlan:
             f"cannot run policy {policy.name!r} on this machine ({count}):\n{lines}",
             hint="`orion doctor` shows what is installed",
         )
+    memory_warnings = _memory_limit_warnings(config, environment)
     gpu_name = environment.get("gpu_name") if device.startswith("cuda") else None
     resolved = resolve_profiles(
         config, gpu_name, default_profile_for(environment.get("gpu_name")), environment=environment
@@ -213,5 +273,5 @@ def prepare_run(config: JobsConfig) -> RunPlan:
         profiles=profiles,
         settings=_settings(config, sm_count, profiles),
         mps_control=mps_control,
-        warnings=tuple(_system_mps_warning(policy) + resolved.warnings),
+        warnings=tuple(_system_mps_warning(policy) + memory_warnings + resolved.warnings),
     )

@@ -219,13 +219,23 @@ class _Runner:
         for client in self.config.clients:
             profile = self.plan.profiles.get(client.name)
             kernels = kernel_identity_table(profile) if profile is not None else None
-            index = self.scheduler.add_client(client.name, client.role, kernels)
+            # bytes (None: no limit); the preload library counts the client's allocations
+            index = self.scheduler.add_client(
+                client.name, client.role, kernels, memory_limit=client.memory_limit
+            )
             if profile is not None and is_graph_profile(profile):
                 # The graph launches as a unit: the library finds it by its kernel nodes.
                 self.scheduler.add_graph(index, profile.kernels, graph_wall_time_ns(profile))
             self.clients.append(ClientProcess(client, index, self.run_dir))
             self._spec(client).write(spec_path(self.run_dir, client.name))
         self.scheduler.publish()
+        # Where `orion quota` finds the live run's shared state (and the run clock's origin).
+        self.record.data["scheduler"] = {
+            "shm": self.scheduler.name,
+            "controller_pid": os.getpid(),
+            "clock_origin_ns": self.clock.origin_ns,
+        }
+        self.record.save()
         self.recorder = SchedulerRecorder(self.scheduler, self.run_dir, self.clock)
         self.stack.callback(self.recorder.close)  # before the shared state is removed
         if self.policy.uses_mps:
@@ -402,6 +412,7 @@ class _Runner:
         if self.recorder is not None and now - self._last_trace >= _TRACE_INTERVAL_S:
             self._last_trace = now
             self.recorder.drain_trace()
+            self.recorder.sample_memory()
         if self.recorder is not None and now - self._last_stats >= _STATS_INTERVAL_S:
             self._last_stats = now
             self.recorder.write_stats()

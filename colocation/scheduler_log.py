@@ -14,6 +14,7 @@ from typing import Any
 
 from colocation.runclock import RunClock
 from colocation.rundir import TRACE_COLUMNS, CsvTable
+from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
 
 
@@ -27,6 +28,9 @@ class SchedulerRecorder:
         self._trace: CsvTable | None = None
         if scheduler.settings.trace_capacity:
             self._trace = CsvTable(run_dir / "trace.csv", TRACE_COLUMNS)
+        self._memory = CsvTable(
+            run_dir / run_format.MEMORY_TABLE, run_format.column_names(run_format.MEMORY_COLUMNS)
+        )
 
     def _seconds(self, value: Any) -> float | None:
         return self._clock.seconds(int(value)) if value else None
@@ -53,6 +57,24 @@ class SchedulerRecorder:
         self._trace.flush()
         return len(records)
 
+    def sample_memory(self) -> None:
+        """Append each client's GPU memory in use and its limit now (memory.csv)."""
+        now = self._clock.now()
+        for client, stats in self._scheduler.stats().items():
+            if client.startswith("_") or "memory_used" not in stats:
+                continue
+            limit = stats.get("memory_limit") or None
+            self._memory.append(
+                (
+                    round(now, 6),
+                    client,
+                    int(stats["memory_used"]),
+                    limit,
+                    int(stats.get("allocations_refused", 0)),
+                )
+            )
+        self._memory.flush()
+
     def write_stats(self) -> None:
         stats = self._scheduler.stats()
         run_meta = stats.pop("_run", None)
@@ -71,6 +93,8 @@ class SchedulerRecorder:
     def close(self) -> None:
         """Copy out the last trace records and statistics (before the shared state goes)."""
         self.drain_trace()
+        self.sample_memory()
         self.write_stats()
         if self._trace is not None:
             self._trace.close()
+        self._memory.close()

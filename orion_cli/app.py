@@ -9,6 +9,7 @@ from orion_cli.doctor import doctor_command
 from orion_cli.pairs import pairs_command
 from orion_cli.plan import plan_command
 from orion_cli.profile import profile_command
+from orion_cli.quota import quota_command
 from orion_cli.report import report_command
 from orion_cli.simulate import simulate_command
 from orion_cli.workloads import workloads_command
@@ -34,6 +35,7 @@ app.command("workloads")(workloads_command)
 app.command("plan")(plan_command)
 app.command("pairs")(pairs_command)
 app.command("simulate")(simulate_command)
+app.command("quota")(quota_command)
 
 
 def main() -> None:

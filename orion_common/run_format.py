@@ -35,6 +35,8 @@ CLIENTS_DIR = "clients"
 GPU_TABLE = "gpu.csv"
 TRACE_TABLE = "trace.csv"
 SCHEDULER_JSON = "scheduler.json"
+MEMORY_TABLE = "memory.csv"
+LIMITS_TABLE = "limits.csv"
 
 TABLE_ROWS_KEY = "table_rows"
 """``run.json`` key written when the run ends: ``{table path relative to the run directory:
@@ -111,6 +113,26 @@ TRACE_COLUMNS: tuple[Column, ...] = (
     Column("launch_s", "float"),
     # Why the launch went ahead when it did (the policy's reason: hp_idle, fits_beside, ...).
     Column("reason", "str", optional=True),
+)
+# memory.csv: each client's GPU memory as the preload library counts it (every allocation route),
+# sampled by the runner about every half second; limit_bytes empty when the client has none.
+MEMORY_COLUMNS: tuple[Column, ...] = (
+    Column("time_s", "float"),
+    Column("client", "str"),
+    Column("used_bytes", "int"),
+    Column("limit_bytes", "float"),
+    Column("refused", "int"),
+)
+# limits.csv: limits changed while the run was live (`orion quota`), times on the run clock;
+# old/new empty for "no limit", in_use what the client held when it changed.
+LIMIT_COLUMNS: tuple[Column, ...] = (
+    Column("time_s", "float"),
+    Column("utc", "str"),
+    Column("client", "str"),
+    Column("field", "str"),
+    Column("old", "float"),
+    Column("new", "float"),
+    Column("in_use", "int"),
 )
 # Not a file: the records drained from the shared-memory trace ring (scheduler_core.run_state),
 # before they are put on the run clock and written as trace.csv.

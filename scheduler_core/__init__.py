@@ -10,6 +10,7 @@ from scheduler_core.run_state import (
     HP_COMPLETION_MODES,
     NATIVE_POLICIES,
     TRACE_COLUMNS,
+    LiveRun,
     SchedulerRun,
     SchedulerSettings,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "HP_COMPLETION_MODES",
     "NATIVE_POLICIES",
     "TRACE_COLUMNS",
+    "LiveRun",
     "SchedulerRun",
     "SchedulerSettings",
     "check_preload_library",

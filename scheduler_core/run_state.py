@@ -169,14 +169,23 @@ class SchedulerRun:
         self._trace_lost = 0
 
     # -- set-up ---------------------------------------------------------------------------
-    def add_client(self, name: str, role: str, kernels: pd.DataFrame | None = None) -> int:
-        """Registers a client; ``kernels`` is its kernel identity table (postprocess)."""
+    def add_client(
+        self,
+        name: str,
+        role: str,
+        kernels: pd.DataFrame | None = None,
+        memory_limit: int | None = None,
+    ) -> int:
+        """Registers a client; ``kernels`` is its kernel identity table (postprocess);
+        ``memory_limit`` caps the bytes its allocations may hold (None: no limit)."""
         if role not in ROLES:
             raise OrionError(f"client role must be 'hp' or 'be' (got {role!r})")
         try:
             index = self._run.add_client(name, role)
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot add client {name!r}: {error}") from None
+        if memory_limit is not None:
+            self.set_memory_limit(index, memory_limit)
         names: dict[int, str] = {}
         if kernels is not None and not kernels.empty:
             names = self._load_kernels(index, name, kernels)
@@ -284,6 +293,14 @@ class SchedulerRun:
     def client_state(self, index: int) -> str:
         return str(self._run.client_state(index))
 
+    def set_memory_limit(self, index: int, limit: int | None) -> None:
+        """Caps client ``index``'s GPU memory at ``limit`` bytes (None: no limit), also while the
+        run is live: its next allocation obeys it. A limit below what the client holds refuses
+        new allocations and frees nothing."""
+        if limit is not None and limit < 1:
+            raise OrionError(f"a memory limit must be at least 1 byte (got {limit})")
+        self._run.set_memory_limit(index, 0 if limit is None else int(limit))
+
     def mark_gone(self, index: int, crashed: bool) -> None:
         """The controller saw client ``index`` end: nobody waits on its launches any more."""
         self._run.mark_gone(index, crashed)
@@ -332,6 +349,44 @@ class SchedulerRun:
         self._run.close()
 
     def __enter__(self) -> SchedulerRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LiveRun:
+    """Another process's run, attached by its shared-memory name to change limits while it runs
+    (``orion quota``). Attaching checks the layout version; nothing is removed on close."""
+
+    def __init__(self, name: str) -> None:
+        try:
+            self._run = native_module().Run.attach(name)
+        except (RuntimeError, ValueError) as error:
+            raise OrionError(f"cannot attach to the run's shared state: {error}") from None
+
+    def client_index(self, name: str) -> int:
+        """The index of the client called ``name``."""
+        for index in range(self._run.client_count):
+            if self._run.client_name(index) == name:
+                return index
+        raise OrionError(f"the run's shared state has no client {name!r}")
+
+    def memory(self, index: int) -> tuple[int, int]:
+        """(bytes in use, limit in bytes or 0 for none) of client ``index``."""
+        stats = self._run.client_stats(index)
+        return int(stats["memory_used"]), int(stats["memory_limit"])
+
+    def set_memory_limit(self, index: int, limit: int | None) -> None:
+        """As :meth:`SchedulerRun.set_memory_limit`."""
+        if limit is not None and limit < 1:
+            raise OrionError(f"a memory limit must be at least 1 byte (got {limit})")
+        self._run.set_memory_limit(index, 0 if limit is None else int(limit))
+
+    def close(self) -> None:
+        self._run.close()
+
+    def __enter__(self) -> LiveRun:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -32,6 +32,10 @@ DATA = Path(__file__).parent / "data" / "jobs"
 EXAMPLE_FILE = Path(__file__).parent.parent / "colocation" / "examples" / "resnet50_pair.json"
 TRAIN_PROFILE_COMMAND = "orion profile resnet50 --mode train --batch-size 32 --dtype fp32"
 ALL_POLICIES = "dedicated, timeslice, mps, mps-priority, mps-share, priority, reef, orion"
+SIZES = (
+    "use bytes or a number with k, M, G (powers of 10) or Ki, Mi, Gi (powers of 2), "
+    "optionally followed by B"
+)
 
 
 def base() -> dict[str, Any]:
@@ -397,7 +401,7 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         [edit("clients.1.priority", 1)],
         [
             "clients[1].priority: unknown field; allowed: name, workload, mode, batch_size, "
-            "dtype, role, arrivals, profile, options, cuda_graph, sm_percent"
+            "dtype, role, arrivals, profile, options, cuda_graph, sm_percent, memory_limit"
         ],
     ),
     (
@@ -444,6 +448,39 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
             "clients[1].sm_percent: policy 'mps-priority' has no SM partitions; sm_percent "
             "applies under mps-share only"
         ],
+    ),
+    (
+        "memory_limit with an unknown suffix",
+        [edit("clients.1.memory_limit", "2XB")],
+        [f'clients[1].memory_limit: "2XB" is not a size: {SIZES}'],
+    ),
+    (
+        "memory_limit with a lower-case suffix",
+        [edit("clients.1.memory_limit", "4gib")],
+        [
+            'clients[1].memory_limit: "4gib" is not a size: suffixes are case-sensitive '
+            f'("gib" is not "GiB"); {SIZES}'
+        ],
+    ),
+    (
+        "memory_limit negative",
+        [edit("clients.1.memory_limit", -1)],
+        [f"clients[1].memory_limit: -1 is not a size: it must be at least 1 byte; {SIZES}"],
+    ),
+    (
+        "memory_limit zero",
+        [edit("clients.0.memory_limit", 0)],
+        [f"clients[0].memory_limit: 0 is not a size: it must be at least 1 byte; {SIZES}"],
+    ),
+    (
+        "memory_limit true",
+        [edit("clients.1.memory_limit", True)],
+        [f"clients[1].memory_limit: true is not a size: {SIZES}"],
+    ),
+    (
+        "memory_limit a fraction of a byte",
+        [edit("clients.1.memory_limit", "0.5")],
+        [f'clients[1].memory_limit: "0.5" is not a size: it must be at least 1 byte; {SIZES}'],
     ),
     (
         "options not an object",
@@ -530,6 +567,7 @@ def test_defaults() -> None:
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)
     assert be.arrivals is None
     assert (be.dtype, be.role, be.profile, be.options) == ("fp32", "be", None, {})
+    assert (hp.memory_limit, be.memory_limit) == (None, None)
     assert config.hp_client is hp
     assert config.policy is POLICIES["orion"]
 
@@ -549,6 +587,28 @@ def test_policies_without_hp_accept_zero_hp_clients(policy: str) -> None:
     data["run"]["policy"] = policy
     data["clients"][0]["role"] = "be"
     assert parse_jobs(data, DATA).hp_client is None
+
+
+@pytest.mark.parametrize(("limit", "expected"), [("4GiB", 4 * 2**30), (" 500M ", 500 * 10**6)])
+def test_memory_limit_is_kept_in_bytes(limit: str, expected: int) -> None:
+    data = base()
+    data["clients"][1]["memory_limit"] = limit
+    data["clients"][0]["memory_limit"] = 1_000_000
+    config = parse_jobs(data, DATA)
+    assert [c.memory_limit for c in config.clients] == [1_000_000, expected]
+    stored = config.to_json_dict()  # run.json records bytes, which validate again as is
+    assert stored["clients"][1]["memory_limit"] == expected
+    assert parse_jobs(stored, DATA) == config
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_memory_limit_applies_under_every_policy(policy: str) -> None:
+    # The runner gives every client the preload library, which enforces the limit, under every
+    # policy (passthrough ones included), so no policy refuses the field.
+    data = base()
+    data["run"]["policy"] = policy
+    data["clients"][1]["memory_limit"] = "2GiB"
+    assert parse_jobs(data, DATA).clients[1].memory_limit == 2 * 2**30
 
 
 def test_requests_with_an_inference_hp_client() -> None:

@@ -64,6 +64,14 @@ DECOY_PROFILE = pd.DataFrame(
 )
 
 
+def _run_program(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def _with_library(
     case: str,
     tmp_path: Path,
@@ -160,15 +168,33 @@ def test_moving_hp_legacy_stream_launches_keeps_the_programs_ordering(tmp_path: 
     with SchedulerRun(settings) as run:
         index = run.add_client("hp", "hp")
         run.publish()
-        done = subprocess.run(
-            [sys.executable, str(program)],
-            env=run.client_environment(index),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = _run_program([str(program)], run.client_environment(index))
         stats = run.stats()["hp"]
-    assert done.returncode == 0, done.stderr[-3000:]
     assert stats["redirected_launches"] >= 5  # the slow kernels were moved
     assert done.stdout.split()[-1] == "0", done.stdout  # ... and every read saw their writes
+
+
+@pytest.mark.parametrize("allocator", ["default", "expandable_segments:True"])
+def test_a_memory_limit_is_what_torch_sees_and_gets(tmp_path: Path, allocator: str) -> None:
+    # 4 GiB for the client: torch reports a 4 GiB device, a 5 GiB tensor raises torch's usual
+    # out-of-memory error (also with expandable segments, which allocate through cuMemCreate),
+    # and a 1 GiB tensor still works afterwards.
+    gib = 1 << 30
+    program = Path(__file__).resolve().parent / "gpu_memory_probe.py"
+    settings = SchedulerSettings(
+        policy="orion", sm_count=_sm_count(), queue_limit_ns=100_000, unknown_duration_ns=100_000
+    )
+    with SchedulerRun(settings) as run:
+        index = run.add_client("limited", "be", memory_limit=4 * gib)
+        run.publish()
+        env = {**run.client_environment(index), "PYTORCH_CUDA_ALLOC_CONF": allocator}
+        if allocator == "default":
+            env.pop("PYTORCH_CUDA_ALLOC_CONF")
+        done = _run_program([str(program), str(5 * gib), str(gib)], env)
+        stats = run.stats()["limited"]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["total"] == 4 * gib
+    assert seen["free"] <= 4 * gib
+    assert seen["big_refused"] and seen["small_ok"]
+    assert stats["allocations_refused"] >= 1
+    assert gib <= stats["memory_peak"] <= 4 * gib

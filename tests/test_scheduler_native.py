@@ -689,6 +689,31 @@ def test_two_graphs_of_one_process_are_told_apart(harness: Harness, tmp_path: Pa
     assert stats["unknown_graph_launches"] == 1  # B
 
 
+@pytest.mark.parametrize("route", ["getproc", "dlsym"])
+def test_an_executable_changed_in_place_is_identified_again(harness, tmp_path, route):
+    # An executable of B (unprofiled) updated from A runs A; one of its kernel nodes given B's
+    # shape makes it B again, and back; a change orion cannot read leaves it unidentified.
+    with SchedulerRun(settings("orion")) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("hpk", 4, 128, 100, "compute", 1)))
+        run.add_graph(hp, GRAPH_A_NODES, 200 * MS)  # only A is profiled
+        run.publish()
+        script = " ".join(
+            [
+                f"route {route} {GRAPH_A} {GRAPH_B} graph_inst B flags graph_run B 0",  # unknown
+                "graph_update B A graph_run B 0",  # known: A
+                "graph_set B A 0 ga 8 128 graph_run B 0",  # unknown: B's first node
+                "graph_set B A 0 ga 4 128 graph_run B 0",  # known: A again
+                "graph_set_generic B A 1 graph_run B 0 sync 0",  # unknown: unreadable change
+            ]
+        )
+        result = harness.run(script, env=run.client_environment(hp), log=tmp_path / "hp.log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["hp"]
+    assert stats["graph_launches"] == 5
+    assert stats["graphs_identified"] == 2  # B at instantiation, A at the update
+    assert stats["unknown_graph_launches"] == 3
+
+
 def test_graph_identity_does_not_depend_on_node_order():
     native = native_module()
     keys = [

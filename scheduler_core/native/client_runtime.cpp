@@ -136,6 +136,7 @@ void ClientRuntime::attach_from_environment() {
     has_profile_ = slot.kernel_count != 0;
     gpu_gate_ = tracks_ && role_ == Role::kBestEffort &&
                 view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
+    memory_.attach(&slot);
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
     if (env_flag("ORION_DEBUG")) {
@@ -150,9 +151,11 @@ void ClientRuntime::detach() {
     if (slot_ == nullptr || !active()) return;
     if (slot_->pid.load(std::memory_order_relaxed) != static_cast<std::int32_t>(getpid())) return;
     auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
-    slot_->state.compare_exchange_strong(expected,
-                                         static_cast<std::uint32_t>(ClientState::kExited),
-                                         std::memory_order_acq_rel);
+    if (slot_->state.compare_exchange_strong(expected,
+                                             static_cast<std::uint32_t>(ClientState::kExited),
+                                             std::memory_order_acq_rel)) {
+        slot_->memory.used.store(0, std::memory_order_release);  // freed with the process
+    }
 }
 
 std::uint64_t ClientRuntime::name_hash(CUfunction function) {
@@ -192,7 +195,15 @@ std::uint64_t ClientRuntime::name_hash(CUfunction function) {
     return compute();  // cache full in this neighbourhood: correct, just slower
 }
 
-std::uint64_t ClientRuntime::identify_graph(CUgraph graph) {
+std::uint64_t ClientRuntime::node_key(const CUDA_KERNEL_NODE_PARAMS_v2& params) {
+    CUfunction function =
+        params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
+    if (function == nullptr) return 0;
+    return kernel_key(name_hash(function), params.gridDimX, params.gridDimY, params.gridDimZ,
+                      params.blockDimX, params.blockDimY, params.blockDimZ);
+}
+
+std::uint64_t ClientRuntime::identify_graph(CUgraph graph, NodeKeys* nodes_out) {
     const driver::Helpers& h = driver::helpers();
     if (graph == nullptr || h.graph_get_nodes == nullptr || h.graph_node_get_type == nullptr ||
         h.graph_kernel_node_get_params == nullptr) {
@@ -210,12 +221,10 @@ std::uint64_t ClientRuntime::identify_graph(CUgraph graph) {
         if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;  // copies, memsets, events: no SMs
         CUDA_KERNEL_NODE_PARAMS_v2 params{};
         if (h.graph_kernel_node_get_params(nodes[i], &params) != CUDA_SUCCESS) return 0;
-        CUfunction function =
-            params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
-        if (function == nullptr) return 0;
-        builder.add(kernel_key(name_hash(function), params.gridDimX, params.gridDimY,
-                               params.gridDimZ, params.blockDimX, params.blockDimY,
-                               params.blockDimZ));
+        const std::uint64_t key = node_key(params);
+        if (key == 0) return 0;
+        builder.add(key);
+        (*nodes_out)[nodes[i]] = key;
     }
     return builder.key();
 }
@@ -243,15 +252,46 @@ void ClientRuntime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
     // Only a client whose launches are gated or matched against a profile needs the identity;
     // otherwise instantiation stays exactly the program's call.
     if (!tracks_ && !has_profile_) return;
-    const std::uint64_t key = identify_graph(graph);
+    NodeKeys nodes;
+    const std::uint64_t key = identify_graph(graph, &nodes);
     if (GraphSlot* slot = graph_slot(exec, true)) {
         slot->key.store(key, std::memory_order_release);
+    }
+    {
+        std::lock_guard<std::mutex> lock(graph_nodes_mutex_);
+        if (key != 0) {
+            graph_nodes_[exec] = std::move(nodes);
+        } else {
+            graph_nodes_.erase(exec);
+        }
     }
     if (key != 0) slot_->stats.graphs_identified.fetch_add(1, std::memory_order_relaxed);
 }
 
+void ClientRuntime::graph_node_changed(CUgraphExec exec, CUgraphNode node,
+                                       const CUDA_KERNEL_NODE_PARAMS_v2* params) {
+    if (!tracks_ && !has_profile_) return;
+    std::uint64_t key = 0;
+    {
+        std::lock_guard<std::mutex> lock(graph_nodes_mutex_);
+        const auto found = graph_nodes_.find(exec);
+        const std::uint64_t changed = params != nullptr ? node_key(*params) : 0;
+        if (found != graph_nodes_.end() && changed != 0 && found->second.count(node) != 0) {
+            found->second[node] = changed;
+            GraphKeyBuilder builder;
+            for (const auto& entry : found->second) builder.add(entry.second);
+            key = builder.key();
+        } else if (found != graph_nodes_.end()) {
+            graph_nodes_.erase(found);  // cannot follow the change: unidentified from now on
+        }
+    }
+    if (GraphSlot* slot = graph_slot(exec, false)) slot->key.store(key, std::memory_order_release);
+}
+
 void ClientRuntime::graph_destroyed(CUgraphExec exec) {
     if (GraphSlot* slot = graph_slot(exec, false)) slot->key.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(graph_nodes_mutex_);
+    graph_nodes_.erase(exec);
 }
 
 void ClientRuntime::report_unknown(CUfunction function, const LaunchShape& shape) {

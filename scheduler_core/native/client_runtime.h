@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <unordered_map>
 
 #include "cuda_api.h"
+#include "memory_ledger.h"
 #include "policy.h"
 #include "run_region.h"
 #include "shared_state.h"
@@ -60,9 +62,15 @@ public:
     void graph_instantiated(CUgraphExec exec, CUgraph graph);
     // `exec` is being destroyed: a later executable at the same address is a different graph.
     void graph_destroyed(CUgraphExec exec);
+    // A kernel node of `exec` got new parameters (nullptr: unreadable ones): its identity changes.
+    void graph_node_changed(CUgraphExec exec, CUgraphNode node,
+                            const CUDA_KERNEL_NODE_PARAMS_v2* params);
 
     // Code was unloaded: cached kernel names may belong to handles that will be reused.
     void forget_kernel_names() { name_generation_.fetch_add(1, std::memory_order_acq_rel); }
+
+    // This client's memory accounting (inactive outside a run).
+    MemoryLedger& memory() { return memory_; }
 
     // The priority a stream created by this process gets.
     int stream_priority(int requested);
@@ -80,8 +88,11 @@ private:
     ClientRuntime();
     void attach_from_environment();
     std::uint64_t name_hash(CUfunction function);
-    // The identity of `graph` from its kernel nodes; 0 when the driver cannot list them.
-    std::uint64_t identify_graph(CUgraph graph);
+    // The identity of `graph` from its kernel nodes; 0 when the driver cannot list them. Fills
+    // `nodes` with each kernel node's kernel key (for later changes to single nodes).
+    using NodeKeys = std::unordered_map<CUgraphNode, std::uint64_t>;
+    std::uint64_t identify_graph(CUgraph graph, NodeKeys* nodes);
+    std::uint64_t node_key(const CUDA_KERNEL_NODE_PARAMS_v2& params);
     // The slot remembering `exec`, claimed when `claim` is set; nullptr when there is none.
     struct GraphSlot;
     GraphSlot* graph_slot(CUgraphExec exec, bool claim);
@@ -168,6 +179,12 @@ private:
     std::atomic<bool> gate_failed_{false};
     CUdeviceptr gate_device_ = 0;  // this client's gate word, as the GPU addresses it
     StreamBudget stream_budgets_[kStreamSlots];
+
+    MemoryLedger memory_;
+
+    // Each identified executable's kernel nodes and their keys: set-up, not the launch path.
+    std::mutex graph_nodes_mutex_;
+    std::unordered_map<CUgraphExec, NodeKeys> graph_nodes_;
 
     std::atomic<std::uint32_t> name_generation_{0};  // bumped by every module/library unload
     FunctionSlot functions_[kFunctionSlots];

@@ -299,6 +299,21 @@ public:
             expected,
             static_cast<std::uint32_t>(crashed ? ClientState::kDead : ClientState::kExited),
             std::memory_order_acq_rel);
+        // Its allocations died with its process.
+        slot.memory.used.store(0, std::memory_order_release);
+    }
+
+    // The client's memory limit in bytes (0: none). Takes effect at its next allocation, also
+    // while the run is live; a limit below the current use refuses new allocations, frees nothing.
+    void set_memory_limit(std::uint32_t client, std::uint64_t bytes) {
+        check_client(client);
+        view().client(client).memory.limit.store(bytes, std::memory_order_release);
+    }
+
+    std::string client_name(std::uint32_t client) const {
+        check_client(client);
+        const char* name = view().client(client).name;
+        return std::string(name, strnlen(name, kClientNameBytes));
     }
 
     py::dict client_stats(std::uint32_t client) const {
@@ -322,6 +337,10 @@ public:
         out["graphs_identified"] = s.graphs_identified.load();
         out["unknown_graph_launches"] = s.unknown_graph_launches.load();
         out["gate_waits"] = s.gate_waits.load();
+        out["memory_limit"] = slot.memory.limit.load();
+        out["memory_used"] = slot.memory.used.load();
+        out["memory_peak"] = slot.memory.peak.load();
+        out["allocations_refused"] = slot.memory.refused.load();
         out["profiled_graphs"] = slot.graph_count;
         out["blocked_launches"] = s.blocked_launches.load();
         out["blocked_ns"] = s.blocked_ns.load();
@@ -544,6 +563,8 @@ PYBIND11_MODULE(_native, m) {
         .def("publish", &Run::publish)
         .def("client_state", &Run::client_state, py::arg("client"))
         .def("mark_gone", &Run::mark_gone, py::arg("client"), py::arg("crashed"))
+        .def("set_memory_limit", &Run::set_memory_limit, py::arg("client"), py::arg("bytes"))
+        .def("client_name", &Run::client_name, py::arg("client"))
         .def("client_stats", &Run::client_stats, py::arg("client"))
         .def("unknown_kernels", &Run::unknown_kernels, py::arg("client"))
         .def("read_trace", &Run::read_trace, py::arg("client"), py::arg("start"))

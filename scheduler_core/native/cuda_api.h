@@ -35,6 +35,11 @@ using CUmodule = CUmod_st*;
 using CUlibrary = CUlib_st*;
 using CUgraphNode = CUgraphNode_st*;
 using CUgraphNodeType = int;
+using CUmemGenericAllocationHandle = unsigned long long;  // NOLINT(google-runtime-int): ABI type
+struct CUmemPoolHandle_st;
+using CUmemoryPool = CUmemPoolHandle_st*;
+struct CUmemAllocationProp_st;  // passed through untouched
+using CUmemAllocationProp = CUmemAllocationProp_st;
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_KERNEL = 0;
 
 // A kernel node's parameters (CUDA 12's CUDA_KERNEL_NODE_PARAMS_v2, what cuGraphKernelNodeGetParams
@@ -94,6 +99,7 @@ using CUdriverProcAddressQueryResult = int;
 using CUstreamCaptureStatus = int;
 
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
 
 // Special stream handles.
@@ -144,6 +150,17 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
 CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
                                       CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+// Executables changed in place (CUDA 12 ABI; cuda.h maps the base names to the `_v2` symbols).
+struct CUgraphExecUpdateResultInfo_st;  // passed through untouched
+using CUgraphExecUpdateResultInfo = CUgraphExecUpdateResultInfo_st;
+struct CUgraphNodeParams_st;  // passed through untouched
+using CUgraphNodeParams = CUgraphNodeParams_st;
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                              CUgraphExecUpdateResultInfo* resultInfo);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                           const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams);
+CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                  CUgraphNodeParams* nodeParams);
 // Unloading code: a function handle of the unloaded module may come back for another kernel, so
 // orion forgets every kernel name it cached.
 CUresult cuModuleUnload(CUmodule hmod);
@@ -152,6 +169,24 @@ CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags);
 CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority);
 CUresult cuStreamSynchronize(CUstream hStream);
 CUresult cuStreamQuery(CUstream hStream);
+// Memory: every allocation route is counted against the client's limit (memory_ledger.h). The
+// `_v2` names are the exported symbols behind cuda.h's macros (cuMemAlloc -> cuMemAlloc_v2);
+// cuGetProcAddress hands them out under the base name.
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytesize);
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pPitch, std::size_t WidthInBytes,
+                            std::size_t Height, unsigned int ElementSizeBytes);
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, std::size_t bytesize, unsigned int flags);
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytesize, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream);
+CUresult cuMemFree_v2(CUdeviceptr dptr);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size,
+                     const CUmemAllocationProp* prop,
+                     unsigned long long flags);  // NOLINT(google-runtime-int)
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total);
+CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice dev);
 
 }  // extern "C"
 

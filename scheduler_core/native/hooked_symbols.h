@@ -15,7 +15,10 @@
     X(cuLaunchCooperativeKernel) \
     X(cuGraphLaunch)             \
     X(cuStreamSynchronize)       \
-    X(cuStreamQuery)
+    X(cuStreamQuery)             \
+    X(cuMemAllocAsync)           \
+    X(cuMemAllocFromPoolAsync)   \
+    X(cuMemFreeAsync)
 
 // Entry points with a single variant.
 #define ORION_HOOKS_PLAIN(X)     \
@@ -29,14 +32,35 @@
     X(cuLaunch)                    \
     X(cuLaunchGrid)                \
     X(cuLaunchGridAsync)           \
-    X(cuLaunchCooperativeKernelMultiDevice)
+    X(cuLaunchCooperativeKernelMultiDevice) \
+    X(cuMemAllocManaged)           \
+    X(cuMemCreate)                 \
+    X(cuMemRelease)                \
+    X(cuGraphExecNodeSetParams)
+
+// Entry points exported under a versioned name (cuda.h maps `cuMemAlloc` to `cuMemAlloc_v2`):
+// X(base name, exported symbol, CUDA version). cuGetProcAddress hands the exported function out
+// under the base name to callers asking for that CUDA version or later; dlsym and direct linking
+// use the exported symbol. The base name through dlsym, or asked for an older version, is an
+// older ABI (32-bit sizes; CUDA 11's graph calls), which orion never intercepts.
+#define ORION_HOOKS_VERSIONED(X)                                            \
+    X(cuMemAlloc, cuMemAlloc_v2, 3020)                                      \
+    X(cuMemAllocPitch, cuMemAllocPitch_v2, 3020)                            \
+    X(cuMemFree, cuMemFree_v2, 3020)                                        \
+    X(cuMemGetInfo, cuMemGetInfo_v2, 3020)                                  \
+    X(cuDeviceTotalMem, cuDeviceTotalMem_v2, 3020)                          \
+    X(cuGraphExecUpdate, cuGraphExecUpdate_v2, 12000)                       \
+    X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2, 12000)
 
 namespace orion::hooks {
 
 enum class HookId : int {
 #define ORION_HOOK_ENUM(name) name,
+#define ORION_HOOK_ENUM_VERSIONED(name, exported, since) name,
     ORION_HOOKS_WITH_PTSZ(ORION_HOOK_ENUM) ORION_HOOKS_PLAIN(ORION_HOOK_ENUM)
+        ORION_HOOKS_VERSIONED(ORION_HOOK_ENUM_VERSIONED)
 #undef ORION_HOOK_ENUM
+#undef ORION_HOOK_ENUM_VERSIONED
         kCount
 };
 
@@ -48,8 +72,9 @@ constexpr int kPerThread = 1;
 void* real_function(HookId id, int variant);
 
 // The wrapper to hand out instead of `real`, or `real` itself when the symbol is not hooked or
-// orion is not active in this process. Records `real` as the hook's target.
-void* intercept(const char* symbol, void* real, int variant_hint);
+// orion is not active in this process. Records `real` as the hook's target. `getproc_version` is
+// the CUDA version a cuGetProcAddress caller asked for, 0 for dlsym.
+void* intercept(const char* symbol, void* real, int variant_hint, int getproc_version);
 
 // Typed accessors: real_cuLaunchKernel(variant) returns decltype(&cuLaunchKernel).
 #define ORION_HOOK_ACCESSOR(name)                                        \
@@ -59,5 +84,11 @@ void* intercept(const char* symbol, void* real, int variant_hint);
 ORION_HOOKS_WITH_PTSZ(ORION_HOOK_ACCESSOR)
 ORION_HOOKS_PLAIN(ORION_HOOK_ACCESSOR)
 #undef ORION_HOOK_ACCESSOR
+#define ORION_HOOK_ACCESSOR_VERSIONED(name, exported, since)                  \
+    inline decltype(&::exported) real_##name(int variant) {                  \
+        return reinterpret_cast<decltype(&::exported)>(real_function(HookId::name, variant)); \
+    }
+ORION_HOOKS_VERSIONED(ORION_HOOK_ACCESSOR_VERSIONED)
+#undef ORION_HOOK_ACCESSOR_VERSIONED
 
 }  // namespace orion::hooks

@@ -34,16 +34,24 @@ struct HookSymbol {
     HookId id;
     int variant;
     void* wrapper;
+    bool getproc_only = false;  // a base name whose dlsym symbol is an older ABI
+    int since = 0;              // getproc_only: the first CUDA version with this ABI
 };
 
 #define ORION_ENTRY_PTSZ(name)                                                      \
     {#name, HookId::name, kLegacy, reinterpret_cast<void*>(&::name)},               \
         {#name "_ptsz", HookId::name, kPerThread, reinterpret_cast<void*>(&::name##_ptsz)},
 #define ORION_ENTRY_PLAIN(name) {#name, HookId::name, kLegacy, reinterpret_cast<void*>(&::name)},
+// The base name first: base_name() hands it to the driver's cuGetProcAddress.
+#define ORION_ENTRY_VERSIONED(name, exported, since)                                   \
+    {#name, HookId::name, kLegacy, reinterpret_cast<void*>(&::exported), true, since}, \
+        {#exported, HookId::name, kLegacy, reinterpret_cast<void*>(&::exported), false, 0},
 const HookSymbol kHookSymbols[] = {ORION_HOOKS_WITH_PTSZ(ORION_ENTRY_PTSZ)
-                                       ORION_HOOKS_PLAIN(ORION_ENTRY_PLAIN)};
+                                       ORION_HOOKS_PLAIN(ORION_ENTRY_PLAIN)
+                                           ORION_HOOKS_VERSIONED(ORION_ENTRY_VERSIONED)};
 #undef ORION_ENTRY_PTSZ
 #undef ORION_ENTRY_PLAIN
+#undef ORION_ENTRY_VERSIONED
 
 std::atomic<void*> g_real[kHookCount][2];
 
@@ -137,7 +145,7 @@ void* real_function(HookId id, int variant) {
     return nullptr;
 }
 
-void* intercept(const char* symbol, void* real, int variant_hint) {
+void* intercept(const char* symbol, void* real, int variant_hint, int getproc_version) {
     if (real == nullptr || is_own_function(real)) return real;
     if (std::strcmp(symbol, "cuGetProcAddress") == 0 ||
         std::strcmp(symbol, "cuGetProcAddress_v2") == 0) {
@@ -145,6 +153,7 @@ void* intercept(const char* symbol, void* real, int variant_hint) {
     }
     for (const HookSymbol& entry : kHookSymbols) {
         if (std::strcmp(entry.name, symbol) != 0) continue;
+        if (entry.getproc_only && getproc_version < entry.since) return real;
         int variant = entry.variant;
         if (variant == kLegacy && variant_hint == kPerThread && has_per_thread_variant(entry.id)) {
             variant = kPerThread;
@@ -386,6 +395,40 @@ ORION_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
     return real(exec);
 }
 
+// Executables changed in place: an update from another graph is identified again from that
+// graph's kernel nodes; a kernel node given new parameters changes the identity by that node.
+ORION_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph,
+                                           CUgraphExecUpdateResultInfo* info) {
+    auto real = hooks::real_cuGraphExecUpdate(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(exec, graph, info);
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (result == CUDA_SUCCESS && runtime.active()) runtime.graph_instantiated(exec, graph);
+    return result;
+}
+
+ORION_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                        const CUDA_KERNEL_NODE_PARAMS_v2* params) {
+    auto real = hooks::real_cuGraphExecKernelNodeSetParams(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(exec, node, params);
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (result == CUDA_SUCCESS && runtime.active()) runtime.graph_node_changed(exec, node, params);
+    return result;
+}
+
+// The generic setter (CUDA 12.2+): its parameters are a union orion does not read, so a changed
+// executable is no longer identified (gated as an unknown graph until the GPU says it is done).
+ORION_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                               CUgraphNodeParams* params) {
+    auto real = hooks::real_cuGraphExecNodeSetParams(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(exec, node, params);
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (result == CUDA_SUCCESS && runtime.active()) runtime.graph_node_changed(exec, node, nullptr);
+    return result;
+}
+
 ORION_EXPORT CUresult cuLaunch(CUfunction f) {
     auto real = hooks::real_cuLaunch(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
@@ -483,7 +526,7 @@ ORION_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cu
         const int variant =
             (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? hooks::kPerThread
                                                                     : hooks::kLegacy;
-        *pfn = hooks::intercept(symbol, *pfn, variant);
+        *pfn = hooks::intercept(symbol, *pfn, variant, cuda_version);
     }
     return result;
 }
@@ -497,7 +540,7 @@ ORION_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_
         const int variant =
             (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? hooks::kPerThread
                                                                     : hooks::kLegacy;
-        *pfn = hooks::intercept(symbol, *pfn, variant);
+        *pfn = hooks::intercept(symbol, *pfn, variant, cuda_version);
     }
     return result;
 }
@@ -514,7 +557,7 @@ ORION_EXPORT void* dlsym(void* handle, const char* symbol) {
     if (result == nullptr || symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') {
         return result;
     }
-    return hooks::intercept(symbol, result, hooks::kLegacy);
+    return hooks::intercept(symbol, result, hooks::kLegacy, 0);
 }
 
 namespace {

@@ -26,7 +26,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //    graph timelines (TimelineNode, RunHeader::timeline_offset)
 // 5: GPU-side BE gates (RunHeader::be_gate, gate_offset, GateBlock), ClientStats::gate_waits,
 //    Reason::kGpuGate
-constexpr std::uint32_t kLayoutVersion = 5;
+// 6: ClientSlot::memory (per-client memory limit and use)
+constexpr std::uint32_t kLayoutVersion = 6;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -291,6 +292,16 @@ inline bool open_gate_if_unchanged(std::atomic<std::uint32_t>& gate, std::uint32
                                         std::memory_order_relaxed);
 }
 
+// A client's GPU memory (memory_ledger.h). `limit` is written by the controller, also while the
+// run is live (0: none); the rest by the client's allocation hooks, and `used` reset by the
+// controller when the client is gone (its allocations died with its process).
+struct alignas(64) ClientMemory {
+    std::atomic<std::uint64_t> limit;
+    std::atomic<std::uint64_t> used;     // bytes of the client's live allocations
+    std::atomic<std::uint64_t> peak;     // the most `used` has been
+    std::atomic<std::uint64_t> refused;  // allocations refused by the limit
+};
+
 struct alignas(64) ClientSlot {
     std::atomic<std::uint32_t> state;
     std::uint32_t role;
@@ -309,6 +320,7 @@ struct alignas(64) ClientSlot {
     // own, so their compare-and-swaps never invalidate the owner's launch-path line above.
     alignas(64) std::atomic<std::uint64_t> low_water;      // every seq <= low_water has finished
     alignas(64) ClientStats stats;
+    ClientMemory memory;
     alignas(64) std::atomic<std::uint64_t> trace_head;     // trace records written so far
     std::atomic<std::uint32_t> unknown_name_count;
     std::uint32_t reserved1;

@@ -227,9 +227,11 @@ void reap_dead_peers(const RunView& view, std::uint32_t self) {
         if (!client_participates(slot)) continue;
         if (process_is_gone(slot.pid.load(std::memory_order_relaxed))) {
             auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
-            slot.state.compare_exchange_strong(expected,
-                                               static_cast<std::uint32_t>(ClientState::kDead),
-                                               std::memory_order_acq_rel);
+            if (slot.state.compare_exchange_strong(expected,
+                                                   static_cast<std::uint32_t>(ClientState::kDead),
+                                                   std::memory_order_acq_rel)) {
+                slot.memory.used.store(0, std::memory_order_release);  // died with it
+            }
         }
     }
 }

@@ -10,6 +10,8 @@
 // cuFuncGetName knows it) or fake_make_library_kernel (a CUkernel passed as a function, as the
 // CUDA runtime does for library kernels: only cuKernelGetName knows it).
 #include <dlfcn.h>
+
+#include "fake_abi.h"
 #include <time.h>
 #include <unistd.h>
 
@@ -69,14 +71,6 @@ struct FakeGraph {
 };
 struct FakeExec {
     std::uint64_t duration_ns;
-};
-struct KernelNodeParams {  // CUDA_KERNEL_NODE_PARAMS_v2's layout
-    void* func;
-    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    void** kernelParams;
-    void** extra;
-    void* kern;
-    void* ctx;
 };
 std::mutex g_exec_mutex;
 std::set<void*> g_execs;  // live executables; any other handle launches FAKE_GRAPH_NS
@@ -453,6 +447,22 @@ CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long lon
 CUresult cuGraphInstantiateWithParams(void** exec, void* graph, void*) {
     return instantiate("cuGraphInstantiateWithParams", exec, graph);
 }
+__attribute__((visibility("default"))) void* fake_graph_node(void* graph, unsigned index) {
+    return &static_cast<FakeGraph*>(graph)->nodes.at(index);
+}
+// In-place changes of an executable: logged (the simulated GPU keeps the executable's duration).
+CUresult cuGraphExecUpdate_v2(void* exec, void* graph, void*) {
+    log_line("graph_exec_update nodes=" + std::to_string(static_cast<FakeGraph*>(graph)->nodes.size()));
+    return g_execs.count(exec) != 0 ? 0 : kInvalidHandle;
+}
+CUresult cuGraphExecKernelNodeSetParams_v2(void* exec, void*, const KernelNodeParams* params) {
+    log_line(std::string("graph_exec_set_kernel ") + static_cast<FakeFunction*>(params->func)->name);
+    return g_execs.count(exec) != 0 ? 0 : kInvalidHandle;
+}
+CUresult cuGraphExecNodeSetParams(void* exec, void*, void*) {
+    log_line("graph_exec_set_node");
+    return g_execs.count(exec) != 0 ? 0 : kInvalidHandle;
+}
 CUresult cuGraphExecDestroy(void* exec) {
     {
         std::lock_guard<std::mutex> lock(g_exec_mutex);
@@ -537,6 +547,92 @@ CUresult cuStreamWaitValue32(void* stream, unsigned long long address, std::uint
     return 0;
 }
 
+// Device memory: FAKE_MEM_TOTAL bytes (default 16 GiB), handed out as distinct fake addresses;
+// an allocation past what is free fails with CUDA_ERROR_OUT_OF_MEMORY (2) like the driver's.
+std::mutex g_mem_mutex;
+std::map<unsigned long long, std::uint64_t> g_allocations;  // address or handle -> bytes
+unsigned long long g_next_address = 0x700000000000ULL;
+std::uint64_t g_mem_used = 0;
+
+std::uint64_t mem_total() {
+    const char* text = std::getenv("FAKE_MEM_TOTAL");
+    return text != nullptr ? std::strtoull(text, nullptr, 10) : (16ULL << 30);
+}
+
+CUresult fake_allocate(const char* api, unsigned long long* out, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    if (g_mem_used + bytes > mem_total()) {
+        log_line(std::string("alloc_failed ") + api + " bytes=" + std::to_string(bytes));
+        return 2;
+    }
+    g_mem_used += bytes;
+    *out = g_next_address;
+    g_next_address += (bytes + 0xfff) & ~0xfffULL;
+    g_next_address += 0x1000;
+    g_allocations[*out] = bytes;
+    log_line(std::string("alloc ") + api + " bytes=" + std::to_string(bytes));
+    return 0;
+}
+
+CUresult fake_release(const char* api, unsigned long long address) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    const auto found = g_allocations.find(address);
+    if (found == g_allocations.end()) return 1;  // CUDA_ERROR_INVALID_VALUE
+    g_mem_used -= found->second;
+    log_line(std::string("free ") + api + " bytes=" + std::to_string(found->second));
+    g_allocations.erase(found);
+    return 0;
+}
+
+CUresult cuMemAlloc_v2(unsigned long long* p, size_t bytes) { return fake_allocate("cuMemAlloc", p, bytes); }
+CUresult cuMemAllocManaged(unsigned long long* p, size_t bytes, unsigned) {
+    return fake_allocate("cuMemAllocManaged", p, bytes);
+}
+CUresult cuMemAllocPitch_v2(unsigned long long* p, size_t* pitch, size_t width, size_t height,
+                            unsigned) {
+    *pitch = (width + 511) & ~size_t{511};  // rows padded to 512 bytes
+    return fake_allocate("cuMemAllocPitch", p, *pitch * height);
+}
+CUresult cuMemAllocAsync(unsigned long long* p, size_t bytes, void*) {
+    return fake_allocate("cuMemAllocAsync", p, bytes);
+}
+CUresult cuMemAllocAsync_ptsz(unsigned long long* p, size_t bytes, void*) {
+    return fake_allocate("cuMemAllocAsync_ptsz", p, bytes);
+}
+CUresult cuMemAllocFromPoolAsync(unsigned long long* p, size_t bytes, void*, void*) {
+    return fake_allocate("cuMemAllocFromPoolAsync", p, bytes);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(unsigned long long* p, size_t bytes, void*, void*) {
+    return fake_allocate("cuMemAllocFromPoolAsync_ptsz", p, bytes);
+}
+CUresult cuMemFree_v2(unsigned long long p) { return fake_release("cuMemFree", p); }
+CUresult cuMemFreeAsync(unsigned long long p, void*) { return fake_release("cuMemFreeAsync", p); }
+CUresult cuMemFreeAsync_ptsz(unsigned long long p, void*) {
+    return fake_release("cuMemFreeAsync_ptsz", p);
+}
+CUresult cuMemCreate(unsigned long long* handle, size_t bytes, const void*, unsigned long long) {
+    return fake_allocate("cuMemCreate", handle, bytes);
+}
+CUresult cuMemRelease(unsigned long long handle) { return fake_release("cuMemRelease", handle); }
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    *free_bytes = mem_total() - g_mem_used;
+    *total_bytes = mem_total();
+    return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t* bytes, int) {
+    *bytes = mem_total();
+    return 0;
+}
+// The 32-bit ABI behind the base names (what dlsym("cuMemAlloc") finds in the real driver): a
+// distinct function, so a test can tell which one a caller was handed.
+CUresult cuMemAlloc(unsigned int* p, unsigned int bytes) {
+    unsigned long long address = 0;
+    const CUresult result = fake_allocate("cuMemAlloc_v1", &address, bytes);
+    *p = static_cast<unsigned int>(address);
+    return result;
+}
+
 CUresult cuMemHostRegister(void* p, size_t bytes, unsigned int flags) {
     if (std::getenv("FAKE_NO_HOST_REGISTER") != nullptr) return 1;
     log_line("host_register bytes=" + std::to_string(bytes) + " flags=" + std::to_string(flags) +
@@ -619,6 +715,25 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuLaunchGridAsync),
     FAKE_PLAIN(cuLaunchCooperativeKernelMultiDevice),
     FAKE_PLAIN(cuLibraryUnload),
+    {"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2), reinterpret_cast<void*>(&cuMemAlloc_v2)},
+    {"cuMemAllocPitch", reinterpret_cast<void*>(&cuMemAllocPitch_v2),
+     reinterpret_cast<void*>(&cuMemAllocPitch_v2)},
+    {"cuMemFree", reinterpret_cast<void*>(&cuMemFree_v2), reinterpret_cast<void*>(&cuMemFree_v2)},
+    {"cuMemGetInfo", reinterpret_cast<void*>(&cuMemGetInfo_v2),
+     reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+    {"cuDeviceTotalMem", reinterpret_cast<void*>(&cuDeviceTotalMem_v2),
+     reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
+    FAKE_PLAIN(cuMemAllocManaged),
+    FAKE_PTSZ(cuMemAllocAsync),
+    FAKE_PTSZ(cuMemAllocFromPoolAsync),
+    FAKE_PTSZ(cuMemFreeAsync),
+    FAKE_PLAIN(cuMemCreate),
+    FAKE_PLAIN(cuMemRelease),
+    {"cuGraphExecUpdate", reinterpret_cast<void*>(&cuGraphExecUpdate_v2),
+     reinterpret_cast<void*>(&cuGraphExecUpdate_v2), 12000},
+    {"cuGraphExecKernelNodeSetParams", reinterpret_cast<void*>(&cuGraphExecKernelNodeSetParams_v2),
+     reinterpret_cast<void*>(&cuGraphExecKernelNodeSetParams_v2), 12000},
+    FAKE_SINCE(cuGraphExecNodeSetParams, 12020),
 };
 
 constexpr CUresult kNotFound = 500;

@@ -11,6 +11,8 @@
 // US microseconds; "launch NAME GRID BLOCK STREAM", "repeat N ... end", "sync STREAM" and the
 // rest are read in run() below.
 #include <dlfcn.h>
+
+#include "fake_abi.h"
 #include <signal.h>
 #include <time.h>
 
@@ -48,6 +50,10 @@ using InstantiateFlagsFn = CUresult (*)(void**, void*, unsigned long long);
 using InstantiateParamsFn = CUresult (*)(void**, void*, void*);
 using ExecDestroyFn = CUresult (*)(void*);
 using UnloadFn = CUresult (*)(void*);
+using ExecUpdateFn = CUresult (*)(void*, void*, void*);
+using NodeOfFn = void* (*)(void*, unsigned);
+using ExecSetKernelFn = CUresult (*)(void*, void*, const KernelNodeParams*);
+using ExecSetNodeFn = CUresult (*)(void*, void*, void*);
 using LegacyLaunchFn = CUresult (*)(void*);
 using LegacyGridFn = CUresult (*)(void*, int, int);
 using LegacyGridAsyncFn = CUresult (*)(void*, int, int, void*);
@@ -72,6 +78,20 @@ CUresult cuGraphExecDestroy(void*);
 CUresult cuStreamCreate(void**, unsigned);
 CUresult cuStreamCreateWithPriority(void**, unsigned, int);
 CUresult cuStreamSynchronize(void*);
+CUresult cuMemAlloc_v2(unsigned long long*, size_t);
+CUresult cuMemFree_v2(unsigned long long);
+CUresult cuMemGetInfo_v2(size_t*, size_t*);
+CUresult cuDeviceTotalMem_v2(size_t*, int);
+using MemAllocFn = CUresult (*)(unsigned long long*, size_t);
+using MemAllocManagedFn = CUresult (*)(unsigned long long*, size_t, unsigned);
+using MemAllocPitchFn = CUresult (*)(unsigned long long*, size_t*, size_t, size_t, unsigned);
+using MemAllocAsyncFn = CUresult (*)(unsigned long long*, size_t, void*);
+using MemAllocPoolFn = CUresult (*)(unsigned long long*, size_t, void*, void*);
+using MemFreeFn = CUresult (*)(unsigned long long);
+using MemFreeAsyncFn = CUresult (*)(unsigned long long, void*);
+using MemCreateFn = CUresult (*)(unsigned long long*, size_t, const void*, unsigned long long);
+using MemInfoFn = CUresult (*)(size_t*, size_t*);
+using TotalMemFn = CUresult (*)(size_t*, int);
 }
 
 namespace {
@@ -135,6 +155,84 @@ void* resolve(const char* symbol) {
     const std::uint64_t flags = g_route == "getproc_ptsz" ? 2 : 1;
     if (get(symbol, &fn, 13000, flags, &status) != 0 || status != 0) usage("lookup failed");
     return fn;
+}
+
+// A memory entry point as the route finds it: the base name through cuGetProcAddress, the
+// exported `_v2` symbol through dlsym and direct linking (cuda.h's macros do the same).
+void* resolve_memory(const std::string& base) {
+    static const std::map<std::string, std::string> kVersioned = {
+        {"cuMemAlloc", "cuMemAlloc_v2"},   {"cuMemAllocPitch", "cuMemAllocPitch_v2"},
+        {"cuMemFree", "cuMemFree_v2"},     {"cuMemGetInfo", "cuMemGetInfo_v2"},
+        {"cuDeviceTotalMem", "cuDeviceTotalMem_v2"}};
+    const auto versioned = kVersioned.find(base);
+    if (g_route == "direct") {
+        if (base == "cuMemAlloc") return reinterpret_cast<void*>(&cuMemAlloc_v2);
+        if (base == "cuMemFree") return reinterpret_cast<void*>(&cuMemFree_v2);
+        if (base == "cuMemGetInfo") return reinterpret_cast<void*>(&cuMemGetInfo_v2);
+        if (base == "cuDeviceTotalMem") return reinterpret_cast<void*>(&cuDeviceTotalMem_v2);
+        usage("no direct route for that memory symbol");
+    }
+    if (g_route == "dlsym" || g_route == "dlsym_ptsz") {
+        std::string name = versioned != kVersioned.end() ? versioned->second : base;
+        const bool has_ptsz = base == "cuMemAllocAsync" || base == "cuMemAllocFromPoolAsync" ||
+                              base == "cuMemFreeAsync";
+        if (g_route == "dlsym_ptsz" && has_ptsz) name += "_ptsz";
+        return dlsym(g_handle, name.c_str());
+    }
+    return resolve(base.c_str());
+}
+
+// Live allocations by kind, freed by "free_all" with the matching call.
+std::vector<unsigned long long> g_plain;    // cuMemAlloc, managed, pitched: cuMemFree
+std::vector<unsigned long long> g_ordered;  // stream-ordered: cuMemFreeAsync
+std::vector<unsigned long long> g_handles;  // cuMemCreate: cuMemRelease
+
+void print_rc(const std::string& what, CUresult rc) {
+    std::printf("%s rc=%d\n", what.c_str(), rc);
+    std::fflush(stdout);
+}
+
+void allocate(const std::string& kind, size_t bytes) {
+    unsigned long long out = 0;
+    CUresult rc = 1;
+    std::vector<unsigned long long>* keep = &g_plain;
+    if (kind == "mem") {
+        rc = reinterpret_cast<MemAllocFn>(resolve_memory("cuMemAlloc"))(&out, bytes);
+    } else if (kind == "managed") {
+        rc = reinterpret_cast<MemAllocManagedFn>(resolve_memory("cuMemAllocManaged"))(&out, bytes, 1);
+    } else if (kind == "pitch") {  // `bytes` wide, 2 rows
+        size_t pitch = 0;
+        rc = reinterpret_cast<MemAllocPitchFn>(resolve_memory("cuMemAllocPitch"))(&out, &pitch,
+                                                                                 bytes, 2, 4);
+    } else if (kind == "async") {
+        rc = reinterpret_cast<MemAllocAsyncFn>(resolve_memory("cuMemAllocAsync"))(&out, bytes,
+                                                                                 nullptr);
+        keep = &g_ordered;
+    } else if (kind == "pool") {
+        rc = reinterpret_cast<MemAllocPoolFn>(resolve_memory("cuMemAllocFromPoolAsync"))(
+            &out, bytes, nullptr, nullptr);
+        keep = &g_ordered;
+    } else if (kind == "vmm") {
+        rc = reinterpret_cast<MemCreateFn>(resolve_memory("cuMemCreate"))(&out, bytes, nullptr, 0);
+        keep = &g_handles;
+    } else {
+        usage("unknown allocation kind");
+    }
+    if (rc == 0) keep->push_back(out);
+    print_rc("alloc " + kind, rc);
+}
+
+void free_all() {
+    for (unsigned long long p : g_plain) reinterpret_cast<MemFreeFn>(resolve_memory("cuMemFree"))(p);
+    for (unsigned long long p : g_ordered) {
+        reinterpret_cast<MemFreeAsyncFn>(resolve_memory("cuMemFreeAsync"))(p, nullptr);
+    }
+    for (unsigned long long h : g_handles) {
+        reinterpret_cast<MemFreeFn>(resolve_memory("cuMemRelease"))(h);
+    }
+    g_plain.clear();
+    g_ordered.clear();
+    g_handles.clear();
 }
 
 void* stream_arg(const std::string& token) {
@@ -244,6 +342,41 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                 usage("graph launch failed");
             }
             pos += 3;
+        } else if (cmd == "graph_update") {  // graph_update G FROM: G's executable now runs FROM
+            need(3);
+            const char* symbol = g_route.rfind("dlsym", 0) == 0 ? "cuGraphExecUpdate_v2"
+                                                                : "cuGraphExecUpdate";
+            void* fn = g_route.rfind("dlsym", 0) == 0 ? dlsym(g_handle, symbol) : resolve(symbol);
+            if (reinterpret_cast<ExecUpdateFn>(fn)(g_execs.at(t[pos + 1]), g_graphs.at(t[pos + 2]),
+                                                   nullptr) != 0) {
+                usage("graph update failed");
+            }
+            pos += 3;
+        } else if (cmd == "graph_set") {  // graph_set EXEC G NODE FUNC GRID BLOCK: node NODE of G
+            need(7);
+            void* node = reinterpret_cast<NodeOfFn>(dlsym(g_handle, "fake_graph_node"))(
+                g_graphs.at(t[pos + 2]), std::strtoul(t[pos + 3].c_str(), nullptr, 10));
+            KernelNodeParams params{};
+            params.func = g_functions.at(t[pos + 4]);
+            params.gridDimX = std::strtoul(t[pos + 5].c_str(), nullptr, 10);
+            params.blockDimX = std::strtoul(t[pos + 6].c_str(), nullptr, 10);
+            params.gridDimY = params.gridDimZ = params.blockDimY = params.blockDimZ = 1;
+            const char* symbol = g_route.rfind("dlsym", 0) == 0 ? "cuGraphExecKernelNodeSetParams_v2"
+                                                                : "cuGraphExecKernelNodeSetParams";
+            void* fn = g_route.rfind("dlsym", 0) == 0 ? dlsym(g_handle, symbol) : resolve(symbol);
+            if (reinterpret_cast<ExecSetKernelFn>(fn)(g_execs.at(t[pos + 1]), node, &params) != 0) {
+                usage("graph node update failed");
+            }
+            pos += 7;
+        } else if (cmd == "graph_set_generic") {  // graph_set_generic EXEC G NODE
+            need(4);
+            void* node = reinterpret_cast<NodeOfFn>(dlsym(g_handle, "fake_graph_node"))(
+                g_graphs.at(t[pos + 2]), std::strtoul(t[pos + 3].c_str(), nullptr, 10));
+            if (reinterpret_cast<ExecSetNodeFn>(resolve("cuGraphExecNodeSetParams"))(
+                    g_execs.at(t[pos + 1]), node, nullptr) != 0) {
+                usage("generic node update failed");
+            }
+            pos += 4;
         } else if (cmd == "graph_destroy") {  // graph_destroy G
             need(2);
             if (reinterpret_cast<ExecDestroyFn>(resolve("cuGraphExecDestroy"))(
@@ -345,6 +478,22 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             std::printf("%s\n", t[pos + 1].c_str());
             std::fflush(stdout);
             pos += 2;
+        } else if (cmd == "alloc") {  // alloc KIND BYTES (mem, managed, pitch, async, pool, vmm)
+            need(3);
+            allocate(t[pos + 1], std::strtoull(t[pos + 2].c_str(), nullptr, 10));
+            pos += 3;
+        } else if (cmd == "free_all") {
+            free_all();
+            pos += 1;
+        } else if (cmd == "meminfo") {
+            size_t free_bytes = 0, total = 0;
+            reinterpret_cast<MemInfoFn>(resolve_memory("cuMemGetInfo"))(&free_bytes, &total);
+            size_t device_total = 0;
+            reinterpret_cast<TotalMemFn>(resolve_memory("cuDeviceTotalMem"))(&device_total, 0);
+            std::printf("meminfo free=%zu total=%zu device_total=%zu\n", free_bytes, total,
+                        device_total);
+            std::fflush(stdout);
+            pos += 1;
         } else if (cmd == "kill_self") {
             raise(SIGKILL);
             pos += 1;

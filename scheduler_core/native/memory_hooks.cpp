@@ -1,0 +1,192 @@
+// The memory entry points: every allocation route reserves its size against the client's limit
+// before the real call (memory_ledger.h), every free gives it back, and the two queries of the
+// device's memory answer with the limit as the total. Outside a run everything passes through.
+#include "client_runtime.h"
+#include "hooked_symbols.h"
+
+#define ORION_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The per-thread-default-stream variants share their base function's type.
+extern "C" decltype(::cuMemAllocAsync) cuMemAllocAsync_ptsz;
+extern "C" decltype(::cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
+extern "C" decltype(::cuMemFreeAsync) cuMemFreeAsync_ptsz;
+
+using orion::ClientRuntime;
+using orion::MemoryLedger;
+namespace hooks = orion::hooks;
+
+namespace {
+
+constexpr CUresult kNotFound = CUDA_ERROR_NOT_FOUND;
+
+// The ledger of this process's client, or nullptr outside a run.
+MemoryLedger* ledger() {
+    ClientRuntime& runtime = ClientRuntime::instance();
+    return runtime.active() ? &runtime.memory() : nullptr;
+}
+
+// Reserves `bytes`, allocates with `allocate` (which fills *pointer), records or gives back.
+template <typename Allocate>
+CUresult counted_allocation(CUdeviceptr* pointer, std::size_t bytes, Allocate allocate) {
+    MemoryLedger* account = ledger();
+    if (account == nullptr || pointer == nullptr) return allocate();
+    if (!account->reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = allocate();
+    if (result == CUDA_SUCCESS) {
+        account->record_pointer(*pointer, bytes);
+    } else {
+        account->unreserve(bytes);
+    }
+    return result;
+}
+
+CUresult alloc_async(int variant, CUdeviceptr* pointer, std::size_t bytes, CUstream stream) {
+    auto real = hooks::real_cuMemAllocAsync(variant);
+    if (real == nullptr) return kNotFound;
+    return counted_allocation(pointer, bytes, [&] { return real(pointer, bytes, stream); });
+}
+
+CUresult alloc_from_pool(int variant, CUdeviceptr* pointer, std::size_t bytes, CUmemoryPool pool,
+                         CUstream stream) {
+    auto real = hooks::real_cuMemAllocFromPoolAsync(variant);
+    if (real == nullptr) return kNotFound;
+    return counted_allocation(pointer, bytes, [&] { return real(pointer, bytes, pool, stream); });
+}
+
+CUresult free_async(int variant, CUdeviceptr pointer, CUstream stream) {
+    auto real = hooks::real_cuMemFreeAsync(variant);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pointer, stream);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->forget_pointer(pointer);
+    }
+    return result;
+}
+
+}  // namespace
+
+ORION_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* pointer, std::size_t bytes) {
+    auto real = hooks::real_cuMemAlloc(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    return counted_allocation(pointer, bytes, [&] { return real(pointer, bytes); });
+}
+
+ORION_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* pointer, std::size_t bytes,
+                                        unsigned int flags) {
+    auto real = hooks::real_cuMemAllocManaged(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    return counted_allocation(pointer, bytes, [&] { return real(pointer, bytes, flags); });
+}
+
+// The pitch (so the size) is known only after the call: the row bytes are reserved first, the
+// padding once it is known; if the padding does not fit, the allocation is freed and refused.
+ORION_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* pointer, std::size_t* pitch,
+                                         std::size_t width, std::size_t height,
+                                         unsigned int element_bytes) {
+    auto real = hooks::real_cuMemAllocPitch(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    MemoryLedger* account = ledger();
+    if (account == nullptr || pointer == nullptr || pitch == nullptr) {
+        return real(pointer, pitch, width, height, element_bytes);
+    }
+    const std::size_t rows = width * height;
+    if (!account->reserve(rows)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = real(pointer, pitch, width, height, element_bytes);
+    if (result != CUDA_SUCCESS) {
+        account->unreserve(rows);
+        return result;
+    }
+    const std::size_t actual = *pitch * height;
+    if (actual > rows && !account->reserve(actual - rows)) {
+        if (auto release = hooks::real_cuMemFree(hooks::kLegacy)) release(*pointer);
+        account->unreserve(rows);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    account->record_pointer(*pointer, actual > rows ? actual : rows);
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* pointer, std::size_t bytes, CUstream stream) {
+    return alloc_async(hooks::kLegacy, pointer, bytes, stream);
+}
+
+ORION_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* pointer, std::size_t bytes,
+                                           CUstream stream) {
+    return alloc_async(hooks::kPerThread, pointer, bytes, stream);
+}
+
+ORION_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* pointer, std::size_t bytes,
+                                              CUmemoryPool pool, CUstream stream) {
+    return alloc_from_pool(hooks::kLegacy, pointer, bytes, pool, stream);
+}
+
+ORION_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* pointer, std::size_t bytes,
+                                                   CUmemoryPool pool, CUstream stream) {
+    return alloc_from_pool(hooks::kPerThread, pointer, bytes, pool, stream);
+}
+
+ORION_EXPORT CUresult cuMemFree_v2(CUdeviceptr pointer) {
+    auto real = hooks::real_cuMemFree(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pointer);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->forget_pointer(pointer);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemFreeAsync(CUdeviceptr pointer, CUstream stream) {
+    return free_async(hooks::kLegacy, pointer, stream);
+}
+
+ORION_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr pointer, CUstream stream) {
+    return free_async(hooks::kPerThread, pointer, stream);
+}
+
+// The virtual-memory API: physical memory is made by cuMemCreate (mapping it takes none).
+ORION_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
+                                  const CUmemAllocationProp* prop,
+                                  unsigned long long flags) {  // NOLINT(google-runtime-int)
+    auto real = hooks::real_cuMemCreate(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    MemoryLedger* account = ledger();
+    if (account == nullptr || handle == nullptr) return real(handle, bytes, prop, flags);
+    if (!account->reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = real(handle, bytes, prop, flags);
+    if (result == CUDA_SUCCESS) {
+        account->record_handle(*handle, bytes);
+    } else {
+        account->unreserve(bytes);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    auto real = hooks::real_cuMemRelease(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(handle);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->forget_handle(handle);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total_bytes) {
+    auto real = hooks::real_cuMemGetInfo(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(free_bytes, total_bytes);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->adjust_info(free_bytes, total_bytes);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
+    auto real = hooks::real_cuDeviceTotalMem(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(bytes, device);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->adjust_total(bytes);
+    }
+    return result;
+}

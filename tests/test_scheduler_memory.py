@@ -1,0 +1,152 @@
+"""Per-client GPU memory limits in the preload library, against the stand-in driver (CPU only).
+
+What users rely on: every allocation route counts against the client's limit, an allocation that
+would pass it fails with CUDA's out-of-memory error without reaching the driver, the client sees
+its limit as the device's memory, frees give memory back, a limit changed while the client runs
+holds from its next allocation, and a killed client's use goes back to zero.
+"""
+
+from __future__ import annotations
+
+import pytest
+from native_harness import Harness, build_harness, read_log
+
+from orion_common.errors import OrionError
+from scheduler_core import SchedulerRun, SchedulerSettings
+
+GIB = 1 << 30
+OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
+# One allocation of every kind; the pitched one is 1000 bytes wide and 2 rows, which the
+# stand-in pads to 1024-byte rows: 2048 bytes.
+EVERY_KIND = (
+    "alloc mem 1000 alloc managed 2000 alloc pitch 1000 alloc async 3000 alloc pool 4000 "
+    "alloc vmm 5000"
+)
+EVERY_KIND_BYTES = 1000 + 2000 + 2048 + 3000 + 4000 + 5000
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda_memory"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+def settings(policy: str = "orion") -> SchedulerSettings:
+    return SchedulerSettings(
+        policy=policy, sm_count=132, queue_limit_ns=1_000_000, unknown_duration_ns=1_000_000
+    )
+
+
+def run_client(harness, tmp_path, script: str, limit: int | None, env=None) -> tuple[str, dict]:
+    """Runs ``script`` as the run's only client with ``limit``; returns its stdout and stats."""
+    with SchedulerRun(settings()) as run:
+        index = run.add_client("job", "be", memory_limit=limit)
+        run.publish()
+        result = harness.run(
+            script, env={**run.client_environment(index), **(env or {})}, log=tmp_path / "job.log"
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout, run.stats()["job"]
+
+
+def return_codes(stdout: str) -> list[int]:
+    return [int(line.rsplit("rc=", 1)[1]) for line in stdout.splitlines() if " rc=" in line]
+
+
+@pytest.mark.parametrize("route", ["getproc", "getproc_ptsz", "dlsym", "dlsym_ptsz"])
+def test_every_allocation_route_is_counted_and_freed(harness, tmp_path, route):
+    stdout, stats = run_client(harness, tmp_path, f"route {route} {EVERY_KIND} free_all", None)
+    assert return_codes(stdout) == [0] * 6
+    assert stats["memory_peak"] == EVERY_KIND_BYTES
+    assert stats["memory_used"] == 0  # every free gave its size back
+    assert stats["allocations_refused"] == 0
+
+
+def test_a_directly_linked_program_is_counted(harness, tmp_path):
+    stdout, stats = run_client(harness, tmp_path, "route direct alloc mem 4096", None)
+    assert return_codes(stdout) == [0]
+    assert stats["memory_peak"] == 4096
+    assert stats["memory_used"] == 0  # back to zero when the process exited
+
+
+def test_the_limit_refuses_exactly_past_the_boundary(harness, tmp_path):
+    script = (
+        "alloc mem 6000 alloc async 4000 alloc vmm 1 "  # 10000 reached exactly; then 1 too many
+        "free_all alloc pool 10000 alloc managed 1 alloc pitch 1"
+    )
+    stdout, stats = run_client(harness, tmp_path, script, 10_000)
+    assert return_codes(stdout) == [0, 0, OUT_OF_MEMORY, 0, OUT_OF_MEMORY, OUT_OF_MEMORY]
+    assert stats["allocations_refused"] == 3
+    assert stats["memory_peak"] == 10_000  # never past the limit
+    # A refused allocation never reached the driver.
+    driver_allocs = [e for e in read_log(tmp_path / "job.log") if e.kind == "alloc"]
+    assert [e.fields[1] for e in driver_allocs] == ["bytes=6000", "bytes=4000", "bytes=10000"]
+
+
+def test_padding_that_does_not_fit_refuses_a_pitched_allocation(harness, tmp_path):
+    # 2000 bytes of rows fit a 2040-byte limit; the 2048 bytes the driver pads them to do not.
+    stdout, stats = run_client(harness, tmp_path, "alloc pitch 1000 meminfo", 2040)
+    assert return_codes(stdout) == [OUT_OF_MEMORY]
+    assert stats["memory_peak"] == 2000  # the rows, until the padding was refused
+    assert "free cuMemFree bytes=2048" in (tmp_path / "job.log").read_text()  # given back
+
+
+def test_the_client_sees_its_limit_as_the_devices_memory(harness, tmp_path):
+    env = {"FAKE_MEM_TOTAL": str(16 * GIB)}
+    stdout, _ = run_client(harness, tmp_path, f"alloc mem {GIB} meminfo", 4 * GIB, env)
+    assert f"meminfo free={3 * GIB} total={4 * GIB} device_total={4 * GIB}" in stdout
+    stdout, _ = run_client(harness, tmp_path, f"alloc mem {GIB} meminfo", None, env)
+    assert f"meminfo free={15 * GIB} total={16 * GIB} device_total={16 * GIB}" in stdout
+
+
+def test_free_memory_is_the_smaller_of_the_devices_and_the_limits(harness, tmp_path):
+    # Another process holds most of the device: what is really free is less than the limit.
+    env = {"FAKE_MEM_TOTAL": str(2 * GIB)}
+    stdout, _ = run_client(harness, tmp_path, f"alloc mem {GIB} meminfo", 4 * GIB, env)
+    assert f"meminfo free={GIB} total={2 * GIB} device_total={2 * GIB}" in stdout
+
+
+def test_a_limit_changed_while_the_client_runs_holds_from_its_next_allocation(harness, tmp_path):
+    with SchedulerRun(settings()) as run:
+        index = run.add_client("job", "be", memory_limit=10_000)
+        run.publish()
+        process = harness.start(
+            "alloc mem 6000 say lowered? sleep 400000 alloc mem 1000 free_all alloc mem 4000",
+            env=run.client_environment(index),
+            log=tmp_path / "job.log",
+        )
+        assert process.stdout.readline().strip() == "alloc mem rc=0"
+        run.set_memory_limit(index, 5000)  # below what it holds: nothing is freed
+        assert process.stdout.readline().strip() == "lowered?"
+        assert run.stats()["job"]["memory_used"] == 6000
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        stats = run.stats()["job"]
+    assert return_codes(out) == [OUT_OF_MEMORY, 0]
+    assert (stats["memory_limit"], stats["memory_peak"]) == (5000, 6000)
+
+
+def test_a_killed_clients_use_goes_back_to_zero(harness, tmp_path):
+    with SchedulerRun(settings()) as run:
+        index = run.add_client("job", "be", memory_limit=GIB)
+        run.publish()
+        result = harness.run(
+            "alloc mem 5000 kill_self", env=run.client_environment(index), log=tmp_path / "j.log"
+        )
+        assert result.returncode != 0
+        assert run.stats()["job"]["memory_used"] == 5000  # its slot still says so ...
+        run.mark_gone(index, crashed=True)  # ... until the controller sees it gone
+        assert run.stats()["job"]["memory_used"] == 0
+
+
+def test_without_a_run_allocations_pass_through(harness, tmp_path):
+    result = harness.run(f"alloc mem {GIB} meminfo", env={"FAKE_MEM_TOTAL": str(2 * GIB)})
+    assert result.returncode == 0, result.stderr
+    assert f"meminfo free={GIB} total={2 * GIB}" in result.stdout
+
+
+def test_a_memory_limit_must_be_positive():
+    with SchedulerRun(settings()) as run, pytest.raises(OrionError, match="at least 1 byte"):
+        run.add_client("job", "be", memory_limit=0)
