@@ -20,6 +20,9 @@ that clock and thermal drift hit every variant alike:
   gate wait (`cuStreamWaitValue32`) before the launch whenever the work since the stream's last
   one would pass the queue limit. The empty kernel is unprofiled, so it counts as the unknown
   duration (= the 100 us queue limit here): a wait before every launch, the worst case.
+- `quota client`: a client under policy `quota` with a GPU-time cap: the same launch path as
+  `orion BE gpu-gate` (GPU time is counted by the controller's gate keeper from GPU-written
+  completions, not on the launch path), with the keeper counting and granting while it runs.
 
 Each variant runs on two streams (`--streams`): `own`, a stream the program created, and `legacy`,
 the legacy default stream, which is where PyTorch launches unless told otherwise. On the legacy
@@ -60,6 +63,7 @@ VARIANTS = (
     "orion HP gpu-write",
     "orion BE cpu-gate",
     "orion BE gpu-gate",
+    "quota client",
 )
 STREAMS = ("own", "legacy")
 # The variants that run in a scheduler run: (policy, role, hp_completion, be_gate).
@@ -69,6 +73,7 @@ RUN_VARIANTS = {
     "orion HP gpu-write": ("orion", "hp", "gpu-write", "cpu"),
     "orion BE cpu-gate": ("orion", "be", "estimate", "cpu"),
     "orion BE gpu-gate": ("orion", "be", "estimate", "gpu"),
+    "quota client": ("quota", "be", "estimate", "gpu"),
 }
 # What launch_overhead.json keeps of each run variant's first client (proof of what it did).
 STAT_KEYS = (
@@ -176,7 +181,9 @@ def main() -> int:
             run = stack.enter_context(SchedulerRun(settings(policy, hp_completion, be_gate)))
             # One slot per process: a slot is owned by the first process that joins it.
             processes = args.repeats * len(args.streams)
-            indices = [run.add_client(f"r{i}", role) for i in range(processes)]
+            # The quota client is capped at 0.9 of the GPU: the keeper counts and grants.
+            share = {"max_util": 0.9} if policy == "quota" else {}
+            indices = [run.add_client(f"r{i}", role, **share) for i in range(processes)]
             run.publish()
             runs[variant] = (run, iter(indices))
         for _ in range(args.repeats):

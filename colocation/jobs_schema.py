@@ -32,7 +32,7 @@ from colocation.jobs_fields import (
     resolve_path,
     show,
 )
-from colocation.policies import POLICIES, POLICY_NAMES, Policy
+from colocation.policies import POLICIES, POLICY_NAMES, SHARE_POLICIES, Policy
 from orion_common.errors import OrionError
 from orion_common.sizes import parse_size
 from scheduler_core.run_state import DEFAULT_BE_GATE
@@ -68,6 +68,8 @@ class RunConfig(StrictModel):
     # admits the work) or "cpu" (in the program's launching thread, which stops, so its GPU queue
     # drains).
     be_gate: Literal["cpu", "gpu"] = DEFAULT_BE_GATE
+    # The sliding window over which clients' min_util / max_util shares of GPU time hold.
+    quota_window_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     gpu: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("policy")
@@ -102,6 +104,10 @@ class ClientConfig(StrictModel):
     """Serve inference by replaying the step captured once as a CUDA graph."""
     sm_percent: Annotated[int, Field(ge=1, le=100)] | None = None
     """Percent of the SMs this client may use (policy ``mps-share``; default all)."""
+    min_util: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Share of GPU time promised when the client has work (over run.quota_window_s)."""
+    max_util: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """Share of GPU time the client never exceeds."""
     memory_limit: int | None = None
     """Bytes of GPU memory this client may allocate (``"4GiB"`` in the file); None: no limit.
     Enforced by the preload library, which every policy loads; checked against the GPU's memory
@@ -214,6 +220,58 @@ class JobsConfig(StrictModel):
         return self.model_dump(mode="json")
 
 
+def _share_problems(
+    run: Mapping[str, Any], clients: list[tuple[int, Mapping[str, Any]]], policy: Policy | None
+) -> list[Problem]:
+    """GPU-time shares that cannot hold together or cannot be enforced."""
+    problems: list[Problem] = []
+    shared: list[tuple[int, str]] = []  # (client index, the share field it sets)
+    total_min = 0.0
+    for i, client in clients:
+        low, high = client.get("min_util", 0.0), client.get("max_util", 1.0)
+        if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+            continue
+        total_min += low
+        if low > high:
+            problems.append(
+                Problem(f"clients[{i}].min_util", f"{low:g} is above its max_util {high:g}")
+            )
+        if low != 0.0:
+            shared.append((i, "min_util"))
+        elif high != 1.0:
+            shared.append((i, "max_util"))
+    if total_min > 1.0 + 1e-9:
+        problems.append(
+            Problem("clients", f"min_util adds up to {total_min:g} over the clients; at most 1")
+        )
+    if not shared or policy is None:
+        return problems
+    roles = {i: client.get("role") for i, client in clients}
+    if policy.native_policy not in SHARE_POLICIES:
+        allowed = ", ".join(p.name for p in POLICIES.values() if p.native_policy in SHARE_POLICIES)
+        i, field = shared[0]
+        problems.append(
+            Problem(
+                f"clients[{i}].{field}",
+                f"policy {policy.name!r} cannot hold work back; GPU-time shares apply under "
+                f"{allowed}",
+            )
+        )
+    elif run.get("be_gate", DEFAULT_BE_GATE) != "gpu":
+        problems.append(Problem("run.be_gate", "GPU-time shares are held on the GPU: use 'gpu'"))
+    elif policy.native_policy != "quota":
+        for i, field in shared:
+            if roles.get(i) == "hp":
+                problems.append(
+                    Problem(
+                        f"clients[{i}].{field}",
+                        f"policy {policy.name!r} never holds HP work back; GPU-time shares "
+                        "apply to BE clients here (every client under policy 'quota')",
+                    )
+                )
+    return problems
+
+
 # --------------------------------------------------------------------------------------------
 # workload registry (cheap to import: no framework is loaded)
 
@@ -320,6 +378,8 @@ def cross_field_problems(data: Any) -> list[Problem]:
                 f"policy {policy.name!r} needs exactly one client with role 'hp' (got none)",
             )
         )
+
+    problems += _share_problems(run, clients, policy)
 
     if policy is not None and not policy.sm_partitions:
         for i, client in clients:

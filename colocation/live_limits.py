@@ -32,8 +32,8 @@ from orion_common.run_format import (
 class LimitChange:
     client: str
     field: str
-    old: int | None
-    new: int | None
+    old: float | None
+    new: float | None
     in_use: int
     time_s: float
 
@@ -63,16 +63,19 @@ def _live_record(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def _check_client(data: dict[str, Any], client: str) -> None:
+    names = [entry.get("name") for entry in data.get("clients", [])]
+    if client not in names:
+        known = ", ".join(map(str, names))
+        raise OrionError(f"no client {client!r} in this run (clients: {known})")
+
+
 def change_memory_limit(run_dir: Path, client: str, limit: int | None) -> LimitChange:
     """Sets ``client``'s memory limit (bytes; None: none) in the live run at ``run_dir``."""
     from scheduler_core import LiveRun
 
     data = _live_record(run_dir)
-    names = [entry.get("name") for entry in data.get("clients", [])]
-    if client not in names:
-        raise OrionError(
-            f"no client {client!r} in this run (clients: {', '.join(map(str, names))})"
-        )
+    _check_client(data, client)
     scheduler = data["scheduler"]
     with LiveRun(str(scheduler["shm"])) as run:
         index = run.client_index(client)
@@ -82,6 +85,55 @@ def change_memory_limit(run_dir: Path, client: str, limit: int | None) -> LimitC
     change = LimitChange(client, "memory_limit", old or None, limit, in_use, clock.now())
     _append(run_dir / LIMITS_TABLE, change)
     return change
+
+
+def change_shares(
+    run_dir: Path, client: str, min_util: float | None, max_util: float | None
+) -> list[LimitChange]:
+    """Sets ``client``'s GPU-time shares (None: unchanged) in the live run at ``run_dir``; the
+    gate keeper applies them at its next pass. Checked against the other clients' promises."""
+    from scheduler_core import LiveRun
+
+    data = _live_record(run_dir)
+    _check_client(data, client)
+    role = next(e.get("role") for e in data.get("clients", []) if e.get("name") == client)
+    if role == "hp" and data.get("policy") != "quota":
+        raise OrionError(
+            f"policy {data.get('policy')!r} never holds HP work back; GPU-time shares apply to "
+            "BE clients (every client under policy 'quota')"
+        )
+    for name, value in (("--min-util", min_util), ("--max-util", max_util)):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
+    scheduler = data["scheduler"]
+    with LiveRun(str(scheduler["shm"])) as run:
+        if not run.quotas_enforced():
+            raise OrionError(
+                f"{run_dir}: the run was started without GPU-time shares (no client had "
+                "min_util or max_util, and its policy is not 'quota'), so nothing enforces them"
+            )
+        index = run.client_index(client)
+        old_min, old_max = run.quota(index)
+        new_min = old_min if min_util is None else min_util
+        new_max = old_max if max_util is None else max_util
+        if new_min > new_max:
+            raise OrionError(f"min_util {new_min:g} would be above max_util {new_max:g}")
+        clients = len(data.get("clients", []))
+        others = sum(run.quota(i)[0] for i in range(clients) if i != index)
+        if others + new_min > 1.0 + 1e-9:
+            raise OrionError(
+                f"min_util would add up to {others + new_min:g} over the clients; at most 1"
+            )
+        run.set_quota(index, new_min, new_max)
+    now = RunClock(int(scheduler.get("clock_origin_ns", 0))).now()
+    changes = [
+        LimitChange(client, field, old, new, 0, now)
+        for field, old, new in (("min_util", old_min, new_min), ("max_util", old_max, new_max))
+        if old != new
+    ]
+    for change in changes:
+        _append(run_dir / LIMITS_TABLE, change)
+    return changes
 
 
 def _append(path: Path, change: LimitChange) -> None:

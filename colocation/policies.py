@@ -12,7 +12,7 @@ from typing import Literal
 
 from orion_common.errors import OrionError
 
-NativePolicy = Literal["passthrough", "priority", "reef", "orion"]
+NativePolicy = Literal["passthrough", "priority", "reef", "orion", "quota"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,24 @@ _POLICY_LIST: tuple[Policy, ...] = (
         hp_stream_priority_by_client=False,
         sequential=False,
     ),
+    Policy(
+        name="quota",
+        description=(
+            "MPS; every client a peer, GPU time granted one client at a time by min_util "
+            "(promised) and max_util (cap) shares, the rest to whoever has work"
+        ),
+        uses_mps=True,
+        native_policy="quota",
+        needs_hp=False,
+        needs_profiles=False,
+        hp_stream_priority_by_client=False,
+        sequential=False,
+    ),
 )
+
+SHARE_POLICIES = ("quota", "priority", "reef", "orion")
+"""Native policies under which a client's GPU-time shares (min_util, max_util) are enforced:
+the preload library can hold work back there (under quota every client's, otherwise BE's)."""
 
 POLICIES: dict[str, Policy] = {policy.name: policy for policy in _POLICY_LIST}
 """Every policy by name, in the order they are documented (reference first)."""

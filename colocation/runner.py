@@ -221,7 +221,12 @@ class _Runner:
             kernels = kernel_identity_table(profile) if profile is not None else None
             # bytes (None: no limit); the preload library counts the client's allocations
             index = self.scheduler.add_client(
-                client.name, client.role, kernels, memory_limit=client.memory_limit
+                client.name,
+                client.role,
+                kernels,
+                memory_limit=client.memory_limit,
+                min_util=client.min_util,
+                max_util=client.max_util,
             )
             if profile is not None and is_graph_profile(profile):
                 # The graph launches as a unit: the library finds it by its kernel nodes.

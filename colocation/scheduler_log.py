@@ -31,6 +31,13 @@ class SchedulerRecorder:
         self._memory = CsvTable(
             run_dir / run_format.MEMORY_TABLE, run_format.column_names(run_format.MEMORY_COLUMNS)
         )
+        settings = scheduler.settings
+        self._shares: CsvTable | None = None
+        if getattr(settings, "quotas", False) or settings.policy == "quota":
+            self._shares = CsvTable(
+                run_dir / run_format.SHARES_TABLE,
+                run_format.column_names(run_format.SHARE_COLUMNS),
+            )
 
     def _seconds(self, value: Any) -> float | None:
         return self._clock.seconds(int(value)) if value else None
@@ -58,11 +65,22 @@ class SchedulerRecorder:
         return len(records)
 
     def sample_memory(self) -> None:
-        """Append each client's GPU memory in use and its limit now (memory.csv)."""
+        """Append each client's GPU memory in use and its limit now (memory.csv), and in runs
+        with GPU-time shares its share of the last window (shares.csv)."""
         now = self._clock.now()
         for client, stats in self._scheduler.stats().items():
             if client.startswith("_") or "memory_used" not in stats:
                 continue
+            if self._shares is not None:
+                self._shares.append(
+                    (
+                        round(now, 6),
+                        client,
+                        round(float(stats.get("gpu_share", 0.0)), 6),
+                        float(stats.get("min_util", 0.0)),
+                        float(stats.get("max_util", 1.0)),
+                    )
+                )
             limit = stats.get("memory_limit") or None
             self._memory.append(
                 (
@@ -74,6 +92,8 @@ class SchedulerRecorder:
                 )
             )
         self._memory.flush()
+        if self._shares is not None:
+            self._shares.flush()
 
     def write_stats(self) -> None:
         stats = self._scheduler.stats()
@@ -98,3 +118,5 @@ class SchedulerRecorder:
         if self._trace is not None:
             self._trace.close()
         self._memory.close()
+        if self._shares is not None:
+            self._shares.close()

@@ -25,31 +25,59 @@ def quota_command(
             show_default=False,
         ),
     ] = None,
+    max_util: Annotated[
+        float | None,
+        typer.Option(
+            "--max-util",
+            help="New cap on the client's share of GPU time (0-1) over the run's quota window.",
+            show_default=False,
+        ),
+    ] = None,
+    min_util: Annotated[
+        float | None,
+        typer.Option(
+            "--min-util",
+            help="New share of GPU time (0-1) promised to the client when it has work.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Change a running client's limits; it obeys from its next allocation.
+    """Change a running client's limits: memory from its next allocation, GPU-time shares
+    within a millisecond (the run must have started with shares, or under policy quota).
 
     Lowering a memory limit below what the client holds frees nothing: its new allocations fail
     (CUDA out of memory) until it is back under. Each change is appended to the run
     directory's limits.csv with its time on the run clock.
     """
-    from colocation.live_limits import change_memory_limit
+    from colocation.live_limits import change_memory_limit, change_shares
     from orion_common.sizes import format_size, parse_size
 
-    if memory_limit is None:
-        raise typer.BadParameter("give a limit to change", param_hint="--memory-limit")
-    if memory_limit.strip().lower() == "none":
-        limit = None
-    else:
+    if memory_limit is None and max_util is None and min_util is None:
+        raise typer.BadParameter(
+            "give at least one of --memory-limit, --max-util, --min-util", param_hint="options"
+        )
+    limit: int | None = None
+    if memory_limit is not None and memory_limit.strip().lower() != "none":
         try:
             limit = parse_size(memory_limit)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--memory-limit") from None
-    change = change_memory_limit(run_dir, client, limit)
+    for name, value in (("--max-util", max_util), ("--min-util", min_util)):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise typer.BadParameter(f"must be between 0 and 1 (got {value:g})", param_hint=name)
+    if max_util is not None or min_util is not None:
+        for share in change_shares(run_dir, client, min_util, max_util):
+            console.print(
+                f"{client}: {share.field} {share.old:g} -> {share.new:g} "
+                f"at run time {share.time_s:.3f} s"
+            )
+    if memory_limit is not None:
+        change = change_memory_limit(run_dir, client, limit)
 
-    def shown(value: int | None) -> str:
-        return "none" if value is None else format_size(value)
+        def shown(value: float | None) -> str:
+            return "none" if value is None else format_size(int(value))
 
-    console.print(
-        f"{client}: memory limit {shown(change.old)} -> {shown(change.new)} "
-        f"(in use {format_size(change.in_use)}) at run time {change.time_s:.3f} s"
-    )
+        console.print(
+            f"{client}: memory limit {shown(change.old)} -> {shown(change.new)} "
+            f"(in use {format_size(change.in_use)}) at run time {change.time_s:.3f} s"
+        )

@@ -36,6 +36,7 @@ GPU_TABLE = "gpu.csv"
 TRACE_TABLE = "trace.csv"
 SCHEDULER_JSON = "scheduler.json"
 MEMORY_TABLE = "memory.csv"
+SHARES_TABLE = "shares.csv"
 LIMITS_TABLE = "limits.csv"
 
 TABLE_ROWS_KEY = "table_rows"
@@ -122,6 +123,16 @@ MEMORY_COLUMNS: tuple[Column, ...] = (
     Column("used_bytes", "int"),
     Column("limit_bytes", "float"),
     Column("refused", "int"),
+)
+# shares.csv: each client's share of GPU time over the last quota window as the gate keeper
+# measures it (the time it had work on the GPU), with the min/max shares in force; sampled about
+# every 0.5 s in runs with GPU-time shares (policy quota, or min_util / max_util set).
+SHARE_COLUMNS: tuple[Column, ...] = (
+    Column("time_s", "float"),
+    Column("client", "str"),
+    Column("gpu_share", "float"),
+    Column("min_util", "float"),
+    Column("max_util", "float"),
 )
 # limits.csv: limits changed while the run was live (`orion quota`), times on the run clock;
 # old/new empty for "no limit", in_use what the client held when it changed.

@@ -24,7 +24,7 @@ from orion_common.run_format import RAW_TRACE_COLUMN_NAMES as TRACE_COLUMNS
 from scheduler_core.library import native_module, preload_library_path, with_preload
 from scheduler_core.thresholds import DEFAULT_STALE_NS
 
-NATIVE_POLICIES = ("passthrough", "priority", "reef", "orion")
+NATIVE_POLICIES = ("passthrough", "priority", "reef", "orion", "quota")
 """What the preload library enforces (``SchedulerSettings.policy``); not the user-facing policies
 of :mod:`colocation.policies`, each of which maps to one of these (``Policy.native_policy``)."""
 ROLES = ("hp", "be")
@@ -87,12 +87,18 @@ class SchedulerSettings:
     trace_capacity: int = 0  # records per client kept between two reads; 0 = no trace
     hp_completion: str = "estimate"  # one of HP_COMPLETION_MODES
     be_gate: str = DEFAULT_BE_GATE  # one of BE_GATES
+    # GPU-time shares (min_util / max_util) are enforced by the gate keeper over a sliding window
+    # of this length; `quotas` says some client has one (always so under policy "quota").
+    quotas: bool = False
+    quota_window_ns: int = 1_000_000_000
 
     @property
     def holds_be_on_gpu(self) -> bool:
-        """BE launches are held on the GPU: a gating policy with ``be_gate`` "gpu" (the run then
-        has a gate keeper)."""
-        return self.be_gate == "gpu" and self.policy in ("reef", "orion")
+        """Work is held on the GPU (the run then has a gate keeper): ``be_gate`` "gpu" under a
+        gating policy, or with GPU-time shares under any policy but passthrough."""
+        gating = self.policy in ("reef", "orion", "quota")
+        shares = self.quotas and self.policy != "passthrough"
+        return self.be_gate == "gpu" and (gating or shares)
 
     def __post_init__(self) -> None:
         if self.policy not in NATIVE_POLICIES:
@@ -107,11 +113,29 @@ class SchedulerSettings:
             )
         if self.be_gate not in BE_GATES:
             raise OrionError(f"be_gate must be one of {', '.join(BE_GATES)} (got {self.be_gate!r})")
+        if self.quota_window_ns < 1:
+            raise OrionError(f"quota_window_ns must be positive (got {self.quota_window_ns})")
+        if (self.quotas or self.policy == "quota") and self.be_gate != "gpu":
+            raise OrionError("GPU-time shares are enforced on the GPU: they need be_gate 'gpu'")
+        if self.quotas and self.policy == "passthrough":
+            raise OrionError(
+                "GPU-time shares need a policy that holds work back (quota, priority, reef, orion)"
+            )
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
         for name in ("queue_limit_ns", "unknown_duration_ns", "stale_ns", "trace_capacity"):
             if getattr(self, name) < 0:
                 raise OrionError(f"{name} must not be negative (got {getattr(self, name)})")
+
+
+def set_quota(run: Any, index: int, min_util: float, max_util: float) -> None:
+    """Writes client ``index``'s GPU-time shares into ``run``'s shared state, checked first."""
+    for name, value in (("min_util", min_util), ("max_util", max_util)):
+        if not 0.0 <= value <= 1.0:
+            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
+    if min_util > max_util:
+        raise OrionError(f"min_util {min_util:g} is above max_util {max_util:g}")
+    run.set_quota(index, float(min_util), float(max_util))
 
 
 def remove_stale_runs() -> list[str]:
@@ -158,6 +182,8 @@ class SchedulerRun:
                 settings.trace_capacity,
                 settings.hp_completion,
                 settings.be_gate,
+                settings.quotas or settings.policy == "quota",
+                settings.quota_window_ns,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None
@@ -175,9 +201,13 @@ class SchedulerRun:
         role: str,
         kernels: pd.DataFrame | None = None,
         memory_limit: int | None = None,
+        min_util: float = 0.0,
+        max_util: float = 1.0,
     ) -> int:
         """Registers a client; ``kernels`` is its kernel identity table (postprocess);
-        ``memory_limit`` caps the bytes its allocations may hold (None: no limit)."""
+        ``memory_limit`` caps the bytes its allocations may hold (None: no limit); ``min_util``
+        and ``max_util`` are its promised and capped shares of GPU time (the run's settings must
+        say ``quotas`` for a share other than 0-1 to be enforced)."""
         if role not in ROLES:
             raise OrionError(f"client role must be 'hp' or 'be' (got {role!r})")
         try:
@@ -186,6 +216,8 @@ class SchedulerRun:
             raise OrionError(f"cannot add client {name!r}: {error}") from None
         if memory_limit is not None:
             self.set_memory_limit(index, memory_limit)
+        if (min_util, max_util) != (0.0, 1.0):
+            self.set_quota(index, min_util, max_util)
         names: dict[int, str] = {}
         if kernels is not None and not kernels.empty:
             names = self._load_kernels(index, name, kernels)
@@ -301,6 +333,11 @@ class SchedulerRun:
             raise OrionError(f"a memory limit must be at least 1 byte (got {limit})")
         self._run.set_memory_limit(index, 0 if limit is None else int(limit))
 
+    def set_quota(self, index: int, min_util: float, max_util: float) -> None:
+        """Client ``index``'s shares of GPU time (fractions of the quota window), also while the
+        run is live: the gate keeper applies them at its next pass (within a millisecond)."""
+        set_quota(self._run, index, min_util, max_util)
+
     def mark_gone(self, index: int, crashed: bool) -> None:
         """The controller saw client ``index`` end: nobody waits on its launches any more."""
         self._run.mark_gone(index, crashed)
@@ -376,6 +413,19 @@ class LiveRun:
         """(bytes in use, limit in bytes or 0 for none) of client ``index``."""
         stats = self._run.client_stats(index)
         return int(stats["memory_used"]), int(stats["memory_limit"])
+
+    def quota(self, index: int) -> tuple[float, float]:
+        """(min_util, max_util) of client ``index``."""
+        stats = self._run.client_stats(index)
+        return float(stats["min_util"]), float(stats["max_util"])
+
+    def quotas_enforced(self) -> bool:
+        """Whether the run was started with GPU-time shares (only then a keeper applies them)."""
+        return bool(self._run.quotas) or self._run.policy == "quota"
+
+    def set_quota(self, index: int, min_util: float, max_util: float) -> None:
+        """As :meth:`SchedulerRun.set_quota`."""
+        set_quota(self._run, index, min_util, max_util)
 
     def set_memory_limit(self, index: int, limit: int | None) -> None:
         """As :meth:`SchedulerRun.set_memory_limit`."""

@@ -18,21 +18,19 @@ runner = CliRunner()
 GIB = 1 << 30
 
 
-@pytest.fixture
-def live_run(tmp_path: Path):
-    """A published run with one client "be" (limit 10,000 bytes) and the run directory that
-    `orion colocate` writes for it while it runs."""
-    settings = SchedulerSettings("orion", 132, 1_000_000, 1_000_000)
+def live(tmp_path: Path, settings: SchedulerSettings, **be_shares):
+    """A published run with clients "hp" and "be" (limit 10,000 bytes) and the run directory
+    that `orion colocate` writes for it while it runs."""
     with SchedulerRun(settings) as run:
         run.add_client("hp", "hp")
-        run.add_client("be", "be", memory_limit=10_000)
+        run.add_client("be", "be", memory_limit=10_000, **be_shares)
         run.publish()
         run_dir = tmp_path / "orion-20261123-120000"
         run_dir.mkdir()
         record = {
             "status": "running",
             "policy": "orion",
-            "clients": [{"name": "hp"}, {"name": "be"}],
+            "clients": [{"name": "hp", "role": "hp"}, {"name": "be", "role": "be"}],
             "scheduler": {
                 "shm": run.name,
                 "controller_pid": os.getpid(),
@@ -41,6 +39,17 @@ def live_run(tmp_path: Path):
         }
         (run_dir / "run.json").write_text(json.dumps(record))
         yield run, run_dir
+
+
+@pytest.fixture
+def live_run(tmp_path: Path):
+    yield from live(tmp_path, SchedulerSettings("orion", 132, 1_000_000, 1_000_000))
+
+
+@pytest.fixture
+def live_shares_run(tmp_path: Path):
+    settings = SchedulerSettings("orion", 132, 1_000_000, 1_000_000, quotas=True)
+    yield from live(tmp_path, settings, min_util=0.2, max_util=0.8)
 
 
 def quota(*args: str):
@@ -112,3 +121,71 @@ def test_not_a_run_directory(tmp_path: Path):
     result = quota(str(tmp_path), "be", "--memory-limit", "1GiB")
     assert result.exit_code == 1
     assert "not a run directory" in result.output
+
+
+def test_shares_change_in_the_live_run_and_are_recorded(live_shares_run):
+    run, run_dir = live_shares_run
+    result = quota(str(run_dir), "be", "--max-util", "0.5", "--min-util", "0.1")
+    assert result.exit_code == 0, result.output
+    assert "be: min_util 0.2 -> 0.1" in result.output
+    assert "be: max_util 0.8 -> 0.5" in result.output
+    stats = run.stats()["be"]
+    assert (stats["min_util"], stats["max_util"]) == (0.1, 0.5)
+    with (run_dir / "limits.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["field"], float(r["old"]), float(r["new"])) for r in rows] == [
+        ("min_util", 0.2, 0.1),
+        ("max_util", 0.8, 0.5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--min-util", "0.9"], "min_util 0.9 would be above max_util 0.8"),
+        (["--max-util", "0.1"], "min_util 0.2 would be above max_util 0.1"),
+    ],
+)
+def test_shares_that_cannot_hold_are_refused(live_shares_run, args, message):
+    run, run_dir = live_shares_run
+    result = quota(str(run_dir), "be", *args)
+    assert result.exit_code == 1
+    assert message in " ".join(result.output.split())
+    assert (run.stats()["be"]["min_util"], run.stats()["be"]["max_util"]) == (0.2, 0.8)
+
+
+def test_promises_adding_up_above_the_gpu_are_refused(live_shares_run):
+    run, run_dir = live_shares_run
+    edit_record(run_dir, policy="quota")  # every client a peer: the HP client may get a share
+    result = quota(str(run_dir), "hp", "--min-util", "0.9")
+    assert result.exit_code == 1
+    assert "min_util would add up to 1.1 over the clients; at most 1" in result.output
+    assert run.stats()["hp"]["min_util"] == 0.0
+
+
+def test_an_hp_client_gets_no_share_under_a_policy_that_never_holds_it(live_shares_run):
+    _, run_dir = live_shares_run
+    result = quota(str(run_dir), "hp", "--max-util", "0.5")
+    assert result.exit_code == 1
+    assert "never holds HP work back" in " ".join(result.output.split())
+
+
+def test_shares_need_a_run_started_with_them(live_run):
+    _, run_dir = live_run
+    result = quota(str(run_dir), "be", "--max-util", "0.5")
+    assert result.exit_code == 1
+    assert "started without GPU-time shares" in " ".join(result.output.split())
+
+
+def test_a_share_outside_zero_to_one_is_refused(live_shares_run):
+    _, run_dir = live_shares_run
+    result = quota(str(run_dir), "be", "--max-util", "1.5")
+    assert result.exit_code == 2
+    assert "must be between 0 and 1" in " ".join(result.output.split())
+
+
+def test_nothing_to_change_is_refused(live_run):
+    _, run_dir = live_run
+    result = quota(str(run_dir), "be")
+    assert result.exit_code == 2
+    assert "give at least one of" in " ".join(result.output.split())

@@ -31,7 +31,7 @@ from orion_common.errors import OrionError
 DATA = Path(__file__).parent / "data" / "jobs"
 EXAMPLE_FILE = Path(__file__).parent.parent / "colocation" / "examples" / "resnet50_pair.json"
 TRAIN_PROFILE_COMMAND = "orion profile resnet50 --mode train --batch-size 32 --dtype fp32"
-ALL_POLICIES = "dedicated, timeslice, mps, mps-priority, mps-share, priority, reef, orion"
+ALL_POLICIES = "dedicated, timeslice, mps, mps-priority, mps-share, priority, reef, orion, quota"
 SIZES = (
     "use bytes or a number with k, M, G (powers of 10) or Ki, Mi, Gi (powers of 2), "
     "optionally followed by B"
@@ -401,7 +401,8 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         [edit("clients.1.priority", 1)],
         [
             "clients[1].priority: unknown field; allowed: name, workload, mode, batch_size, "
-            "dtype, role, arrivals, profile, options, cuda_graph, sm_percent, memory_limit"
+            "dtype, role, arrivals, profile, options, cuda_graph, sm_percent, min_util, "
+            "max_util, memory_limit"
         ],
     ),
     (
@@ -425,6 +426,56 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
             "kernels exist to test per-launch gating and are only run eagerly; serve a model "
             "workload as a graph instead"
         ],
+    ),
+    (
+        "max_util above 1",
+        [edit("clients.1.max_util", 1.5)],
+        ["clients[1].max_util: must be <= 1 (got 1.5)"],
+    ),
+    (
+        "min_util negative",
+        [edit("clients.1.min_util", -0.1)],
+        ["clients[1].min_util: must be >= 0 (got -0.1)"],
+    ),
+    (
+        "max_util below min_util",
+        [edit("clients.1.min_util", 0.5), edit("clients.1.max_util", 0.3)],
+        ["clients[1].min_util: 0.5 is above its max_util 0.3"],
+    ),
+    (
+        "min_util adding up above 1",
+        [
+            edit("run.policy", "quota"),
+            edit("clients.0.min_util", 0.6),
+            edit("clients.1.min_util", 0.5),
+        ],
+        ["clients: min_util adds up to 1.1 over the clients; at most 1"],
+    ),
+    (
+        "shares under a policy that cannot hold work",
+        [edit("run.policy", "mps"), edit("clients.1.max_util", 0.5)],
+        [
+            "clients[1].max_util: policy 'mps' cannot hold work back; GPU-time shares apply "
+            "under priority, reef, orion, quota"
+        ],
+    ),
+    (
+        "shares with the CPU gate",
+        [edit("run.be_gate", "cpu"), edit("clients.1.min_util", 0.2)],
+        ["run.be_gate: GPU-time shares are held on the GPU: use 'gpu'"],
+    ),
+    (
+        "shares on the HP client of a policy that never holds it",
+        [edit("clients.0.max_util", 0.5)],
+        [
+            "clients[0].max_util: policy 'orion' never holds HP work back; GPU-time shares "
+            "apply to BE clients here (every client under policy 'quota')"
+        ],
+    ),
+    (
+        "quota window not positive",
+        [edit("run.quota_window_s", 0)],
+        ["run.quota_window_s: must be > 0 (got 0)"],
     ),
     (
         "sm_percent zero",
@@ -563,6 +614,7 @@ def test_defaults() -> None:
     assert (run.thresholds.queue_limit_us, run.thresholds.unknown_kernel_us) == (None, None)
     assert run.hp_completion == "estimate"
     assert run.be_gate == "gpu"
+    assert run.quota_window_s == 1.0
     hp, be = config.clients
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)
     assert be.arrivals is None
@@ -876,6 +928,7 @@ def test_policy_table() -> None:
         "priority",
         "reef",
         "orion",
+        "quota",
     ]
     assert {p: POLICIES[p].native_policy for p in POLICY_NAMES} == {
         "dedicated": "passthrough",
@@ -886,6 +939,7 @@ def test_policy_table() -> None:
         "priority": "priority",
         "reef": "reef",
         "orion": "orion",
+        "quota": "quota",
     }
     assert [p for p in POLICY_NAMES if POLICIES[p].needs_hp] == [
         "mps-priority",

@@ -99,3 +99,41 @@ def test_no_trace_file_without_tracing(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "scheduler.json").read_text())["clients"] == {
         "hp": {"state": "exited"}
     }
+
+
+def test_memory_and_gpu_shares_are_sampled_per_client(tmp_path: Path) -> None:
+    stats = {
+        "a": {"memory_used": 2048, "memory_limit": 4096, "allocations_refused": 1,
+              "gpu_share": 0.31, "min_util": 0.0, "max_util": 0.3},
+        "b": {"memory_used": 0, "memory_limit": 0, "allocations_refused": 0,
+              "gpu_share": 0.69, "min_util": 0.0, "max_util": 1.0},
+    }  # fmt: skip
+    scheduler = SimpleNamespace(
+        settings=SchedulerSettings("quota", 132, 50_000, 50_000, quotas=True),
+        stats=lambda: stats,
+        gate_stats=lambda: {},
+    )
+    recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
+    recorder.sample_memory()
+    recorder.close()
+    memory = pd.read_csv(tmp_path / "memory.csv")
+    assert memory["client"].tolist() == ["a", "b", "a", "b"]  # sampled, then once at the end
+    assert memory["used_bytes"].tolist()[:2] == [2048, 0]
+    assert memory["limit_bytes"].isna().tolist()[:2] == [False, True]  # b has no limit
+    shares = pd.read_csv(tmp_path / "shares.csv")
+    assert shares[["client", "gpu_share", "max_util"]].values.tolist()[:2] == [
+        ["a", 0.31, 0.3],
+        ["b", 0.69, 1.0],
+    ]
+
+
+def test_no_shares_table_without_shares(tmp_path: Path) -> None:
+    scheduler = SimpleNamespace(
+        settings=SchedulerSettings("orion", 132, 50_000, 50_000),
+        stats=lambda: {"a": {"memory_used": 0, "memory_limit": 0}},
+        gate_stats=lambda: {},
+    )
+    recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
+    recorder.close()
+    assert (tmp_path / "memory.csv").exists()
+    assert not (tmp_path / "shares.csv").exists()

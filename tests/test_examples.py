@@ -29,6 +29,13 @@ def test_the_example_jobs_files_are_valid_and_name_existing_profiles(
         assert client.profile is not None and client.profile.is_file()
 
 
+def test_the_quota_example_splits_the_gpu_by_caps() -> None:
+    config = load_jobs(ROOT / "examples" / "quota.json")
+    assert config.run.policy == "quota"
+    assert [(c.min_util, c.max_util) for c in config.clients] == [(0.0, 0.3), (0.0, 0.7)]
+    assert config.clients[0].memory_limit == 2 * 2**30
+
+
 @pytest.mark.parametrize("path", PROFILES, ids=[p.parent.name for p in PROFILES])
 def test_reference_profiles_load_and_give_the_scheduler_a_table(path: Path) -> None:
     profile = read_profile(path)

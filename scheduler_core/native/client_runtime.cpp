@@ -131,10 +131,13 @@ void ClientRuntime::attach_from_environment() {
     slot_ = &slot;
     policy_ = static_cast<Policy>(view_.header().policy);
     role_ = static_cast<Role>(slot.role);
-    tracks_ = policy_tracks_launches(policy_);
+    // GPU-time shares hold BE clients under any policy with a library that gates (priority too).
+    tracks_ = policy_tracks_launches(policy_) ||
+              (view_.header().quotas != 0 && role_ == Role::kBestEffort);
     tracing_ = view_.header().trace_capacity != 0;
     has_profile_ = slot.kernel_count != 0;
-    gpu_gate_ = tracks_ && role_ == Role::kBestEffort &&
+    // Under `quota` every client is a peer whose work the gate keeper grants.
+    gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
                 view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
     memory_.attach(&slot);
     pthread_atfork(nullptr, nullptr, atfork_child);
@@ -437,8 +440,9 @@ void ClientRuntime::ensure_completion_tracking() {
         // one more driver call after every HP launch, on the path whose latency the scheduler is
         // there to protect. BE clients always ask for writes (exact BE queue accounting). Graph
         // launches get a written completion in either mode (see track_graph below).
+        // Under `quota` every client's work is timed by its written completions.
         const bool gpu_writes =
-            role_ != Role::kHighPriority ||
+            role_ != Role::kHighPriority || policy_ == Policy::kQuota ||
             view_.header().hp_completion != static_cast<std::uint32_t>(CompletionMode::kEstimate);
         CompletionMode mode = CompletionMode::kEstimate;
         if (gpu_writes) {
@@ -644,7 +648,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         }
     }
     bool waited = false;
-    if (role_ == Role::kBestEffort && tracks_) {
+    if (tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota)) {
         // Under the GPU-side gate the launch returns at once (the GPU holds it); if the gate
         // cannot be used, it waits here as under the CPU gate.
         if (gpu_gate_ && !gate_failed_.load(std::memory_order_relaxed) && ensure_gate_mapped() &&
@@ -668,7 +672,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
                                   shape.function == nullptr);
         // Published first, then the gates closed: the keeper's open-after-check protocol
         // (shared_state.h, GateBlock) relies on that order.
-        if (role_ == Role::kHighPriority &&
+        if (role_ == Role::kHighPriority && policy_holds_be_for_hp(policy_) &&
             header.be_gate == static_cast<std::uint32_t>(BeGate::kGpu)) {
             close_be_gates(ticket.launch_ns);
         }

@@ -55,8 +55,8 @@ Role parse_role(const std::string& name) {
 Policy policy_from(const std::string& name) {
     Policy policy;
     if (!parse_policy(name.c_str(), &policy)) {
-        throw py::value_error("policy must be passthrough, priority, reef or orion, not '" + name +
-                              "'");
+        throw py::value_error("policy must be passthrough, priority, reef, orion or quota, not '" +
+                              name + "'");
     }
     return policy;
 }
@@ -108,10 +108,14 @@ public:
     static Run create(const std::string& name, const std::string& policy, std::uint32_t sm_count,
                       std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns,
                       std::uint64_t stale_ns, std::uint32_t trace_capacity,
-                      const std::string& hp_completion, const std::string& be_gate) {
+                      const std::string& hp_completion, const std::string& be_gate,
+                      bool quotas, std::uint64_t quota_window_ns) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
+        if (quota_window_ns == 0) throw py::value_error("quota_window_ns must be positive");
         RunConfig config;
         config.be_gate = be_gate_from(be_gate);
+        config.quotas = quotas;
+        config.quota_window_ns = quota_window_ns;
         config.hp_completion = hp_completion_from(hp_completion);
         config.policy = policy_from(policy);
         config.sm_count = sm_count;
@@ -253,7 +257,9 @@ public:
     void publish() {
         header().ready.store(1, std::memory_order_release);
         if (header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) &&
-            policy_tracks_launches(static_cast<Policy>(header().policy)) && !keeper_) {
+            (policy_tracks_launches(static_cast<Policy>(header().policy)) ||
+             header().quotas != 0) &&
+            !keeper_) {
             keeper_ = std::make_unique<GateKeeper>(view());
             keeper_->start();
         }
@@ -310,6 +316,24 @@ public:
         view().client(client).memory.limit.store(bytes, std::memory_order_release);
     }
 
+    // The client's GPU-time shares (fractions 0-1 of the quota window), also while the run is
+    // live: the gate keeper applies them at its next pass.
+    void set_quota(std::uint32_t client, double min_util, double max_util) {
+        check_client(client);
+        if (!(min_util >= 0 && min_util <= 1 && max_util >= 0 && max_util <= 1)) {
+            throw py::value_error("min_util and max_util must be between 0 and 1");
+        }
+        if (min_util > max_util) throw py::value_error("min_util must not exceed max_util");
+        ClientQuota& quota = view().client(client).quota;
+        quota.min_ppm.store(static_cast<std::uint32_t>(min_util * kFullShare + 0.5),
+                            std::memory_order_release);
+        quota.max_ppm.store(static_cast<std::uint32_t>(max_util * kFullShare + 0.5),
+                            std::memory_order_release);
+    }
+
+    bool quotas() const { return header().quotas != 0; }
+    std::uint64_t quota_window_ns() const { return header().quota_window_ns; }
+
     std::string client_name(std::uint32_t client) const {
         check_client(client);
         const char* name = view().client(client).name;
@@ -341,6 +365,11 @@ public:
         out["memory_used"] = slot.memory.used.load();
         out["memory_peak"] = slot.memory.peak.load();
         out["allocations_refused"] = slot.memory.refused.load();
+        out["min_util"] = slot.quota.min_ppm.load() / static_cast<double>(kFullShare);
+        out["max_util"] = slot.quota.max_ppm.load() / static_cast<double>(kFullShare);
+        out["gpu_share"] = static_cast<double>(slot.quota.used_ns.load()) /
+                           static_cast<double>(header().quota_window_ns);
+        out["gpu_busy_ns"] = slot.quota.busy_ns.load();
         out["profiled_graphs"] = slot.graph_count;
         out["blocked_launches"] = s.blocked_launches.load();
         out["blocked_ns"] = s.blocked_ns.load();
@@ -492,6 +521,38 @@ KernelInfo kernel_from(const py::dict& d) {
     return info;
 }
 
+QuotaClient quota_client_from(const py::dict& d) {
+    QuotaClient client;
+    client.participates = d.contains("participates") ? d["participates"].cast<bool>() : true;
+    client.has_work = d.contains("has_work") ? d["has_work"].cast<bool>() : true;
+    client.used_ns = d.contains("used_ns") ? d["used_ns"].cast<std::uint64_t>() : 0;
+    const double min_util = d.contains("min_util") ? d["min_util"].cast<double>() : 0.0;
+    const double max_util = d.contains("max_util") ? d["max_util"].cast<double>() : 1.0;
+    client.min_ppm = static_cast<std::uint32_t>(min_util * kFullShare + 0.5);
+    client.max_ppm = static_cast<std::uint32_t>(max_util * kFullShare + 0.5);
+    return client;
+}
+
+std::string quota_verdict_for(const py::dict& client, std::uint64_t window_ns) {
+    switch (quota_verdict(quota_client_from(client), window_ns)) {
+        case QuotaVerdict::kCapped:
+            return "capped";
+        case QuotaVerdict::kOwed:
+            return "owed";
+        case QuotaVerdict::kFree:
+            break;
+    }
+    return "free";
+}
+
+int quota_holder_for(const py::list& clients, std::uint64_t window_ns, int current,
+                     bool slice_left) {
+    std::vector<QuotaClient> table;
+    for (const py::handle item : clients) table.push_back(quota_client_from(item.cast<py::dict>()));
+    return quota_holder(table.data(), static_cast<std::uint32_t>(table.size()), window_ns, current,
+                        slice_left);
+}
+
 py::tuple decide_for(const std::string& policy, const std::string& role, const py::dict& kernel,
                      std::uint32_t sm_count, std::uint64_t queue_limit_ns,
                      std::uint64_t be_outstanding_ns, const py::list& hp_in_flight) {
@@ -526,6 +587,11 @@ PYBIND11_MODULE(_native, m) {
           "The identity the preload library computes for a CUDA graph from the kernel keys of "
           "its kernel nodes (any order).");
     m.attr("MAX_GRAPHS_PER_CLIENT") = orion::kGraphSlots / 2;
+    m.def("quota_verdict", &orion::quota_verdict_for, py::arg("client"), py::arg("window_ns"),
+          "Whether a client's GPU-time share caps it, is owed, or leaves it to the policy.");
+    m.def("quota_holder", &orion::quota_holder_for, py::arg("clients"), py::arg("window_ns"),
+          py::arg("current"), py::arg("slice_left"),
+          "Under `quota`: the index of the client that holds the GPU next, -1 for nobody.");
     m.def("decide", &orion::decide_for, py::arg("policy"), py::arg("role"), py::arg("kernel"),
           py::arg("sm_count"), py::arg("queue_limit_ns"), py::arg("be_outstanding_ns"),
           py::arg("hp_in_flight"),
@@ -535,7 +601,8 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("sm_count"), py::arg("queue_limit_ns"),
                     py::arg("unknown_duration_ns"), py::arg("stale_ns"),
                     py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate",
-                    py::arg("be_gate") = "gpu")
+                    py::arg("be_gate") = "gpu", py::arg("quotas") = false,
+                    py::arg("quota_window_ns") = 1'000'000'000ULL)
         .def_static("attach", &Run::attach, py::arg("name"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("policy", &Run::policy)
@@ -565,6 +632,10 @@ PYBIND11_MODULE(_native, m) {
         .def("mark_gone", &Run::mark_gone, py::arg("client"), py::arg("crashed"))
         .def("set_memory_limit", &Run::set_memory_limit, py::arg("client"), py::arg("bytes"))
         .def("client_name", &Run::client_name, py::arg("client"))
+        .def("set_quota", &Run::set_quota, py::arg("client"), py::arg("min_util"),
+             py::arg("max_util"))
+        .def_property_readonly("quotas", &Run::quotas)
+        .def_property_readonly("quota_window_ns", &Run::quota_window_ns)
         .def("client_stats", &Run::client_stats, py::arg("client"))
         .def("unknown_kernels", &Run::unknown_kernels, py::arg("client"))
         .def("read_trace", &Run::read_trace, py::arg("client"), py::arg("start"))

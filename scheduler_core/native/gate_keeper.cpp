@@ -23,6 +23,11 @@ constexpr std::uint64_t kMaxPollNs = 50'000;
 constexpr std::uint64_t kMaxSleepNs = 1'000'000;
 constexpr std::uint64_t kIdleSleepNs = 5'000'000;  // bounds how late a dead HP is noticed
 constexpr std::uint64_t kReapIntervalNs = 2'000'000;
+// With GPU-time shares in force the keeper counts time while any client has work: it looks at
+// least this often (its resolution), and a `quota` slice lasts a hundredth of the window, at least
+// this long, so the holder's queued work is worth switching for.
+constexpr std::uint64_t kQuotaPollNs = 250'000;
+constexpr std::uint64_t kMinSliceNs = 2'000'000;
 
 void sleep_ns(std::uint64_t ns) {
     timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
@@ -59,33 +64,118 @@ void GateKeeper::stop() {
     }
 }
 
+void GateKeeper::account(std::uint64_t now_ns) {
+    const RunHeader& header = view_.header();
+    const std::uint64_t bucket_ns = std::max<std::uint64_t>(header.quota_window_ns / kBuckets, 1);
+    const std::uint64_t epoch = now_ns / bucket_ns;
+    if (epoch != epoch_) {
+        // Slots that passed since the last pass start empty (all of them after a long pause).
+        const std::uint64_t passed = std::min<std::uint64_t>(epoch - epoch_, kBuckets);
+        for (Usage& usage : usage_) {
+            for (std::uint64_t i = 1; i <= passed; ++i) usage.buckets[(epoch_ + i) % kBuckets] = 0;
+        }
+        epoch_ = epoch;
+    }
+    const std::uint64_t elapsed =
+        last_pass_ns_ == 0 ? 0 : std::min(now_ns - last_pass_ns_, bucket_ns);
+    last_pass_ns_ = now_ns;
+    const GateBlock& block = view_.gates();
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        ClientSlot& slot = view_.client(client);
+        Usage& usage = usage_[client];
+        usage.has_work = false;
+        std::uint64_t low = usage.low_water;
+        if (client_participates(slot)) {
+            usage.has_work = client_has_work(view_, client, now_ns);
+            low = slot.low_water.load(std::memory_order_acquire);
+        }
+        // The client ran since the last pass if its gate is open and it has work, or if its
+        // launches kept finishing (work let through before the gate closed, draining): a
+        // client held at a closed gate is not charged.
+        const bool open = (block.gates[client].word.load(std::memory_order_acquire) & kGateOpen) != 0;
+        const bool draining = low > usage.low_water;
+        usage.low_water = low;
+        if ((usage.has_work && open) || draining) {
+            usage.buckets[epoch_ % kBuckets] += elapsed;
+            slot.quota.busy_ns.fetch_add(elapsed, std::memory_order_relaxed);
+        }
+        std::uint64_t used = 0;
+        for (const std::uint64_t bucket : usage.buckets) used += bucket;
+        slot.quota.used_ns.store(used, std::memory_order_relaxed);
+    }
+}
+
+bool GateKeeper::any_work() const {
+    for (const Usage& usage : usage_) {
+        if (usage.has_work) return true;
+    }
+    return false;
+}
+
 std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
     const RunHeader& header = view_.header();
     const auto policy = static_cast<Policy>(header.policy);
+    const bool quotas = header.quotas != 0 || policy == Policy::kQuota;
     GateBlock& block = view_.gates();
+    const std::uint32_t count = std::min(header.client_count, kMaxClients);
+    QuotaClient shares[kMaxClients];
+    if (quotas) {
+        account(now_ns);
+        for (std::uint32_t client = 0; client < count; ++client) {
+            const ClientSlot& slot = view_.client(client);
+            shares[client].participates = client_participates(slot);
+            shares[client].has_work = usage_[client].has_work;
+            shares[client].used_ns = slot.quota.used_ns.load(std::memory_order_relaxed);
+            shares[client].min_ppm = slot.quota.min_ppm.load(std::memory_order_relaxed);
+            shares[client].max_ppm = slot.quota.max_ppm.load(std::memory_order_relaxed);
+        }
+    }
+    if (policy == Policy::kQuota) {
+        const std::uint64_t slice =
+            std::max<std::uint64_t>(header.quota_window_ns / 100, kMinSliceNs);
+        const int holder = quota_holder(shares, count, header.quota_window_ns, holder_,
+                                        now_ns < holder_since_ns_ + slice);
+        if (holder != holder_) {
+            holder_ = holder;
+            holder_since_ns_ = now_ns;
+        }
+    }
     std::uint64_t expected_change = 0;
     bool all_idle = true;
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
-         ++client) {
-        if (!is_best_effort(view_.client(client))) continue;
+    for (std::uint32_t client = 0; client < count; ++client) {
+        const bool gated = policy == Policy::kQuota || view_.client(client).role ==
+                                                           static_cast<std::uint32_t>(Role::kBestEffort);
+        if (!gated) continue;
         std::atomic<std::uint32_t>& gate = block.gates[client].word;
         // Read the gate before the rings: an HP launch published after this read also closed
         // the gate after it, so the open below fails (see GateBlock).
         const std::uint32_t seen = gate.load(std::memory_order_acquire);
-        const KernelInfo batch = next_be_batch(view_, client, now_ns);
-        Snapshot snapshot;
-        gather_snapshot(view_, now_ns, batch.duration_ns, &snapshot);
-        // The queue bound is kept by where the waits sit (one per queue limit of work), not here.
-        snapshot.be_outstanding_ns = 0;
-        const Decision decision = decide(policy, Role::kBestEffort, batch, snapshot);
-        if (snapshot.hp_in_flight != 0 || snapshot.hp_backlog) {
-            all_idle = false;
-            if (snapshot.earliest_end_ns != 0 &&
-                (expected_change == 0 || snapshot.earliest_end_ns < expected_change)) {
-                expected_change = snapshot.earliest_end_ns;
+        bool open = false;
+        if (policy == Policy::kQuota) {
+            open = static_cast<int>(client) == holder_;
+        } else {
+            const KernelInfo batch = next_be_batch(view_, client, now_ns);
+            Snapshot snapshot;
+            gather_snapshot(view_, now_ns, batch.duration_ns, &snapshot);
+            // The queue bound is kept by where the waits sit (one per queue limit of work).
+            snapshot.be_outstanding_ns = 0;
+            open = decide(policy, Role::kBestEffort, batch, snapshot).launch;
+            if (quotas) {
+                // A cap holds the client back and a promise lets it run, whatever HP does.
+                const QuotaVerdict verdict = quota_verdict(shares[client], header.quota_window_ns);
+                if (verdict == QuotaVerdict::kCapped) open = false;
+                if (verdict == QuotaVerdict::kOwed) open = true;
+            }
+            if (snapshot.hp_in_flight != 0 || snapshot.hp_backlog) {
+                all_idle = false;
+                if (snapshot.earliest_end_ns != 0 &&
+                    (expected_change == 0 || snapshot.earliest_end_ns < expected_change)) {
+                    expected_change = snapshot.earliest_end_ns;
+                }
             }
         }
-        if (decision.launch) {
+        if (open) {
             if ((seen & kGateOpen) == 0 && open_gate_if_unchanged(gate, seen)) {
                 block.opens.fetch_add(1, std::memory_order_relaxed);
             }
@@ -96,6 +186,12 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
                 block.closes.fetch_add(1, std::memory_order_relaxed);
             }
         }
+    }
+    if (quotas && any_work()) {
+        // Time is being counted: look again soon, whatever else is expected.
+        all_idle = false;
+        const std::uint64_t poll = now_ns + kQuotaPollNs;
+        if (expected_change == 0 || poll < expected_change) expected_change = poll;
     }
     *idle = all_idle;
     return expected_change;

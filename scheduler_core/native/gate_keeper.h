@@ -7,6 +7,7 @@
 // client (whose launches then stop counting) and opens every gate when the run ends or is stopped.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -35,8 +36,25 @@ public:
 
 private:
     void run();
+    // Charges each client with work on the GPU the time since the last pass, into a sliding
+    // window of buckets, and publishes its use of the window (ClientQuota::used_ns).
+    void account(std::uint64_t now_ns);
+    // Whether any client has launches not yet finished (as of the last account()).
+    bool any_work() const;
+
+    static constexpr std::uint32_t kBuckets = 20;
+    struct Usage {
+        std::array<std::uint64_t, kBuckets> buckets{};
+        std::uint64_t low_water = 0;  // its finished launches as of the last pass
+        bool has_work = false;
+    };
 
     RunView view_;
+    std::array<Usage, kMaxClients> usage_{};
+    std::uint64_t epoch_ = 0;        // index of the current bucket's time slot
+    std::uint64_t last_pass_ns_ = 0;
+    int holder_ = -1;                // under `quota`: the client holding the GPU
+    std::uint64_t holder_since_ns_ = 0;
     std::atomic<bool> stopping_{false};
     std::thread thread_;
 };

@@ -49,9 +49,54 @@ Decision decide(Policy policy, Role role, const KernelInfo& kernel, const Snapsh
             return orion_decide(kernel, snapshot);
         case Policy::kPassthrough:
         case Policy::kPriority:
+        case Policy::kQuota:  // the gate keeper grants GPU time (quota_holder)
             break;
     }
     return {true, Reason::kNotGated};
+}
+
+QuotaVerdict quota_verdict(const QuotaClient& client, std::uint64_t window_ns) {
+    const auto share = [window_ns](std::uint32_t ppm) {
+        return static_cast<std::uint64_t>(static_cast<double>(window_ns) * ppm / kFullShare);
+    };
+    if (client.max_ppm < kFullShare && client.used_ns >= share(client.max_ppm)) {
+        return QuotaVerdict::kCapped;
+    }
+    if (client.has_work && client.min_ppm > 0 && client.used_ns < share(client.min_ppm)) {
+        return QuotaVerdict::kOwed;
+    }
+    return QuotaVerdict::kFree;
+}
+
+int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t window_ns,
+                 int current, bool slice_left) {
+    const auto eligible = [&](std::uint32_t i) {
+        return clients[i].participates && clients[i].has_work &&
+               quota_verdict(clients[i], window_ns) != QuotaVerdict::kCapped;
+    };
+    if (current >= 0 && static_cast<std::uint32_t>(current) < count && slice_left &&
+        eligible(static_cast<std::uint32_t>(current))) {
+        return current;
+    }
+    int owed = -1;
+    double owed_most = 0;
+    int least = -1;
+    for (std::uint32_t i = 0; i < count; ++i) {
+        if (!eligible(i)) continue;
+        if (quota_verdict(clients[i], window_ns) == QuotaVerdict::kOwed) {
+            const double shortfall =
+                static_cast<double>(window_ns) * clients[i].min_ppm / kFullShare -
+                static_cast<double>(clients[i].used_ns);
+            if (owed < 0 || shortfall > owed_most) {
+                owed = static_cast<int>(i);
+                owed_most = shortfall;
+            }
+        }
+        if (least < 0 || clients[i].used_ns < clients[static_cast<std::uint32_t>(least)].used_ns) {
+            least = static_cast<int>(i);
+        }
+    }
+    return owed >= 0 ? owed : least;
 }
 
 const char* policy_name(Policy policy) {
@@ -64,12 +109,15 @@ const char* policy_name(Policy policy) {
             return "reef";
         case Policy::kOrion:
             return "orion";
+        case Policy::kQuota:
+            return "quota";
     }
     return "unknown";
 }
 
 bool parse_policy(const char* name, Policy* out) {
-    for (Policy policy : {Policy::kPassthrough, Policy::kPriority, Policy::kReef, Policy::kOrion}) {
+    for (Policy policy : {Policy::kPassthrough, Policy::kPriority, Policy::kReef, Policy::kOrion,
+                          Policy::kQuota}) {
         if (std::strcmp(name, policy_name(policy)) == 0) {
             *out = policy;
             return true;

@@ -49,8 +49,37 @@ Decision decide(Policy policy, Role role, const KernelInfo& kernel, const Snapsh
 
 // Whether the policy needs the in-flight ring and completion tracking at all.
 inline bool policy_tracks_launches(Policy policy) {
+    return policy == Policy::kReef || policy == Policy::kOrion || policy == Policy::kQuota;
+}
+
+// Whether HP launches close the BE gates (the policies that hold BE work while HP runs).
+inline bool policy_holds_be_for_hp(Policy policy) {
     return policy == Policy::kReef || policy == Policy::kOrion;
 }
+
+// GPU-time shares (min_util / max_util), decided by the gate keeper from what it measured.
+struct QuotaClient {
+    bool participates = false;  // attached and alive
+    bool has_work = false;      // launches not yet finished on the GPU
+    std::uint64_t used_ns = 0;  // GPU time in the last window
+    std::uint32_t min_ppm = 0;
+    std::uint32_t max_ppm = kFullShare;
+};
+
+enum class QuotaVerdict {
+    kFree,    // neither cap nor promise applies now: the policy decides
+    kCapped,  // used its max share of the window: held, whatever the policy says
+    kOwed,    // has work and is below its min share: runs, whatever the policy says
+};
+
+QuotaVerdict quota_verdict(const QuotaClient& client, std::uint64_t window_ns);
+
+// Under `quota`, where one client at a time holds the GPU: who holds it next, -1 for nobody.
+// The current holder keeps it while its slice lasts and it is not capped; then a client below its
+// min share (the largest shortfall first), else the least-served client with work and under its
+// cap (work-conserving). Nobody when every client with work is capped.
+int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t window_ns,
+                 int current, bool slice_left);
 
 // Whether the policy sets stream priorities by role.
 inline bool policy_sets_priorities(Policy policy) { return policy != Policy::kPassthrough; }

@@ -89,6 +89,11 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->timeline_offset = layout.timeline_offset;
     header->gate_offset = layout.gate_offset;
     header->be_gate = static_cast<std::uint32_t>(config.be_gate);
+    header->quotas = config.quotas ? 1 : 0;
+    header->quota_window_ns = config.quota_window_ns;
+    for (std::uint32_t client = 0; client < kMaxClients; ++client) {
+        RunView(base).client(client).quota.max_ppm.store(kFullShare, std::memory_order_relaxed);
+    }
     // Every gate starts open: nothing is held until an HP client launches.
     GateBlock& gates = RunView(base).gates();
     for (GateWord& gate : gates.gates) gate.word.store(kGateOpen, std::memory_order_relaxed);

@@ -17,6 +17,8 @@ struct RunConfig {
     std::uint32_t trace_capacity = 0;  // rounded up to a power of two; 0 = off
     CompletionMode hp_completion = CompletionMode::kEstimate;  // kEstimate or kGpuWrite
     BeGate be_gate = BeGate::kCpu;
+    bool quotas = false;
+    std::uint64_t quota_window_ns = 1'000'000'000;
 };
 
 // Owns one mapping of a run's shared memory; unmaps on destruction. Movable, not copyable.

@@ -26,7 +26,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //    graph timelines (TimelineNode, RunHeader::timeline_offset)
 // 5: GPU-side BE gates (RunHeader::be_gate, gate_offset, GateBlock), ClientStats::gate_waits,
 //    Reason::kGpuGate
-// 6: ClientSlot::memory (per-client memory limit and use)
+// 6: ClientSlot::memory (per-client memory limit and use); Policy::kQuota, RunHeader::quotas and
+//    quota_window_ns, ClientSlot::quota
 constexpr std::uint32_t kLayoutVersion = 6;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
@@ -44,7 +45,13 @@ static_assert((kGraphSlots & (kGraphSlots - 1)) == 0, "graph table size must be 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
 
-enum class Policy : std::uint32_t { kPassthrough = 0, kPriority = 1, kReef = 2, kOrion = 3 };
+enum class Policy : std::uint32_t {
+    kPassthrough = 0,
+    kPriority = 1,
+    kReef = 2,
+    kOrion = 3,
+    kQuota = 4,  // every client a peer: GPU time granted by min/max shares (GateKeeper)
+};
 enum class Role : std::uint32_t { kHighPriority = 0, kBestEffort = 1 };
 enum class KernelClass : std::uint8_t { kUnknown = 0, kCompute = 1, kMemory = 2 };
 enum class ClientState : std::uint32_t {
@@ -302,6 +309,17 @@ struct alignas(64) ClientMemory {
     std::atomic<std::uint64_t> refused;  // allocations refused by the limit
 };
 
+// A client's share of GPU time (jobs.json min_util / max_util), in parts per million of the run's
+// quota window. The shares are written by the controller (also while the run is live); the
+// counts by the gate keeper, which measures the time the client had work on the GPU.
+constexpr std::uint32_t kFullShare = 1'000'000;
+struct alignas(64) ClientQuota {
+    std::atomic<std::uint32_t> min_ppm;  // promised when the client has work
+    std::atomic<std::uint32_t> max_ppm;  // never more (kFullShare: no cap)
+    std::atomic<std::uint64_t> used_ns;  // GPU time in the last window
+    std::atomic<std::uint64_t> busy_ns;  // GPU time counted since the run began
+};
+
 struct alignas(64) ClientSlot {
     std::atomic<std::uint32_t> state;
     std::uint32_t role;
@@ -321,6 +339,7 @@ struct alignas(64) ClientSlot {
     alignas(64) std::atomic<std::uint64_t> low_water;      // every seq <= low_water has finished
     alignas(64) ClientStats stats;
     ClientMemory memory;
+    ClientQuota quota;
     alignas(64) std::atomic<std::uint64_t> trace_head;     // trace records written so far
     std::atomic<std::uint32_t> unknown_name_count;
     std::uint32_t reserved1;
@@ -353,8 +372,11 @@ struct alignas(64) RunHeader {
     std::uint64_t timeline_offset;
     std::uint64_t gate_offset;  // page aligned: the GateBlock, registered by BE clients
     std::uint32_t be_gate;      // a BeGate
-    std::uint32_t reserved_gate;
-    std::uint64_t reserved[12];
+    // 1: some client has a GPU-time share (ClientSlot::quota) the gate keeper enforces, over a
+    // sliding window of quota_window_ns. Set before the run is published.
+    std::uint32_t quotas;
+    std::uint64_t quota_window_ns;
+    std::uint64_t reserved[11];
 };
 
 static_assert(std::is_standard_layout_v<RunHeader>);

@@ -164,6 +164,22 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
     }
 }
 
+bool client_has_work(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
+    const ClientSlot& slot = view.client(client);
+    const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
+    if (published == 0) return false;
+    if (slot.completion_mode.load(std::memory_order_acquire) ==
+        static_cast<std::uint32_t>(CompletionMode::kGpuWrite)) {
+        // Launches finish in order per stream, not across streams: the newest one being done
+        // says little about the others, so ask the low-water mark too, without staleness.
+        if (view.completion(client)[published & kRingMask].load(std::memory_order_acquire) !=
+            published) {
+            return true;
+        }
+    }
+    return published > advance_low_water(view, client, now_ns);
+}
+
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
     const RunHeader& header = view.header();
     KernelInfo batch;

@@ -32,6 +32,11 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
 // gate then opens only when HP is idle, for whatever the client launches next.
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
 
+// Whether `client` has launches the GPU has not finished. For a client whose completions the GPU
+// writes this is exact however long its work waits (behind a closed gate, say): the newest
+// launch's word is checked, never the staleness bound. Otherwise its estimated ends decide.
+bool client_has_work(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
+
 // Whether a client counts for scheduling: attached and its process still alive as far as we know.
 inline bool client_participates(const ClientSlot& slot) {
     return slot.state.load(std::memory_order_acquire) ==

@@ -1,0 +1,196 @@
+"""GPU-time shares (min_util / max_util): the grant rules as pure functions, and the gate keeper
+enforcing them on clients of the stand-in driver (CPU only)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from native_harness import MS, Harness, build_harness, kernel_table, read_log
+
+from colocation.runclock import monotonic_ns
+from orion_common.errors import OrionError
+from scheduler_core import SchedulerRun, SchedulerSettings, native_module
+
+WINDOW_NS = 1_000_000_000
+
+
+def client(used_ms: float = 0, min_util: float = 0, max_util: float = 1, **flags) -> dict:
+    return {"used_ns": int(used_ms * MS), "min_util": min_util, "max_util": max_util, **flags}
+
+
+@pytest.mark.parametrize(
+    ("state", "verdict"),
+    [
+        (client(299, max_util=0.3), "free"),
+        (client(300, max_util=0.3), "capped"),  # used its cap: held
+        (client(100, min_util=0.2), "owed"),  # below its promise, with work
+        (client(100, min_util=0.2, has_work=False), "free"),  # nothing to run: owed nothing
+        (client(200, min_util=0.2), "free"),
+        (client(500), "free"),  # no shares at all
+        (client(0, max_util=0.0), "capped"),
+    ],
+)
+def test_quota_verdict(state, verdict):
+    assert native_module().quota_verdict(state, WINDOW_NS) == verdict
+
+
+@pytest.mark.parametrize(
+    ("clients", "current", "slice_left", "holder"),
+    [
+        # Work-conserving: the least-served client with work holds the GPU next ...
+        ([client(300), client(100)], -1, False, 1),
+        # ... but a promise comes first, the largest shortfall first.
+        ([client(50, min_util=0.1), client(0, min_util=0.6), client(0)], -1, False, 1),
+        ([client(10, min_util=0.5), client(0)], -1, False, 0),
+        # A capped client never holds it, even when it is the least served.
+        ([client(300, max_util=0.3), client(600)], -1, False, 1),
+        # The holder keeps its slice, unless it is capped meanwhile.
+        ([client(500), client(0)], 0, True, 0),
+        ([client(300, max_util=0.3), client(0)], 0, True, 1),
+        ([client(500), client(0)], 0, False, 1),
+        # Nobody with work, or everybody with work capped: nobody holds it.
+        ([client(0, has_work=False), client(0, participates=False)], -1, False, -1),
+        ([client(300, max_util=0.3), client(100, max_util=0.1)], 1, True, -1),
+        # A client that is gone never holds it.
+        ([client(0, participates=False), client(900)], -1, False, 1),
+    ],
+)
+def test_quota_holder(clients, current, slice_left, holder):
+    assert native_module().quota_holder(clients, WINDOW_NS, current, slice_left) == holder
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda_quota"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+WINDOW_MS = 400
+
+
+def quota_settings(policy: str = "quota", window_ms: int = WINDOW_MS) -> SchedulerSettings:
+    return SchedulerSettings(
+        policy=policy,
+        sm_count=132,
+        queue_limit_ns=2 * MS,
+        unknown_duration_ns=2 * MS,
+        quotas=True,
+        quota_window_ns=window_ms * MS,
+    )
+
+
+def busy_share(log: Path, start_ns: int, end_ns: int) -> float:
+    """The fraction of [start, end] the client's simulated GPU spent running its kernels."""
+    events = read_log(log)
+    starts = [e.time_ns for e in events if e.kind == "exec_start"]
+    ends = [e.time_ns for e in events if e.kind == "exec_end"]
+    busy = sum(
+        max(0, min(end, end_ns) - max(start, start_ns))
+        for start, end in zip(starts, ends, strict=False)
+    )
+    return busy / (end_ns - start_ns)
+
+
+def saturating(kernels: int) -> str:
+    return f"func k 1000 repeat {kernels} launch k 8 128 0 end sync 0"
+
+
+def run_two(harness, tmp_path, settings, shares, roles=("be", "be"), scripts=None, change=None):
+    """Runs two clients (``shares``: (min, max) each) to their end; ``change(run, indices)`` is
+    called once both have launched. Returns the two logs' paths."""
+    table = kernel_table(("k", 8, 128, 8, "compute", 1))
+    scripts = scripts or (saturating(1400), saturating(1400))
+    with SchedulerRun(settings) as run:
+        indices = [
+            run.add_client(name, role, table, min_util=low, max_util=high)
+            for name, role, (low, high) in zip(("a", "b"), roles, shares, strict=True)
+        ]
+        run.publish()
+        processes = [
+            harness.start(script, env=run.client_environment(index), log=tmp_path / f"{name}.log")
+            for name, index, script in zip(("a", "b"), indices, scripts, strict=True)
+        ]
+        if change is not None:
+            change(run, indices)
+        for process in processes:
+            assert process.wait(timeout=60) == 0, process.stderr.read()
+    return tmp_path / "a.log", tmp_path / "b.log"
+
+
+def first_start(log: Path) -> int:
+    return next(e.time_ns for e in read_log(log) if e.kind == "exec_start")
+
+
+def windows(a: Path, b: Path) -> list[tuple[int, int]]:
+    """Three window-long spans (the shares hold over any window: 400 ms here), from the end of
+    the first window, while both clients run."""
+    start = max(first_start(a), first_start(b)) + WINDOW_MS * MS
+    return [(start + k * 100 * MS, start + (k * 100 + WINDOW_MS) * MS) for k in range(3)]
+
+
+def test_caps_split_the_gpu_between_two_saturating_clients(harness, tmp_path):
+    a, b = run_two(harness, tmp_path, quota_settings(), [(0.0, 0.3), (0.0, 0.7)])
+    for start, end in windows(a, b):
+        share_a, share_b = busy_share(a, start, end), busy_share(b, start, end)
+        assert share_a == pytest.approx(0.3, abs=0.05)
+        assert share_b == pytest.approx(0.7, abs=0.05)
+
+
+def test_a_promise_holds_beside_a_greedier_client(harness, tmp_path):
+    a, b = run_two(harness, tmp_path, quota_settings(), [(0.6, 1.0), (0.0, 1.0)])
+    for start, end in windows(a, b):
+        assert busy_share(a, start, end) >= 0.55
+
+
+def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_path):
+    changed_at: list[int] = []
+
+    def lower_a(run, indices):
+
+        time.sleep(0.6)
+        run.set_quota(indices[0], 0.0, 0.2)
+        changed_at.append(monotonic_ns())
+
+    a, _ = run_two(harness, tmp_path, quota_settings(), [(0.0, 0.5), (0.0, 1.0)], change=lower_a)
+    after = changed_at[0] + WINDOW_MS * MS  # a window after the change
+    assert busy_share(a, after, after + WINDOW_MS * MS) == pytest.approx(0.2, abs=0.05)
+
+
+def test_under_orion_a_be_promise_is_kept_beside_a_busy_hp(harness, tmp_path):
+    # HP runs back-to-back long kernels; reef/orion alone would hold BE the whole time.
+    hp_script = "func k 1000 func long 20000 repeat 60 launch long 1 32 0 end sync 0"
+    table = kernel_table(("k", 8, 128, 8, "compute", 1), ("long", 1, 32, 132, "compute", 20))
+    with SchedulerRun(quota_settings("orion")) as run:
+        hp = run.add_client("hp", "hp", table)
+        be = run.add_client("be", "be", table, min_util=0.3)
+        run.publish()
+        hp_process = harness.start(
+            hp_script, env=run.client_environment(hp), log=tmp_path / "h.log"
+        )
+        be_process = harness.start(
+            saturating(1000), env=run.client_environment(be), log=tmp_path / "b.log"
+        )
+        assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
+        assert hp_process.wait(timeout=60) == 0, hp_process.stderr.read()
+    hp_events = read_log(tmp_path / "h.log")
+    hp_end = [e.time_ns for e in hp_events if e.kind == "exec_end"][-1]
+    start = first_start(tmp_path / "h.log") + 400 * MS
+    assert hp_end > start + 400 * MS  # HP was busy over the whole measured span
+    assert busy_share(tmp_path / "b.log", start, start + 400 * MS) >= 0.25
+
+
+def test_shares_need_the_gpu_gate():
+    with pytest.raises(OrionError, match="need be_gate 'gpu'"):
+        SchedulerSettings("quota", 132, 1, 1, be_gate="cpu")
+    with pytest.raises(OrionError, match="need a policy that holds work back"):
+        SchedulerSettings("passthrough", 132, 1, 1, quotas=True)
+
+
+@pytest.mark.parametrize(("low", "high"), [(-0.1, 1.0), (0.0, 1.5), (0.6, 0.5)])
+def test_a_share_must_be_a_fraction_with_min_below_max(low, high):
+    with SchedulerRun(quota_settings()) as run, pytest.raises(OrionError):
+        run.add_client("a", "be", min_util=low, max_util=high)
