@@ -194,3 +194,15 @@ def test_shares_need_the_gpu_gate():
 def test_a_share_must_be_a_fraction_with_min_below_max(low, high):
     with SchedulerRun(quota_settings()) as run, pytest.raises(OrionError):
         run.add_client("a", "be", min_util=low, max_util=high)
+
+
+def test_an_idle_run_with_shares_lets_the_keeper_sleep():
+    # Nobody has work: the keeper sleeps (5 ms at a time) instead of polling every 250 us.
+    with SchedulerRun(quota_settings()) as run:
+        run.add_client("a", "be", max_util=0.5)
+        run.publish()
+        time.sleep(0.2)
+        before = run.gate_stats()["keeper_wakeups"]
+        time.sleep(0.5)
+        woke = run.gate_stats()["keeper_wakeups"] - before
+    assert woke < 250

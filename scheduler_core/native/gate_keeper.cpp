@@ -153,7 +153,9 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
         const std::uint32_t seen = gate.load(std::memory_order_acquire);
         bool open = false;
         if (policy == Policy::kQuota) {
-            open = static_cast<int>(client) == holder_;
+            // Nobody with work: every gate open, so the keeper may sleep until HP or work comes
+            // (the first launches of a client starting then run before its first grant).
+            open = static_cast<int>(client) == holder_ || (holder_ < 0 && !any_work());
         } else {
             const KernelInfo batch = next_be_batch(view_, client, now_ns);
             Snapshot snapshot;
