@@ -192,3 +192,27 @@ def test_be_gate_must_be_cpu_or_gpu():
         SchedulerSettings(
             policy="orion", sm_count=1, queue_limit_ns=1, unknown_duration_ns=1, be_gate="gpu-side"
         )
+
+
+def test_a_be_program_that_synchronises_after_every_launch_waits_without_deadlock(
+    harness, tmp_path
+):
+    # A synchronising BE thread blocks behind its own closed gate (on the simulated GPU) until
+    # the keeper opens it once HP is done: correct order, no deadlock, the holds counted.
+    with SchedulerRun(gate_settings()) as run:
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
+        wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
+        result = harness.run(
+            "func bek 1000 repeat 5 launch bek 8 128 0 sync 0 end",
+            env=run.client_environment(be),
+            log=tmp_path / "be.log",
+            timeout=30,
+        )
+        assert result.returncode == 0, result.stderr
+        assert hp_process.wait(timeout=30) == 0
+        stats = run.stats()["be"]
+    be_starts = calls(tmp_path / "be.log", "exec_start")
+    assert len(be_starts) == 5
+    assert all(start.time_ns >= hp_kernel_end_ns(tmp_path) for start in be_starts)
+    assert stats["gate_waits"] == 3  # one per 2.5 ms of work, syncs or not: launches 1, 3, 5
+    assert stats["blocked_launches"] == 0
