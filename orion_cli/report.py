@@ -17,6 +17,8 @@ from rich.table import Table
 
 from orion_cli._common import console, handle_errors
 from reporting import load_runs, report_json, report_tables, write_report
+from reporting.memory import with_limits_text
+from reporting.shares import SHARE_PERCENTILE
 from reporting.summary import target_met_text
 from reporting.tail import NO_TRACE_NOTE
 
@@ -87,6 +89,27 @@ _TAIL_VIEW = [
     ("share_rest", "share", "{:.0%}"),
     ("top_be_kernel", "top BE kernel", "{}"),
     ("reasons", "reasons beside", "{}"),
+]
+
+_MEMORY_VIEW = [
+    ("run", "run", "{}"),
+    ("client", "client", "{}"),
+    ("role", "role", "{}"),
+    ("peak_used_gib", "peak in use GiB", "{:.2f}"),
+    ("limits_text", "limit GiB", "{}"),
+    ("refused", "refused allocations", "{}"),
+]
+_SHARES_VIEW = [
+    ("run", "run", "{}"),
+    ("client", "client", "{}"),
+    ("role", "role", "{}"),
+    ("window_s", "window s", "{:g}"),
+    ("samples", "samples", "{}"),
+    ("mean_share", "mean share", "{:.3f}"),
+    ("p95_share", f"p{SHARE_PERCENTILE:g} share", "{:.3f}"),
+    ("min_util", "min_util at end", "{:.3f}"),
+    ("max_util", "max_util at end", "{:.3f}"),
+    ("share_changes", "changes", "{}"),
 ]
 
 
@@ -230,6 +253,12 @@ def report_command(
         print_table(out, "policies side by side", headline, _HEADLINE_VIEW)
     if not tables.gpu.empty and tables.gpu["samples"].gt(0).any():
         print_table(out, "GPU during the window (NVML)", tables.gpu, _GPU_VIEW)
+    if len(tables.memory):
+        memory = with_limits_text(tables.memory)
+        print_table(out, "GPU memory per client (orion's count)", memory, _MEMORY_VIEW)
+    if len(tables.shares):
+        title = "GPU time share per client (gate keeper, after the first quota window)"
+        print_table(out, title, tables.shares, _SHARES_VIEW)
     traced = tables.tail[tables.tail["traced"].astype(bool)] if len(tables.tail) else tables.tail
     if len(traced):
         print_table(out, "where the HP tail comes from (requests above p95)", traced, _TAIL_VIEW)

@@ -9,7 +9,7 @@ run order (and so each run's colour) across figures; by default runs appear as i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -376,6 +376,147 @@ def plot_gpu_utilisation(
     axes[-1, 0].set_xlabel("time (s on the run clock)")
     fig.suptitle(title)
     return _save(fig, out_path)
+
+
+PanelLines = Callable[[Axes, pd.DataFrame, str, str], None]
+"""Draws one client's rows (time order) of a per-client series into a panel, in its colour."""
+
+
+def plot_memory_over_time(
+    series: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    title: str = "GPU memory per client (orion's count) and its limit",
+) -> Path:
+    """GPU memory in use (GiB) per client against run time, one panel per run, each client's
+    limit in force as a dashed step line in its colour, and a marker where the limit was
+    changed while the run was live (at the new limit; at the old one, as ``x``, where the limit
+    was removed).
+
+    ``series`` is ``memory.memory_series(...)``: samples and limit changes in time order.
+    """
+    return _client_panels(
+        series,
+        out_path,
+        order=order,
+        title=title,
+        ylabel="memory (GiB)",
+        empty="no memory samples (memory.csv) in any run",
+        lines=_memory_lines,
+    )
+
+
+def plot_gpu_shares_over_time(
+    series: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    title: str = "GPU time share per client (gate keeper) and its min/max",
+) -> Path:
+    """Each client's share of GPU time over the quota window against run time, one panel per
+    run, with its ``max_util`` (dashed) and ``min_util`` (dotted) in force as step lines in its
+    colour where they are not the defaults (1 and 0: no cap, no promise), and a marker where one
+    was changed while the run was live (``v`` a new cap, ``^`` a new promise, at the new value).
+
+    ``series`` is ``shares.shares_series(...)``: samples and share changes in time order.
+    """
+    return _client_panels(
+        series,
+        out_path,
+        order=order,
+        title=title,
+        ylabel="share of GPU time",
+        empty="no share samples (shares.csv) in any run",
+        lines=_share_lines,
+        top=1.05,
+    )
+
+
+def _client_panels(
+    series: pd.DataFrame,
+    out_path: str | Path,
+    *,
+    order: Sequence[str] | None,
+    title: str,
+    ylabel: str,
+    empty: str,
+    lines: PanelLines,
+    top: float | None = None,
+) -> Path:
+    """A per-client series (``run``, ``client``, ``time_s`` columns) as one panel per run, each
+    client's ``lines`` in its own colour. A client keeps its colour in every panel, so one
+    client is easy to follow across runs."""
+    labels = _order(series, order)
+    clients = list(dict.fromkeys(series["client"].astype(str))) if len(series) else []
+    colours = run_colours(clients)
+    panels = max(1, len(labels))
+    fig = _new_figure((9, 1.2 + 2.4 * panels))
+    axes = fig.subplots(panels, 1, squeeze=False)
+    for ax, label in zip(axes[:, 0], labels, strict=False):
+        mine = series[series["run"] == label]
+        for client in dict.fromkeys(mine["client"].astype(str)):
+            lines(ax, mine[mine["client"].astype(str) == client], client, colours[client])
+        ax.set_ylim(0, top)
+        ax.set_title(label, fontsize=10, loc="left")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+    if not labels:
+        _no_data(axes[0, 0], empty)
+        axes[0, 0].set_ylabel(ylabel)
+    axes[-1, 0].set_xlabel("time (s on the run clock)")
+    fig.suptitle(title)
+    return _save(fig, out_path)
+
+
+def _memory_lines(ax: Axes, rows: pd.DataFrame, client: str, colour: str) -> None:
+    """One client's lines of :func:`plot_memory_over_time`: in use, limit, limit changes."""
+    used = rows[rows["used_gib"].notna()]
+    ax.plot(used["time_s"], used["used_gib"], color=colour, linewidth=1.2, label=f"{client} in use")
+    _step_line(ax, rows["time_s"], rows["limit_gib"], colour, "--", f"{client} limit")
+    changes = rows[rows["limit_change"].astype(bool)]
+    removed = changes["limit_gib"].isna()
+    kept = changes[~removed]
+    _markers(ax, kept["time_s"], kept["limit_gib"], colour, "D", f"{client} limit changed")
+    gone = changes[removed]
+    _markers(ax, gone["time_s"], gone["old_limit_gib"], colour, "x", f"{client} limit removed")
+
+
+def _share_lines(ax: Axes, rows: pd.DataFrame, client: str, colour: str) -> None:
+    """One client's lines of :func:`plot_gpu_shares_over_time`: its share, its cap and promise
+    where they are not the defaults, and their changes."""
+    measured = rows[rows["gpu_share"].notna()]
+    label = f"{client} share"
+    ax.plot(measured["time_s"], measured["gpu_share"], color=colour, linewidth=1.2, label=label)
+    for name, default, style, marker in (
+        ("max_util", 1.0, "--", "v"),
+        ("min_util", 0.0, ":", "^"),
+    ):
+        values = rows[name].where(rows[name] != default)
+        _step_line(ax, rows["time_s"], values, colour, style, f"{client} {name}")
+        changes = rows[rows["changed_field"] == name]
+        _markers(ax, changes["time_s"], changes[name], colour, marker, f"{client} {name} changed")
+
+
+def _step_line(
+    ax: Axes, times: pd.Series, values: pd.Series, colour: str, style: str, label: str
+) -> None:
+    """A value in force from each time on (a limit, a share), as a step line; NaN values (none
+    in force, or the default) leave a gap. Nothing is drawn when no value is known."""
+    if not values.notna().any():
+        return
+    ax.step(times, values, where="post", color=colour, linestyle=style, linewidth=1, label=label)
+
+
+def _markers(
+    ax: Axes, times: pd.Series, values: pd.Series, colour: str, marker: str, label: str
+) -> None:
+    """A marker per change (at its time and value); nothing when there was none."""
+    if not len(times):
+        return
+    size = 7 if marker == "x" else 5
+    ax.plot(times, values, marker, color=colour, markersize=size, label=label)
 
 
 def plot_kernel_timeline(

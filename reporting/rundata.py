@@ -14,7 +14,7 @@ import io
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ INFERENCE_COLUMNS = run_format.INFERENCE_COLUMNS
 TRAINING_COLUMNS = run_format.TRAINING_COLUMNS
 GPU_COLUMNS = run_format.GPU_COLUMNS
 TRACE_COLUMNS = run_format.TRACE_COLUMNS
+MEMORY_COLUMNS = run_format.MEMORY_COLUMNS
+SHARE_COLUMNS = run_format.SHARE_COLUMNS
+LIMIT_COLUMNS = run_format.LIMIT_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,23 @@ class RunData:
     cut_tables: tuple[str, ...] = ()
     """Tables (relative paths) that do not hold the rows run.json recorded at close: cut or
     otherwise changed after the run, so figures from them are wrong."""
+    memory: pd.DataFrame = field(default_factory=lambda: empty_table(MEMORY_COLUMNS))
+    """``memory.csv``: each client's GPU memory as orion's library counts it, sampled during the
+    run. Empty (declared columns) when the run has none: runs from before it was written, and
+    policies that do not load the library."""
+    limits: pd.DataFrame = field(default_factory=lambda: empty_table(LIMIT_COLUMNS))
+    """``limits.csv``: limits changed while the run was live (``orion quota``); empty when none
+    changed or the run predates the file."""
+    memory_recorded: bool = False
+    """``memory.csv`` exists, so the library counted memory (even if it wrote no row yet): an
+    empty ``memory`` table alone cannot tell "nothing counted" from "not a run that counts"."""
+    shares: pd.DataFrame = field(default_factory=lambda: empty_table(SHARE_COLUMNS))
+    """``shares.csv``: each client's share of GPU time over the last quota window as the gate
+    keeper measured it, with the min/max shares in force, sampled during the run. Empty
+    (declared columns) when the run has none: runs without GPU-time shares, and older runs."""
+    shares_recorded: bool = False
+    """``shares.csv`` exists, so the run enforced GPU-time shares (even if no row was written
+    yet), as ``memory_recorded`` is for memory."""
 
     @property
     def name(self) -> str:
@@ -201,6 +221,9 @@ def load_run(path: str | Path) -> RunData:
     trace = _read_extra_table(root, run_format.TRACE_TABLE, TRACE_COLUMNS, recorded, notes, cut)
     if trace is not None:
         trace["kernel_class"] = trace["kernel_class"].fillna("unknown")
+    memory = _read_extra_table(root, run_format.MEMORY_TABLE, MEMORY_COLUMNS, recorded, notes, cut)
+    limits = _read_extra_table(root, run_format.LIMITS_TABLE, LIMIT_COLUMNS, recorded, notes, cut)
+    shares = _read_extra_table(root, run_format.SHARES_TABLE, SHARE_COLUMNS, recorded, notes, cut)
 
     return RunData(
         path=root,
@@ -222,6 +245,11 @@ def load_run(path: str | Path) -> RunData:
         meta=meta,
         notes=tuple(notes),
         cut_tables=tuple(cut),
+        memory=_or_empty(memory, MEMORY_COLUMNS),
+        limits=_or_empty(limits, LIMIT_COLUMNS),
+        memory_recorded=memory is not None,
+        shares=_or_empty(shares, SHARE_COLUMNS),
+        shares_recorded=shares is not None,
     )
 
 
@@ -292,7 +320,9 @@ def _read_extra_table(
     notes: list[str],
     cut: list[str],
 ) -> pd.DataFrame | None:
-    """``gpu.csv`` or ``trace.csv``: optional, but checked against its recorded rows."""
+    """An optional table (``gpu.csv``, ``trace.csv``, ``memory.csv``, ``shares.csv``,
+    ``limits.csv``): ``None`` when absent, and checked against its recorded rows where run.json
+    has them."""
     path = root / relative
     if not path.is_file():
         _check_rows(relative, None, recorded, notes, cut)
@@ -300,6 +330,13 @@ def _read_extra_table(
     frame = read_table(path, columns, notes=notes)
     _check_rows(relative, len(frame), recorded, notes, cut)
     return frame
+
+
+def _or_empty(frame: pd.DataFrame | None, columns: Sequence[Column]) -> pd.DataFrame:
+    """An optional table as RunData keeps it: an absent one as an empty table of its declared
+    columns, so code downstream needs no ``None`` check (the ``*_recorded`` flags keep "absent"
+    apart from "empty")."""
+    return frame if frame is not None else empty_table(columns)
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[RunData]:

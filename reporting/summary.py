@@ -21,6 +21,7 @@ import pandas as pd
 
 from orion_common.errors import OrionError
 from reporting import plots
+from reporting.memory import memory_series, memory_summary, with_limits_text
 from reporting.metrics import (
     BE_FRACTION_MIN,
     HP_P99_SLOWDOWN_MAX,
@@ -40,6 +41,7 @@ from reporting.series import (
     kernel_slice,
     request_latencies,
 )
+from reporting.shares import SHARE_PERCENTILE, shares_series, shares_summary
 from reporting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from reporting.tail import NO_TRACE_NOTE, SLOW_PERCENTILE, slow_requests, tail_summary
 
@@ -116,6 +118,26 @@ _TAIL_VIEW = [
     ("top_be_kernel", "top BE kernel at arrival"),
     ("reasons", "admitted-beside reasons"),
 ]
+_MEMORY_VIEW = [
+    ("run", "run"),
+    ("client", "client"),
+    ("role", "role"),
+    ("peak_used_gib", "peak in use GiB"),
+    ("limits_text", "limit GiB"),
+    ("refused", "refused allocations"),
+]
+_SHARES_VIEW = [
+    ("run", "run"),
+    ("client", "client"),
+    ("role", "role"),
+    ("window_s", "window s"),
+    ("samples", "samples"),
+    ("mean_share", "mean share"),
+    ("p95_share", f"p{SHARE_PERCENTILE:g} share"),
+    ("min_util", "min_util at end"),
+    ("max_util", "max_util at end"),
+    ("share_changes", "changes"),
+]
 _SHARE_COLUMNS = ("share_be_outstanding", "share_be_admitted", "share_queue", "share_rest")
 # Value columns shown as `value [lo, hi]` in the Markdown tables: value -> (lo, hi) columns.
 _INTERVAL_COLUMNS = {
@@ -145,6 +167,12 @@ class ReportTables:
     runs without a trace have a row saying the attribution needs one."""
     slow_requests: pd.DataFrame
     """One row per slow HP request of the traced runs (``tail.slow_requests``)."""
+    memory: pd.DataFrame
+    """Per client of each run with ``memory.csv``: peak in use, limits, refused allocations
+    (``memory.memory_summary``); no rows when no run recorded memory."""
+    shares: pd.DataFrame
+    """Per client of each run with ``shares.csv``: mean and p95 share of GPU time, min/max shares
+    at the end, share changes (``shares.shares_summary``); no rows when no run recorded shares."""
 
 
 def report_tables(runs: Sequence[RunData]) -> ReportTables:
@@ -165,6 +193,8 @@ def report_tables(runs: Sequence[RunData]) -> ReportTables:
         gpu=gpu_clock_summary(runs),
         tail=tail_summary(runs, slow),
         slow_requests=slow,
+        memory=memory_summary(runs),
+        shares=shares_summary(runs),
     )
 
 
@@ -333,6 +363,9 @@ def write_report(
         )
         lines.append("")
 
+    lines += memory_lines(runs, tables.memory, out, labels)
+    lines += shares_lines(runs, tables.shares, out, labels)
+
     traced = [(r, label) for r, label in zip(runs, labels, strict=True) if r.trace is not None]
     if traced:
         lines += ["## Kernel timelines", ""]
@@ -383,6 +416,77 @@ def write_report(
     except OSError as exc:
         raise OrionError(f"cannot write {report}: {exc.strerror or exc}") from None
     return report
+
+
+def memory_lines(
+    runs: Sequence[RunData], summary: pd.DataFrame, out: Path, order: Sequence[str]
+) -> list[str]:
+    """The report's "GPU memory" section: the memory-over-time figure (when some run has
+    samples) and the per-client peak, limit and refused allocations. Empty when no run has a
+    ``memory.csv`` (runs from before it, policies without orion's library), so such reports
+    read as they always did."""
+    if not any(run.memory_recorded for run in runs):
+        return []
+    series = memory_series(runs)
+    return _client_section(
+        "GPU memory",
+        plots.plot_memory_over_time(series, out / "memory_over_time.png", order=order)
+        if len(series)
+        else None,
+        "no run's memory.csv has samples",
+        caption="Per run, each client's GPU memory in use (solid) and the limit in force "
+        "(dashed, same colour; markers where `orion quota` changed it while the run was live), "
+        "as orion's library counts it: every allocation route of the client, not its CUDA "
+        "context.",
+        table=markdown_table(with_limits_text(summary), _MEMORY_VIEW),
+        note="Peak: the most memory in use the whole run recorded (its samples, and what it "
+        "held at each limit change; GiB = 2^30 bytes). "
+        "Limit: each limit that held, in order (→: changed while the run was live; -: none). "
+        "Refused allocations: those the library refused for the limit by the end of the run.",
+    )
+
+
+def shares_lines(
+    runs: Sequence[RunData], summary: pd.DataFrame, out: Path, order: Sequence[str]
+) -> list[str]:
+    """The report's "GPU time shares" section: the shares-over-time figure (when some run has
+    samples) and the per-client mean and p95 share with the min/max in force. Empty when no run
+    has a ``shares.csv`` (runs without GPU-time shares, older runs), so such reports read as
+    they always did."""
+    if not any(run.shares_recorded for run in runs):
+        return []
+    return _client_section(
+        "GPU time shares",
+        plots.plot_gpu_shares_over_time(
+            shares_series(runs), out / "gpu_shares_over_time.png", order=order
+        )
+        if any(len(run.shares) for run in runs)
+        else None,
+        "no run's shares.csv has samples",
+        caption="Per run, each client's share of GPU time (solid): its GPU time over the "
+        "sliding quota window as orion's gate keeper measures it (time with work on the GPU "
+        "and its gate open or draining). Same colour: the max_util in force (dashed) and the "
+        "min_util (dotted) where they are not the defaults 1 and 0; markers where "
+        "`orion quota` changed one while the run was live.",
+        table=markdown_table(summary, _SHARES_VIEW),
+        note=f"Mean and p{SHARE_PERCENTILE:g} share: over the samples (about every 0.5 s) taken "
+        "at least one quota window (`run.quota_window_s`) after the run's first, when the "
+        "window is full. min_util / max_util at end: the promised and capped shares in force "
+        "when the run ended. Changes: min_util / max_util changes made with `orion quota` "
+        "while the run was live.",
+    )
+
+
+def _client_section(
+    heading: str, figure: Path | None, left_out: str, *, caption: str, table: str, note: str
+) -> list[str]:
+    """A per-client series section (memory, shares), laid out alike: the heading, the figure
+    with its caption (or why it was left out), the table and the note under it."""
+    lines = [f"## {heading}", ""]
+    lines += _figure_lines(f"{heading} over time", figure, left_out)
+    if figure is not None:
+        lines += [caption, ""]
+    return [*lines, table, "", note, ""]
 
 
 def tail_lines(tail: pd.DataFrame, out: Path, order: Sequence[str]) -> list[str]:
@@ -501,6 +605,8 @@ def report_json(runs: Sequence[RunData]) -> dict[str, Any]:
             "gpu_clocks": tables.gpu.to_dict("records"),
             "hp_tail": tables.tail.to_dict("records"),
             "hp_tail_requests": tables.slow_requests.to_dict("records"),
+            "memory": tables.memory.to_dict("records"),
+            "gpu_shares": tables.shares.to_dict("records"),
             "intervals": {
                 "confidence": DEFAULT_CONFIDENCE,
                 "resamples": DEFAULT_RESAMPLES,

@@ -27,6 +27,10 @@ GPU_CLOCK_HEADER = [c.name for c in run_format.GPU_COLUMNS if c.optional]
 TRACE_HEADER = list(run_format.required_names(run_format.TRACE_COLUMNS))
 TRACE_REASON_HEADER = list(run_format.column_names(run_format.TRACE_COLUMNS))
 """trace.csv as new runs write it, with ``reason``; used when a trace row has a ``reason``."""
+MEMORY_HEADER = list(run_format.column_names(run_format.MEMORY_COLUMNS))
+LIMITS_HEADER = list(run_format.column_names(run_format.LIMIT_COLUMNS))
+SHARES_HEADER = list(run_format.column_names(run_format.SHARE_COLUMNS))
+GIB = 2**30
 
 ENVIRONMENT = {
     "gpu_name": "NVIDIA H200",
@@ -148,12 +152,18 @@ def write_run(
     trace: Sequence[dict[str, Any]] | None = None,
     config: dict[str, Any] | None = None,
     table_rows: bool = True,
+    memory: Sequence[dict[str, Any]] | None = None,
+    limits: Sequence[dict[str, Any]] | None = None,
+    shares: Sequence[dict[str, Any]] | None = None,
 ) -> Path:
     """One run directory; ``config`` adds to (``run``: merges into) the recorded jobs config,
     e.g. ``{"run": {"thresholds": {"queue_limit_us": 200}}, "clients": [...]}``.
 
     ``table_rows`` records each table's rows in run.json as the runner does at close;
-    ``False`` writes a run from before row counts were recorded."""
+    ``False`` writes a run from before row counts were recorded. ``memory`` / ``limits`` /
+    ``shares`` write memory.csv / limits.csv / shares.csv (``[]``: the header alone); ``None``
+    leaves the file out, as in runs from before them (and, for shares.csv, runs without
+    GPU-time shares). Like the runner, run.json records no row count for any of them."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     entries = []
@@ -207,6 +217,12 @@ def write_run(
         header = TRACE_REASON_HEADER if reasons else TRACE_HEADER
         write_csv(run_dir / run_format.TRACE_TABLE, header, trace)
         rows[run_format.TRACE_TABLE] = len(trace)
+    if memory is not None:
+        write_csv(run_dir / run_format.MEMORY_TABLE, MEMORY_HEADER, memory)
+    if limits is not None:
+        write_csv(run_dir / run_format.LIMITS_TABLE, LIMITS_HEADER, limits)
+    if shares is not None:
+        write_csv(run_dir / run_format.SHARES_TABLE, SHARES_HEADER, shares)
     recorded: dict[str, Any] = {
         "run": {"policy": policy, "duration_s": 30, "seed": 1, "trace": bool(trace)}
     }
@@ -231,6 +247,78 @@ def write_run(
         meta[run_format.TABLE_ROWS_KEY] = rows
     (run_dir / run_format.RUN_JSON).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return run_dir
+
+
+def memory_rows(
+    client: str,
+    times_s: Sequence[float],
+    used_gib: Sequence[float],
+    limit_gib: float | Sequence[float | None] | None = None,
+    refused: int | Sequence[int] = 0,
+) -> list[dict[str, Any]]:
+    """memory.csv rows of one client, sizes given in GiB and written in bytes as the runner
+    does; a limit of ``None`` is an empty cell (no limit). A single limit or refused count holds
+    for every sample."""
+    count = len(times_s)
+    limits = list(limit_gib) if isinstance(limit_gib, Sequence) else [limit_gib] * count
+    refusals = list(refused) if isinstance(refused, Sequence) else [refused] * count
+    return [
+        {
+            "time_s": time_s,
+            "client": client,
+            "used_bytes": int(used * GIB),
+            "limit_bytes": None if limit is None else int(limit * GIB),
+            "refused": count_refused,
+        }
+        for time_s, used, limit, count_refused in zip(
+            times_s, used_gib, limits, refusals, strict=True
+        )
+    ]
+
+
+def limit_change(
+    client: str, time_s: float, old_gib: float | None, new_gib: float | None, in_use_gib: float
+) -> dict[str, Any]:
+    """A limits.csv row as ``orion quota`` appends it (sizes in GiB, written in bytes)."""
+    return {
+        "time_s": time_s,
+        "utc": "2026-11-21T12:00:30+00:00",
+        "client": client,
+        "field": "memory_limit",
+        "old": None if old_gib is None else int(old_gib * GIB),
+        "new": None if new_gib is None else int(new_gib * GIB),
+        "in_use": int(in_use_gib * GIB),
+    }
+
+
+def share_rows(
+    client: str,
+    times_s: Sequence[float],
+    gpu_share: Sequence[float],
+    min_util: float | Sequence[float] = 0.0,
+    max_util: float | Sequence[float] = 1.0,
+) -> list[dict[str, Any]]:
+    """shares.csv rows of one client; a single min_util or max_util holds for every sample."""
+    count = len(times_s)
+    lows = list(min_util) if isinstance(min_util, Sequence) else [min_util] * count
+    highs = list(max_util) if isinstance(max_util, Sequence) else [max_util] * count
+    return [
+        {"time_s": t, "client": client, "gpu_share": share, "min_util": low, "max_util": high}
+        for t, share, low, high in zip(times_s, gpu_share, lows, highs, strict=True)
+    ]
+
+
+def share_change(client: str, time_s: float, field: str, old: float, new: float) -> dict:
+    """A limits.csv row as ``orion quota --min-util/--max-util`` appends it (in_use 0)."""
+    return {
+        "time_s": time_s,
+        "utc": "2026-11-21T12:00:30+00:00",
+        "client": client,
+        "field": field,
+        "old": old,
+        "new": new,
+        "in_use": 0,
+    }
 
 
 def kernel_trace(clients: Sequence[str], *, per_client: int, start_s: float) -> list[dict]:

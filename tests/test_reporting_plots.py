@@ -13,16 +13,20 @@ from reporting import (
     headline,
     kernel_slice,
     load_runs,
+    plot_gpu_shares_over_time,
     plot_gpu_utilisation,
     plot_kernel_timeline,
     plot_latency_cdf,
     plot_latency_over_time,
+    plot_memory_over_time,
     plot_tradeoff,
     request_latencies,
     run_labels,
 )
+from reporting.memory import MEMORY_SERIES_COLUMNS
 from reporting.plots import latency_cdf_figure
 from reporting.series import GPU_SAMPLE_COLUMNS, KERNEL_COLUMNS, LATENCY_COLUMNS
+from reporting.shares import SHARE_SERIES_COLUMNS
 
 MIN_BYTES = 5_000
 
@@ -82,6 +86,8 @@ def test_kernel_slice_caps_and_starts_mid_window(runs) -> None:
         (plot_latency_over_time, LATENCY_COLUMNS),
         (plot_gpu_utilisation, GPU_SAMPLE_COLUMNS),
         (plot_kernel_timeline, KERNEL_COLUMNS),
+        (plot_memory_over_time, MEMORY_SERIES_COLUMNS),
+        (plot_gpu_shares_over_time, SHARE_SERIES_COLUMNS),
     ],
 )
 def test_empty_data_still_gives_a_figure(tmp_path: Path, plot, columns) -> None:
