@@ -53,6 +53,23 @@ def _compiled_case() -> tuple[Callable[[], torch.Tensor], int]:
     return (lambda: fused(x)), 3
 
 
+def _compiled_graph_case() -> tuple[Callable[[], torch.Tensor], int]:
+    # Inductor's own CUDA graphs (cudagraph trees): recorded during warm-up, then replayed, one
+    # graph launch per step, instantiated by PyTorch itself, not by orion's workloads.
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)
+    ).cuda()
+    model.eval()
+    compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    x = torch.randn(64, 1024, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            return compiled(x).clone()  # the graph's output buffer is reused by the next replay
+
+    return step, 5
+
+
 def _workload_case(
     name: str, mode: str, batch: int, cuda_graph: bool = False
 ) -> tuple[Callable[[], torch.Tensor], int]:
@@ -71,6 +88,7 @@ CASES: dict[str, Callable[[], tuple[Callable[[], torch.Tensor], int]]] = {
     # Served as a CUDA graph: one cuGraphLaunch per step, its kernels seen only by the profiler.
     "resnet50-graph": lambda: _workload_case("resnet50", "infer", 4, cuda_graph=True),
     "compiled": _compiled_case,
+    "compiled-graph": _compiled_graph_case,
     "cupy": _cupy_case,
 }
 

@@ -157,6 +157,20 @@ def test_a_captured_graph_is_identified_and_its_completions_are_written(tmp_path
     assert stats["completion_mode"] == "estimate"  # its kernels: the HP default
 
 
+def test_a_torch_compile_reduce_overhead_graph_is_identified_and_written(tmp_path: Path) -> None:
+    # Held-out check of graph identity: inductor's own graphs (torch.compile
+    # mode="reduce-overhead"), instantiated by PyTorch, are read at instantiation like orion's
+    # workload graphs, every replay's completion is written by the GPU, outputs are unchanged.
+    plain = _probe("compiled-graph", tmp_path, dict(os.environ), "plain")
+    gated = _with_library("compiled-graph", tmp_path, "orion", "hp")
+    stats = gated["stats"]
+    assert gated["output_sha256"] == plain["output_sha256"]
+    assert stats["graphs_identified"] >= 1
+    assert stats["graph_launches"] >= 1
+    assert stats["graph_gpu_writes"] == stats["graph_launches"]
+    assert stats["unknown_graph_launches"] == stats["graph_launches"]  # the decoy profile
+
+
 def test_moving_hp_legacy_stream_launches_keeps_the_programs_ordering(tmp_path: Path) -> None:
     # An HP client's legacy-stream kernels run on orion's private high-priority stream; a kernel
     # the program then launches on a blocking stream of its own must still see their results.
