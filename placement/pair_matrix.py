@@ -47,6 +47,8 @@ class MatrixJob:
     batch_size: int
     alone_p99_ms: float | None = None
     alone_throughput_per_s: float | None = None
+    dtype: str = "fp32"
+    cuda_graph: bool = False  # an HP job served by replaying a CUDA graph
 
 
 @dataclass(frozen=True)
@@ -133,19 +135,29 @@ def _parse(data: Any, source: str) -> PairMatrix:
 def _job(name: str, spec: Any) -> MatrixJob:
     path = join("jobs", name)
     string(name, path)
-    spec = obj(spec, path, ("kind", "workload", "mode", "batch_size", "alone"))
+    required = ("kind", "workload", "mode", "batch_size", "alone")
+    spec = obj(spec, path, required, ("dtype", "cuda_graph"))
     kind = string(spec["kind"], join(path, "kind"), JOB_KINDS)
     workload = string(spec["workload"], join(path, "workload"))
     mode = string(spec["mode"], join(path, "mode"), MODES)
     batch_size = integer(spec["batch_size"], join(path, "batch_size"), minimum=1)
+    # How the job ran when measured (matrices from before these keys: fp32, eager).
+    dtype = string(spec.get("dtype", "fp32"), join(path, "dtype"), ("fp32", "bf16"))
+    graph = spec.get("cuda_graph", False)
+    if not isinstance(graph, bool):
+        raise FieldError(join(path, "cuda_graph"), "must be true or false")
     alone_path = join(path, "alone")
     if kind == "hp":
         alone = obj(spec["alone"], alone_path, ("p99_ms",))
         p99 = number(alone["p99_ms"], join(alone_path, "p99_ms"))
-        return MatrixJob(name, kind, workload, mode, batch_size, alone_p99_ms=p99)
+        return MatrixJob(
+            name, kind, workload, mode, batch_size, alone_p99_ms=p99, dtype=dtype, cuda_graph=graph
+        )
     alone = obj(spec["alone"], alone_path, ("throughput_per_s",))
     thr = number(alone["throughput_per_s"], join(alone_path, "throughput_per_s"))
-    return MatrixJob(name, kind, workload, mode, batch_size, alone_throughput_per_s=thr)
+    return MatrixJob(
+        name, kind, workload, mode, batch_size, alone_throughput_per_s=thr, dtype=dtype
+    )
 
 
 def _pair(item: Any, path: str, jobs: dict[str, MatrixJob]) -> Pair:

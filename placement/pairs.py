@@ -219,6 +219,18 @@ def planned_cells(spec: PairsSpec) -> list[Cell]:
     return cells
 
 
+BE_ONLY_POLICY = "mps"
+
+
+def shared_policy(policy: str, has_hp: bool) -> str:
+    """The policy co-runners run under: ``policy``, except that co-runners without an HP job
+    run under plain MPS when ``policy`` needs one (its gating protects an HP job; without one,
+    MPS sharing is what it leaves, and the jobs file would be refused)."""
+    from colocation.policies import POLICIES
+
+    return BE_ONLY_POLICY if not has_hp and POLICIES[policy].needs_hp else policy
+
+
 def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
     """The jobs config of one cell (colocation.config format): its clients named after the jobs."""
     thresholds = {
@@ -245,7 +257,9 @@ def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
         clients.append(client)
     return {
         "run": {
-            "policy": POLICY_DEDICATED if cell.alone else spec.policy,
+            "policy": POLICY_DEDICATED
+            if cell.alone
+            else shared_policy(spec.policy, any(spec.jobs[n].kind == "hp" for n in cell.members)),
             "duration_s": spec.duration_s,
             "warmup_steps": 20,
             "seed": 1,
@@ -422,6 +436,8 @@ def build_pair_matrix(
             "workload": job.workload,
             "mode": job.mode,
             "batch_size": job.batch_size,
+            "dtype": job.dtype,
+            "cuda_graph": job.cuda_graph,
             "alone": figure,
         }
     pairs = []

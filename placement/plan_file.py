@@ -39,6 +39,8 @@ class PlanClient:
     weight: float | None = None  # BE only
     predicted_throughput_per_s: float | None = None  # BE only: alone throughput x ratio
     predicted_ratio: float | None = None  # BE only: shared / alone throughput
+    dtype: str = "fp32"
+    cuda_graph: bool = False  # HP only: served by replaying a CUDA graph, as measured
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ _CLIENT_FIELDS = (
     "workload",
     "mode",
     "batch_size",
+    "dtype",
+    "cuda_graph",
     "rate_per_s",
     "p99_slo_ms",
     "predicted_p99_ms",
@@ -98,6 +102,7 @@ _CLIENT_FIELDS = (
 )
 _HP_FIELDS = ("rate_per_s", "p99_slo_ms", "predicted_p99_ms", "predicted_p99_upper_ms")
 _BE_FIELDS = ("weight", "predicted_throughput_per_s", "predicted_ratio")
+_OPTIONAL_FIELDS = ("dtype", "cuda_graph")  # absent from plans written before them
 _TOTALS = (
     "gpus_used",
     "be_throughput_per_s",
@@ -207,7 +212,12 @@ def _client(data: Any, path: str, names: dict[str, str]) -> PlanClient:
         raise FieldError(join(path, "role"), "is required")
     role = string(data["role"], join(path, "role"), ROLES)
     extra = _HP_FIELDS if role == "hp" else _BE_FIELDS
-    spec = obj(data, path, ("name", "job", "role", "workload", "mode", "batch_size", *extra))
+    spec = obj(
+        data,
+        path,
+        ("name", "job", "role", "workload", "mode", "batch_size", *extra),
+        _OPTIONAL_FIELDS,
+    )
     name = string(spec["name"], join(path, "name"))
     if name in names:
         raise FieldError(join(path, "name"), f"{name!r} is also at {names[name]}")
@@ -219,7 +229,11 @@ def _client(data: Any, path: str, names: dict[str, str]) -> PlanClient:
         "workload": string(spec["workload"], join(path, "workload")),
         "mode": string(spec["mode"], join(path, "mode"), MODES),
         "batch_size": integer(spec["batch_size"], join(path, "batch_size"), minimum=1),
+        "dtype": string(spec.get("dtype", "fp32"), join(path, "dtype"), ("fp32", "bf16")),
+        "cuda_graph": spec.get("cuda_graph", False),
     }
+    if not isinstance(values["cuda_graph"], bool):
+        raise FieldError(join(path, "cuda_graph"), "must be true or false")
     for key in _HP_FIELDS if spec["role"] == "hp" else _BE_FIELDS:
         values[key] = number(spec[key], join(path, key))
     return PlanClient(**values)

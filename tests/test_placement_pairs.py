@@ -239,3 +239,12 @@ def test_cli_refuses_without_a_gpu(tmp_path: Path, monkeypatch) -> None:
         "jobs on a GPU and needs one"
     ]
     assert not (tmp_path / "out").exists()
+
+
+def test_be_only_pairs_run_under_mps_when_the_policy_needs_an_hp_job(tmp_path: Path) -> None:
+    from placement.pairs import shared_policy
+
+    assert shared_policy("orion", has_hp=False) == "mps"
+    assert shared_policy("orion", has_hp=True) == "orion"
+    assert shared_policy("mps", has_hp=False) == "mps"
+    assert shared_policy("quota", has_hp=False) == "quota"  # every client a peer

@@ -1,0 +1,98 @@
+"""`orion colocate PLAN.json`: each GPU of a plan as an ordinary run, all started together."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from colocation.plan_run import PLAN_RUN_JSON, is_plan_file, plan_jobs, run_plan
+from orion_cli.app import app
+from orion_common.errors import OrionError
+from placement.fleet import load_fleet
+from placement.plan import load_matrices, solve
+from placement.plan_file import Plan, write_plan
+
+DATA = Path(__file__).parent / "data" / "placement"
+
+# Stands in for `orion colocate JOBS.json` on a machine without GPUs: makes the run directory a
+# real run would, and fails for the GPU named in FAIL_GPU.
+FAKE_COLOCATE = """
+import json, os, sys
+jobs = json.load(open(sys.argv[2]))
+run = jobs["run"]
+run_dir = os.path.join(run["output_dir"], run["policy"] + "-20261123-120000")
+os.makedirs(run_dir)
+json.dump({"status": "complete", "gpu": run["gpu"]}, open(os.path.join(run_dir, "run.json"), "w"))
+sys.exit(1 if str(run["gpu"]) == os.environ.get("FAIL_GPU") else 0)
+"""
+
+
+@pytest.fixture
+def plan(tmp_path: Path) -> tuple[Plan, Path]:
+    fleet = load_fleet(DATA / "fleet.json")
+    solved = solve(fleet, load_matrices(fleet.gpu_kinds(), DATA / "pairs"), "max-total-be")
+    return solved, write_plan(solved, tmp_path / "plan.json")
+
+
+def test_each_gpu_becomes_a_jobs_file_pinned_to_it(plan, tmp_path: Path) -> None:
+    solved, _ = plan
+    configs = plan_jobs(solved, 30.0, tmp_path)
+    assert sorted(configs) == [gpu.index for gpu in solved.gpus]
+    for gpu in solved.gpus:
+        config = configs[gpu.index]
+        assert config["run"]["gpu"] == gpu.index
+        assert config["run"]["duration_s"] == 30.0
+        assert [c["name"] for c in config["clients"]] == [c.name for c in gpu.clients]
+        roles = {c.role for c in gpu.clients}
+        if len(gpu.clients) == 1:
+            assert config["run"]["policy"] == "dedicated"
+        elif "hp" in roles:
+            assert config["run"]["policy"] == gpu.policy
+        else:  # BE beside BE: no HP for the policy's gating to protect
+            assert config["run"]["policy"] == "mps"
+        for client, planned in zip(config["clients"], gpu.clients, strict=True):
+            if planned.role == "hp":
+                assert client["arrivals"] == {"kind": "poisson", "rate_per_s": planned.rate_per_s}
+                assert client["cuda_graph"] == planned.cuda_graph
+
+
+def test_every_gpu_runs_at_once_and_the_record_says_how_each_ended(
+    plan, tmp_path: Path, monkeypatch
+) -> None:
+    solved, path = plan
+    fake = tmp_path / "fake_colocate.py"
+    fake.write_text(FAKE_COLOCATE)
+    failing = solved.gpus[-1].index
+    monkeypatch.setenv("FAIL_GPU", str(failing))
+    root = run_plan(
+        path, 30.0, tmp_path / "runs", command=[sys.executable, str(fake)], available_gpus=8
+    )
+    record = json.loads((root / PLAN_RUN_JSON).read_text())
+    assert record["format"] == "orion-plan-run" and record["status"] == "failed"
+    assert json.loads((root / "plan.json").read_text()) == json.loads(path.read_text())
+    by_gpu = {entry["index"]: entry for entry in record["gpus"]}
+    assert sorted(by_gpu) == [gpu.index for gpu in solved.gpus]
+    for index, entry in by_gpu.items():
+        assert entry["exit_code"] == (1 if index == failing else 0)
+        assert (root / entry["run_dir"] / "run.json").is_file()
+        assert (root / entry["jobs"]).is_file()
+
+
+def test_a_plan_for_more_gpus_than_the_host_has_is_refused(plan, tmp_path: Path) -> None:
+    _, path = plan
+    with pytest.raises(OrionError, match="this host has 0 GPU"):
+        run_plan(path, 30.0, tmp_path / "runs", available_gpus=0)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_colocate_tells_a_plan_from_a_jobs_file(plan) -> None:
+    _, path = plan
+    assert is_plan_file(path)
+    assert not is_plan_file(Path(__file__).parents[1] / "examples" / "headline.json")
+    result = CliRunner().invoke(app, ["colocate", str(path), "--policy", "orion"])
+    assert result.exit_code == 1
+    assert "a plan names each GPU's policy: leave out --policy" in result.output
