@@ -44,7 +44,7 @@ def is_plan_file(path: Path) -> bool:
 
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False  # the jobs-file reader reports what is wrong with it
     return isinstance(data, dict) and data.get("format") == FORMAT
 
@@ -79,7 +79,9 @@ def plan_jobs(plan: Any, duration_s: float, output_dir: Path) -> dict[int, dict[
         has_hp = any(client.role == "hp" for client in gpu.clients)
         config = {
             "run": {
-                "policy": shared_policy(gpu.policy, has_hp) if len(clients) > 1 else "dedicated",
+                # A GPU with one job runs it under the plan's policy too (not `dedicated`, which
+                # reports would take for every GPU's baseline).
+                "policy": shared_policy(gpu.policy, has_hp),
                 "duration_s": duration_s,
                 "warmup_steps": 20,
                 "seed": 1,

@@ -16,8 +16,21 @@ from rich.panel import Panel
 from rich.table import Table
 
 from orion_cli._common import console, handle_errors
-from reporting import load_runs, report_json, report_tables, write_report
+from orion_common.errors import OrionError
+from placement.plan_file import load_plan
+from reporting import RunData, load_runs, report_json, report_tables, write_report
 from reporting.memory import with_limits_text
+from reporting.plan_check import (
+    PLAN_VIEW,
+    SECTION_HEADING,
+    PlanCheck,
+    check_plan,
+    display_frame,
+    is_plan_run,
+    plan_report_json,
+    read_plan_run,
+    write_plan_report,
+)
 from reporting.shares import SHARE_PERCENTILE
 from reporting.summary import target_met_text
 from reporting.tail import NO_TRACE_NOTE
@@ -112,6 +125,13 @@ _SHARES_VIEW = [
     ("share_changes", "changes", "{}"),
 ]
 
+# The plan check's (column, header) view with terminal formats: text columns as they are, the
+# yes/no columns worded as `target met` is.
+_PLAN_VIEW = [
+    (name, header, "target" if name in ("within_tolerance", "slo_met") else "{}")
+    for name, header in PLAN_VIEW
+]
+
 
 # Width of the output when stdout is not a terminal (a pipe, a file, a CI log): wide enough that
 # no table is ever squeezed; lines are only as long as their content.
@@ -199,7 +219,11 @@ def print_table(
 @handle_errors
 def report_command(
     run_dirs: Annotated[
-        list[Path], typer.Argument(help="One or more run directories written by `orion colocate`.")
+        list[Path],
+        typer.Argument(
+            help="One or more run directories written by `orion colocate`, or one plan-run "
+            "directory written by `orion colocate plan.json`."
+        ),
     ],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the figures as JSON for scripts, nothing else.")
@@ -222,11 +246,15 @@ def report_command(
 
     With a `dedicated` run among the arguments, every other run is also shown relative to it:
     HP p99 slowdown (p99 shared / p99 alone) and BE throughput as a fraction of alone.
+
+    Given a plan-run directory, reports every GPU's run and, per planned client, the measured
+    HP p99 and BE throughput against the plan's predictions (within 10%?) and each HP's SLO.
     """
-    runs = load_runs(run_dirs)
+    runs, check = load_report_input(run_dirs)
     out = output_console()
     if as_json:
-        text = json.dumps(report_json(runs), indent=2, allow_nan=False)
+        data = plan_report_json(check) if check is not None else report_json(runs)
+        text = json.dumps(data, indent=2, allow_nan=False)
         if output is None:
             typer.echo(text)
             return
@@ -235,6 +263,35 @@ def report_command(
         path.write_text(text + "\n", encoding="utf-8")
         out.print(f"report: [bold]{path}[/]")
         return
+    if runs:
+        print_runs(out, runs)
+    if check is not None:
+        print_plan_check(out, check)
+    if plots:
+        folder = output or default_output(run_dirs)
+        path = write_plan_report(check, folder) if check is not None else write_report(runs, folder)
+        out.print(f"report: [bold]{path}[/] (pictures beside it)")
+
+
+def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | None]:
+    """The runs to report on and, for a plan-run directory (``orion colocate plan.json``), its
+    plan check, whose GPU runs are the runs. A plan run is reported on its own: its GPUs' runs
+    are its report, and a second argument would mix another run into the plan's verdict."""
+    plan_dirs = [path for path in run_dirs if is_plan_run(path)]
+    if not plan_dirs:
+        return load_runs(run_dirs), None
+    if len(run_dirs) > 1:
+        raise OrionError(
+            f"{plan_dirs[0]} is a plan-run directory, which is reported on its own",
+            hint="run `orion report PLAN_RUN_DIR` alone; its GPUs' runs are all in its report",
+        )
+    plan_run = read_plan_run(plan_dirs[0])
+    check = check_plan(load_plan(plan_run.plan_path), plan_run)
+    return list(check.runs), check
+
+
+def print_runs(out: Console, runs: list[RunData]) -> None:
+    """The usual tables, verdicts and warnings of ``runs``."""
     tables = report_tables(runs)
     for run, label in zip(runs, tables.labels, strict=True):
         if not run.complete:
@@ -269,9 +326,19 @@ def report_command(
         out.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:
         out.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    if plots:
-        path = write_report(runs, output or default_output(run_dirs))
-        out.print(f"report: [bold]{path}[/] (pictures beside it)")
+
+
+def print_plan_check(out: Console, check: PlanCheck) -> None:
+    """The plan section: each planned client's measured figure against the plan's, the verdict
+    and what keeps GPUs from being judged. Printed last, where a reader of a plan run looks."""
+    if not len(check.rows):
+        out.print(f"{SECTION_HEADING}: the plan places no clients", highlight=False)
+    else:
+        print_table(out, SECTION_HEADING, display_frame(check.rows), _PLAN_VIEW)
+    for sentence in check.summary:
+        out.print(f"- {sentence}", highlight=False)
+    for warning in check.warnings:
+        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 def default_output(run_dirs: list[Path]) -> Path:

@@ -182,12 +182,13 @@ def policy_label(run: RunData) -> str:
 
 
 def run_labels(runs: Sequence[RunData]) -> list[str]:
-    """A short, unique name per run: its policy label (:func:`policy_label`) when no other run
-    shares it, else its dir name."""
+    """A short, unique name per run: the label its loader gave it (``RunData.label``), else its
+    policy label (:func:`policy_label`) when no other run shares it, else its dir name."""
     by_policy = [policy_label(r) for r in runs]
     policies = Counter(by_policy)
     labels = [
-        label if policies[label] == 1 else r.name for r, label in zip(runs, by_policy, strict=True)
+        r.label or (label if policies[label] == 1 else r.name)
+        for r, label in zip(runs, by_policy, strict=True)
     ]
     totals = Counter(labels)
     seen: Counter[str] = Counter()

@@ -140,6 +140,10 @@ class RunData:
     shares_recorded: bool = False
     """``shares.csv`` exists, so the run enforced GPU-time shares (even if no row was written
     yet), as ``memory_recorded`` is for memory."""
+    label: str | None = None
+    """A name the caller gives the run for the report's tables, in place of its policy or
+    directory name: a plan run's GPU runs are ``gpu0``, ``gpu1``, ..., since they share one
+    policy and their directory names (``orion-<timestamp>``) can repeat between GPUs."""
 
     @property
     def name(self) -> str:

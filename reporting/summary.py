@@ -247,9 +247,14 @@ def write_report(
     out_dir: str | Path,
     *,
     max_kernels: int = DEFAULT_MAX_KERNELS,
+    preface: Sequence[str] = (),
 ) -> Path:
     """Write the figures and ``report.md`` (which embeds them) into ``out_dir``; return the
-    Markdown file's path. Figures with nothing to show are left out, and the report says so."""
+    Markdown file's path. Figures with nothing to show are left out, and the report says so.
+
+    ``preface``: Markdown lines put before the per-run sections, for what the runs were run to
+    test (a plan run's "measured against predicted", ``reporting.plan_check``), which a reader
+    of such a report looks for first."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -272,6 +277,7 @@ def write_report(
             )
             lines.append("")
 
+    lines += list(preface)
     has_points = tables.headline[["hp_p99_ms", "be_throughput_per_s"]].notna().all(axis=1).any()
     lines += ["## Trade-off", ""]
     lines += _figure_lines(

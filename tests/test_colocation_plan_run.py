@@ -48,11 +48,9 @@ def test_each_gpu_becomes_a_jobs_file_pinned_to_it(plan, tmp_path: Path) -> None
         assert config["run"]["duration_s"] == 30.0
         assert [c["name"] for c in config["clients"]] == [c.name for c in gpu.clients]
         roles = {c.role for c in gpu.clients}
-        if len(gpu.clients) == 1:
-            assert config["run"]["policy"] == "dedicated"
-        elif "hp" in roles:
+        if "hp" in roles:
             assert config["run"]["policy"] == gpu.policy
-        else:  # BE beside BE: no HP for the policy's gating to protect
+        else:  # BE jobs only: no HP for the policy's gating to protect
             assert config["run"]["policy"] == "mps"
         for client, planned in zip(config["clients"], gpu.clients, strict=True):
             if planned.role == "hp":
