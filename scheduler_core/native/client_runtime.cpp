@@ -139,6 +139,14 @@ void ClientRuntime::attach_from_environment() {
     // Under `quota` every client is a peer whose work the gate keeper grants.
     gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
                 view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
+    // Roles are fixed once the run is published (before any client attaches): the BE clients
+    // whose gates an HP launch closes, found once instead of on every launch.
+    for (std::uint32_t client = 0; client < view_.header().client_count && client < kMaxClients;
+         ++client) {
+        if (view_.client(client).role == static_cast<std::uint32_t>(Role::kBestEffort)) {
+            be_clients_ |= 1U << client;
+        }
+    }
     memory_.attach(&slot);
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
@@ -413,13 +421,11 @@ bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, b
 
 void ClientRuntime::close_be_gates(std::uint64_t now_ns) {
     GateBlock& block = view_.gates();
-    const RunHeader& header = view_.header();
     const std::uint64_t heartbeat = block.keeper_heartbeat_ns.load(std::memory_order_acquire);
     // Without a live keeper nobody would open what HP closes: leave BE ungated instead.
     const bool keeper_alive = heartbeat != 0 && now_ns < heartbeat + kKeeperStaleNs;
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
-         ++client) {
-        if (view_.client(client).role != static_cast<std::uint32_t>(Role::kBestEffort)) continue;
+    for (std::uint32_t mask = be_clients_; mask != 0; mask &= mask - 1) {
+        const auto client = static_cast<std::uint32_t>(__builtin_ctz(mask));
         if (keeper_alive) {
             close_gate(block.gates[client].word);
         } else {

@@ -174,6 +174,8 @@ private:
     std::atomic<bool> redirect_used_{false};
 
     bool gpu_gate_ = false;  // BE client of a gating policy with be_gate kGpu
+    std::uint32_t be_clients_ = 0;  // bit per BE client of the run (roles are fixed)
+    static_assert(kMaxClients <= 32, "be_clients_ holds a bit per client");
     std::once_flag gate_once_;
     bool gate_mapped_ = false;
     std::atomic<bool> gate_failed_{false};
