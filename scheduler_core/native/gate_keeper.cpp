@@ -87,8 +87,8 @@ void GateKeeper::account(std::uint64_t now_ns) {
         usage.has_work = false;
         std::uint64_t low = usage.low_water;
         if (client_participates(slot)) {
+            low = advance_low_water(view_, client, now_ns);  // progress, for draining below
             usage.has_work = client_has_work(view_, client, now_ns);
-            low = slot.low_water.load(std::memory_order_acquire);
         }
         // The client ran since the last pass if its gate is open and it has work, or if its
         // launches kept finishing (work let through before the gate closed, draining): a
