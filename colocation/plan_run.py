@@ -51,31 +51,16 @@ def is_plan_file(path: Path) -> bool:
 
 def plan_jobs(plan: Any, duration_s: float, output_dir: Path) -> dict[int, dict[str, Any]]:
     """Each GPU's jobs config (colocation.config format), keyed by GPU index, validated."""
-    from placement.pairs import shared_policy
+    from placement.pairs import jobs_client, run_thresholds, shared_policy
 
     configs: dict[int, dict[str, Any]] = {}
     for gpu in plan.gpus:
-        thresholds = {
-            key: gpu.settings[key]
-            for key in ("queue_limit_us", "unknown_kernel_us")
-            if key in gpu.settings
-        }
-        clients = []
-        for client in gpu.clients:
-            entry: dict[str, Any] = {
-                "name": client.name,
-                "role": client.role,
-                "workload": client.workload,
-                "mode": client.mode,
-                "batch_size": client.batch_size,
-                "dtype": client.dtype,
-            }
-            if client.role == "hp":
-                entry["cuda_graph"] = client.cuda_graph
-                entry["arrivals"] = {"kind": "poisson", "rate_per_s": client.rate_per_s}
-            elif "be_sm_percent" in gpu.settings:
-                entry["sm_percent"] = gpu.settings["be_sm_percent"]
-            clients.append(entry)
+        thresholds = run_thresholds(gpu.settings)
+        share = gpu.settings.get("be_sm_percent")
+        clients = [
+            jobs_client(client.name, client.role, client, client.rate_per_s, share)
+            for client in gpu.clients
+        ]
         has_hp = any(client.role == "hp" for client in gpu.clients)
         config = {
             "run": {

@@ -231,30 +231,47 @@ def shared_policy(policy: str, has_hp: bool) -> str:
     return BE_ONLY_POLICY if not has_hp and POLICIES[policy].needs_hp else policy
 
 
+def run_thresholds(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The scheduler thresholds among a matrix's or plan's settings (jobs.json run.thresholds)."""
+    keys = ("queue_limit_us", "unknown_kernel_us")
+    return {key: settings[key] for key in keys if key in settings}
+
+
+def jobs_client(
+    name: str,
+    role: str,
+    job: Any,
+    rate_per_s: float | None = None,
+    sm_percent: int | None = None,
+) -> dict[str, Any]:
+    """One jobs.json client for ``job`` (anything with workload, mode, batch_size, dtype and
+    cuda_graph): an HP one served at ``rate_per_s`` Poisson arrivals, a BE one with its SM
+    share when ``sm_percent`` is given. Shared by `orion pairs` cells and plan runs, so a plan
+    runs each job exactly as it was measured."""
+    client: dict[str, Any] = {
+        "name": name,
+        "role": role,
+        "workload": job.workload,
+        "mode": job.mode,
+        "batch_size": job.batch_size,
+        "dtype": job.dtype,
+    }
+    if role == "hp":
+        client["cuda_graph"] = job.cuda_graph
+        client["arrivals"] = {"kind": "poisson", "rate_per_s": rate_per_s}
+    elif sm_percent is not None:
+        client["sm_percent"] = sm_percent
+    return client
+
+
 def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
     """The jobs config of one cell (colocation.config format): its clients named after the jobs."""
-    thresholds = {
-        key: spec.settings[key]
-        for key in ("queue_limit_us", "unknown_kernel_us")
-        if key in spec.settings
-    }
-    clients = []
-    for name in cell.members:
-        job = spec.jobs[name]
-        client: dict[str, Any] = {
-            "name": name,
-            "role": job.kind,
-            "workload": job.workload,
-            "mode": job.mode,
-            "batch_size": job.batch_size,
-            "dtype": job.dtype,
-        }
-        if job.kind == "hp":
-            client["cuda_graph"] = job.cuda_graph
-            client["arrivals"] = {"kind": "poisson", "rate_per_s": job.rate_per_s}
-        elif not cell.alone and "be_sm_percent" in spec.settings:
-            client["sm_percent"] = spec.settings["be_sm_percent"]
-        clients.append(client)
+    thresholds = run_thresholds(spec.settings)
+    share = None if cell.alone else spec.settings.get("be_sm_percent")
+    clients = [
+        jobs_client(name, spec.jobs[name].kind, spec.jobs[name], spec.jobs[name].rate_per_s, share)
+        for name in cell.members
+    ]
     return {
         "run": {
             "policy": POLICY_DEDICATED
