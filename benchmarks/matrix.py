@@ -3,7 +3,7 @@
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
         [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
-        [--repeats 3]
+        [--repeats 3] [--trace]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
 
@@ -234,9 +234,13 @@ def window_s(duration_s: float, min_requests: int, rate_per_s: float) -> float:
     return max(duration_s, min_requests / rate_per_s if rate_per_s > 0 else 0.0)
 
 
-def cell_jobs(group: Group, cell: Cell, duration_s: float, out: Path) -> dict[str, Any]:
+def cell_jobs(
+    group: Group, cell: Cell, duration_s: float, out: Path, trace: bool = False
+) -> dict[str, Any]:
     """The jobs.json of one cell: the group's HP and BE clients under the cell's policy, the BE
-    client with ``sm_percent`` when the cell sets a share (the HP client then has all SMs)."""
+    client with ``sm_percent`` when the cell sets a share (the HP client then has all SMs).
+    ``trace`` records every kernel launch (``run.trace``) in every cell alike, dedicated ones
+    included, so the recording's own cost is the same on both sides of each ratio."""
     hp_client = {
         "name": "hp",
         "role": "hp",
@@ -255,6 +259,7 @@ def cell_jobs(group: Group, cell: Cell, duration_s: float, out: Path) -> dict[st
             "output_dir": str(out / "runs" / group.name),
             "thresholds": {"queue_limit_us": cell.queue_limit_us},
             **({"be_gate": cell.be_gate} if cell.be_gate is not None else {}),
+            **({"trace": True} if trace else {}),
         },
         "clients": [hp_client, be_client],
     }
@@ -303,7 +308,7 @@ def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
             estimate = phases * (duration_s + SETUP_ESTIMATE_S)
             if args.time_budget and time.monotonic() - started + estimate > args.time_budget:
                 return False
-            jobs = cell_jobs(group, cell, duration_s, args.out)
+            jobs = cell_jobs(group, cell, duration_s, args.out, args.trace)
             config = parse_jobs(jobs, ROOT, source=f"matrix cell {group.name}/{key}")
             print(f"[{time.monotonic() - started:6.0f} s] {group.name} {key}", flush=True)
             try:
@@ -610,6 +615,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds for new cells")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="record every kernel launch in every run (run.trace), so each report says where "
+        "the HP tail comes from",
+    )
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
     if args.scenario is not None:

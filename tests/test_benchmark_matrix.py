@@ -173,3 +173,14 @@ def test_report_of_two_rounds_gives_medians_against_each_rounds_own_dedicated_ru
     assert "| orion | 2 | 1.060 (1.020-1.100) | 0.900 (0.850-0.950) | 1 |" in text
     assert (tmp_path / "reports" / "g" / "report.md").is_file()
     assert (tmp_path / "reports" / "g" / "round-2" / "report.md").is_file()
+
+
+def test_a_traced_matrix_traces_every_cell_alike(matrix, monkeypatch, tmp_path) -> None:
+    # The tail attribution needs each shared run's launches; the dedicated run is traced too so
+    # the recording costs the same on both sides of a ratio.
+    args = parse(matrix, monkeypatch, tmp_path, "--policies", "orion", "--trace")
+    group = matrix.Group("resnet50", "low", "resnet50-train")
+    for cell in (matrix.Cell("dedicated"), matrix.Cell("orion")):
+        jobs = matrix.cell_jobs(group, cell, 15.0, tmp_path, args.trace)
+        assert jobs["run"]["trace"] is True
+    assert "trace" not in matrix.cell_jobs(group, matrix.Cell("orion"), 15.0, tmp_path)["run"]

@@ -120,19 +120,23 @@ def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_pa
         assert result["stats"]["tracked_launches"] > 0
 
 
-@pytest.mark.parametrize("case", ["resnet50-infer", "cupy"])
+@pytest.mark.parametrize("case", CASES)
 def test_be_work_behind_gpu_side_gates_runs_once_with_unchanged_outputs(
     case: str, tmp_path: Path
 ) -> None:
     # A BE client under orion with its launches held on the GPU (be_gate "gpu"): a stream wait
     # on its gate word goes before its work (here the unprofiled kernels count as 100 us each,
     # the queue limit: a wait before every launch, the most the driver is asked for), every
-    # launch reaches the GPU once, nothing blocks, and the outputs are those without the library.
+    # launch reaches the GPU once, nothing blocks, and the outputs are those without the library
+    # (training: the same launch count, as its cuDNN backward kernels are not deterministic).
     plain = _probe(case, tmp_path, dict(os.environ), "plain")
     gated = _with_library(case, tmp_path, "orion", "be", be_gate="gpu")
     stats = gated["stats"]
     assert gated["library_launches"] == gated["profiler_kernels"] > 0
-    assert gated["output_sha256"] == plain["output_sha256"]
+    if case in DETERMINISTIC:
+        assert gated["output_sha256"] == plain["output_sha256"]
+    else:
+        assert gated["profiler_kernels"] == plain["profiler_kernels"]
     assert stats["gate_waits"] == stats["launches"] - stats["capture_launches"]
     assert stats["reasons"]["gpu_gate"] == stats["gate_waits"]
     assert stats["blocked_launches"] == 0
