@@ -108,6 +108,9 @@ class ClientConfig(StrictModel):
     """Share of GPU time promised when the client has work (over run.quota_window_s)."""
     max_util: Annotated[float, Field(ge=0, le=1)] = 1.0
     """Share of GPU time the client never exceeds."""
+    latency_target_ms: Annotated[float, Field(gt=0)] | None = None
+    """HP only: the p99 latency its requests may take; sets the default BE queue bound
+    (:mod:`scheduler_core.thresholds`). None: 5% over the HP step's profiled GPU time."""
     memory_limit: int | None = None
     """Bytes of GPU memory this client may allocate (``"4GiB"`` in the file); None: no limit.
     Enforced by the preload library, which every policy loads; checked against the GPU's memory
@@ -363,6 +366,15 @@ def cross_field_problems(data: Any) -> list[Problem]:
             first_with_name[name] = i
 
     hp = [(i, c) for i, c in clients if c.get("role") == "hp"]
+    for i, client in clients:
+        if client.get("latency_target_ms") is not None and client.get("role") != "hp":
+            problems.append(
+                Problem(
+                    f"clients[{i}].latency_target_ms",
+                    "only the HP client has a latency target (it sets how much BE work may "
+                    "queue ahead of its requests)",
+                )
+            )
     for i, _client in hp[1:]:
         problems.append(
             Problem(

@@ -202,6 +202,28 @@ def _sm_count(environment: dict[str, Any], config: JobsConfig, profiles: dict[st
     return 1
 
 
+def _hp_target_ns(config: JobsConfig) -> float | None:
+    hp = config.hp_client
+    target = hp.latency_target_ms if hp is not None else None
+    return target * 1e6 if target is not None else None
+
+
+def _hp_kernels(config: JobsConfig, profiles: dict[str, Any]) -> Any:
+    hp = config.hp_client
+    return profiles[hp.name].kernels if hp is not None and hp.name in profiles else None
+
+
+def _target_warnings(config: JobsConfig, profiles: dict[str, Any]) -> list[str]:
+    """An HP latency target that cannot be met even alone, when it sets the queue bound."""
+    from scheduler_core.thresholds import target_below_step_warning
+
+    target = _hp_target_ns(config)
+    if target is None or config.run.thresholds.queue_limit_us is not None:
+        return []
+    warning = target_below_step_warning(_hp_kernels(config, profiles), target)
+    return [warning] if warning else []
+
+
 def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> Any:
     from scheduler_core import (
         SchedulerSettings,
@@ -210,12 +232,12 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
     )
 
     thresholds = config.run.thresholds
-    hp = config.hp_client
-    hp_kernels = profiles[hp.name].kernels if hp is not None and hp.name in profiles else None
     if thresholds.queue_limit_us is not None:
         queue_limit_ns = round(thresholds.queue_limit_us * 1000)
     else:
-        queue_limit_ns = default_queue_limit_ns(hp_kernels)
+        queue_limit_ns = default_queue_limit_ns(
+            _hp_kernels(config, profiles), _hp_target_ns(config)
+        )
     if thresholds.unknown_kernel_us is not None:
         unknown_ns = round(thresholds.unknown_kernel_us * 1000)
     else:
@@ -275,5 +297,10 @@ def prepare_run(config: JobsConfig) -> RunPlan:
         profiles=profiles,
         settings=_settings(config, sm_count, profiles),
         mps_control=mps_control,
-        warnings=tuple(_system_mps_warning(policy) + memory_warnings + resolved.warnings),
+        warnings=tuple(
+            _system_mps_warning(policy)
+            + memory_warnings
+            + resolved.warnings
+            + _target_warnings(config, profiles)
+        ),
     )

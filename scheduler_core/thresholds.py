@@ -1,16 +1,32 @@
-"""Default scheduling thresholds, derived from the HP client's profile.
+"""Default scheduling thresholds, derived from the HP client's profile and latency target.
 
 Orion bounds the best-effort work queued on the GPU so that an arriving high-priority request
-never waits behind much of it; the paper used about 2.5% of the HP request latency. A profile
-gives the HP step's GPU time (sum of its kernels' durations, un-instrumented where measured),
-which is the part of the latency the GPU is busy for, so the default limit is 2.5% of that.
+never waits behind much of it. The bound is what the HP request can afford to wait:
+
+    queue limit = SLACK_SHARE x (latency target - the HP step's GPU time)
+
+clamped to [MIN_QUEUE_LIMIT_NS, the HP step's GPU time]. The step's GPU time (the sum of its
+profiled kernels' durations, un-instrumented where measured) is the part of the latency the
+GPU must spend on the request itself; the rest of the target is slack. An arriving request can
+find up to one queue limit of BE work let through ahead of it, so the bound takes half the slack
+and leaves the other half for what else delays a request (host-side launching, requests queued
+behind one another). A bound larger than the request's own GPU work is never needed to keep BE
+busy between requests, so that is the ceiling.
+
+Without a target, the target is the HP step's GPU time plus DEFAULT_SLOWDOWN (5%, orion's goal:
+HP p99 within 5% of alone), which gives 2.5% of the step: the bound the Orion paper used, as a
+special case of the rule rather than a constant of its own.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-QUEUE_LIMIT_FRACTION = 0.025
+SLACK_SHARE = 0.5
+DEFAULT_SLOWDOWN = 0.05
+# The smallest bound: below it no BE kernel fits beside another, so each waits for an empty
+# queue (which always admits one), and a smaller figure would change nothing.
+MIN_QUEUE_LIMIT_NS = 1_000
 # When there is no HP profile (or it is empty), a limit of this size still bounds the damage.
 FALLBACK_QUEUE_LIMIT_NS = 50_000
 # A launch older than this counts as finished even if no completion was ever seen (a context
@@ -27,12 +43,29 @@ def step_gpu_time_ns(kernels: pd.DataFrame) -> float:
     return float(measured.fillna(profiled).fillna(0).sum())
 
 
-def default_queue_limit_ns(hp_kernels: pd.DataFrame | None) -> int:
-    """2.5% of the HP step's GPU time, or a fixed fallback without an HP profile."""
-    if hp_kernels is None:
+def default_queue_limit_ns(
+    hp_kernels: pd.DataFrame | None, latency_target_ns: float | None = None
+) -> int:
+    """The BE queue bound for an HP client with these profiled kernels and this p99 latency
+    target (None: 5% over its step's GPU time); the fixed fallback without an HP profile."""
+    step = step_gpu_time_ns(hp_kernels) if hp_kernels is not None else 0.0
+    if step <= 0:
         return FALLBACK_QUEUE_LIMIT_NS
-    step = step_gpu_time_ns(hp_kernels)
-    return int(step * QUEUE_LIMIT_FRACTION) if step > 0 else FALLBACK_QUEUE_LIMIT_NS
+    target = latency_target_ns if latency_target_ns is not None else step * (1 + DEFAULT_SLOWDOWN)
+    slack = max(target - step, 0.0)
+    return int(min(max(SLACK_SHARE * slack, MIN_QUEUE_LIMIT_NS), max(step, MIN_QUEUE_LIMIT_NS)))
+
+
+def target_below_step_warning(hp_kernels: pd.DataFrame | None, latency_target_ns: float) -> str:
+    """A warning when the HP target cannot be met even alone ('' when it can)."""
+    step = step_gpu_time_ns(hp_kernels) if hp_kernels is not None else 0.0
+    if step <= 0 or latency_target_ns > step:
+        return ""
+    return (
+        f"the HP latency target {latency_target_ns / 1e6:g} ms is not above the HP step's "
+        f"profiled GPU time {step / 1e6:.3g} ms, so it cannot be met even alone; the BE queue "
+        f"bound is the minimum, {MIN_QUEUE_LIMIT_NS / 1000:g} us"
+    )
 
 
 def default_unknown_duration_ns(queue_limit_ns: int) -> int:

@@ -402,7 +402,7 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         [
             "clients[1].priority: unknown field; allowed: name, workload, mode, batch_size, "
             "dtype, role, arrivals, profile, options, cuda_graph, sm_percent, min_util, "
-            "max_util, memory_limit"
+            "max_util, latency_target_ms, memory_limit"
         ],
     ),
     (
@@ -532,6 +532,19 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         "memory_limit a fraction of a byte",
         [edit("clients.1.memory_limit", "0.5")],
         [f'clients[1].memory_limit: "0.5" is not a size: it must be at least 1 byte; {SIZES}'],
+    ),
+    (
+        "latency target on a BE client",
+        [edit("clients.1.latency_target_ms", 5)],
+        [
+            "clients[1].latency_target_ms: only the HP client has a latency target (it sets how "
+            "much BE work may queue ahead of its requests)"
+        ],
+    ),
+    (
+        "latency target zero",
+        [edit("clients.0.latency_target_ms", 0)],
+        ["clients[0].latency_target_ms: must be > 0 (got 0)"],
     ),
     (
         "options not an object",

@@ -308,6 +308,32 @@ def test_a_profile_from_another_gpu_is_a_warning(
     assert set(plan.profiles) == {"hp", "be"}
 
 
+def test_the_hp_latency_target_sets_the_be_queue_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Half of what the target leaves beyond the HP step's 40 us of GPU time; a target the step
+    # cannot meet alone gets the minimum bound and a warning naming both figures.
+    monkeypatch.setattr(sysinfo, "find_mps_control", lambda: Path("/bin/true"))
+    monkeypatch.setattr(
+        sysinfo, "software_summary", lambda gpu=0: {"gpu_name": "NVIDIA H200", "sm_count": None}
+    )
+    data = jobs_data(tmp_path, policy="orion")
+    for client in data["clients"]:
+        client["profile"] = str(make_profile(tmp_path / f"{client['name']}.csv", client))
+    data["clients"][0]["latency_target_ms"] = 0.1
+    plan = prepare_run(parse_jobs(data, tmp_path))
+    assert plan.settings.queue_limit_ns == 30_000
+    assert plan.warnings == ()
+    data["clients"][0]["latency_target_ms"] = 0.03
+    plan = prepare_run(parse_jobs(data, tmp_path))
+    assert plan.settings.queue_limit_ns == 1_000
+    assert len(plan.warnings) == 1 and "0.03 ms is not above" in plan.warnings[0]
+    # An explicit bound wins, and then the target sets nothing to warn about.
+    data["run"]["thresholds"] = {"queue_limit_us": 200}
+    plan = prepare_run(parse_jobs(data, tmp_path))
+    assert plan.settings.queue_limit_ns == 200_000 and plan.warnings == ()
+
+
 @pytest.mark.parametrize(
     ("run", "expected"),
     [

@@ -1,0 +1,61 @@
+"""The default BE queue bound: what an HP request can afford to wait, from its profile and
+latency target (scheduler_core.thresholds)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from scheduler_core.thresholds import (
+    FALLBACK_QUEUE_LIMIT_NS,
+    MIN_QUEUE_LIMIT_NS,
+    default_queue_limit_ns,
+    target_below_step_warning,
+)
+
+MS = 1_000_000
+
+
+def hp_step(*durations_ms: float, measured_ms: float | None = None) -> pd.DataFrame:
+    """An HP profile's kernels: ncu durations, and the measured one of the first if given."""
+    measured: list[float | None] = [None] * len(durations_ms)
+    if measured_ms is not None:
+        measured[0] = measured_ms * MS
+    return pd.DataFrame(
+        {"duration_ns": [d * MS for d in durations_ms], "measured_duration_ns": measured}
+    )
+
+
+@pytest.mark.parametrize(
+    ("kernels", "target_ms", "limit_ms"),
+    [
+        # No target: 5% over the step, half of that slack: the Orion paper's 2.5% of the step.
+        (hp_step(0.6, 0.4), None, 0.025),
+        (hp_step(1.31), None, 0.03275),
+        # A target: half of what it leaves beyond the request's own GPU work.
+        (hp_step(1.0), 1.2, 0.1),
+        (hp_step(0.5, 0.5), 1.5, 0.25),
+        # Measured durations count where the profile has them.
+        (hp_step(2.0, 1.0, measured_ms=1.0), 2.4, 0.2),
+        # Never more than the request's own GPU work ...
+        (hp_step(1.0), 40.0, 1.0),
+        # ... never below the minimum, even for a target below the step (warned about).
+        (hp_step(1.0), 1.01, 0.005),
+        (hp_step(1.0), 0.5, MIN_QUEUE_LIMIT_NS / MS),
+    ],
+)
+def test_the_queue_bound_is_half_the_slack_of_the_hp_target(kernels, target_ms, limit_ms):
+    target_ns = target_ms * MS if target_ms is not None else None
+    assert default_queue_limit_ns(kernels, target_ns) == pytest.approx(limit_ms * MS, abs=1)
+
+
+def test_without_an_hp_profile_the_bound_is_the_fallback():
+    assert default_queue_limit_ns(None, 5 * MS) == FALLBACK_QUEUE_LIMIT_NS
+    assert default_queue_limit_ns(hp_step(), None) == FALLBACK_QUEUE_LIMIT_NS
+
+
+def test_a_target_the_hp_step_cannot_meet_alone_is_warned_about():
+    message = target_below_step_warning(hp_step(1.0), 0.8 * MS)
+    assert "0.8 ms is not above the HP step's profiled GPU time 1 ms" in message
+    assert target_below_step_warning(hp_step(1.0), 1.5 * MS) == ""
+    assert target_below_step_warning(None, 0.1 * MS) == ""
