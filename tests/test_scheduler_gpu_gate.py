@@ -9,6 +9,7 @@ opening, and nothing stays held when the HP client dies or the run ends.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,57 @@ def test_a_be_program_that_synchronises_after_every_launch_waits_without_deadloc
     assert all(start.time_ns >= hp_kernel_end_ns(tmp_path) for start in be_starts)
     assert stats["gate_waits"] == 3  # one per 2.5 ms of work, syncs or not: launches 1, 3, 5
     assert stats["blocked_launches"] == 0
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-streams", "one-stream"])
+def test_be_threads_launching_at_once_are_held_on_the_gpu_without_deadlock(
+    harness, tmp_path, shared
+):
+    # Real BE programs launch from several threads (data loaders, pipeline stages), each on a
+    # stream of its own or all on one. Their launches must still return at once, each reach the
+    # GPU exactly once, wait there while HP runs and all run once it is done, with no deadlock.
+    threads, per_thread = 4, 10
+    stream = "s" if shared else "own"  # "own": each thread's own stream
+    script = (
+        f"func bek 1000 stream s plain threads {threads} "
+        f"repeat {per_thread} launch bek 8 128 {stream} end sync {stream} end"
+    )
+    with SchedulerRun(gate_settings()) as run:
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
+        wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
+        # A wait call that takes 5 ms lets the other threads' launches come while it is on its
+        # way, every run.
+        env = {**run.client_environment(be), "FAKE_WAIT_VALUE_DELAY_US": "5000"}
+        result = harness.run(script, env=env, log=tmp_path / "be.log", timeout=30)
+        assert result.returncode == 0, result.stderr
+        assert hp_process.wait(timeout=30) == 0
+        stats = run.stats()["be"]
+    hp_end = hp_kernel_end_ns(tmp_path)
+    launches = calls(tmp_path / "be.log", "launch")
+    starts = calls(tmp_path / "be.log", "exec_start")
+    # No thread stopped: every launch call reached the driver while HP's kernel ran ...
+    assert launches[-1].time_ns < hp_end
+    # ... and every kernel ran exactly once, on the stream it was launched on.
+    launched = Counter((e.fields[1], e.fields[-1]) for e in launches)
+    assert sorted(launched.values()) == (
+        [threads * per_thread] if shared else [per_thread] * threads
+    )
+    assert Counter((e.fields[0], e.fields[-1]) for e in starts) == launched
+    assert stats["reasons"]["gpu_gate"] == threads * per_thread  # every launch returned at once
+    assert stats["blocked_launches"] == 0
+    assert stats["gate_waits"] == len(calls(tmp_path / "be.log", "wait_value")) > 0
+    # Nothing ran beside HP. On a shared stream this needs the launch that decides to put a wait
+    # to mark the stream's count until its wait is on the stream: without the mark, a second
+    # thread's launch counted in between went ahead of every wait and ran beside HP.
+    assert not [start for start in starts if start.time_ns < hp_end]
+    if not shared:
+        # One thread per stream: exactly the single-threaded accounting on every stream, a wait
+        # before the 1st, 3rd, 5th ... 1 ms kernel under the 2.5 ms limit.
+        for handle in {key[1] for key in launched}:
+            sequence = [
+                e.kind
+                for e in calls(tmp_path / "be.log", "launch", "wait_value")
+                if e.fields[-1] == handle
+            ]
+            assert sequence == ["wait_value", "launch", "launch"] * (per_thread // 2)
+        assert stats["gate_waits"] == threads * per_thread // 2

@@ -50,6 +50,11 @@ def test_quota_verdict(state, verdict):
         ([client(500), client(0)], 0, True, 0),
         ([client(300, max_util=0.3), client(0)], 0, True, 1),
         ([client(500), client(0)], 0, False, 1),
+        # A client owed its promise takes the GPU at once from a holder that is not owed (its
+        # work came in a burst while another held the slice) ...
+        ([client(500), client(0, min_util=0.6)], 0, True, 1),
+        # ... but not from a holder that is owed too: that one keeps its slice.
+        ([client(0, min_util=0.3), client(0, min_util=0.6)], 0, True, 0),
         # Nobody with work, or everybody with work capped: nobody holds it.
         ([client(0, has_work=False), client(0, participates=False)], -1, False, -1),
         ([client(300, max_util=0.3), client(100, max_util=0.1)], 1, True, -1),
@@ -142,6 +147,18 @@ def test_caps_split_the_gpu_between_two_saturating_clients(harness, tmp_path):
 
 def test_a_promise_holds_beside_a_greedier_client(harness, tmp_path):
     a, b = run_two(harness, tmp_path, quota_settings(), [(0.6, 1.0), (0.0, 1.0)])
+    for start, end in windows(a, b):
+        assert busy_share(a, start, end) >= 0.55
+
+
+def test_a_promise_holds_for_a_client_whose_work_comes_in_steps(harness, tmp_path):
+    # A training client enqueues a step, synchronises, then launches the next: between steps it
+    # has no work, and the greedy neighbour takes the GPU. The promise must still hold, so the
+    # promised client's next step takes the GPU back at once rather than after the neighbour's
+    # slice (measured on an H100 before this held: 0.14 of alone for a 0.6 promise).
+    steps = "func k 1000 repeat 250 repeat 4 launch k 8 128 0 end sync 0 sleep 300 end"
+    scripts = (steps, saturating(1400))
+    a, b = run_two(harness, tmp_path, quota_settings(), [(0.6, 1.0), (0.0, 1.0)], scripts=scripts)
     for start, end in windows(a, b):
         assert busy_share(a, start, end) >= 0.55
 

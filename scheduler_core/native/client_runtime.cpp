@@ -395,25 +395,45 @@ ClientRuntime::StreamBudget* ClientRuntime::stream_budget(CUstream stream) {
 
 bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited) {
     const std::uint64_t work = std::max<std::uint64_t>(kernel.duration_ns, 1);
-    StreamBudget* budget = stream_budget(own_stream);
-    const std::uint64_t before =
-        budget != nullptr ? budget->since_wait_ns.fetch_add(work, std::memory_order_relaxed) : 0;
     *waited = false;
     // The first launch on a stream, and every launch that would take the work past one gate over
     // the queue limit, waits on the gate: an HP request never finds more than the limit of BE
-    // work let through by one opening (the same bound the CPU gate keeps).
-    if (before != 0 && before + work <= view_.header().queue_limit_ns) return true;
+    // work let through by one opening (the same bound the CPU gate keeps). Under `quota` no HP
+    // latency rides on it: waits are spaced by a tenth of a slice instead.
+    const RunHeader& header = view_.header();
+    const std::uint64_t spacing = static_cast<Policy>(header.policy) == Policy::kQuota
+                                      ? quota_wait_spacing_ns(header.quota_window_ns)
+                                      : header.queue_limit_ns;
+    StreamBudget* budget = stream_budget(own_stream);
+    // Threads may share a stream. A launch decides in one compare-and-swap, so no two launches
+    // decide from the same count, and the one that will put a wait marks the count until the wait
+    // is on the stream: a launch seeing the mark waits too, or its kernel could reach the stream
+    // ahead of every wait and run beside HP while the gate is closed.
+    bool must_wait = true;
+    if (budget != nullptr) {
+        std::uint64_t seen = budget->since_wait_ns.load(std::memory_order_acquire);
+        std::uint64_t next = 0;
+        do {
+            const std::uint64_t count = seen & ~kWaitPending;
+            must_wait = (seen & kWaitPending) != 0 || count == 0 || count + work > spacing;
+            next = must_wait ? (kWaitPending | work) : seen + work;
+        } while (!budget->since_wait_ns.compare_exchange_weak(
+            seen, next, std::memory_order_acq_rel, std::memory_order_acquire));
+    }
+    if (!must_wait) return true;
     const CUresult result = driver::helpers().stream_wait_value32(own_stream, gate_device_,
                                                                   kGateOpen,
                                                                   CU_STREAM_WAIT_VALUE_AND);
     if (result != CUDA_SUCCESS) {
-        if (budget != nullptr) budget->since_wait_ns.store(0, std::memory_order_relaxed);
+        if (budget != nullptr) budget->since_wait_ns.store(0, std::memory_order_release);
         if (!gate_failed_.exchange(true, std::memory_order_relaxed)) {
             log_message("the driver refused a GPU-side gate wait; held launches wait in their thread");
         }
         return false;
     }
-    if (budget != nullptr) budget->since_wait_ns.store(work, std::memory_order_relaxed);
+    // On the stream now: later launches may go behind it without a wait of their own. (Another
+    // thread's wait may still be on its way; its kernel is behind that wait whatever this does.)
+    if (budget != nullptr) budget->since_wait_ns.fetch_and(~kWaitPending, std::memory_order_release);
     slot_->stats.gate_waits.fetch_add(1, std::memory_order_relaxed);
     *waited = true;
     return true;

@@ -139,8 +139,11 @@ private:
     // may go without a wait of their own, never more than the queue limit of work.
     struct StreamBudget {
         std::atomic<CUstream> stream{nullptr};
+        // Profiled work launched since the stream's last gate wait, with kWaitPending set while a
+        // launch that decided to wait has not yet put its wait on the stream.
         std::atomic<std::uint64_t> since_wait_ns{0};
     };
+    static constexpr std::uint64_t kWaitPending = 1ULL << 63;
     static constexpr std::uint32_t kStreamSlots = 256;
     StreamBudget* stream_budget(CUstream stream);
 

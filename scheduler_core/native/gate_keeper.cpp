@@ -24,10 +24,9 @@ constexpr std::uint64_t kMaxSleepNs = 1'000'000;
 constexpr std::uint64_t kIdleSleepNs = 5'000'000;  // bounds how late a dead HP is noticed
 constexpr std::uint64_t kReapIntervalNs = 2'000'000;
 // With GPU-time shares in force the keeper counts time while any client has work: it looks at
-// least this often (its resolution), and a `quota` slice lasts a hundredth of the window, at least
-// this long, so the holder's queued work is worth switching for.
-constexpr std::uint64_t kQuotaPollNs = 250'000;
-constexpr std::uint64_t kMinSliceNs = 2'000'000;
+// least this often. That is its resolution, and how long a client owed its min share may wait
+// between a burst of work arriving at its closed gate and the gate opening.
+constexpr std::uint64_t kQuotaPollNs = 100'000;
 
 void sleep_ns(std::uint64_t ns) {
     timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
@@ -132,8 +131,7 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
         }
     }
     if (policy == Policy::kQuota) {
-        const std::uint64_t slice =
-            std::max<std::uint64_t>(header.quota_window_ns / 100, kMinSliceNs);
+        const std::uint64_t slice = quota_slice_ns(header.quota_window_ns);
         const int holder = quota_holder(shares, count, header.quota_window_ns, holder_,
                                         now_ns < holder_since_ns_ + slice);
         if (holder != holder_) {

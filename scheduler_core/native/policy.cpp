@@ -74,10 +74,6 @@ int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t 
         return clients[i].participates && clients[i].has_work &&
                quota_verdict(clients[i], window_ns) != QuotaVerdict::kCapped;
     };
-    if (current >= 0 && static_cast<std::uint32_t>(current) < count && slice_left &&
-        eligible(static_cast<std::uint32_t>(current))) {
-        return current;
-    }
     int owed = -1;
     double owed_most = 0;
     int least = -1;
@@ -95,6 +91,12 @@ int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t 
         if (least < 0 || clients[i].used_ns < clients[static_cast<std::uint32_t>(least)].used_ns) {
             least = static_cast<int>(i);
         }
+    }
+    if (current >= 0 && static_cast<std::uint32_t>(current) < count && slice_left &&
+        eligible(static_cast<std::uint32_t>(current))) {
+        const bool current_owed =
+            quota_verdict(clients[current], window_ns) == QuotaVerdict::kOwed;
+        if (owed < 0 || current_owed) return current;
     }
     return owed >= 0 ? owed : least;
 }

@@ -75,11 +75,29 @@ enum class QuotaVerdict {
 QuotaVerdict quota_verdict(const QuotaClient& client, std::uint64_t window_ns);
 
 // Under `quota`, where one client at a time holds the GPU: who holds it next, -1 for nobody.
-// The current holder keeps it while its slice lasts and it is not capped; then a client below its
-// min share (the largest shortfall first), else the least-served client with work and under its
-// cap (work-conserving). Nobody when every client with work is capped.
+// A client below its min share (the largest shortfall first) takes the GPU at once from a holder
+// that is not itself owed: a promised client whose work comes in bursts (a training step, then a
+// synchronisation) would otherwise wait out a whole slice of its greedier neighbour at every step.
+// Otherwise the holder keeps the GPU while its slice lasts and it is not capped, then the
+// least-served client with work and under its cap holds it (work-conserving). Nobody when every
+// client with work is capped.
 int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t window_ns,
                  int current, bool slice_left);
+
+// How long a `quota` holder keeps the GPU before the least-served client may take it: a
+// hundredth of the window, at least 2 ms, so the holder's queued work is worth switching for.
+inline std::uint64_t quota_slice_ns(std::uint64_t window_ns) {
+    constexpr std::uint64_t kMinSliceNs = 2'000'000;
+    return window_ns / 100 > kMinSliceNs ? window_ns / 100 : kMinSliceNs;
+}
+
+// How much profiled work a client under `quota` enqueues between two waits on its gate: a tenth
+// of a slice. No HP latency rides on it (the queue limit's reason under reef and orion), only how
+// far a holder overruns a closed gate, which is charged to it anyway; a wait per tiny kernel
+// would cost the GPU more than the bound is worth.
+inline std::uint64_t quota_wait_spacing_ns(std::uint64_t window_ns) {
+    return quota_slice_ns(window_ns) / 10;
+}
 
 // Whether the policy sets stream priorities by role.
 inline bool policy_sets_priorities(Policy policy) { return policy != Policy::kPassthrough; }

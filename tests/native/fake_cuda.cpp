@@ -205,6 +205,7 @@ private:
         std::vector<std::uint64_t> waits;  // event waits for the next op
         bool legacy = false;
         bool blocking = true;
+        std::string label;  // " stream=HANDLE" in its kernels' log lines (legacy: (nil))
     };
 
     Lane& lane_for(void* stream) {
@@ -213,6 +214,7 @@ private:
         if (found != lanes_.end()) return found->second;
         Lane& lane = lanes_[key];
         lane.legacy = key == nullptr;
+        lane.label = " stream=" + stream_text(key);
         const bool special = key == reinterpret_cast<void*>(0x2);  // per-thread default: blocking
         if (!lane.legacy && !special) {
             lane.blocking = (static_cast<FakeStream*>(key)->flags & kNonBlockingFlag) == 0;
@@ -238,9 +240,9 @@ private:
                 lane.queue.pop_front();
             }
             if (op.kind == Op::kKernel) {
-                log_line("exec_start " + op.name);
+                log_line("exec_start " + op.name + lane.label);
                 sleep_for(op.duration_ns);
-                log_line("exec_end " + op.name);
+                log_line("exec_end " + op.name + lane.label);
             } else if (op.kind == Op::kWaitValue) {
                 const auto* word = reinterpret_cast<const std::uint32_t*>(op.address);
                 while ((__atomic_load_n(word, __ATOMIC_ACQUIRE) & op.value) == 0) sleep_for(20'000);
@@ -542,6 +544,13 @@ CUresult cuStreamWaitValue32(void* stream, unsigned long long address, std::uint
                              unsigned flags) {
     if (std::getenv("FAKE_NO_WAIT_VALUE") != nullptr) return 1;
     if (flags != 0x2) return 1;  // only CU_STREAM_WAIT_VALUE_AND is simulated
+    // FAKE_WAIT_VALUE_DELAY_US: the call takes this long before the wait is on the stream, so
+    // tests can make another thread's launch land in between every time, not once in a while.
+    if (const char* delay = std::getenv("FAKE_WAIT_VALUE_DELAY_US")) {
+        const long us = std::atol(delay);
+        timespec ts{us / 1000000, (us % 1000000) * 1000};
+        nanosleep(&ts, nullptr);
+    }
     log_line("wait_value value=" + std::to_string(value) + " stream=" + stream_text(stream));
     gpu().submit(stream, Op{Op::kWaitValue, "", 0, reinterpret_cast<std::uint64_t*>(address), value});
     return 0;

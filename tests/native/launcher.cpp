@@ -9,19 +9,24 @@
 // It reads a small command language from argv: "func NAME US" makes a module function and
 // "library_kernel NAME US" a CUkernel-style handle (named only by cuKernelGetName), each running
 // US microseconds; "launch NAME GRID BLOCK STREAM", "repeat N ... end", "sync STREAM" and the
-// rest are read in run() below.
+// rest are read in run() below. "threads N ... end" runs its body in N threads at once; there the
+// stream "own" is a stream each thread creates for itself (a named stream is shared by them all).
 #include <dlfcn.h>
 
 #include "fake_abi.h"
 #include <signal.h>
 #include <time.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern "C" {
@@ -102,6 +107,8 @@ std::map<std::string, void*> g_functions;
 std::map<std::string, void*> g_streams;
 std::map<std::string, void*> g_graphs;  // graphs being built, by name
 std::map<std::string, void*> g_execs;   // their executables, by the graph's name
+thread_local void* t_own_stream = nullptr;  // stream "own": this thread's, made on first use
+thread_local bool t_in_threads = false;     // running the body of a "threads" block
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr, "launcher: %s\n", why);
@@ -239,6 +246,13 @@ void* stream_arg(const std::string& token) {
     if (token == "0") return nullptr;
     if (token == "legacy") return reinterpret_cast<void*>(0x1);
     if (token == "ptds") return reinterpret_cast<void*>(0x2);
+    if (token == "own") {
+        if (t_own_stream == nullptr &&
+            reinterpret_cast<StreamCreateFn>(resolve("cuStreamCreate"))(&t_own_stream, 0) != 0) {
+            usage("stream create failed");
+        }
+        return t_own_stream;
+    }
     auto it = g_streams.find(token);
     if (it == g_streams.end()) usage("unknown stream");
     return it->second;
@@ -260,7 +274,38 @@ void print_origin(const char* symbol) {
     std::fflush(stdout);
 }
 
-// Runs tokens[pos..] until "end" (for repeat bodies) or the end; returns the index after it.
+size_t run(const std::vector<std::string>& t, size_t pos, bool in_block);
+
+// "threads N BODY end": BODY in N threads, released together once all exist so that their
+// launches overlap; returns the index after "end".
+size_t run_threads(const std::vector<std::string>& t, size_t pos, long n) {
+    if (n < 1) usage("'threads' needs at least one thread");
+    std::mutex mutex;
+    std::condition_variable released;
+    bool go = false;
+    std::vector<size_t> after(n, 0);
+    std::vector<std::thread> threads;
+    for (long i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+            {
+                std::unique_lock<std::mutex> lock(mutex);
+                released.wait(lock, [&] { return go; });
+            }
+            t_in_threads = true;
+            after[i] = run(t, pos, true);
+        });
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        go = true;
+    }
+    released.notify_all();
+    for (std::thread& thread : threads) thread.join();
+    return after[0];
+}
+
+// Runs tokens[pos..] until "end" (for repeat and threads bodies) or the end; returns the index
+// after it.
 size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
     auto need = [&](size_t n) {
         if (pos + n >= t.size() + 1 || pos + n > t.size()) usage("missing argument");
@@ -268,8 +313,14 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
     while (pos < t.size()) {
         const std::string& cmd = t[pos];
         if (cmd == "end") {
-            if (!in_block) usage("'end' without 'repeat'");
+            if (!in_block) usage("'end' without 'repeat' or 'threads'");
             return pos + 1;
+        }
+        // The threads of a "threads" block share the tables of names: they only read them.
+        static const std::set<std::string> kThreadSafe = {"launch", "launch_ex", "launch_coop",
+                                                          "sync",   "sleep",     "repeat", "say"};
+        if (t_in_threads && kThreadSafe.count(cmd) == 0) {
+            usage(("'" + cmd + "' cannot run in a 'threads' block").c_str());
         }
         if (cmd == "route") {
             need(2);
@@ -469,6 +520,9 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             size_t after = pos + 2;
             for (long i = 0; i < n; ++i) after = run(t, pos + 2, true);
             pos = after;
+        } else if (cmd == "threads") {
+            need(2);
+            pos = run_threads(t, pos + 2, std::atol(t[pos + 1].c_str()));
         } else if (cmd == "origin") {
             need(2);
             print_origin(t[pos + 1].c_str());
@@ -501,7 +555,7 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             usage(("unknown command " + cmd).c_str());
         }
     }
-    if (in_block) usage("'repeat' without 'end'");
+    if (in_block) usage("'repeat' or 'threads' without 'end'");
     return pos;
 }
 
