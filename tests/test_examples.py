@@ -55,3 +55,18 @@ def test_reference_profiles_load_and_give_the_scheduler_a_table(path: Path) -> N
 
 def test_there_are_reference_profiles() -> None:
     assert len(PROFILES) >= 2
+
+
+def test_the_pairs_example_is_the_three_by_four_serving_matrix() -> None:
+    # The pair matrix `orion plan` reads: three graph-served HP services beside four trainers.
+    from placement.pairs import load_pairs_jobs, planned_cells
+
+    spec = load_pairs_jobs(ROOT / "examples" / "pairs.json")
+    hp = [job for job in spec.jobs.values() if job.kind == "hp"]
+    be = [job for job in spec.jobs.values() if job.kind == "be"]
+    assert {job.workload for job in hp} == {"resnet50", "mobilenet_v2", "bert"}
+    assert all(job.cuda_graph and job.mode == "infer" for job in hp)
+    assert {job.workload for job in be} == {"resnet50", "mobilenet_v2", "bert", "gpt2"}
+    assert all(job.mode == "train" for job in be)
+    assert spec.policy == "orion" and spec.rounds == 3
+    assert len(planned_cells(spec)) > len(spec.jobs)
