@@ -139,6 +139,11 @@ void ClientRuntime::attach_from_environment() {
     // Under `quota` every client is a peer whose work the gate keeper grants.
     gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
                 view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
+    // Work between two gate waits: the queue limit, whose reason is HP latency; under `quota`,
+    // where none rides on it, a tenth of a slice (a wait per tiny kernel costs the GPU itself).
+    gate_spacing_ns_ = policy_ == Policy::kQuota
+                           ? quota_wait_spacing_ns(view_.header().quota_window_ns)
+                           : view_.header().queue_limit_ns;
     // Roles are fixed once the run is published (before any client attaches): the BE clients
     // whose gates an HP launch closes, found once instead of on every launch.
     for (std::uint32_t client = 0; client < view_.header().client_count && client < kMaxClients;
@@ -397,13 +402,10 @@ bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, b
     const std::uint64_t work = std::max<std::uint64_t>(kernel.duration_ns, 1);
     *waited = false;
     // The first launch on a stream, and every launch that would take the work past one gate over
-    // the queue limit, waits on the gate: an HP request never finds more than the limit of BE
-    // work let through by one opening (the same bound the CPU gate keeps). Under `quota` no HP
-    // latency rides on it: waits are spaced by a tenth of a slice instead.
-    const RunHeader& header = view_.header();
-    const std::uint64_t spacing = static_cast<Policy>(header.policy) == Policy::kQuota
-                                      ? quota_wait_spacing_ns(header.quota_window_ns)
-                                      : header.queue_limit_ns;
+    // the spacing (the queue limit under reef and orion), waits on the gate: an HP request never
+    // finds more than the limit of BE work let through by one opening (the same bound the CPU
+    // gate keeps).
+    const std::uint64_t spacing = gate_spacing_ns_;
     StreamBudget* budget = stream_budget(own_stream);
     // Threads may share a stream. A launch decides in one compare-and-swap, so no two launches
     // decide from the same count, and the one that will put a wait marks the count until the wait

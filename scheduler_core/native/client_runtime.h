@@ -177,6 +177,7 @@ private:
     std::atomic<bool> redirect_used_{false};
 
     bool gpu_gate_ = false;  // BE client of a gating policy with be_gate kGpu
+    std::uint64_t gate_spacing_ns_ = 0;  // profiled work between two gate waits on a stream
     std::uint32_t be_clients_ = 0;  // bit per BE client of the run (roles are fixed)
     static_assert(kMaxClients <= 32, "be_clients_ holds a bit per client");
     std::once_flag gate_once_;
