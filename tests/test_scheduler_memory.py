@@ -8,6 +8,8 @@ holds from its next allocation, and a killed client's use goes back to zero.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from native_harness import Harness, build_harness, read_log
 
@@ -129,7 +131,8 @@ def test_a_limit_changed_while_the_client_runs_holds_from_its_next_allocation(ha
 
 
 def test_a_killed_clients_use_goes_back_to_zero(harness, tmp_path):
-    with SchedulerRun(settings()) as run:
+    # Under `priority` no gate keeper runs, so nothing but the controller looks for dead clients.
+    with SchedulerRun(settings("priority")) as run:
         index = run.add_client("job", "be", memory_limit=GIB)
         run.publish()
         result = harness.run(
@@ -139,6 +142,22 @@ def test_a_killed_clients_use_goes_back_to_zero(harness, tmp_path):
         assert run.stats()["job"]["memory_used"] == 5000  # its slot still says so ...
         run.mark_gone(index, crashed=True)  # ... until the controller sees it gone
         assert run.stats()["job"]["memory_used"] == 0
+
+
+def test_the_gate_keeper_finds_a_killed_client_and_returns_its_memory(harness, tmp_path):
+    # Under `orion` with GPU gates the keeper looks for dead clients every few milliseconds, so
+    # the use goes back to zero with no word from the controller.
+    with SchedulerRun(settings()) as run:
+        index = run.add_client("job", "be", memory_limit=GIB)
+        run.publish()
+        result = harness.run(
+            "alloc mem 5000 kill_self", env=run.client_environment(index), log=tmp_path / "j.log"
+        )
+        assert result.returncode != 0
+        deadline = time.monotonic() + 5
+        while run.stats()["job"]["memory_used"] != 0:
+            assert time.monotonic() < deadline, "the keeper never returned the dead client's use"
+            time.sleep(0.005)
 
 
 def test_without_a_run_allocations_pass_through(harness, tmp_path):
