@@ -130,11 +130,11 @@ def first_start(log: Path) -> int:
     return next(e.time_ns for e in read_log(log) if e.kind == "exec_start")
 
 
-def windows(a: Path, b: Path) -> list[tuple[int, int]]:
-    """Three window-long spans (the shares hold over any window: 400 ms here), from the end of
-    the first window, while both clients run."""
-    start = max(first_start(a), first_start(b)) + WINDOW_MS * MS
-    return [(start + k * 100 * MS, start + (k * 100 + WINDOW_MS) * MS) for k in range(3)]
+def windows(a: Path, b: Path, window_ms: int = WINDOW_MS) -> list[tuple[int, int]]:
+    """Three window-long spans (the shares hold over any window: 400 ms by default), from the
+    end of the first window, while both clients run."""
+    start = max(first_start(a), first_start(b)) + window_ms * MS
+    return [(start + k * 100 * MS, start + (k * 100 + window_ms) * MS) for k in range(3)]
 
 
 def test_caps_split_the_gpu_between_two_saturating_clients(harness, tmp_path):
@@ -153,14 +153,22 @@ def test_a_promise_holds_beside_a_greedier_client(harness, tmp_path):
 
 def test_a_promise_holds_for_a_client_whose_work_comes_in_steps(harness, tmp_path):
     # A training client enqueues a step, synchronises, then launches the next: between steps it
-    # has no work, and the greedy neighbour takes the GPU. The promise must still hold, so the
-    # promised client's next step takes the GPU back at once rather than after the neighbour's
-    # slice (measured on an H100 before this held: 0.14 of alone for a 0.6 promise).
-    steps = "func k 1000 repeat 250 repeat 4 launch k 8 128 0 end sync 0 sleep 300 end"
-    scripts = (steps, saturating(1400))
-    a, b = run_two(harness, tmp_path, quota_settings(), [(0.6, 1.0), (0.0, 1.0)], scripts=scripts)
-    for start, end in windows(a, b):
-        assert busy_share(a, start, end) >= 0.55
+    # has no work, and the greedy neighbour takes the GPU. Its next step must take the GPU back
+    # at once, not after the neighbour's slice (10 ms in a 1-s window): on an H100 a 0.6 promise
+    # got 0.14 of alone that way. Here the old rule gives about 0.30 and the promise about 0.56;
+    # each switch on the stand-in costs the keeper's look and the simulated wait's release, so
+    # the bar is 0.5, not the 0.55 that saturating clients meet above.
+    window_ms = 1000
+    steps = "func k 1000 repeat 600 repeat 4 launch k 8 128 0 end sync 0 sleep 300 end"
+    a, b = run_two(
+        harness,
+        tmp_path,
+        quota_settings(window_ms=window_ms),
+        [(0.6, 1.0), (0.0, 1.0)],
+        scripts=(steps, saturating(3000)),
+    )
+    for start, end in windows(a, b, window_ms):
+        assert busy_share(a, start, end) >= 0.5
 
 
 def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_path):
