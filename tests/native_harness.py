@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,3 +147,11 @@ def kernel_table(*rows: tuple[str, int, int, int, str, float]) -> pd.DataFrame:
             for name, grid, block, sm, kernel_class, duration_ms in rows
         ]
     )
+
+
+def wait_for(condition, timeout_s: float = 20, what: str = "condition") -> None:
+    """Polls ``condition`` every 2 ms until it holds; fails the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.002)

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from native_harness import MS, Harness, build_harness, kernel_table, read_log
+from native_harness import MS, Harness, build_harness, kernel_table, read_log, wait_for
 
 from orion_common.errors import OrionError
 from scheduler_core import SchedulerRun, SchedulerSettings
@@ -39,13 +39,6 @@ def gate_settings(policy: str = "reef", queue_limit_ms: float = 2.5) -> Schedule
         hp_completion="gpu-write",
         be_gate="gpu",
     )
-
-
-def wait_for(condition, timeout_s: float = 20, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.002)
 
 
 def calls(log: Path, *kinds: str) -> list:

@@ -8,10 +8,8 @@ holds from its next allocation, and a killed client's use goes back to zero.
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from native_harness import Harness, build_harness, read_log
+from native_harness import Harness, build_harness, read_log, wait_for
 
 from orion_common.errors import OrionError
 from scheduler_core import SchedulerRun, SchedulerSettings
@@ -154,10 +152,11 @@ def test_the_gate_keeper_finds_a_killed_client_and_returns_its_memory(harness, t
             "alloc mem 5000 kill_self", env=run.client_environment(index), log=tmp_path / "j.log"
         )
         assert result.returncode != 0
-        deadline = time.monotonic() + 5
-        while run.stats()["job"]["memory_used"] != 0:
-            assert time.monotonic() < deadline, "the keeper never returned the dead client's use"
-            time.sleep(0.005)
+        wait_for(
+            lambda: run.stats()["job"]["memory_used"] == 0,
+            timeout_s=5,
+            what="the keeper to return the dead client's use",
+        )
 
 
 def test_without_a_run_allocations_pass_through(harness, tmp_path):
