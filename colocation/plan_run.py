@@ -19,6 +19,7 @@ predictions.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from colocation.config import parse_jobs
+from colocation.processes import own_code_environment
 from colocation.rundir import create_run_dir, utc_now
 from colocation.signals import sigterm_as_interrupt
 from orion_common.atomic_io import write_json_atomic
@@ -132,7 +134,7 @@ def run_plan(
         raise OrionError(f"--duration must be positive (got {duration_s:g})")
     indices = [gpu.index for gpu in plan.gpus]
     _check_gpus(indices, _visible_gpus() if available_gpus is None else available_gpus)
-    root = create_run_dir(output_dir, "plan")
+    root = create_run_dir(output_dir, "plan").resolve()  # each GPU's run starts in its folder
     configs = plan_jobs(plan, duration_s, root)
     (root / "plan.json").write_text(plan_path.read_text())
     record: dict[str, Any] = {
@@ -155,7 +157,11 @@ def run_plan(
         log = (gpu_dir / "colocate.log").open("wb")
         logs.append(log)
         processes[index] = subprocess.Popen(
-            [*base, "colocate", str(jobs_path)], stdout=log, stderr=subprocess.STDOUT
+            [*base, "colocate", str(jobs_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=gpu_dir,
+            env=own_code_environment(dict(os.environ)),
         )
         record["gpus"].append(
             {"index": index, "jobs": f"gpu{index}/jobs.json", "run_dir": None, "exit_code": None}

@@ -41,6 +41,21 @@ def source_root() -> Path:
     return Path(colocation.__file__).resolve().parent.parent
 
 
+def own_code_environment(environment: dict[str, str]) -> dict[str, str]:
+    """``environment`` with the orion packages this process runs first on ``PYTHONPATH``.
+
+    A child started with ``python -m`` also looks in its working folder first, so start it in a
+    folder of its own as well: a source checkout there (without its built native library) would
+    otherwise shadow the installed orion.
+    """
+    env = dict(environment)
+    root = str(source_root())
+    env["PYTHONPATH"] = os.pathsep.join(
+        [root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]]
+    )
+    return env
+
+
 def describe_exit(code: int) -> str:
     """An exit status in words; negative means killed by a signal (``subprocess``'s habit)."""
     if code < 0:
@@ -111,13 +126,9 @@ class ClientProcess:
     def spawn(self, environment: dict[str, str]) -> None:
         command_read, command_write = os.pipe()
         event_read, event_write = os.pipe()
-        env = dict(environment)
+        env = own_code_environment(environment)
         env[CONTROL_FDS_ENV] = f"{command_read},{event_write}"
         env["PYTHONUNBUFFERED"] = "1"
-        root = str(source_root())
-        env["PYTHONPATH"] = os.pathsep.join(
-            [root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]]
-        )
         try:
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(

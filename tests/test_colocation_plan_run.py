@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import colocation
 from colocation.plan_run import PLAN_RUN_JSON, is_plan_file, plan_jobs, run_plan
 from orion_cli.app import app
 from orion_common.errors import OrionError
@@ -94,3 +96,36 @@ def test_colocate_tells_a_plan_from_a_jobs_file(plan) -> None:
     result = CliRunner().invoke(app, ["colocate", str(path), "--policy", "orion"])
     assert result.exit_code == 1
     assert "a plan names each GPU's policy: leave out --policy" in result.output
+
+
+def test_each_gpu_runs_in_its_own_folder_with_this_orion_first_on_the_path(
+    plan, tmp_path: Path, monkeypatch
+) -> None:
+    # Started from a source checkout, `python -m` would import that checkout's packages (without
+    # their built native library) before the installed orion: each GPU's run starts in its own
+    # folder instead, with the orion this process runs first on PYTHONPATH.
+    _, path = plan
+    fake = tmp_path / "where.py"
+    fake.write_text(
+        "import json, os, sys\n"
+        "jobs = json.load(open(sys.argv[2]))\n"
+        "out = os.path.join(jobs['run']['output_dir'], 'where.json')\n"
+        "json.dump({'cwd': os.getcwd(), 'path': os.environ['PYTHONPATH']}, open(out, 'w'))\n"
+    )
+    shadow = tmp_path / "checkout"
+    shadow.mkdir()
+    monkeypatch.chdir(shadow)
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    root = run_plan(
+        Path(path).resolve(),
+        30.0,
+        Path("runs"),
+        command=[sys.executable, str(fake)],
+        available_gpus=8,
+    )
+    assert root.is_absolute()
+    orion_root = str(Path(colocation.__file__).resolve().parent.parent)
+    for gpu_dir in sorted(root.glob("gpu*")):
+        seen = json.loads(next(gpu_dir.rglob("where.json")).read_text())
+        assert Path(seen["cwd"]) == gpu_dir
+        assert seen["path"].split(os.pathsep)[0] == orion_root

@@ -55,6 +55,10 @@ def require(module: str, workload: str) -> ModuleType:
 def resolve_device(spec: WorkloadSpec) -> torch.device:
     """The spec's device with its index filled in, after checking it exists.
 
+    Makes that device the current one: what torch and CuPy do without naming a device (a CUDA
+    graph's capture stream, a side stream, a library handle) then happens on the workload's GPU,
+    not on GPU 0, for a client pinned to another GPU.
+
     Also switches cuDNN autotuning off. The scheduler identifies kernels by name and launch
     shape, and the profiling run and the co-location run must launch the same sequence;
     ``cudnn.benchmark`` times candidate algorithms at first use and could pick different kernels
@@ -76,6 +80,7 @@ def resolve_device(spec: WorkloadSpec) -> torch.device:
         raise OrionError(
             f"device {spec.device!r} does not exist; torch sees {count} CUDA device(s)"
         )
+    torch.cuda.set_device(index)
     return torch.device("cuda", index)
 
 
