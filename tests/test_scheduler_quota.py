@@ -77,12 +77,14 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
 WINDOW_MS = 400
 
 
-def quota_settings(policy: str = "quota", window_ms: int = WINDOW_MS) -> SchedulerSettings:
+def quota_settings(
+    policy: str = "quota", window_ms: int = WINDOW_MS, unknown_duration_ns: int = 2 * MS
+) -> SchedulerSettings:
     return SchedulerSettings(
         policy=policy,
         sm_count=132,
         queue_limit_ns=2 * MS,
-        unknown_duration_ns=2 * MS,
+        unknown_duration_ns=unknown_duration_ns,
         quotas=True,
         quota_window_ns=window_ms * MS,
     )
@@ -169,6 +171,45 @@ def test_a_promise_holds_for_a_client_whose_work_comes_in_steps(harness, tmp_pat
     )
     for start, end in windows(a, b, window_ms):
         assert busy_share(a, start, end) >= 0.5
+
+
+def test_a_promise_holds_beside_a_neighbour_whose_long_kernels_have_no_profile(harness, tmp_path):
+    # The H100 case: neither client has a profile and the neighbour's kernels run far longer
+    # than the run's unknown-kernel duration (50 us). Counted at that duration, the neighbour
+    # put a gate wait only every 20 launches, so each hand-over left up to 40 ms of its work
+    # queued ahead of the promised client's step. Its waits are now spaced by what its launches
+    # measured on the GPU (each one's own wait here), and the holder keeps the GPU across the
+    # short gaps between its steps.
+    window_ms = 1000
+    steps = "func s 1000 repeat 300 repeat 4 launch s 8 128 0 end sync 0 sleep 300 end"
+    greedy = "func g 2000 repeat 150 repeat 10 launch g 16 128 0 end sync 0 end"
+    a, b = run_two(
+        harness,
+        tmp_path,
+        quota_settings(window_ms=window_ms, unknown_duration_ns=50_000),
+        [(0.6, 1.0), (0.0, 1.0)],
+        scripts=(steps, greedy),
+    )
+    for start, end in windows(a, b, window_ms):
+        assert busy_share(a, start, end) >= 0.5
+    greedy_waits = sum(1 for e in read_log(b) if e.kind == "wait_value")
+    assert greedy_waits > 1500 * 0.8
+
+
+def test_caps_hold_for_clients_without_profiles_whose_kernels_run_long(harness, tmp_path):
+    # Waits spaced by the 50-us guess would let each capped client overrun its closed gate by
+    # 20 kernels of 2 ms: the caps would not hold.
+    long_kernels = "func g 2000 repeat 70 repeat 10 launch g 16 128 0 end sync 0 end"
+    a, b = run_two(
+        harness,
+        tmp_path,
+        quota_settings(unknown_duration_ns=50_000),
+        [(0.0, 0.3), (0.0, 0.7)],
+        scripts=(long_kernels, long_kernels),
+    )
+    for start, end in windows(a, b):
+        assert busy_share(a, start, end) == pytest.approx(0.3, abs=0.05)
+        assert busy_share(b, start, end) == pytest.approx(0.7, abs=0.05)
 
 
 def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_path):

@@ -399,7 +399,15 @@ ClientRuntime::StreamBudget* ClientRuntime::stream_budget(CUstream stream) {
 }
 
 bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited) {
-    const std::uint64_t work = std::max<std::uint64_t>(kernel.duration_ns, 1);
+    std::uint64_t work = kernel.duration_ns;
+    if (!kernel.known && policy_ == Policy::kQuota) {
+        // No profile: what its launches measured on the GPU (the keeper's figure), once there
+        // is one. The run's unknown-kernel duration may be far off, and a holder overruns its
+        // closed gate by as many launches as fit in the spacing.
+        const std::uint64_t measured = slot_->quota.launch_ns.load(std::memory_order_relaxed);
+        if (measured != 0) work = measured;
+    }
+    work = std::max<std::uint64_t>(work, 1);
     *waited = false;
     // The first launch on a stream, and every launch that would take the work past one gate over
     // the spacing (the queue limit under reef and orion), waits on the gate: an HP request never

@@ -370,6 +370,7 @@ public:
         out["gpu_share"] = static_cast<double>(slot.quota.used_ns.load()) /
                            static_cast<double>(header().quota_window_ns);
         out["gpu_busy_ns"] = slot.quota.busy_ns.load();
+        out["gpu_launch_ns"] = slot.quota.launch_ns.load();
         out["profiled_graphs"] = slot.graph_count;
         out["blocked_launches"] = s.blocked_launches.load();
         out["blocked_ns"] = s.blocked_ns.load();

@@ -27,6 +27,11 @@ constexpr std::uint64_t kReapIntervalNs = 2'000'000;
 // least this often. That is its resolution, and how long a client owed its min share may wait
 // between a burst of work arriving at its closed gate and the gate opening.
 constexpr std::uint64_t kQuotaPollNs = 100'000;
+// How long a `quota` holder keeps the GPU after its work ran out: a training loop's next step
+// comes a few tens of microseconds after its synchronisation, and the keeper sees it at its next
+// look. Handing the GPU over at every such gap would charge each hand-over's idle look and queued
+// work to the clients; the GPU idles this long when the holder has really stopped.
+constexpr std::uint64_t kReturnGraceNs = 5 * kQuotaPollNs;
 
 void sleep_ns(std::uint64_t ns) {
     timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
@@ -75,34 +80,90 @@ void GateKeeper::account(std::uint64_t now_ns) {
         }
         epoch_ = epoch;
     }
-    const std::uint64_t elapsed =
-        last_pass_ns_ == 0 ? 0 : std::min(now_ns - last_pass_ns_, bucket_ns);
+    const std::uint64_t previous_pass_ns = last_pass_ns_ == 0 ? now_ns : last_pass_ns_;
+    const std::uint64_t elapsed = std::min(now_ns - previous_pass_ns, bucket_ns);
     last_pass_ns_ = now_ns;
+    const bool time_slices = static_cast<Policy>(header.policy) == Policy::kQuota;
     const GateBlock& block = view_.gates();
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
-         ++client) {
+    const std::uint32_t count = std::min(header.client_count, kMaxClients);
+    bool drained = false;
+    for (std::uint32_t client = 0; client < count; ++client) {
         ClientSlot& slot = view_.client(client);
         Usage& usage = usage_[client];
         usage.has_work = false;
         std::uint64_t low = usage.low_water;
         if (client_participates(slot)) {
-            low = advance_low_water(view_, client, now_ns);  // progress, for draining below
+            low = advance_low_water(view_, client, now_ns);
             usage.has_work = client_has_work(view_, client, now_ns);
         }
-        // The client ran since the last pass if its gate is open and it has work, or if its
-        // launches kept finishing (work let through before the gate closed, draining): a
-        // client held at a closed gate is not charged.
         const bool open = (block.gates[client].word.load(std::memory_order_acquire) & kGateOpen) != 0;
-        const bool draining = low > usage.low_water;
+        const std::uint64_t finished = low > usage.low_water ? low - usage.low_water : 0;
         usage.low_water = low;
-        if ((usage.has_work && open) || draining) {
+        // Under `quota` the holder had the GPU to itself since the last pass, and is charged that
+        // time, its short gaps between steps included: it runs as it would alone, so a share of
+        // the time is that share of its throughput alone. Under the other policies clients run
+        // side by side, each charged while its gate is open and it has work, or while work let
+        // through before its gate closed keeps finishing.
+        const bool charged = time_slices ? static_cast<int>(client) == holder_
+                                         : (usage.has_work && open) || finished != 0;
+        if (charged) {
             usage.buckets[epoch_ % kBuckets] += elapsed;
             slot.quota.busy_ns.fetch_add(elapsed, std::memory_order_relaxed);
         }
-        std::uint64_t used = 0;
-        for (const std::uint64_t bucket : usage.buckets) used += bucket;
-        slot.quota.used_ns.store(used, std::memory_order_relaxed);
+        measure_launches(client, open, finished, previous_pass_ns, now_ns, &drained);
     }
+    if (drained) drained_ns_ = now_ns;
+    for (std::uint32_t client = 0; client < count; ++client) {
+        std::uint64_t used = 0;
+        for (const std::uint64_t bucket : usage_[client].buckets) used += bucket;
+        view_.client(client).quota.used_ns.store(used, std::memory_order_relaxed);
+    }
+}
+
+void GateKeeper::measure_launches(std::uint32_t client, bool open, std::uint64_t finished,
+                                  std::uint64_t previous_pass_ns, std::uint64_t now_ns,
+                                  bool* drained) {
+    Usage& usage = usage_[client];
+    // Held at a closed gate with nothing finishing, or without work: runs nothing.
+    if (!(usage.has_work && open) && finished == 0) {
+        usage.runnable_since_ns = 0;
+        return;
+    }
+    if (usage.runnable_since_ns == 0) {
+        usage.runnable_since_ns = finished != 0 ? previous_pass_ns : now_ns;
+    }
+    if (finished == 0) return;  // running; measured when its launches finish
+    if (!open) *drained = true;
+    // Its launches ran since the latest of: its previous ones finishing, its work becoming able
+    // to run, and work let through a neighbour's closed gate finishing (which it queued behind).
+    const std::uint64_t since =
+        std::min(std::max({usage.finished_ns, usage.runnable_since_ns, drained_ns_}), now_ns);
+    usage.finished_ns = now_ns;
+    // An average over about its last eight finishing passes.
+    const std::uint64_t sample = std::max<std::uint64_t>((now_ns - since) / finished, 1);
+    usage.launch_ns =
+        usage.launch_ns == 0 ? sample : usage.launch_ns - usage.launch_ns / 8 + sample / 8;
+    // Published only when it moved by an eighth: the client reads it on its launch path.
+    ClientQuota& quota = view_.client(client).quota;
+    const std::uint64_t shown = quota.launch_ns.load(std::memory_order_relaxed);
+    const std::uint64_t moved =
+        shown > usage.launch_ns ? shown - usage.launch_ns : usage.launch_ns - shown;
+    if (shown == 0 || moved > shown / 8) {
+        quota.launch_ns.store(usage.launch_ns, std::memory_order_relaxed);
+    }
+}
+
+void GateKeeper::hold_for_returning_holder(QuotaClient* shares, std::uint32_t count,
+                                           std::uint64_t now_ns) {
+    if (holder_ < 0 || static_cast<std::uint32_t>(holder_) >= count) return;
+    QuotaClient& holder = shares[holder_];
+    if (holder.has_work) {
+        holder_idle_since_ns_ = 0;
+        return;
+    }
+    if (holder_idle_since_ns_ == 0) holder_idle_since_ns_ = now_ns;
+    // As if its next step were here already; a client owed its promise still takes the GPU.
+    holder.has_work = now_ns - holder_idle_since_ns_ < kReturnGraceNs && holder.participates;
 }
 
 bool GateKeeper::any_work() const {
@@ -132,11 +193,13 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
     }
     if (policy == Policy::kQuota) {
         const std::uint64_t slice = quota_slice_ns(header.quota_window_ns);
+        hold_for_returning_holder(shares, count, now_ns);
         const int holder = quota_holder(shares, count, header.quota_window_ns, holder_,
                                         now_ns < holder_since_ns_ + slice);
         if (holder != holder_) {
             holder_ = holder;
             holder_since_ns_ = now_ns;
+            holder_idle_since_ns_ = 0;
         }
     }
     std::uint64_t expected_change = 0;

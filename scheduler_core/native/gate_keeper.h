@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <thread>
 
+#include "policy.h"
 #include "shared_state.h"
 
 namespace orion {
@@ -36,9 +37,19 @@ public:
 
 private:
     void run();
-    // Charges each client with work on the GPU the time since the last pass, into a sliding
-    // window of buckets, and publishes its use of the window (ClientQuota::used_ns).
+    // Charges each client the GPU time it had since the last pass into a sliding window of
+    // buckets, and publishes its use of the window (ClientQuota::used_ns).
     void account(std::uint64_t now_ns);
+    // Measures a client's GPU time per launch (ClientQuota::launch_ns) when its launches finish:
+    // the time since the latest of its previous launches finishing, its work becoming able to run
+    // and a neighbour's work let through a closed gate finishing (which it queued behind on the
+    // GPU), over how many finished. Sets *drained when work behind its closed gate finished.
+    void measure_launches(std::uint32_t client, bool open, std::uint64_t finished,
+                          std::uint64_t previous_pass_ns, std::uint64_t now_ns, bool* drained);
+    // Under `quota`: a holder that has just run out of work (between two steps of a training
+    // loop) keeps the GPU for a short grace, as if its next step were there already.
+    void hold_for_returning_holder(QuotaClient* shares, std::uint32_t count,
+                                   std::uint64_t now_ns);
     // Whether any client has launches not yet finished (as of the last account()).
     bool any_work() const;
 
@@ -46,6 +57,9 @@ private:
     struct Usage {
         std::array<std::uint64_t, kBuckets> buckets{};
         std::uint64_t low_water = 0;  // its finished launches as of the last pass
+        std::uint64_t launch_ns = 0;  // measured GPU time per launch (moving average)
+        std::uint64_t finished_ns = 0;        // the last pass that saw its launches finish
+        std::uint64_t runnable_since_ns = 0;  // since when its work could run, 0: it cannot
         bool has_work = false;
     };
 
@@ -53,8 +67,10 @@ private:
     std::array<Usage, kMaxClients> usage_{};
     std::uint64_t epoch_ = 0;        // index of the current bucket's time slot
     std::uint64_t last_pass_ns_ = 0;
-    int holder_ = -1;                // under `quota`: the client holding the GPU
+    std::uint64_t drained_ns_ = 0;  // the last pass that saw work behind a closed gate finish
+    int holder_ = -1;                  // under `quota`: the client holding the GPU
     std::uint64_t holder_since_ns_ = 0;
+    std::uint64_t holder_idle_since_ns_ = 0;  // when the holder last ran out of work, 0: it has
     std::atomic<bool> stopping_{false};
     std::thread thread_;
 };

@@ -91,12 +91,13 @@ inline std::uint64_t quota_slice_ns(std::uint64_t window_ns) {
     return window_ns / 100 > kMinSliceNs ? window_ns / 100 : kMinSliceNs;
 }
 
-// How much profiled work a client under `quota` enqueues between two waits on its gate: a tenth
-// of a slice. No HP latency rides on it (the queue limit's reason under reef and orion), only how
-// far a holder overruns a closed gate, which is charged to it anyway; a wait per tiny kernel
-// would cost the GPU more than the bound is worth.
+// How much work a client under `quota` enqueues between two waits on its gate (profiled, or as
+// its launches measured): a twentieth of a slice. No HP latency rides on it (the queue limit's
+// reason under reef and orion), only how far a holder overruns its closed gate, which the next
+// holder, owed a promise maybe, waits behind; a wait per tiny kernel would cost the GPU more than
+// the bound is worth.
 inline std::uint64_t quota_wait_spacing_ns(std::uint64_t window_ns) {
-    return quota_slice_ns(window_ns) / 10;
+    return quota_slice_ns(window_ns) / 20;
 }
 
 // Whether the policy sets stream priorities by role.

@@ -28,7 +28,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //    Reason::kGpuGate
 // 6: ClientSlot::memory (per-client memory limit and use); Policy::kQuota, RunHeader::quotas and
 //    quota_window_ns, ClientSlot::quota
-constexpr std::uint32_t kLayoutVersion = 6;
+// 7: ClientQuota::launch_ns (measured GPU time per launch)
+constexpr std::uint32_t kLayoutVersion = 7;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -318,6 +319,9 @@ struct alignas(64) ClientQuota {
     std::atomic<std::uint32_t> max_ppm;  // never more (kFullShare: no cap)
     std::atomic<std::uint64_t> used_ns;  // GPU time in the last window
     std::atomic<std::uint64_t> busy_ns;  // GPU time counted since the run began
+    // GPU time per finished launch, as the keeper measured it (0 until measured): what a client
+    // under `quota` counts for a launch it has no profile for when it spaces its gate waits.
+    std::atomic<std::uint64_t> launch_ns;
 };
 
 struct alignas(64) ClientSlot {
