@@ -70,3 +70,16 @@ def test_the_pairs_example_is_the_three_by_four_serving_matrix() -> None:
     assert all(job.mode == "train" for job in be)
     assert spec.policy == "orion" and spec.rounds == 3
     assert len(planned_cells(spec)) > len(spec.jobs)
+
+
+def test_the_two_gpu_fleet_names_only_jobs_its_pairs_example_measures() -> None:
+    # examples/fleet-h200x2.json is planned from the matrix examples/pairs-h200-plan.json makes.
+    from placement.fleet import load_fleet
+    from placement.pairs import load_pairs_jobs
+
+    spec = load_pairs_jobs(ROOT / "examples" / "pairs-h200-plan.json")
+    fleet = load_fleet(ROOT / "examples" / "fleet-h200x2.json")
+    assert fleet.gpu_kinds() == ["nvidia-h200", "nvidia-h200"]
+    named = [service.job for service in fleet.hp] + [job.job for job in fleet.be]
+    assert set(named) <= set(spec.jobs)
+    assert len(fleet.hp) == 2 and len(fleet.be) == 2
