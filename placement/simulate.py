@@ -277,17 +277,21 @@ def group_outcome(
         return hp_p99, {}
     if hp is None and len(be) == 1:
         job = be[0]
-        return None, {job.name: matrix.jobs[job.job].alone_throughput_per_s or 0.0}
+        return None, {job.name: _iterations_per_s(matrix, job.job, 1.0)}
     pair = matrix.pair(hp.job if hp else None, tuple(j.job for j in be))
     if pair is None:
         raise KeyError("unmeasured group")
     if hp_p99 is not None:
         hp_p99 *= pair.hp_p99_ratio or 1.0
-    rates = {
-        j.name: (matrix.jobs[j.job].alone_throughput_per_s or 0.0) * pair.be_ratios[j.job]
-        for j in be
-    }
+    rates = {j.name: _iterations_per_s(matrix, j.job, pair.be_ratios[j.job]) for j in be}
     return hp_p99, rates
+
+
+def _iterations_per_s(matrix: PairMatrix, job: str, ratio: float) -> float:
+    """A BE job's training iterations per second at ``ratio`` of its alone throughput: the
+    matrix counts samples per second, and one iteration is one batch."""
+    measured = matrix.jobs[job]
+    return (measured.alone_throughput_per_s or 0.0) / measured.batch_size * ratio
 
 
 def _measured(matrix: PairMatrix, hp: HpService | None, be: list[Arrival]) -> bool:

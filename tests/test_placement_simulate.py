@@ -2,7 +2,8 @@
 
 Fixture matrix (tests/data/placement/pairs): HP resnet-infer alone p99 2.0 ms, beside train-b
 ratio 1.1 (interval top 1.15: 2.3 ms, within a 2.5 ms SLO), train-b's ratio there 0.8; train-b
-alone 50 iterations/s. Beside train-c the HP ratio is 1.5 (3.0 ms, over the SLO).
+alone 50 samples/s at batch 1, so 50 iterations/s (the matrix counts samples, a job's length is
+in iterations). Beside train-c the HP ratio is 1.5 (3.0 ms, over the SLO).
 """
 
 from __future__ import annotations
@@ -91,16 +92,17 @@ def test_packing_blind_breaks_the_slo_that_orion_keeps(tmp_path: Path) -> None:
     # (first fit) for every round it runs; orion gives c the second GPU.
     data = _two_job(tmp_path, gpus=2)
     (tmp_path / "jobs.csv").write_text("arrival_s,job\n0,train-c\n", encoding="utf-8")
-    data["simulation"]["job_mix"] = [{"job": "train-c", "iterations": 30000, "share": 1.0}]
+    # The matrix counts samples: c's 200 samples/s alone at batch 8 are 25 iterations/s.
+    data["simulation"]["job_mix"] = [{"job": "train-c", "iterations": 3750, "share": 1.0}]
     _, results = _run(data, tmp_path)
-    # packing-blind: 200 x 0.5 = 100 it/s, 300 s (3 rounds, each an SLO violation)
+    # packing-blind: 25 x 0.5 = 12.5 it/s, 300 s (3 rounds, each an SLO violation)
     blind = results["packing-blind"].metrics()
     assert blind["avg_jct_s"] == pytest.approx(300.0)
     assert blind["hp_slo_violations"] == 3
     assert blind["gpus_used"] == 1
     orion = results["orion"].metrics()
     assert orion["hp_slo_violations"] == 0
-    assert orion["avg_jct_s"] == pytest.approx(150.0)  # alone: 200 it/s
+    assert orion["avg_jct_s"] == pytest.approx(150.0)  # alone: 25 it/s
 
 
 def test_gavel_isolated_rotates_jobs_round_robin(tmp_path: Path) -> None:
