@@ -161,7 +161,7 @@ def run_plan(
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=gpu_dir,
-            env=own_code_environment(dict(os.environ)),
+            env=own_code_environment(os.environ),
         )
         record["gpus"].append(
             {"index": index, "jobs": f"gpu{index}/jobs.json", "run_dir": None, "exit_code": None}

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def source_root() -> Path:
     return Path(colocation.__file__).resolve().parent.parent
 
 
-def own_code_environment(environment: dict[str, str]) -> dict[str, str]:
+def own_code_environment(environment: Mapping[str, str]) -> dict[str, str]:
     """``environment`` with the orion packages this process runs first on ``PYTHONPATH``.
 
     A child started with ``python -m`` also looks in its working folder first, so start it in a

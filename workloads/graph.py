@@ -108,11 +108,8 @@ def capture_with_torch(workload: TorchModelWorkload) -> tuple[Any, Any]:
     graph = torch.cuda.CUDAGraph()
     # thread_local: other threads of the process (a client's command reader, say) may use the
     # CUDA runtime while this thread captures without invalidating the capture.
-    # torch.cuda.graph captures on a stream of the current device: make it the workload's.
-    with (
-        torch.cuda.device(workload.device),
-        torch.cuda.graph(graph, capture_error_mode="thread_local"),
-    ):
+    # Captured on a stream of the current device, which resolve_device made the workload's.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         static_output = workload.forward()
     torch.cuda.synchronize(workload.device)
     return graph, static_output
