@@ -4,8 +4,8 @@
 
 Runs, in order (each an `orion colocate` run directory under DIR/runs/):
 
-1. ``alone``: one ``synthetic-compute`` training client (batch 16) under ``dedicated``, the
-   throughput every share below is measured against.
+1. ``alone``: one ``synthetic-compute`` training client (batch 16, a loop long enough that it
+   saturates the GPU) under ``dedicated``, the throughput every share below is measured against.
 2. ``caps``: two such clients under ``quota`` with ``max_util`` 0.3 and 0.7. Each one's
    throughput / alone should be within 0.05 of its cap.
 3. ``promise``: ``promised`` (the same job, ``min_util`` 0.6) beside ``greedy`` (four times the
@@ -55,10 +55,21 @@ ROOT = Path(__file__).resolve().parents[1]
 FORMAT = {"name": "orion-quota-limits", "version": 1}
 GIB = 1 << 30
 
-SHARE_JOB = {"workload": "synthetic-compute", "mode": "train", "batch_size": 16, "role": "be"}
+SHARE_ITERATIONS = 4 * 4096
+"""The share clients' FMA loop: four times the default, so that they saturate the GPU. At the
+default loop a kernel runs for about as long as the host takes to launch it through CuPy and the
+hook, so the client is bound by its host thread and its throughput measures the launch path, not
+the share of GPU time it was given."""
+SHARE_JOB = {
+    "workload": "synthetic-compute",
+    "mode": "train",
+    "batch_size": 16,
+    "role": "be",
+    "options": {"iterations": SHARE_ITERATIONS},
+}
 GREEDY_BLOCKS_PER_SM = 4
-GREEDY_ITERATIONS = 4 * 4096
-"""Greedy's kernels: four blocks per SM and four times the default loop, so each of its
+GREEDY_ITERATIONS = 4 * SHARE_ITERATIONS
+"""Greedy's kernels: four blocks per SM and four times the share clients' loop, so each of its
 launches holds the GPU far longer than the promised client's."""
 CAPS = {"small": 0.3, "large": 0.7}
 PROMISE = 0.6

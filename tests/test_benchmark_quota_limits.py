@@ -73,6 +73,11 @@ def test_every_experiment_is_a_valid_jobs_file_with_its_limits(bench, tmp_path) 
     assert configs["alone"].run.policy == "dedicated"
     caps = {c.name: c.max_util for c in configs["caps"].clients}
     assert caps == {"small": 0.3, "large": 0.7}
+    # Every share client runs the alone job (so throughput / alone is a share of it), with a loop
+    # four times the default's 4096 so that it saturates the GPU rather than its host thread.
+    alone_options = configs["alone"].clients[0].options
+    assert alone_options == {"iterations": 4 * 4096}
+    assert all(c.options == alone_options for c in configs["caps"].clients)
     promise = {c.name: (c.min_util, c.options) for c in configs["promise"].clients}
-    assert promise["promised"] == (0.6, {})
-    assert promise["greedy"][1] == {"grid": 4 * 132, "iterations": 4 * 4096}
+    assert promise["promised"] == (0.6, alone_options)
+    assert promise["greedy"][1] == {"grid": 4 * 132, "iterations": 4 * 4 * 4096}

@@ -85,19 +85,22 @@ int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t 
                  int current, bool slice_left);
 
 // How long a `quota` holder keeps the GPU before the least-served client may take it: a
-// hundredth of the window, at least 2 ms, so the holder's queued work is worth switching for.
+// twentieth of the window, at least 2 ms. Every hand-over costs the new holder the old one's
+// queued work and the keeper's look; owed clients pre-empt a slice anyway, so a slice only paces
+// clients that are both free, and a long one loses less to hand-overs.
 inline std::uint64_t quota_slice_ns(std::uint64_t window_ns) {
     constexpr std::uint64_t kMinSliceNs = 2'000'000;
-    return window_ns / 100 > kMinSliceNs ? window_ns / 100 : kMinSliceNs;
+    return window_ns / 20 > kMinSliceNs ? window_ns / 20 : kMinSliceNs;
 }
 
 // How much work a client under `quota` enqueues between two waits on its gate (profiled, or as
-// its launches measured): a twentieth of a slice. No HP latency rides on it (the queue limit's
-// reason under reef and orion), only how far a holder overruns its closed gate, which the next
-// holder, owed a promise maybe, waits behind; a wait per tiny kernel would cost the GPU more than
-// the bound is worth.
+// its launches measured): a two-thousandth of the window (500 us of a 1-s window), at least
+// 100 us. No HP latency rides on it (the queue limit's reason under reef and orion), only how far
+// a holder overruns its closed gate, which the next holder, owed a promise maybe, waits behind; a
+// wait per tiny kernel would cost the GPU more than the bound is worth.
 inline std::uint64_t quota_wait_spacing_ns(std::uint64_t window_ns) {
-    return quota_slice_ns(window_ns) / 20;
+    constexpr std::uint64_t kMinSpacingNs = 100'000;
+    return window_ns / 2000 > kMinSpacingNs ? window_ns / 2000 : kMinSpacingNs;
 }
 
 // Whether the policy sets stream priorities by role.
