@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from placement._fields import FieldError, array, integer, join, number, obj, read_json, string
+from orion_common.json_fields import (
+    FieldError,
+    array,
+    integer,
+    join,
+    number,
+    obj,
+    read_json,
+    string,
+)
 
 OBJECTIVES = ("max-total-be", "max-min-be", "fewest-gpus")
 

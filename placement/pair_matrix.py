@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orion_common.errors import OrionError
-from placement._fields import (
+from orion_common.json_fields import (
     FieldError,
     array,
     integer,

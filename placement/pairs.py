@@ -38,7 +38,7 @@ import numpy as np
 from colocation.jobs_schema import CLIENT_NAME_PATTERN
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
-from placement._fields import (
+from orion_common.json_fields import (
     FieldError,
     integer,
     number,

@@ -13,7 +13,16 @@ from typing import Any
 
 from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
-from placement._fields import FieldError, array, integer, join, number, obj, read_json, string
+from orion_common.json_fields import (
+    FieldError,
+    array,
+    integer,
+    join,
+    number,
+    obj,
+    read_json,
+    string,
+)
 from placement.fleet import OBJECTIVES
 from placement.pair_matrix import MODES
 

@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 
 from orion_common.errors import OrionError
-from placement._fields import FieldError, array, integer, join, number, obj, read_json, string
+from orion_common.json_fields import (
+    FieldError,
+    array,
+    integer,
+    join,
+    number,
+    obj,
+    read_json,
+    string,
+)
 from placement.fleet import BeJob, Fleet, HpService, parse_fleet
 from placement.pair_matrix import PairMatrix
 from placement.plan import solve

@@ -35,7 +35,6 @@ plan is described here only by the attributes this module reads (:class:`PlanLik
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -46,6 +45,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from orion_common.errors import OrionError
+from orion_common.json_fields import FieldError, array, integer, join, obj, read_json, string
 from reporting.metrics import LIMIT_TOLERANCE, client_summary, hp_p99_interval
 from reporting.rundata import STATUS_COMPLETE, RunData, load_run
 from reporting.summary import (
@@ -215,26 +215,15 @@ def read_plan_run(path: str | Path) -> PlanRun:
     bump the version)."""
     root = Path(path)
     file = root / PLAN_RUN_FILE
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not file.exists():
         raise OrionError(
             f"{root} is not a plan-run directory (no {PLAN_RUN_FILE})",
             hint="pass a directory written by `orion colocate plan.json`",
-        ) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise OrionError(f"cannot read {file}: {error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise OrionError(
-            f"{file} is not valid JSON: line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
-    except RecursionError:
-        raise OrionError(f"{file} is not a plan-run record: it is nested too deeply") from None
+        )
+    data = read_json(file, "plan-run record")
     try:
         return _parse_plan_run(root, data)
-    except _FieldError as error:
+    except FieldError as error:
         raise OrionError(
             f"{file}: {error}", hint=f"{PLAN_RUN_FILE} is written by `orion colocate plan.json`"
         ) from None
@@ -427,85 +416,56 @@ _RULE = (
 )
 
 
-class _FieldError(Exception):
-    """One problem at one field of plan_run.json; read_plan_run makes it a OrionError."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-
-
 def _parse_plan_run(root: Path, data: Any) -> PlanRun:
-    if not isinstance(data, dict):
-        raise _FieldError("(top level)", "must be an object")
-    for key in ("format", "version", "plan", "started_utc", "ended_utc", "status", "gpus"):
-        if key not in data:
-            raise _FieldError(key, "is required")
+    required = ("format", "version", "plan", "started_utc", "ended_utc", "status", "gpus")
+    data = obj(data, "", required, unknown_ok=True)
     if data["format"] != PLAN_RUN_FORMAT:
-        raise _FieldError("format", f"must be {PLAN_RUN_FORMAT!r}, not {data['format']!r}")
-    version = data["version"]
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise _FieldError("version", f"must be an integer, not {version!r}")
+        raise FieldError("format", f"must be {PLAN_RUN_FORMAT!r}, not {data['format']!r}")
+    version = integer(data["version"], "version")
     if version != PLAN_RUN_VERSION:
-        raise _FieldError("version", f"is {version}; this orion reads version {PLAN_RUN_VERSION}")
-    status = _string(data["status"], "status")
-    if status not in PLAN_RUN_STATUSES:
-        raise _FieldError(
-            "status", f"must be one of {', '.join(PLAN_RUN_STATUSES)}, not {status!r}"
-        )
+        raise FieldError("version", f"is {version}; this orion reads version {PLAN_RUN_VERSION}")
+    status = string(data["status"], "status", PLAN_RUN_STATUSES)
     ended = data["ended_utc"]
-    plan_path = root / _string(data["plan"], "plan")
+    plan_path = root / string(data["plan"], "plan")
     if not plan_path.is_file():
         raise OrionError(
             f"plan run {root} has no {plan_path.name} (the copy of the plan it ran): "
             f"{plan_path} is missing",
             hint="the plan-run directory is incomplete; copy the plan it ran there",
         )
-    if not isinstance(data["gpus"], list):
-        raise _FieldError("gpus", "must be an array")
     gpus: list[PlanRunGpu] = []
-    for position, item in enumerate(data["gpus"]):
-        gpu = _gpu_entry(root, item, f"gpus[{position}]")
+    for position, item in enumerate(array(data["gpus"], "gpus")):
+        path = join("gpus", position)
+        gpu = _gpu_entry(root, item, path)
         if any(seen.index == gpu.index for seen in gpus):
-            raise _FieldError(f"gpus[{position}].index", f"GPU {gpu.index} is listed twice")
+            raise FieldError(join(path, "index"), f"GPU {gpu.index} is listed twice")
         gpus.append(gpu)
     return PlanRun(
         path=root,
         plan_path=plan_path,
         status=status,
-        started_utc=_string(data["started_utc"], "started_utc"),
-        ended_utc=None if ended is None else _string(ended, "ended_utc"),
+        started_utc=string(data["started_utc"], "started_utc"),
+        ended_utc=None if ended is None else string(ended, "ended_utc"),
         gpus=tuple(gpus),
     )
 
 
 def _gpu_entry(root: Path, item: Any, path: str) -> PlanRunGpu:
-    if not isinstance(item, dict):
-        raise _FieldError(path, "must be an object")
-    for key in ("index", "jobs", "run_dir", "exit_code"):
-        if key not in item:
-            raise _FieldError(f"{path}.{key}", "is required")
-    index = _integer(item["index"], f"{path}.index")
-    if index < 0:
-        raise _FieldError(f"{path}.index", f"must not be negative, not {index}")
+    item = obj(item, path, ("index", "jobs", "run_dir", "exit_code"), unknown_ok=True)
     run_dir = item["run_dir"]
     exit_code = item["exit_code"]
     return PlanRunGpu(
-        index=index,
-        jobs=root / _string(item["jobs"], f"{path}.jobs"),
-        run_dir=None if run_dir is None else root / _string(run_dir, f"{path}.run_dir"),
-        exit_code=None if exit_code is None else _integer(exit_code, f"{path}.exit_code"),
+        index=integer(item["index"], join(path, "index")),
+        jobs=root / string(item["jobs"], join(path, "jobs")),
+        run_dir=None if run_dir is None else root / string(run_dir, join(path, "run_dir")),
+        exit_code=None if exit_code is None else _exit_code(exit_code, join(path, "exit_code")),
     )
 
 
-def _string(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _FieldError(field, "must be a non-empty string")
-    return value
-
-
-def _integer(value: Any, field: str) -> int:
+def _exit_code(value: Any, path: str) -> int:
+    """A process's exit status: negative for a signal, so no lower bound."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _FieldError(field, f"must be an integer, not {value!r}")
+        raise FieldError(path, "must be an integer")
     return value
 
 

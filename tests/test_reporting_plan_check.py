@@ -355,7 +355,7 @@ def _error_line(result: Any) -> str:
     ("edit", "expected"),
     [
         (lambda d: "{not json", "plan_run.json is not valid JSON: line 1"),
-        (lambda d: "[" * 100_000, "plan_run.json is not a plan-run record: it is nested"),
+        (lambda d: "[" * 100_000, "plan_run.json is nested too deeply"),
         (lambda d: {**d, "format": "orion-run"}, "format: must be 'orion-plan-run'"),
         (lambda d: {**d, "version": 2}, "version: is 2; this orion reads version 1"),
         (lambda d: {**d, "status": "done"}, "status: must be one of running, complete"),

@@ -1,4 +1,6 @@
-"""Small strict readers for the placement JSON files: each problem is one `field.path: message`."""
+"""Small strict readers for orion's own JSON files (fleet, pair matrix, plan, plan-run record):
+each problem is one `field.path: message`, which the loaders turn into a one-line OrionError
+naming the file."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ def read_json(path: Path, what: str) -> Any:
         raise OrionError(f"{what} {path} does not exist") from None
     except OSError as error:
         raise OrionError(f"cannot read {what} {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise OrionError(f"cannot read {what} {path}: not UTF-8 text ({error.reason})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -40,20 +44,29 @@ def read_json(path: Path, what: str) -> Any:
             f"{what} {path} is not valid JSON: "
             f"line {error.lineno} column {error.colno}: {error.msg}"
         ) from None
+    except RecursionError:
+        raise OrionError(f"{what} {path} is nested too deeply to be one") from None
 
 
 def obj(
-    data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+    data: Any,
+    path: str,
+    required: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    *,
+    unknown_ok: bool = False,
 ) -> dict[str, Any]:
-    """``data`` as an object with every required key and no unknown one."""
+    """``data`` as an object with every required key and, unless ``unknown_ok`` (a record a later
+    writer may add fields to), no unknown one."""
     if not isinstance(data, dict):
         raise FieldError(path or "(top level)", "must be an object")
     for key in required:
         if key not in data:
             raise FieldError(join(path, key), "is required")
-    for key in data:
-        if key not in required and key not in optional:
-            raise FieldError(join(path, str(key)), "unknown field")
+    if not unknown_ok:
+        for key in data:
+            if key not in required and key not in optional:
+                raise FieldError(join(path, str(key)), "unknown field")
     return data
 
 
