@@ -156,7 +156,7 @@ def test_a_promise_holds_beside_a_greedier_client(harness, tmp_path):
 def test_a_promise_holds_for_a_client_whose_work_comes_in_steps(harness, tmp_path):
     # A training client enqueues a step, synchronises, then launches the next: between steps it
     # has no work, and the greedy neighbour takes the GPU. Its next step must take the GPU back
-    # at once, not after the neighbour's slice (10 ms in a 1-s window): on an H100 a 0.6 promise
+    # at once, not after the neighbour's slice (50 ms in a 1-s window): on an H100 a 0.6 promise
     # got 0.14 of alone that way. Here the old rule gives about 0.30 and the promise about 0.56;
     # each switch on the stand-in costs the keeper's look and the simulated wait's release, so
     # the bar is 0.5, not the 0.55 that saturating clients meet above.
