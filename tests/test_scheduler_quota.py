@@ -193,7 +193,7 @@ def test_a_promise_holds_beside_a_neighbour_whose_long_kernels_have_no_profile(h
     # The neighbour's waits are what changed: nearly one per launch instead of one per 20.
     greedy_waits = sum(1 for e in read_log(b) if e.kind == "wait_value")
     assert greedy_waits > 1500 * 0.8
-    # About 0.53 on an idle 2-core machine, 0.40 on a busy one (each switch on the stand-in
+    # About 0.54 on an idle 2-core machine, 0.40 on a busy one (each switch on the stand-in
     # costs process wake-ups); with 40 ms of the neighbour queued at every switch it was far less.
     for start, end in windows(a, b, window_ms):
         assert busy_share(a, start, end) >= 0.3
