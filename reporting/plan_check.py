@@ -416,6 +416,10 @@ _RULE = (
 )
 
 
+EXIT_CODE_MIN = -(2**31)
+"""A process's exit status is negative when a signal ended it (subprocess's convention)."""
+
+
 def _parse_plan_run(root: Path, data: Any) -> PlanRun:
     required = ("format", "version", "plan", "started_utc", "ended_utc", "status", "gpus")
     data = obj(data, "", required, unknown_ok=True)
@@ -458,15 +462,10 @@ def _gpu_entry(root: Path, item: Any, path: str) -> PlanRunGpu:
         index=integer(item["index"], join(path, "index")),
         jobs=root / string(item["jobs"], join(path, "jobs")),
         run_dir=None if run_dir is None else root / string(run_dir, join(path, "run_dir")),
-        exit_code=None if exit_code is None else _exit_code(exit_code, join(path, "exit_code")),
+        exit_code=None
+        if exit_code is None
+        else integer(exit_code, join(path, "exit_code"), minimum=EXIT_CODE_MIN),
     )
-
-
-def _exit_code(value: Any, path: str) -> int:
-    """A process's exit status: negative for a signal, so no lower bound."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FieldError(path, "must be an integer")
-    return value
 
 
 # --- measuring -----------------------------------------------------------------------------------
