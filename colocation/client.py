@@ -30,9 +30,10 @@ from colocation.protocol import (
     send,
     spec_path,
 )
-from colocation.runclock import RunClock
-from colocation.rundir import INFERENCE_COLUMNS, TRAINING_COLUMNS, CsvTable
+from colocation.rundir import INFERENCE_COLUMNS, TRAINING_COLUMNS
+from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
+from orion_common.runclock import RunClock
 
 # Idle waits sleep in slices this long, so a stop request or a progress report is never late.
 _IDLE_SLICE_S = 0.05

@@ -14,8 +14,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from colocation.runclock import RunClock
-from colocation.rundir import GPU_COLUMNS, CsvTable
+from colocation.rundir import GPU_COLUMNS
+from orion_common.csv_table import CsvTable
+from orion_common.runclock import RunClock
 
 SAMPLE_INTERVAL_S = 0.1
 _MIB = 1024 * 1024

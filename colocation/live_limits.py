@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation.runclock import RunClock
-from colocation.rundir import utc_now
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 from orion_common.run_format import (
@@ -26,6 +24,7 @@ from orion_common.run_format import (
     STATUS_RUNNING,
     column_names,
 )
+from orion_common.runclock import RunClock, utc_now
 
 
 @dataclass(frozen=True)

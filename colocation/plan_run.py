@@ -29,11 +29,12 @@ from typing import Any
 
 from colocation.config import parse_jobs
 from colocation.processes import own_code_environment
-from colocation.rundir import create_run_dir, utc_now
-from colocation.signals import sigterm_as_interrupt
+from colocation.rundir import create_run_dir
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.run_format import RUN_JSON
+from orion_common.runclock import utc_now
+from orion_daemon.signals import sigterm_as_interrupt
 
 PLAN_RUN_FORMAT = "orion-plan-run"
 PLAN_RUN_VERSION = 1

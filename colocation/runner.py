@@ -30,21 +30,21 @@ import numpy as np
 from colocation.arrivals import derive_seed
 from colocation.config import JobsConfig
 from colocation.gpu_monitor import GpuMonitor
-from colocation.mps import MpsDaemon, private_mps_daemon, with_sm_share
 from colocation.preflight import RunPlan, prepare_run
 from colocation.processes import FINISHED, READY, RUNNING, WAITING, WARMING_UP, ClientProcess
 from colocation.protocol import ClientSpec, spec_path
-from colocation.runclock import RunClock
 from colocation.rundir import (
     STATUS_COMPLETE,
     STATUS_FAILED,
     RunRecord,
     create_run_dir,
-    table_rows,
 )
-from colocation.scheduler_log import SchedulerRecorder
-from colocation.signals import DeferredSignals, sigterm_as_interrupt
 from orion_common import run_format
+from orion_common.csv_table import table_rows
+from orion_common.runclock import RunClock
+from orion_daemon.mps import MpsDaemon, private_mps_daemon, with_sm_share
+from orion_daemon.records import SchedulerRecorder
+from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
 
 START_DELAY_S = 0.5
 """Between the last client becoming ready and the window's start: every client has the start

@@ -91,6 +91,9 @@ class SchedulerSettings:
     # of this length; `quotas` says some client has one (always so under policy "quota").
     quotas: bool = False
     quota_window_ns: int = 1_000_000_000
+    # An open run (a daemon's): clients join after publication (`join`) and their slots are
+    # reused once their processes are gone (`reap`); a closed run's clients are fixed first.
+    open_slots: bool = False
 
     @property
     def holds_be_on_gpu(self) -> bool:
@@ -184,14 +187,16 @@ class SchedulerRun:
                 settings.be_gate,
                 settings.quotas or settings.policy == "quota",
                 settings.quota_window_ns,
+                settings.open_slots,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None
         # Removed even if the controller forgets to close (or raises before it could).
         self._finalizer = weakref.finalize(self, _unlink_quietly, self._run)
-        self._clients: list[str] = []
-        self._names_by_key: list[dict[int, str]] = []
-        self._trace_cursor: list[int] = []
+        # By slot index: a closed run's are 0..n-1; an open run's come and go.
+        self._clients: dict[int, str] = {}
+        self._names_by_key: dict[int, dict[int, str]] = {}
+        self._trace_cursor: dict[int, int] = {}
         self._trace_lost = 0
 
     # -- set-up ---------------------------------------------------------------------------
@@ -211,20 +216,67 @@ class SchedulerRun:
         if role not in ROLES:
             raise OrionError(f"client role must be 'hp' or 'be' (got {role!r})")
         try:
-            index = self._run.add_client(name, role)
+            if self.settings.open_slots:
+                index = self._run.reserve_client(name, role)
+                if index < 0:
+                    raise OrionError(
+                        f"cannot add client {name!r}: all {native_module().MAX_CLIENTS} client "
+                        "slots are taken",
+                        hint="wait for a client to finish, or stop one",
+                    )
+            else:
+                index = self._run.add_client(name, role)
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot add client {name!r}: {error}") from None
-        if memory_limit is not None:
-            self.set_memory_limit(index, memory_limit)
-        if (min_util, max_util) != (0.0, 1.0):
-            self.set_quota(index, min_util, max_util)
-        names: dict[int, str] = {}
-        if kernels is not None and not kernels.empty:
-            names = self._load_kernels(index, name, kernels)
-        self._clients.append(name)
-        self._names_by_key.append(names)
-        self._trace_cursor.append(0)
+        self._clients[index] = name
+        self._trace_cursor[index] = 0
+        self._names_by_key[index] = {}
+        try:
+            if memory_limit is not None:
+                self.set_memory_limit(index, memory_limit)
+            if (min_util, max_util) != (0.0, 1.0):
+                self.set_quota(index, min_util, max_util)
+            if kernels is not None and not kernels.empty:
+                self._names_by_key[index] = self._load_kernels(index, name, kernels)
+        except OrionError:
+            if self.settings.open_slots:
+                self.release(index)
+            raise
         return index
+
+    # -- open runs: clients join and leave while the run is published ---------------------
+    def register(self, index: int, claim_pid: int) -> None:
+        """Makes slot ``index`` (added, its profile loaded) attachable; the daemon watches
+        ``claim_pid`` (the process that asked for it) until a process attaches."""
+        self._run.register_client(index, claim_pid)
+
+    def reap(self) -> list[int]:
+        """Slots whose process has exited or died (SIGKILL too) or whose claimer ended before
+        attaching, found now. Read their statistics, then :meth:`release` them."""
+        return [int(index) for index in self._run.reap()]
+
+    def release(self, index: int) -> None:
+        """Empties slot ``index`` (its process gone) so a new client can take it."""
+        self._run.release_client(index)
+        self._clients.pop(index, None)
+        self._names_by_key.pop(index, None)
+        self._trace_cursor.pop(index, None)
+
+    def set_queue_limit(self, queue_limit_ns: int, unknown_duration_ns: int) -> None:
+        """An open run's BE queue bound, set when its HP client joins (see the native side)."""
+        self._run.set_queue_limit(queue_limit_ns, unknown_duration_ns)
+
+    def heartbeat(self) -> None:
+        """The daemon's pulse: clients of an open run stop gating when it falls silent."""
+        self._run.heartbeat()
+
+    def shut_down(self) -> None:
+        """Every client passes through from now on; the gate keeper opens every gate."""
+        self._run.shut_down()
+
+    def client_indices(self) -> dict[int, str]:
+        """The clients by slot index."""
+        return dict(self._clients)
 
     def _load_kernels(self, index: int, client: str, kernels: pd.DataFrame) -> dict[int, str]:
         native = native_module()
@@ -313,7 +365,7 @@ class SchedulerRun:
         With ``strict`` a client that cannot join the run exits at once (status 70) instead of
         running ungated, which would silently spoil a measurement.
         """
-        if not 0 <= index < len(self._clients):
+        if index not in self._clients:
             raise OrionError(f"no client {index} in this run")
         environment = dict(os.environ if base is None else base)
         environment["ORION_RUN"] = self.name
@@ -345,18 +397,22 @@ class SchedulerRun:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-client statistics keyed by client name (launches, unknown kernels, blocking)."""
         result = {}
-        for index, name in enumerate(self._clients):
-            stats = dict(self._run.client_stats(index))
-            stats["blocked_ms"] = stats["blocked_ns"] / 1e6
-            stats["unknown_kernels"] = list(self._run.unknown_kernels(index))
-            result[name] = stats
+        for index, name in self._clients.items():
+            result[name] = self.client_stats(index)
         result_meta = {"trace_records_lost": self._trace_lost}
         return {**result, **({"_run": result_meta} if self.settings.trace_capacity else {})}
+
+    def client_stats(self, index: int) -> dict[str, Any]:
+        """Statistics of the client in slot ``index`` (launches, blocking, memory, share)."""
+        stats = dict(self._run.client_stats(index))
+        stats["blocked_ms"] = stats["blocked_ns"] / 1e6
+        stats["unknown_kernels"] = list(self._run.unknown_kernels(index))
+        return stats
 
     def drain_trace(self) -> pd.DataFrame:
         """Trace records written since the last call, all clients, as a table (TRACE_COLUMNS)."""
         rows = []
-        for index, client in enumerate(self._clients):
+        for index, client in self._clients.items():
             records, cursor, lost = self._run.read_trace(index, self._trace_cursor[index])
             self._trace_cursor[index] = cursor
             self._trace_lost += lost

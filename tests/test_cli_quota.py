@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from colocation.runclock import monotonic_ns
 from orion_cli.app import app
+from orion_common.runclock import monotonic_ns
 from scheduler_core import SchedulerRun, SchedulerSettings
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ import pytest
 
 from colocation.client import Client, Commands, Events
 from colocation.protocol import ClientSpec, LineReader, Message, send
-from colocation.runclock import RunClock, monotonic_ns
+from orion_common.runclock import RunClock, monotonic_ns
 from reporting.rundata import INFERENCE_COLUMNS, TRAINING_COLUMNS, read_table
 
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from colocation.gpu_monitor import GpuMonitor
-from colocation.runclock import RunClock
 from colocation.rundir import GPU_COLUMNS as WRITTEN_COLUMNS
+from orion_common.runclock import RunClock
 from reporting.rundata import GPU_COLUMNS, read_table
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from colocation.gpu_monitor import GpuMonitor
-from colocation.runclock import RunClock
+from orion_common.runclock import RunClock
 from reporting.rundata import GPU_COLUMNS, read_table
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from colocation.config import parse_jobs
 from colocation.processes import FAILED, ClientProcess, describe_exit, log_tail
 from colocation.protocol import ClientSpec, spec_path
-from colocation.runclock import monotonic_ns
 from colocation.rundir import create_run_dir
+from orion_common.runclock import monotonic_ns
 
 
 def test_a_client_that_cannot_build_its_workload_reports_why(tmp_path: Path) -> None:

@@ -14,15 +14,12 @@ import pytest
 from colocation.rundir import (
     INFERENCE_COLUMNS,
     TRACE_COLUMNS,
-    CsvTable,
     RunRecord,
     create_run_dir,
-    format_cell,
     git_revision,
-    rows_at_close,
-    table_rows,
 )
 from orion_common import run_format
+from orion_common.csv_table import CsvTable, format_cell, rows_at_close, table_rows
 from reporting import client_summary, load_run
 from reporting.rundata import INFERENCE_COLUMNS as READER_INFERENCE_COLUMNS
 from reporting.rundata import TRACE_COLUMNS as READER_TRACE_COLUMNS

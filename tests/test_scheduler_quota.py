@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from native_harness import MS, Harness, build_harness, kernel_table, read_log
 
-from colocation.runclock import monotonic_ns
 from orion_common.errors import OrionError
+from orion_common.runclock import monotonic_ns
 from scheduler_core import SchedulerRun, SchedulerSettings, native_module
 
 WINDOW_NS = 1_000_000_000

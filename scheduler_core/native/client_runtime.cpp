@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clock.h"
@@ -144,23 +145,42 @@ void ClientRuntime::attach_from_environment() {
     gate_spacing_ns_ = policy_ == Policy::kQuota
                            ? quota_wait_spacing_ns(view_.header().quota_window_ns)
                            : view_.header().queue_limit_ns;
-    // Roles are fixed once the run is published (before any client attaches): the BE clients
-    // whose gates an HP launch closes, found once instead of on every launch.
-    for (std::uint32_t client = 0; client < view_.header().client_count && client < kMaxClients;
-         ++client) {
-        if (view_.client(client).role == static_cast<std::uint32_t>(Role::kBestEffort)) {
-            be_clients_ |= 1U << client;
-        }
-    }
     memory_.attach(&slot);
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
+    if (view_.header().open_slots != 0) start_daemon_watch();
     if (env_flag("ORION_DEBUG")) {
         log_message((std::string("client ") + std::to_string(index_) + " attached, policy " +
                      policy_name(policy_) + ", role " +
                      (role_ == Role::kHighPriority ? "hp" : "be"))
                         .c_str());
     }
+}
+
+void ClientRuntime::start_daemon_watch() {
+    std::thread([this] {
+        constexpr timespec kPeriod{0, 200'000'000};
+        while (active()) {
+            nanosleep(&kPeriod, nullptr);
+            const RunHeader& header = view_.header();
+            if (header.shutdown.load(std::memory_order_acquire) != 0) {
+                leave_daemon("the daemon stopped");
+                return;
+            }
+            const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
+            if (beat != 0 && monotonic_ns() > beat + kDaemonStaleNs) {
+                leave_daemon("the daemon fell silent");
+                return;
+            }
+        }
+    }).detach();
+}
+
+void ClientRuntime::leave_daemon(const char* why) {
+    if (!active_.exchange(false, std::memory_order_acq_rel)) return;
+    // Work already behind this client's gate on the GPU runs; nothing new waits.
+    view_.gates().gates[index_].word.fetch_or(kGateOpen, std::memory_order_acq_rel);
+    log_message((std::string(why) + "; client '" + slot_->name + "' runs ungated").c_str());
 }
 
 void ClientRuntime::detach() {
@@ -454,7 +474,9 @@ void ClientRuntime::close_be_gates(std::uint64_t now_ns) {
     const std::uint64_t heartbeat = block.keeper_heartbeat_ns.load(std::memory_order_acquire);
     // Without a live keeper nobody would open what HP closes: leave BE ungated instead.
     const bool keeper_alive = heartbeat != 0 && now_ns < heartbeat + kKeeperStaleNs;
-    for (std::uint32_t mask = be_clients_; mask != 0; mask &= mask - 1) {
+    // Clients of an open run join and leave: the controller keeps the BE set in the header.
+    const std::uint32_t be_clients = view_.header().be_mask.load(std::memory_order_acquire);
+    for (std::uint32_t mask = be_clients; mask != 0; mask &= mask - 1) {
         const auto client = static_cast<std::uint32_t>(__builtin_ctz(mask));
         if (keeper_alive) {
             close_gate(block.gates[client].word);
@@ -556,7 +578,9 @@ Reason ClientRuntime::wait_for_turn(const KernelInfo& kernel, bool* waited) {
     Snapshot snapshot;
     for (;;) {
         gather_snapshot(view_, now, kernel.duration_ns, &snapshot);
-        const Decision decision = decide(policy_, role_, kernel, snapshot);
+        Decision decision = decide(policy_, role_, kernel, snapshot);
+        // The daemon of an open run stopped or died while this launch waited: it goes now.
+        if (!active()) decision = Decision{true, Reason::kNotGated};
         if (decision.launch) {
             *waited = wait_reasons != 0;
             if (*waited) {

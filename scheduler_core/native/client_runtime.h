@@ -83,10 +83,17 @@ public:
     void detach();
     // pthread_atfork child handler: a forked child must not act as its parent's client.
     void disable_in_child() { active_.store(false, std::memory_order_relaxed); }
+    // The daemon of an open run stopped (`orion down`) or died: open this client's own gate and
+    // pass every call through from now on. Idempotent; safe from any thread.
+    void leave_daemon(const char* why);
 
 private:
     ClientRuntime();
     void attach_from_environment();
+    // Open runs: a thread that sleeps, and leaves the daemon once it stops or falls silent (a
+    // daemon killed with SIGKILL). It touches only host memory, never the driver: it must not be
+    // held by a gate the way a thread of this process inside a synchronising call can be.
+    void start_daemon_watch();
     std::uint64_t name_hash(CUfunction function);
     // The identity of `graph` from its kernel nodes; 0 when the driver cannot list them. Fills
     // `nodes` with each kernel node's kernel key (for later changes to single nodes).
@@ -178,8 +185,7 @@ private:
 
     bool gpu_gate_ = false;  // BE client of a gating policy with be_gate kGpu
     std::uint64_t gate_spacing_ns_ = 0;  // profiled work between two gate waits on a stream
-    std::uint32_t be_clients_ = 0;  // bit per BE client of the run (roles are fixed)
-    static_assert(kMaxClients <= 32, "be_clients_ holds a bit per client");
+    static_assert(kMaxClients <= 32, "RunHeader::be_mask holds a bit per client");
     std::once_flag gate_once_;
     bool gate_mapped_ = false;
     std::atomic<bool> gate_failed_{false};

@@ -99,6 +99,8 @@ const char* state_name(std::uint32_t state) {
             return "exited";
         case ClientState::kDead:
             return "dead";
+        case ClientState::kReserved:
+            return "reserved";
     }
     return "unknown";
 }
@@ -109,7 +111,7 @@ public:
                       std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns,
                       std::uint64_t stale_ns, std::uint32_t trace_capacity,
                       const std::string& hp_completion, const std::string& be_gate,
-                      bool quotas, std::uint64_t quota_window_ns) {
+                      bool quotas, std::uint64_t quota_window_ns, bool open_slots) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         if (quota_window_ns == 0) throw py::value_error("quota_window_ns must be positive");
         RunConfig config;
@@ -123,6 +125,7 @@ public:
         config.unknown_duration_ns = unknown_duration_ns;
         config.stale_ns = stale_ns;
         config.trace_capacity = trace_capacity;
+        config.open_slots = open_slots;
         std::string error;
         RunMapping mapping = RunMapping::create(name, config, &error);
         if (!mapping.valid()) throw std::runtime_error(error);
@@ -149,28 +152,151 @@ public:
     int add_client(const std::string& client_name, const std::string& role) {
         require_unpublished();
         RunHeader& h = header();
+        if (h.open_slots != 0) throw std::runtime_error("an open run's clients join with reserve_client");
         if (h.client_count >= kMaxClients) {
             throw py::value_error("a run holds at most " + std::to_string(kMaxClients) + " clients");
         }
-        if (client_name.empty() || client_name.size() >= kClientNameBytes) {
-            throw py::value_error("client name must have 1 to " +
-                                  std::to_string(kClientNameBytes - 1) + " characters");
-        }
+        const Role parsed = parse_role(role);
+        check_client_name(client_name);
         const std::uint32_t index = h.client_count;
         ClientSlot& slot = view().client(index);
-        slot.role = static_cast<std::uint32_t>(parse_role(role));
-        std::memcpy(slot.name, client_name.data(), client_name.size());
-        slot.name[client_name.size()] = '\0';
+        name_slot(slot, client_name, parsed);
         slot.state.store(static_cast<std::uint32_t>(ClientState::kRegistered),
                          std::memory_order_release);
+        if (parsed == Role::kBestEffort) h.be_mask.fetch_or(1U << index, std::memory_order_acq_rel);
         h.client_count = index + 1;
         return static_cast<int>(index);
     }
 
+    // Open runs: takes a free slot for a client that is about to join, -1 when every slot is
+    // taken. The slot stays invisible to every process (kReserved) while its kernel table and
+    // limits are loaded; register_client then makes it attachable.
+    int reserve_client(const std::string& client_name, const std::string& role) {
+        require_open();
+        const Role parsed = parse_role(role);
+        check_client_name(client_name);
+        for (std::uint32_t index = 0; index < kMaxClients; ++index) {
+            ClientSlot& slot = view().client(index);
+            auto expected = static_cast<std::uint32_t>(ClientState::kFree);
+            if (!slot.state.compare_exchange_strong(
+                    expected, static_cast<std::uint32_t>(ClientState::kReserved),
+                    std::memory_order_acq_rel)) {
+                continue;
+            }
+            name_slot(slot, client_name, parsed);
+            return static_cast<int>(index);
+        }
+        return -1;
+    }
+
+    // Open runs: a reserved slot becomes attachable by the process tree of `claim_pid`; the
+    // daemon watches that pid until a process attaches, then the attached one.
+    void register_client(std::uint32_t client, std::int32_t claim_pid) {
+        require_state(client, ClientState::kReserved, "register");
+        ClientSlot& slot = view().client(client);
+        slot.claim_pid.store(claim_pid, std::memory_order_release);
+        slot.pid.store(0, std::memory_order_release);
+        if (slot.role == static_cast<std::uint32_t>(Role::kBestEffort)) {
+            header().be_mask.fetch_or(1U << client, std::memory_order_acq_rel);
+        }
+        slot.state.store(static_cast<std::uint32_t>(ClientState::kRegistered),
+                         std::memory_order_release);
+    }
+
+    // Open runs: slots whose process is gone, found here and now (the owner exited or died, or
+    // the process that claimed the slot ended before any process attached). Each is marked
+    // exited or dead, its memory count zeroed; the caller reads its statistics, then releases it.
+    std::vector<std::uint32_t> reap() {
+        require_open();
+        std::vector<std::uint32_t> gone;
+        for (std::uint32_t index = 0; index < kMaxClients; ++index) {
+            ClientSlot& slot = view().client(index);
+            const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
+            if (state == ClientState::kExited || state == ClientState::kDead) {
+                gone.push_back(index);
+                continue;
+            }
+            std::int32_t watched = 0;
+            if (state == ClientState::kAttached) watched = slot.pid.load(std::memory_order_acquire);
+            if (state == ClientState::kRegistered) {
+                watched = slot.claim_pid.load(std::memory_order_acquire);
+            }
+            if (watched <= 0 || !process_is_gone(watched)) continue;
+            auto expected = static_cast<std::uint32_t>(state);
+            if (slot.state.compare_exchange_strong(expected,
+                                                   static_cast<std::uint32_t>(ClientState::kDead),
+                                                   std::memory_order_acq_rel)) {
+                slot.memory.used.store(0, std::memory_order_release);
+                gone.push_back(index);
+            } else if (expected == static_cast<std::uint32_t>(ClientState::kExited)) {
+                gone.push_back(index);  // it detached in the meantime
+            }
+        }
+        return gone;
+    }
+
+    // Open runs: empties a slot whose process is gone (or that was never registered) so a new
+    // client can take it: its kernel and graph tables, launch ring, completion words, trace,
+    // statistics and limits. Readers skip it from the first store on (no longer attached).
+    void release_client(std::uint32_t client) {
+        require_open();
+        check_client(client);
+        ClientSlot& slot = view().client(client);
+        const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
+        if (state == ClientState::kAttached || state == ClientState::kFree) {
+            throw std::runtime_error("client slot " + std::to_string(client) + " is " +
+                                     state_name(static_cast<std::uint32_t>(state)) +
+                                     ": only a slot whose process is gone can be released");
+        }
+        slot.state.store(static_cast<std::uint32_t>(ClientState::kReserved), std::memory_order_release);
+        header().be_mask.fetch_and(~(1U << client), std::memory_order_acq_rel);
+        const RunView v = view();
+        for (std::uint32_t i = 0; i < kKernelSlots; ++i) v.kernels(client)[i].key.store(0, std::memory_order_relaxed);
+        for (std::uint32_t i = 0; i < kGraphSlots; ++i) v.graphs(client)[i].key.store(0, std::memory_order_relaxed);
+        for (std::uint32_t i = 0; i < kInflightSlots; ++i) {
+            v.inflight(client)[i].seq.store(0, std::memory_order_relaxed);
+            v.completion(client)[i].store(0, std::memory_order_relaxed);
+        }
+        for (std::uint32_t i = 0; i < header().trace_capacity; ++i) {
+            v.trace(client)[i].seq.store(0, std::memory_order_relaxed);
+        }
+        // Everything after the state word, as a fresh shared-memory object has it (zero), but for
+        // the defaults create() writes.
+        auto* body = reinterpret_cast<unsigned char*>(&slot) + sizeof(slot.state);
+        std::memset(static_cast<void*>(body), 0, sizeof(ClientSlot) - sizeof(slot.state));
+        slot.quota.max_ppm.store(kFullShare, std::memory_order_relaxed);
+        v.gates().gates[client].word.store(kGateOpen, std::memory_order_release);
+        slot.state.store(static_cast<std::uint32_t>(ClientState::kFree), std::memory_order_release);
+    }
+
+    // The daemon's pulse (every pass of its loop): clients of an open run stop gating when it
+    // is older than kDaemonStaleNs.
+    void heartbeat() {
+        header().daemon_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+    }
+
+    // `orion down`, SIGTERM: every client passes through from now on (each notices within
+    // 200 ms); the gate keeper stops and opens every gate.
+    void shut_down() {
+        header().shutdown.store(1, std::memory_order_release);
+        stop_gate_keeper();
+    }
+
+    // Open runs: the BE queue bound (and the duration assumed for an unprofiled kernel), set
+    // when an HP client joins; gating decisions read it from the next one. BE clients already
+    // attached keep the gate-wait spacing they read when they attached.
+    void set_queue_limit(std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns) {
+        require_open();
+        header().queue_limit_ns = queue_limit_ns;
+        header().unknown_duration_ns = unknown_duration_ns;
+    }
+
+    bool open_slots() const { return header().open_slots != 0; }
+    std::uint32_t be_mask() const { return header().be_mask.load(std::memory_order_acquire); }
+
     void add_kernel(std::uint32_t client, std::uint64_t key, std::uint32_t sm_needed,
                     const std::string& kernel_class, std::uint64_t duration_ns) {
-        require_unpublished();
-        check_client(client);
+        require_configurable(client);
         if (key == 0) throw py::value_error("kernel key 0 is reserved");
         ClientSlot& slot = view().client(client);
         if (slot.kernel_count >= kKernelSlots / 2) {
@@ -200,8 +326,7 @@ public:
                    std::uint32_t node_count,
                    const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint32_t,
                                                 std::string>>& timeline) {
-        require_unpublished();
-        check_client(client);
+        require_configurable(client);
         if (key == 0) throw py::value_error("graph key 0 is reserved");
         ClientSlot& slot = view().client(client);
         if (slot.timeline_count + timeline.size() > kTimelineNodes) {
@@ -494,6 +619,39 @@ private:
     void require_unpublished() const {
         if (ready()) throw std::runtime_error("run '" + name_ + "' is already published");
     }
+    void require_open() const {
+        if (header().open_slots == 0) {
+            throw std::runtime_error("run '" + name_ + "' is not an open run (its clients are fixed)");
+        }
+    }
+    void require_state(std::uint32_t client, ClientState state, const char* what) const {
+        check_client(client);
+        const std::uint32_t seen = view().client(client).state.load(std::memory_order_acquire);
+        if (seen != static_cast<std::uint32_t>(state)) {
+            throw std::runtime_error(std::string("cannot ") + what + " client slot " +
+                                     std::to_string(client) + ": it is " + state_name(seen));
+        }
+    }
+    // A kernel table is loaded before publication, or into a slot its daemon has reserved.
+    void require_configurable(std::uint32_t client) const {
+        check_client(client);
+        if (header().open_slots != 0) {
+            require_state(client, ClientState::kReserved, "load the profile of");
+        } else {
+            require_unpublished();
+        }
+    }
+    static void check_client_name(const std::string& client_name) {
+        if (client_name.empty() || client_name.size() >= kClientNameBytes) {
+            throw py::value_error("client name must have 1 to " +
+                                  std::to_string(kClientNameBytes - 1) + " characters");
+        }
+    }
+    static void name_slot(ClientSlot& slot, const std::string& client_name, Role role) {
+        slot.role = static_cast<std::uint32_t>(role);
+        std::memcpy(slot.name, client_name.data(), client_name.size());
+        slot.name[client_name.size()] = '\0';
+    }
 
     std::string name_;
     RunMapping mapping_;
@@ -603,7 +761,7 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("unknown_duration_ns"), py::arg("stale_ns"),
                     py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate",
                     py::arg("be_gate") = "gpu", py::arg("quotas") = false,
-                    py::arg("quota_window_ns") = 1'000'000'000ULL)
+                    py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false)
         .def_static("attach", &Run::attach, py::arg("name"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("policy", &Run::policy)
@@ -620,6 +778,16 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("size_bytes", &Run::size_bytes)
         .def_property_readonly("ready", &Run::ready)
         .def("add_client", &Run::add_client, py::arg("name"), py::arg("role"))
+        .def("reserve_client", &Run::reserve_client, py::arg("name"), py::arg("role"))
+        .def("register_client", &Run::register_client, py::arg("client"), py::arg("claim_pid"))
+        .def("reap", &Run::reap)
+        .def("release_client", &Run::release_client, py::arg("client"))
+        .def("heartbeat", &Run::heartbeat)
+        .def("shut_down", &Run::shut_down, py::call_guard<py::gil_scoped_release>())
+        .def("set_queue_limit", &Run::set_queue_limit, py::arg("queue_limit_ns"),
+             py::arg("unknown_duration_ns"))
+        .def_property_readonly("open_slots", &Run::open_slots)
+        .def_property_readonly("be_mask", &Run::be_mask)
         .def("add_kernel", &Run::add_kernel, py::arg("client"), py::arg("key"),
              py::arg("sm_needed"), py::arg("kernel_class"), py::arg("duration_ns"))
         .def("kernel_count", &Run::kernel_count, py::arg("client"))

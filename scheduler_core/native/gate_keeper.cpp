@@ -38,10 +38,6 @@ void sleep_ns(std::uint64_t ns) {
     nanosleep(&ts, nullptr);
 }
 
-bool is_best_effort(const ClientSlot& slot) {
-    return slot.role == static_cast<std::uint32_t>(Role::kBestEffort);
-}
-
 }  // namespace
 
 void GateKeeper::start() {

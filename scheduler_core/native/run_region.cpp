@@ -73,7 +73,10 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->total_bytes = layout.total_bytes;
     header->policy = static_cast<std::uint32_t>(config.policy);
     header->sm_count = config.sm_count;
-    header->client_count = 0;
+    // An open run counts every slot (free ones take part in nothing); a closed one counts the
+    // clients its controller adds before publishing.
+    header->open_slots = config.open_slots ? 1 : 0;
+    header->client_count = config.open_slots ? kMaxClients : 0;
     header->queue_limit_ns = config.queue_limit_ns;
     header->unknown_duration_ns = config.unknown_duration_ns;
     header->stale_ns = config.stale_ns;

@@ -19,6 +19,7 @@ struct RunConfig {
     BeGate be_gate = BeGate::kCpu;
     bool quotas = false;
     std::uint64_t quota_window_ns = 1'000'000'000;
+    bool open_slots = false;  // a daemon's run: clients join and leave after publication
 };
 
 // Owns one mapping of a run's shared memory; unmaps on destruction. Movable, not copyable.

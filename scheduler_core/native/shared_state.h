@@ -29,7 +29,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 6: ClientSlot::memory (per-client memory limit and use); Policy::kQuota, RunHeader::quotas and
 //    quota_window_ns, ClientSlot::quota
 // 7: ClientQuota::launch_ns (measured GPU time per launch)
-constexpr std::uint32_t kLayoutVersion = 7;
+// 8: open runs (a daemon's: clients join and leave while it is published): RunHeader::open_slots,
+//    be_mask, shutdown, daemon_heartbeat_ns; ClientState::kReserved; ClientSlot::claim_pid
+constexpr std::uint32_t kLayoutVersion = 8;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -61,6 +63,9 @@ enum class ClientState : std::uint32_t {
     kAttached = 2,    // a live process owns it
     kExited = 3,      // its process detached normally
     kDead = 4,        // its process died without detaching (seen by a peer or the controller)
+    // An open run's slot being configured by the daemon (name, role, kernel table, limits): no
+    // process reads it, and it becomes kRegistered when it is ready to be attached.
+    kReserved = 5,
 };
 // Where a held BE launch waits (RunHeader::be_gate).
 enum class BeGate : std::uint32_t {
@@ -283,6 +288,7 @@ struct alignas(64) GateBlock {
 static_assert(sizeof(GateBlock) <= kPageBytes, "the gates must fit one registered page");
 
 constexpr std::uint32_t kGateOpen = 1;
+constexpr std::uint64_t kDaemonStaleNs = 1'000'000'000;  // a daemon silent this long is gone
 constexpr std::uint64_t kKeeperStaleNs = 250'000'000;  // a keeper silent this long is gone
 
 // Closes `gate` for a new epoch, whatever its state: the keeper's pending open (from the word it
@@ -333,7 +339,9 @@ struct alignas(64) ClientSlot {
     std::uint32_t kernel_count;
     std::uint32_t graph_count;
     std::uint32_t timeline_count;  // TimelineNodes of the client's pool in use
-    std::uint32_t reserved_counts;
+    // Open runs: the process that asked for the slot (`orion run`, which then execs the program,
+    // so usually the same pid), watched by the daemon until a process attaches.
+    std::atomic<std::int32_t> claim_pid;
     // Written by the owner on every tracked launch (one cache line, read by every peer).
     alignas(64) std::atomic<std::uint64_t> next_seq;       // owner's sequence allocator
     std::atomic<std::uint64_t> published_seq;              // highest seq whose entry is written
@@ -380,7 +388,19 @@ struct alignas(64) RunHeader {
     // sliding window of quota_window_ns. Set before the run is published.
     std::uint32_t quotas;
     std::uint64_t quota_window_ns;
-    std::uint64_t reserved[11];
+    // 1: an open run (a daemon's): every slot is counted (client_count = kMaxClients), clients
+    // are configured after publication, and a slot is reused once its process is gone.
+    std::uint32_t open_slots;
+    // Bit per BE client slot: the gates an HP launch closes. Written by the controller whenever
+    // a client is registered or released; read by HP on every gating launch.
+    std::atomic<std::uint32_t> be_mask;
+    // 1 once the daemon stops (`orion down`, SIGTERM): every client passes through from then on.
+    std::atomic<std::uint32_t> shutdown;
+    std::uint32_t reserved32;
+    // Monotonic ns of the daemon's latest pass (about every 100 ms); 0 without a daemon. Clients of
+    // an open run stop gating when it is older than kDaemonStaleNs (a daemon killed with SIGKILL).
+    std::atomic<std::uint64_t> daemon_heartbeat_ns;
+    std::uint64_t reserved[8];
 };
 
 static_assert(std::is_standard_layout_v<RunHeader>);

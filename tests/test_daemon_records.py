@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from colocation.runclock import RunClock
-from colocation.scheduler_log import SchedulerRecorder
+from orion_common.runclock import RunClock
+from orion_daemon.records import SchedulerRecorder
 from reporting.rundata import TRACE_COLUMNS, read_table
 from scheduler_core import TRACE_COLUMNS as NATIVE_TRACE_COLUMNS
 from scheduler_core import SchedulerSettings

@@ -9,6 +9,12 @@ NTP adjustments; a per-process ``perf_counter`` has no common zero.
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
+
+
+def utc_now() -> str:
+    """Wall-clock time for records a person reads (ISO 8601, seconds, UTC)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def monotonic_ns() -> int:

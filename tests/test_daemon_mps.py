@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from colocation import mps
-from colocation.mps import PID_FILE, private_mps_daemon, require_mps_control
 from orion_common import sysinfo
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
+from orion_daemon import mps
+from orion_daemon.mps import PID_FILE, private_mps_daemon, require_mps_control
 
 FAKE_CONTROL = """#!/bin/sh
 # Stand-in for nvidia-cuda-mps-control: `-d` daemonises, stdin commands control the daemon.

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from colocation.signals import DeferredSignals, sigterm_as_interrupt
 from orion_common import prerequisites
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
+from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"

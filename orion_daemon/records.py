@@ -1,4 +1,4 @@
-"""The preload library's statistics and kernel trace, copied into the run directory.
+"""The preload library's statistics and trace, copied out of a run's or a daemon's shared state.
 
 Both live in the run's shared memory, which is removed when the run ends, and the trace is a
 ring per client that overwrites itself: the runner copies it out every half second while the
@@ -12,10 +12,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from colocation.runclock import RunClock
-from colocation.rundir import TRACE_COLUMNS, CsvTable
 from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
+from orion_common.csv_table import CsvTable
+from orion_common.runclock import RunClock
 
 
 class SchedulerRecorder:
@@ -27,7 +27,9 @@ class SchedulerRecorder:
         self._stats_path = run_dir / "scheduler.json"
         self._trace: CsvTable | None = None
         if scheduler.settings.trace_capacity:
-            self._trace = CsvTable(run_dir / "trace.csv", TRACE_COLUMNS)
+            self._trace = CsvTable(
+                run_dir / "trace.csv", run_format.column_names(run_format.TRACE_COLUMNS)
+            )
         self._memory = CsvTable(
             run_dir / run_format.MEMORY_TABLE, run_format.column_names(run_format.MEMORY_COLUMNS)
         )

@@ -1,0 +1,59 @@
+"""``python -m orion_daemon``: the daemon process `orion up` starts (not a user command).
+
+Takes the GPU's facts as arguments (`orion up` reads them, so the daemon itself never creates a
+CUDA context) and runs until SIGTERM, Ctrl-C or `orion down`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from orion_common.errors import OrionError
+from orion_daemon.server import POLICIES, SHARINGS, Daemon, DaemonSettings
+
+
+def parse(argv: list[str]) -> DaemonSettings:
+    parser = argparse.ArgumentParser(prog="python -m orion_daemon", description=__doc__)
+    parser.add_argument("--gpu", type=int, required=True)
+    parser.add_argument("--sm-count", type=int, required=True)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--policy", choices=POLICIES, default="orion")
+    parser.add_argument("--sharing", choices=SHARINGS, default="mps")
+    parser.add_argument("--gpu-uuid")
+    parser.add_argument("--gpu-name")
+    parser.add_argument("--memory-bytes", type=int)
+    parser.add_argument("--queue-limit-us", type=float)
+    parser.add_argument("--shares", action="store_true")
+    parser.add_argument("--be-gate", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--hp-completion", choices=("estimate", "gpu-write"), default="estimate")
+    args = parser.parse_args(argv)
+    return DaemonSettings(
+        gpu=args.gpu,
+        sm_count=args.sm_count,
+        folder=args.state_dir,
+        policy=args.policy,
+        sharing=args.sharing,
+        gpu_uuid=args.gpu_uuid,
+        gpu_name=args.gpu_name,
+        memory_bytes=args.memory_bytes,
+        queue_limit_ns=None if args.queue_limit_us is None else round(args.queue_limit_us * 1e3),
+        shares=args.shares,
+        be_gate=args.be_gate,
+        hp_completion=args.hp_completion,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return Daemon(parse(sys.argv[1:] if argv is None else argv)).serve()
+    except OrionError as error:
+        print(f"error: {error.message}", file=sys.stderr, flush=True)
+        if error.hint:
+            print(f"hint: {error.hint}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

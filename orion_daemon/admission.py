@@ -1,0 +1,124 @@
+"""Whether a program may join a daemon: one HP at a time, names unique, limits that fit.
+
+Pure rules over the clients that are live now, so they are tested without a daemon. Every
+refusal is one line that says what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orion_common.errors import OrionError
+from orion_common.sizes import format_size
+
+ROLES = ("hp", "be")
+MAX_NAME_CHARS = 31  # the shared state's client name field holds 31 bytes and a terminator
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """What `orion run` asks for (the ``join`` request's fields)."""
+
+    role: str
+    name: str
+    command: list[str] = field(default_factory=list)
+    profile: str | None = None
+    memory_limit: int | None = None
+    min_util: float = 0.0
+    max_util: float = 1.0
+    latency_target_ms: float | None = None
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> JoinRequest:
+        """The request in a ``join`` message; malformed fields are refused with their name."""
+
+        def number(key: str, default: float | None) -> float | None:
+            value = message.get(key, default)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise OrionError(f"join: {key} must be a number (got {value!r})")
+            return float(value)
+
+        command = message.get("command", [])
+        if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+            raise OrionError("join: command must be a list of strings")
+        limit = message.get("memory_limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise OrionError(f"join: memory_limit must be a whole number of bytes (got {limit!r})")
+        profile = message.get("profile")
+        if profile is not None and not isinstance(profile, str):
+            raise OrionError("join: profile must be a path")
+        return cls(
+            role=str(message.get("role", "")),
+            name=str(message.get("name", "")),
+            command=list(command),
+            profile=profile,
+            memory_limit=limit,
+            min_util=number("min_util", 0.0) or 0.0,
+            max_util=number("max_util", 1.0) if message.get("max_util") is not None else 1.0,
+            latency_target_ms=number("latency_target_ms", None),
+        )
+
+
+@dataclass(frozen=True)
+class LiveClient:
+    """A client holding a slot now, as admission needs it."""
+
+    name: str
+    role: str
+    min_util: float
+
+
+def check_join(
+    request: JoinRequest, live: Iterable[LiveClient], gpu_memory_bytes: int | None
+) -> None:
+    """Raises :class:`OrionError` with the reason when ``request`` cannot join beside ``live``."""
+    live = list(live)
+    if request.role not in ROLES:
+        raise OrionError(f"a client's role is 'hp' or 'be' (got {request.role!r})")
+    if not request.name or len(request.name.encode()) > MAX_NAME_CHARS:
+        raise OrionError(f"a client name has 1 to {MAX_NAME_CHARS} bytes (got {request.name!r})")
+    if any(client.name == request.name for client in live):
+        raise OrionError(
+            f"a client named {request.name!r} is already running on this GPU",
+            hint="give this one another --name",
+        )
+    if request.role == "hp":
+        for client in live:
+            if client.role == "hp":
+                raise OrionError(
+                    f"this GPU already has a high-priority client, {client.name!r}: at most one "
+                    "HP client at a time",
+                    hint="run this program with --be, or stop the other HP client first",
+                )
+    if request.memory_limit is not None:
+        if request.memory_limit < 1:
+            raise OrionError(f"a memory limit is at least 1 byte (got {request.memory_limit})")
+        if gpu_memory_bytes is not None and request.memory_limit > gpu_memory_bytes:
+            raise OrionError(
+                f"memory limit {format_size(request.memory_limit)} is larger than the GPU's "
+                f"{format_size(gpu_memory_bytes)}"
+            )
+    for name, value in (("--min-util", request.min_util), ("--max-util", request.max_util)):
+        if not 0.0 <= value <= 1.0:
+            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
+    if request.min_util > request.max_util:
+        raise OrionError(
+            f"--min-util {request.min_util:g} is above --max-util {request.max_util:g}"
+        )
+    promised = sum(client.min_util for client in live)
+    if request.min_util > 0 and promised + request.min_util > 1.0 + 1e-9:
+        left = max(0.0, 1.0 - promised)
+        raise OrionError(
+            f"--min-util {request.min_util:g} is over what is left unpromised on this GPU "
+            f"({left:g}: the running clients are promised {promised:g})"
+        )
+    if request.latency_target_ms is not None and request.latency_target_ms <= 0:
+        raise OrionError(
+            f"--latency-target-ms must be positive (got {request.latency_target_ms:g})"
+        )
+    if request.latency_target_ms is not None and request.role != "hp":
+        raise OrionError("--latency-target-ms is the HP client's target; a BE client has none")

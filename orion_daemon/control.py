@@ -1,0 +1,139 @@
+"""Starting a daemon in the background, and stopping one: what `orion up` and `orion down` do.
+
+A detached daemon is ``python -m orion_daemon`` in a session of its own (a terminal closing
+does not stop it), its output in the state folder's ``daemon.log``. Starting waits until the
+daemon answers on its socket, or says why it could not start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orion_common.errors import OrionError
+from orion_daemon import state
+from orion_daemon.protocol import request
+from orion_daemon.server import DaemonSettings, wait_gone
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+def daemon_arguments(settings: DaemonSettings) -> list[str]:
+    """The ``python -m orion_daemon`` command line for ``settings``."""
+    arguments = [
+        sys.executable,
+        "-m",
+        "orion_daemon",
+        "--gpu",
+        str(settings.gpu),
+        "--sm-count",
+        str(settings.sm_count),
+        "--state-dir",
+        str(settings.folder),
+        "--policy",
+        settings.policy,
+        "--sharing",
+        settings.sharing,
+        "--be-gate",
+        settings.be_gate,
+        "--hp-completion",
+        settings.hp_completion,
+    ]
+    queue_limit_us = None if settings.queue_limit_ns is None else settings.queue_limit_ns / 1e3
+    for flag, value in (
+        ("--gpu-uuid", settings.gpu_uuid),
+        ("--gpu-name", settings.gpu_name),
+        ("--memory-bytes", settings.memory_bytes),
+        (
+            "--queue-limit-us",
+            queue_limit_us,
+        ),
+    ):
+        if value is not None:
+            arguments += [flag, str(value)]
+    if settings.shares:
+        arguments.append("--shares")
+    return arguments
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+    """Starts the daemon in the background; its record once it answers."""
+    running = state.live_record(settings.folder)
+    if running is not None:
+        raise OrionError(
+            f"an orion daemon already runs for GPU {settings.gpu} (pid {running.get('pid')}, "
+            f"since {running.get('started_utc')})",
+            hint=f"`orion status --gpu {settings.gpu}` shows it; `orion down --gpu "
+            f"{settings.gpu}` stops it",
+        )
+    settings.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log_path = settings.folder / state.LOG
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            daemon_arguments(settings),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            raise OrionError(
+                f"the orion daemon exited at start (status {code}): {_log_tail(log_path)}",
+                hint=f"its log is {log_path}",
+            )
+        record = state.live_record(settings.folder)
+        if record is not None and record.get("pid") == process.pid:
+            try:
+                request(Path(record["socket"]), {"op": "status"}, timeout_s=2.0)
+                return record
+            except OrionError:
+                pass
+        time.sleep(0.05)
+    process.terminate()
+    raise OrionError(
+        f"the orion daemon did not answer within {timeout_s:g} s; stopped it",
+        hint=f"its log is {log_path}",
+    )
+
+
+def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, Any]:
+    """Stops the daemon of ``gpu``: asks it, then SIGTERM, then SIGKILL if it will not go.
+    Its clients run on ungated. Returns its record as it was."""
+    record = state.require_daemon(gpu, folder)
+    pid = int(record["pid"])
+    try:
+        request(Path(record["socket"]), {"op": "down"}, timeout_s=5.0)
+    except OrionError:
+        with_signal(pid, signal.SIGTERM)
+    if not wait_gone(pid, timeout_s):
+        with_signal(pid, signal.SIGKILL)
+        wait_gone(pid, 5.0)
+        state.remove_stale(folder)
+        raise OrionError(
+            f"the orion daemon (pid {pid}) did not stop within {timeout_s:g} s; killed it",
+            hint="its clients notice within a second and run ungated",
+        )
+    return record
+
+
+def with_signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)

@@ -1,0 +1,93 @@
+"""What `orion run`, `orion status`, `orion quota` and `orion down` say to a daemon.
+
+One request per connection on the daemon's Unix socket: a JSON object on one line, answered by
+one JSON object on one line. Every request has ``op``; every answer has ``ok`` and, when it is
+false, ``error`` (one line) and optionally ``hint``. The socket lives in the daemon's state
+folder (mode 0700), so only its user can talk to it; the daemon learns the asking process's pid
+from the socket itself (``SO_PEERCRED``), never from the message.
+
+Requests: ``join`` (the fields of :class:`orion_daemon.admission.JoinRequest`; answer: ``run``,
+``slot``, ``environment``), ``status`` (answer: ``status``, see :mod:`orion_daemon.status`),
+``down`` (answer once the daemon has opened every gate and is stopping).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+from orion_common.errors import OrionError
+
+MAX_MESSAGE_BYTES = 1 << 20
+TIMEOUT_S = 10.0
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if b"\n" in chunk or size > MAX_MESSAGE_BYTES:
+            break
+    data = b"".join(chunks)
+    if size > MAX_MESSAGE_BYTES:
+        raise ValueError(f"message over {MAX_MESSAGE_BYTES} bytes")
+    return data.split(b"\n", 1)[0]
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    message = json.loads(line.decode())
+    if not isinstance(message, dict):
+        raise ValueError("a message is a JSON object")
+    return message
+
+
+def request(socket_path: Path, message: dict[str, Any], timeout_s: float = TIMEOUT_S) -> dict:
+    """Sends ``message`` to the daemon at ``socket_path``; its answer, or an :class:`OrionError`
+    carrying the daemon's own error when it refused."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout_s)
+            connection.connect(str(socket_path))
+            connection.sendall(encode(message))
+            answer = decode(_read_line(connection))
+    except (OSError, ValueError) as error:
+        raise OrionError(
+            f"the orion daemon at {socket_path} did not answer ({error})",
+            hint="`orion status` says whether it runs; `orion up` starts one",
+        ) from None
+    if not answer.get("ok"):
+        raise OrionError(str(answer.get("error", "the daemon refused")), hint=answer.get("hint"))
+    return answer
+
+
+def peer_pid(connection: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``)."""
+    credentials = connection.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    pid, _uid, _gid = struct.unpack("3i", credentials)
+    return pid
+
+
+def read_request(connection: socket.socket) -> dict[str, Any]:
+    """One request from an accepted connection (the server side)."""
+    return decode(_read_line(connection))
+
+
+def answer(connection: socket.socket, message: dict[str, Any]) -> None:
+    """Sends the answer to a request (the server side); a client that left is ignored."""
+    with contextlib.suppress(OSError):
+        connection.sendall(encode(message))

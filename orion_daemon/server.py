@@ -1,0 +1,460 @@
+"""The daemon itself: one loop that admits clients, finds the ones that are gone, and records.
+
+Started by `orion up` (detached, or in the foreground for systemd and containers) as
+``python -m orion_daemon``. Everything it owns is released on every way out: SIGTERM, Ctrl-C and
+`orion down` set the shared state's shutdown flag (clients pass through from then on), stop the
+gate keeper (which opens every gate), stop MPS, remove the shared memory's name, the socket and
+the record. A daemon killed with SIGKILL leaves a stale record, which the next one removes; its
+clients notice the silence within a second and run ungated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orion_common.atomic_io import write_json_atomic
+from orion_common.csv_table import CsvTable
+from orion_common.errors import OrionError
+from orion_common.runclock import RunClock, utc_now
+from orion_daemon import state
+from orion_daemon.admission import JoinRequest, LiveClient, check_join
+from orion_daemon.protocol import answer, peer_pid, read_request
+from orion_daemon.records import SchedulerRecorder
+from orion_daemon.status import ClientSample, client_status
+
+TICK_S = 0.1
+"""How often the daemon beats and looks for gone clients: a slot comes back well within a
+second of its process's end, and the clients' one-second silence bound is never near."""
+SAMPLE_S = 0.5
+SHARINGS = ("mps", "timeslice")
+POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """What one daemon runs with; `orion up` fills the GPU's facts in."""
+
+    gpu: int
+    sm_count: int
+    folder: Path
+    policy: str = "orion"
+    sharing: str = "mps"
+    gpu_uuid: str | None = None
+    gpu_name: str | None = None
+    memory_bytes: int | None = None
+    queue_limit_ns: int | None = None  # None: from the HP client's profile when it joins
+    shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
+    be_gate: str = "gpu"
+    hp_completion: str = "estimate"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise OrionError(f"policy must be one of {', '.join(POLICIES)} (got {self.policy!r})")
+        if self.sharing not in SHARINGS:
+            raise OrionError(f"sharing must be one of {', '.join(SHARINGS)} (got {self.sharing!r})")
+        if self.sm_count < 1:
+            raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+
+
+@dataclass
+class Client:
+    """A client holding a slot, as the daemon knows it."""
+
+    slot: int
+    name: str
+    role: str
+    claim_pid: int
+    command: list[str]
+    profile: str | None
+    memory_limit: int | None
+    min_util: float
+    max_util: float
+    latency_target_ms: float | None
+    joined_s: float
+    samples: deque[ClientSample] = field(default_factory=lambda: deque(maxlen=8))
+
+    def record(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("samples")
+        return data
+
+
+class Daemon:
+    """One GPU's daemon. :meth:`serve` runs it until it is told to stop."""
+
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+        self.folder = settings.folder
+        self.clock = RunClock.starting_now()
+        self._started_utc = utc_now()
+        self.clients: dict[int, Client] = {}
+        self.stopping = False
+        self.queue_limit_ns = settings.queue_limit_ns
+        self._scheduler: Any = None
+        self._mps: Any = None
+        self._events: CsvTable | None = None
+        self._recorder: SchedulerRecorder | None = None
+        self._next_sample = 0.0
+
+    # -- life cycle ------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Runs until SIGTERM, Ctrl-C or `orion down`; 0 on a clean stop."""
+        from scheduler_core.run_state import remove_stale_runs
+
+        running = state.live_record(self.folder)
+        if running is not None:
+            raise OrionError(
+                f"an orion daemon already runs for GPU {self.settings.gpu} "
+                f"(pid {running.get('pid')}, since {running.get('started_utc')})",
+                hint=f"`orion status --gpu {self.settings.gpu}` shows it; `orion down` stops it",
+            )
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for removed in state.remove_stale(self.folder):
+            print(f"removed {removed} left by a daemon that died", flush=True)
+        remove_stale_runs()
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.callback(self._remove_own_files)
+                self._start(stack)
+                print(self._started_line(), flush=True)
+                self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        print("orion daemon stopped: every gate open, clients run on ungated", flush=True)
+        return 0
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def _start(self, stack: contextlib.ExitStack) -> None:
+        from scheduler_core import SchedulerRun, SchedulerSettings
+        from scheduler_core.thresholds import FALLBACK_QUEUE_LIMIT_NS, default_unknown_duration_ns
+
+        queue_limit = self.queue_limit_ns or FALLBACK_QUEUE_LIMIT_NS
+        self._scheduler = stack.enter_context(
+            SchedulerRun(
+                SchedulerSettings(
+                    policy=self.settings.policy,
+                    sm_count=self.settings.sm_count,
+                    queue_limit_ns=queue_limit,
+                    unknown_duration_ns=default_unknown_duration_ns(queue_limit),
+                    be_gate=self.settings.be_gate,
+                    hp_completion=self.settings.hp_completion,
+                    quotas=self.settings.shares,
+                    open_slots=True,
+                )
+            )
+        )
+        self._scheduler.heartbeat()
+        self._scheduler.publish()
+        # Whatever way the daemon ends: clients pass through, every gate opens.
+        stack.callback(self._scheduler.shut_down)
+        if self.settings.sharing == "mps":
+            from orion_daemon.mps import private_mps_daemon
+
+            if self.settings.gpu_uuid:
+                os.environ["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
+            self._mps = stack.enter_context(private_mps_daemon(self.folder))
+        self._events = stack.enter_context(
+            CsvTable(self.folder / state.CLIENTS_TABLE, state.CLIENT_EVENT_COLUMNS)
+        )
+        self._recorder = SchedulerRecorder(self._scheduler, self.folder, self.clock)
+        stack.callback(self._recorder.close)
+        self._listener = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        socket_path = self.folder / state.SOCKET
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        self._listener.bind(str(socket_path))
+        self._listener.listen(32)
+        self._listener.setblocking(False)
+        self._write_record()
+
+    def _started_line(self) -> str:
+        s = self.settings
+        return (
+            f"orion daemon for GPU {s.gpu} ({s.gpu_name or 'unknown GPU'}) running: policy "
+            f"{s.policy}, sharing {s.sharing}, pid {os.getpid()}, state folder {self.folder}"
+        )
+
+    def _remove_own_files(self) -> None:
+        for name in (state.SOCKET, state.RECORD):
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+
+    # -- the loop --------------------------------------------------------------------------
+    def _loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ)
+        try:
+            while not self.stopping:
+                for _key, _events in selector.select(timeout=TICK_S):
+                    with contextlib.suppress(BlockingIOError, InterruptedError):
+                        connection, _ = self._listener.accept()
+                        self._handle(connection)
+                self._tick()
+        finally:
+            selector.close()
+
+    def _tick(self) -> None:
+        self._scheduler.heartbeat()
+        for slot in self._scheduler.reap():
+            self._client_gone(slot)
+        now = self.clock.now()
+        if now >= self._next_sample:
+            self._next_sample = now + SAMPLE_S
+            self._sample(now)
+
+    def _sample(self, now: float) -> None:
+        for slot, client in self.clients.items():
+            stats = self._scheduler.client_stats(slot)
+            client.samples.append(ClientSample.from_stats(now, stats))
+        if self._recorder is not None:
+            self._recorder.sample_memory()
+            self._recorder.write_stats()
+        if self._events is not None:
+            self._events.flush_if_due()
+
+    # -- requests --------------------------------------------------------------------------
+    def _handle(self, connection: socket.socket) -> None:
+        with connection:
+            connection.setblocking(True)
+            connection.settimeout(2.0)
+            try:
+                message = read_request(connection)
+                reply = self._dispatch(message, connection)
+            except OrionError as error:
+                reply = {"ok": False, "error": error.message, "hint": error.hint}
+            except (OSError, ValueError) as error:
+                reply = {"ok": False, "error": f"bad request: {error}"}
+            answer(connection, reply)
+
+    def _dispatch(self, message: dict[str, Any], connection: socket.socket) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "join":
+            return self._join(JoinRequest.from_message(message), peer_pid(connection))
+        if op == "status":
+            return {"ok": True, "status": self.status()}
+        if op == "down":
+            self.stopping = True
+            return {"ok": True, "pid": os.getpid()}
+        raise OrionError(f"unknown request {op!r} (join, status, down)")
+
+    def _join(self, request: JoinRequest, pid: int) -> dict[str, Any]:
+        try:
+            return self._admit(request, pid)
+        except OrionError as error:
+            self._event("refused", request.name, request.role, None, pid, request.command,
+                        error.message)  # fmt: skip
+            raise
+
+    def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
+        live = [LiveClient(c.name, c.role, c.min_util) for c in self.clients.values()]
+        check_join(request, live, self.settings.memory_bytes)
+        if (request.min_util, request.max_util) != (0.0, 1.0) and not self.settings.shares:
+            raise OrionError(
+                "this daemon enforces no GPU-time shares (--min-util / --max-util)",
+                hint="start it with `orion up --shares`",
+            )
+        kernels, graph = self._profile_tables(request.profile)
+        slot = self._scheduler.add_client(
+            request.name,
+            request.role,
+            kernels,
+            memory_limit=request.memory_limit,
+            min_util=request.min_util,
+            max_util=request.max_util,
+        )
+        try:
+            if graph is not None:
+                self._scheduler.add_graph(slot, *graph)
+            if request.role == "hp":
+                self._set_queue_limit(kernels, request.latency_target_ms)
+            self._scheduler.register(slot, pid)
+        except OrionError:
+            self._scheduler.release(slot)
+            raise
+        client = Client(
+            slot=slot,
+            name=request.name,
+            role=request.role,
+            claim_pid=pid,
+            command=request.command,
+            profile=request.profile,
+            memory_limit=request.memory_limit,
+            min_util=request.min_util,
+            max_util=request.max_util,
+            latency_target_ms=request.latency_target_ms,
+            joined_s=self.clock.now(),
+        )
+        self.clients[slot] = client
+        self._event("join", client.name, client.role, slot, pid, client.command, "")
+        self._write_record()
+        return {
+            "ok": True,
+            "run": self._scheduler.name,
+            "slot": slot,
+            "environment": self._env(slot),
+        }
+
+    def _profile_tables(self, path: str | None) -> tuple[Any, tuple[Any, float] | None]:
+        """The kernel identity table (and, for a graph profile, its nodes and wall time)."""
+        if path is None:
+            return None, None
+        from postprocess import kernel_identity_table, read_profile
+        from postprocess.graphs import graph_wall_time_ns, is_graph_profile
+
+        profile = read_profile(path)
+        graph = None
+        if is_graph_profile(profile):
+            graph = (profile.kernels, graph_wall_time_ns(profile))
+        return kernel_identity_table(profile), graph
+
+    def _set_queue_limit(self, kernels: Any, latency_target_ms: float | None) -> None:
+        """The BE queue bound follows the HP client's profile and target, unless `orion up` fixed
+        it (``--queue-limit-us``)."""
+        from scheduler_core.thresholds import default_queue_limit_ns, default_unknown_duration_ns
+
+        if self.settings.queue_limit_ns is not None:
+            return
+        target = latency_target_ms * 1e6 if latency_target_ms is not None else None
+        self.queue_limit_ns = default_queue_limit_ns(kernels, target)
+        self._scheduler.set_queue_limit(
+            self.queue_limit_ns, default_unknown_duration_ns(self.queue_limit_ns)
+        )
+
+    def _env(self, slot: int) -> dict[str, str]:
+        from scheduler_core import preload_library_path
+
+        environment = {
+            "ORION_RUN": self._scheduler.name,
+            "ORION_CLIENT": str(slot),
+            # A client that cannot join (the daemon stopped meanwhile) runs ungated, as it would
+            # have without orion; a benchmark run is strict instead.
+            "ORION_STRICT": "0",
+            "ORION_PRELOAD": str(preload_library_path()),
+        }
+        if self.settings.gpu_uuid:
+            environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
+        if self._mps is not None:
+            environment.update(self._mps.environment)
+        return environment
+
+    # -- clients that are gone ---------------------------------------------------------------
+    def _client_gone(self, slot: int) -> None:
+        stats = self._scheduler.client_stats(slot)
+        client = self.clients.pop(slot, None)
+        if client is not None:
+            event = "dead" if stats.get("state") == "dead" else "leave"
+            detail = f"{stats.get('launches', 0)} launches"
+            pid = int(stats.get("pid") or client.claim_pid)
+            self._event(event, client.name, client.role, slot, pid, client.command, detail)
+        self._scheduler.release(slot)
+        self._write_record()
+
+    # -- records ---------------------------------------------------------------------------
+    def _event(
+        self,
+        event: str,
+        name: str,
+        role: str,
+        slot: int | None,
+        pid: int,
+        command: list[str],
+        detail: str,
+    ) -> None:
+        if self._events is None:
+            return
+        self._events.append(
+            (round(self.clock.now(), 6), utc_now(), event, name, role, slot, pid,
+             " ".join(command), detail)
+        )  # fmt: skip
+        self._events.flush()
+
+    def _write_record(self) -> None:
+        s = self.settings
+        record = {
+            "format": state.FORMAT,
+            "version": state.VERSION,
+            "status": "running",
+            "pid": os.getpid(),
+            "started_utc": self._started_utc,
+            "gpu": {
+                "index": s.gpu,
+                "uuid": s.gpu_uuid,
+                "name": s.gpu_name,
+                "sm_count": s.sm_count,
+                "memory_bytes": s.memory_bytes,
+            },
+            "policy": s.policy,
+            "sharing": s.sharing,
+            "shares": s.shares,
+            "be_gate": s.be_gate,
+            "hp_completion": s.hp_completion,
+            "queue_limit_ns": self.queue_limit_ns,
+            "socket": str(self.folder / state.SOCKET),
+            "log": str(self.folder / state.LOG),
+            "python": sys.executable,
+            # Where `orion quota` finds the shared state, as in a run's run.json.
+            "scheduler": {
+                "shm": self._scheduler.name,
+                "controller_pid": os.getpid(),
+                "clock_origin_ns": self.clock.origin_ns,
+            },
+            "mps": None
+            if self._mps is None
+            else {
+                "pid": self._mps.pid,
+                "pipe_dir": str(self._mps.pipe_dir),
+                "log_dir": str(self._mps.log_dir),
+            },
+            "clients": [c.record() for c in self.clients.values()],
+        }
+        write_json_atomic(self.folder / state.RECORD, record)
+
+    def status(self) -> dict[str, Any]:
+        """What `orion status` shows (see :mod:`orion_daemon.status`)."""
+        return {
+            "gpu": self.settings.gpu,
+            "gpu_name": self.settings.gpu_name,
+            "policy": self.settings.policy,
+            "sharing": self.settings.sharing,
+            "pid": os.getpid(),
+            "uptime_s": round(self.clock.now(), 3),
+            "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
+            "free_slots": self._free_slots(),
+            "clients": [
+                client_status(c, self._scheduler.client_stats(c.slot))
+                for c in sorted(self.clients.values(), key=lambda c: (c.role != "hp", c.slot))
+            ],
+        }
+
+    def _free_slots(self) -> int:
+        from scheduler_core import native_module
+
+        return int(native_module().MAX_CLIENTS) - len(self.clients)
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` ended within ``timeout_s``."""
+    from orion_common.processes import process_alive
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not process_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not process_alive(pid)

@@ -1,0 +1,102 @@
+"""What `orion status` shows of each client, from the preload library's own counters.
+
+Rates come from the daemon's samples of those counters (every half second, the last few
+kept), so they describe the last seconds, not the client's whole life. Field names carry their
+units; ``--json`` prints exactly these dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+HELD_REASONS = (
+    "queue_full",
+    "unknown_beside_hp",
+    "hp_kernel_unknown",
+    "not_enough_sms",
+    "class_clash",
+    "hp_backlog",
+    "hp_busy",
+)
+"""Reasons a BE launch waited (the library counts each blocked launch once per reason)."""
+
+
+@dataclass(frozen=True)
+class ClientSample:
+    """One reading of a client's cumulative counters."""
+
+    time_s: float
+    launches: int
+    blocked_launches: int
+    gate_waits: int
+    gpu_busy_ns: int
+
+    @classmethod
+    def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
+        return cls(
+            time_s=time_s,
+            launches=int(stats.get("launches", 0)),
+            blocked_launches=int(stats.get("blocked_launches", 0)),
+            gate_waits=int(stats.get("gate_waits", 0)),
+            gpu_busy_ns=int(stats.get("gpu_busy_ns", 0)),
+        )
+
+
+class ClientLike(Protocol):
+    slot: int
+    name: str
+    role: str
+    claim_pid: int
+    command: list[str]
+    profile: str | None
+    latency_target_ms: float | None
+    joined_s: float
+    samples: Any
+
+
+def _rate(samples: list[ClientSample], field: str) -> float | None:
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    span = last.time_s - first.time_s
+    if span <= 0:
+        return None
+    return (getattr(last, field) - getattr(first, field)) / span
+
+
+def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
+    """One client's row of `orion status` (also its ``--json`` object)."""
+    samples = list(client.samples)
+    reasons = stats.get("reasons", {})
+    held_by = {reason: int(reasons.get(reason, 0)) for reason in HELD_REASONS}
+    launches_per_s = _rate(samples, "launches")
+    limit = int(stats.get("memory_limit", 0)) or None
+    return {
+        "name": client.name,
+        "slot": client.slot,
+        "pid": int(stats.get("pid") or 0) or client.claim_pid,
+        "role": client.role,
+        "state": stats.get("state"),
+        "command": client.command,
+        "profile": client.profile,
+        "profiled_kernels": int(stats.get("profiled_kernels", 0)),
+        "profiled_graphs": int(stats.get("profiled_graphs", 0)),
+        "launches": int(stats.get("launches", 0)),
+        "launches_per_s": None if launches_per_s is None else round(launches_per_s, 1),
+        "gpu_share": round(float(stats.get("gpu_share", 0.0)), 4),
+        "min_util": float(stats.get("min_util", 0.0)),
+        "max_util": float(stats.get("max_util", 1.0)),
+        "memory_used_bytes": int(stats.get("memory_used", 0)),
+        "memory_peak_bytes": int(stats.get("memory_peak", 0)),
+        "memory_limit_bytes": limit,
+        "allocations_refused": int(stats.get("allocations_refused", 0)),
+        "held_launches": int(stats.get("blocked_launches", 0)),
+        "held_ms": round(float(stats.get("blocked_ns", 0)) / 1e6, 3),
+        "gate_waits": int(stats.get("gate_waits", 0)),
+        "held_by": {reason: count for reason, count in held_by.items() if count},
+        "unknown_launches": int(stats.get("unknown_launches", 0)),
+        "unknown_kernels": list(stats.get("unknown_kernels", [])),
+        "latency_target_ms": client.latency_target_ms,
+        "joined_s": round(client.joined_s, 3),
+    }

@@ -1,0 +1,264 @@
+"""The per-GPU daemon with programs joining and leaving, against the stand-in driver (CPU only).
+
+What users rely on: any program joins a running daemon and leaves at any time; a program that
+exits or is killed (SIGKILL too) gives its slot, memory count and share back within a second,
+found by the daemon itself; the 17th client and a second HP are refused with the reason; `orion
+down` with clients running opens their gates and they finish; a daemon killed with SIGKILL leaves
+its clients running ungated, and the next daemon cleans up after it.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from native_harness import Harness, build_harness, read_log, wait_for
+
+from orion_common.errors import OrionError
+from orion_daemon import state
+from orion_daemon.admission import JoinRequest
+from orion_daemon.control import stop
+from orion_daemon.joining import join, program_environment
+from orion_daemon.protocol import request
+
+GIB = 1 << 30
+BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda_daemon"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+class RunningDaemon:
+    """A daemon process for GPU 0 with its state folder under a test's tmp_path."""
+
+    def __init__(self, folder: Path, *arguments: str) -> None:
+        self.folder = folder
+        self.log = folder.parent / "daemon.out"
+        command = [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
+                   "--state-dir", str(folder), "--sharing", "timeslice",
+                   "--memory-bytes", str(8 * GIB), *arguments]  # fmt: skip
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(self.answers, timeout_s=30, what=f"the daemon to answer ({self.output()})")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def answers(self) -> bool:
+        assert self.process.poll() is None, self.output()
+        record = state.live_record(self.folder)
+        if record is None:
+            return False
+        try:
+            request(Path(record["socket"]), {"op": "status"}, timeout_s=1)
+        except OrionError:
+            return False
+        return True
+
+    def status(self) -> dict:
+        record = state.require_daemon(0, self.folder)
+        return request(Path(record["socket"]), {"op": "status"})["status"]
+
+    def names(self) -> list[str]:
+        return [client["name"] for client in self.status()["clients"]]
+
+    def join(self, role: str, name: str, **fields) -> dict[str, str]:
+        joined = join(0, JoinRequest(role=role, name=name, **fields), self.folder)
+        return program_environment(os.environ, joined)
+
+    def events(self) -> list[dict[str, str]]:
+        with (self.folder / state.CLIENTS_TABLE).open() as handle:
+            return list(csv.DictReader(handle))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    running = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", "--hp-completion", "gpu-write")
+    yield running
+    running.close()
+
+
+def test_clients_join_and_leave_while_the_daemon_runs(harness, daemon, tmp_path):
+    for round_ in range(2):  # the second client reuses the first one's slot
+        env = daemon.join("be", f"trainer{round_}", command=["train.py"])
+        assert daemon.names() == [f"trainer{round_}"]
+        result = harness.run(BE_SCRIPT, env=env, log=tmp_path / f"be{round_}.log")
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
+    events = [(e["event"], e["client"], e["slot"]) for e in daemon.events()]
+    assert events == [
+        ("join", "trainer0", "0"),
+        ("leave", "trainer0", "0"),
+        ("join", "trainer1", "0"),
+        ("leave", "trainer1", "0"),
+    ]
+
+
+def test_a_client_joining_runs_its_program_gated(harness, daemon, tmp_path):
+    env = daemon.join("be", "trainer")
+    result = harness.run(BE_SCRIPT, env=env, log=tmp_path / "be.log")
+    assert result.returncode == 0, result.stderr
+    # The stand-in saw the library's gate waits: the program ran as a client, not beside orion.
+    kinds = [e.kind for e in read_log(tmp_path / "be.log") if e.kind in ("launch", "wait_value")]
+    assert kinds.count("launch") == 10 and "wait_value" in kinds
+
+
+def test_the_seventeenth_client_is_refused(daemon):
+    for index in range(16):
+        daemon.join("be", f"job{index}")
+    with pytest.raises(OrionError, match="all 16 client slots are taken"):
+        daemon.join("be", "job16")
+    assert len(daemon.names()) == 16
+    assert daemon.events()[-1]["event"] == "refused"
+
+
+def test_a_second_hp_is_refused_with_the_name_of_the_first(daemon):
+    daemon.join("hp", "inference")
+    with pytest.raises(OrionError, match="already has a high-priority client, 'inference'"):
+        daemon.join("hp", "other")
+    assert daemon.names() == ["inference"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"memory_limit": 9 * GIB}, "larger than the GPU's 8 GiB"),
+        ({"min_util": 0.5}, "enforces no GPU-time shares"),
+        ({"latency_target_ms": 5.0}, "the HP client's target"),
+    ],
+)
+def test_limits_that_cannot_hold_are_refused(daemon, fields, message):
+    with pytest.raises(OrionError, match=message):
+        daemon.join("be", "job", **fields)
+    assert daemon.names() == []
+
+
+def test_promises_over_the_whole_gpu_are_refused(tmp_path):
+    daemon = RunningDaemon(tmp_path / "gpu0", "--shares")
+    try:
+        daemon.join("be", "first", min_util=0.7)
+        with pytest.raises(OrionError, match=r"over what is left unpromised on this GPU \(0.3"):
+            daemon.join("be", "second", min_util=0.5)
+        daemon.join("be", "second", min_util=0.3)
+    finally:
+        daemon.close()
+
+
+def test_a_killed_client_gives_its_slot_memory_and_share_back(harness, daemon, tmp_path):
+    env = daemon.join("be", "doomed", memory_limit=GIB)
+    result = harness.run("alloc mem 5000 kill_self", env=env, log=tmp_path / "be.log")
+    assert result.returncode == -signal.SIGKILL
+    wait_for(lambda: daemon.names() == [], timeout_s=1, what="the daemon to find it dead")
+    assert [e["event"] for e in daemon.events()] == ["join", "dead"]
+    # The slot is clean for the next client: no memory counted, no limit, the full share.
+    daemon.join("be", "next")
+    (client,) = daemon.status()["clients"]
+    assert client["slot"] == 0
+    assert (client["memory_used_bytes"], client["memory_limit_bytes"]) == (0, None)
+    assert client["max_util"] == 1.0
+
+
+def test_a_claimer_that_ends_before_any_process_attaches_frees_its_slot(daemon):
+    # `orion run` whose command cannot start: the slot is reclaimed when the claimer is gone.
+    code = (
+        "import pathlib\n"
+        "from orion_daemon.admission import JoinRequest\n"
+        "from orion_daemon.joining import join\n"
+        f"join(0, JoinRequest(role='be', name='never'), pathlib.Path({str(daemon.folder)!r}))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+    wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
+
+
+def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, daemon, tmp_path):
+    hp_env = daemon.join("hp", "inference")
+    be_env = daemon.join("be", "trainer")
+    hp = harness.start("func long 20000000 launch long 1 32 0 sync 0", env=hp_env,
+                       log=tmp_path / "hp.log")  # fmt: skip
+    be = None
+    try:
+        wait_for(lambda: len(read_log(tmp_path / "hp.log")) > 0, what="HP's launch")
+        time.sleep(0.2)
+        be = harness.start(BE_SCRIPT, env=be_env, log=tmp_path / "be.log")
+        wait_for(
+            lambda: sum(e.kind == "launch" for e in read_log(tmp_path / "be.log")) == 10,
+            what="BE's launches",
+        )
+        time.sleep(0.3)
+        assert be.poll() is None  # held behind the gate HP's 20 s kernel closed
+        stop(0, daemon.folder)
+        assert be.wait(timeout=5) == 0
+        assert daemon.process.wait(timeout=5) == 0
+        assert state.read_record(daemon.folder) is None  # a clean stop leaves no record
+    finally:
+        for process in (hp, be):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def test_a_killed_daemon_leaves_clients_ungated_and_the_next_one_cleans_up(
+    harness, daemon, tmp_path
+):
+    hp_env = daemon.join("hp", "inference")
+    be_env = daemon.join("be", "trainer")
+    hp = harness.start("func long 20000000 launch long 1 32 0 sync 0", env=hp_env,
+                       log=tmp_path / "hp.log")  # fmt: skip
+    be = None
+    try:
+        wait_for(lambda: len(read_log(tmp_path / "hp.log")) > 0, what="HP's launch")
+        time.sleep(0.2)
+        be = harness.start(BE_SCRIPT, env=be_env, log=tmp_path / "be.log")
+        wait_for(
+            lambda: sum(e.kind == "launch" for e in read_log(tmp_path / "be.log")) == 10,
+            what="BE's launches",
+        )
+        daemon.process.kill()
+        daemon.process.wait(timeout=5)
+        killed_at = time.monotonic()
+        assert be.wait(timeout=5) == 0
+        assert time.monotonic() - killed_at < 2.0  # a second of silence, then ungated
+        assert "runs ungated" in be.stderr.read()
+    finally:
+        for process in (hp, be):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+    assert state.read_record(daemon.folder) is not None  # stale, left by SIGKILL
+    assert state.live_record(daemon.folder) is None
+    second = RunningDaemon(daemon.folder)
+    try:
+        assert "removed daemon.json left by a daemon that died" in second.output()
+        second.join("be", "again")
+    finally:
+        second.close()
+
+
+def test_a_second_daemon_for_the_same_gpu_is_refused(daemon):
+    result = subprocess.run(
+        [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
+         "--state-dir", str(daemon.folder), "--sharing", "timeslice"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "an orion daemon already runs for GPU 0" in result.stderr
