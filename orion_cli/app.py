@@ -11,7 +11,10 @@ from orion_cli.plan import plan_command
 from orion_cli.profile import profile_command
 from orion_cli.quota import quota_command
 from orion_cli.report import report_command
+from orion_cli.run import run_command
 from orion_cli.simulate import simulate_command
+from orion_cli.status import status_command
+from orion_cli.up import down_command, up_command
 from orion_cli.workloads import workloads_command
 
 app = typer.Typer(
@@ -36,6 +39,12 @@ app.command("plan")(plan_command)
 app.command("pairs")(pairs_command)
 app.command("simulate")(simulate_command)
 app.command("quota")(quota_command)
+app.command("up")(up_command)
+app.command("down")(down_command)
+app.command(
+    "run", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
+)(run_command)
+app.command("status")(status_command)
 
 
 def main() -> None:

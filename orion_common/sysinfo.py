@@ -56,6 +56,29 @@ def _as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def gpu_uuid(index: int) -> str | None:
+    """GPU ``index``'s UUID (``GPU-...``), the name that stays with the GPU whatever
+    ``CUDA_VISIBLE_DEVICES`` renumbers; None without NVML or such a GPU."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return _as_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index)))
+    except Exception:
+        return None
+
+
+def gpu_count() -> int | None:
+    """How many GPUs the driver shows; None without NVML."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except Exception:
+        return None
+
+
 def nvml_available() -> bool:
     """True when the NVIDIA driver answers through NVML."""
     return _nvml() is not None

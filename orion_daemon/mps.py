@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,12 +199,15 @@ def private_mps_daemon(
     start_timeout_s: float = 30.0,
     stop_timeout_s: float = 15.0,
     notes: list[str] | None = None,
+    keep_running: Callable[[], bool] | None = None,
 ) -> Iterator[MpsDaemon]:
     """Run a private MPS control daemon (folders in ``run_dir/mps``) for the block's duration.
 
     Refuses with :class:`OrionError` when ``nvidia-cuda-mps-control`` is missing or does not
     start. Anything worth recording about the shutdown (a daemon that had to be killed) is
-    appended to ``notes``.
+    appended to ``notes``. ``keep_running`` (the daemon's: are clients still attached?) is asked
+    at the end: when true the MPS daemon is left running, since stopping it would take the GPU
+    away from programs that outlive orion's daemon; it serves only its private pipe folder.
     """
     control = control or require_mps_control()
     mps_dir = run_dir / "mps"
@@ -225,6 +228,11 @@ def private_mps_daemon(
             with DeferredSignals():
                 if daemon is None:
                     daemon = _started_anyway(control, pipe_dir, log_dir)
+                if daemon is not None and keep_running is not None and keep_running():
+                    if notes is not None:
+                        notes.append(f"MPS daemon (pid {daemon.pid}) left running for its clients")
+                    daemon = None
+                    temporary = None
                 if daemon is not None:
                     stop_notes = _stop(daemon, environment, stop_timeout_s)
                     if notes is not None:

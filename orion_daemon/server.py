@@ -105,6 +105,7 @@ class Daemon:
         self._events: CsvTable | None = None
         self._recorder: SchedulerRecorder | None = None
         self._next_sample = 0.0
+        self._notes: list[str] = []
 
     # -- life cycle ------------------------------------------------------------------------
     def serve(self) -> int:
@@ -134,6 +135,8 @@ class Daemon:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        for note in self._notes:
+            print(note, flush=True)
         print("orion daemon stopped: every gate open, clients run on ungated", flush=True)
         return 0
 
@@ -161,14 +164,20 @@ class Daemon:
         )
         self._scheduler.heartbeat()
         self._scheduler.publish()
-        # Whatever way the daemon ends: clients pass through, every gate opens.
-        stack.callback(self._scheduler.shut_down)
         if self.settings.sharing == "mps":
             from orion_daemon.mps import private_mps_daemon
 
             if self.settings.gpu_uuid:
                 os.environ["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
-            self._mps = stack.enter_context(private_mps_daemon(self.folder))
+            self._mps = stack.enter_context(
+                private_mps_daemon(
+                    self.folder / f"mps-{os.getpid()}",
+                    notes=self._notes,
+                    keep_running=self._clients_attached,
+                )
+            )
+        # Whatever way the daemon ends, first of all: clients pass through, every gate opens.
+        stack.callback(self._scheduler.shut_down)
         self._events = stack.enter_context(
             CsvTable(self.folder / state.CLIENTS_TABLE, state.CLIENT_EVENT_COLUMNS)
         )
@@ -182,6 +191,13 @@ class Daemon:
         self._listener.listen(32)
         self._listener.setblocking(False)
         self._write_record()
+
+    def _clients_attached(self) -> bool:
+        """Whether a client process still runs (asked when the daemon stops)."""
+        return any(
+            self._scheduler.client_stats(slot).get("state") in ("attached", "registered")
+            for slot in self.clients
+        )
 
     def _started_line(self) -> str:
         s = self.settings
@@ -360,6 +376,8 @@ class Daemon:
         if client is not None:
             event = "dead" if stats.get("state") == "dead" else "leave"
             detail = f"{stats.get('launches', 0)} launches"
+            if not stats.get("pid"):
+                detail = "ended without using the GPU"
             pid = int(stats.get("pid") or client.claim_pid)
             self._event(event, client.name, client.role, slot, pid, client.command, detail)
         self._scheduler.release(slot)

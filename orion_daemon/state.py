@@ -54,9 +54,9 @@ def state_base() -> Path:
     return Path(f"/tmp/orion-{os.getuid()}")
 
 
-def state_dir(gpu: int) -> Path:
-    """The state folder of the daemon for GPU ``gpu``."""
-    return state_base() / f"gpu{gpu}"
+def state_dir(gpu: int, base: Path | None = None) -> Path:
+    """The state folder of the daemon for GPU ``gpu`` under ``base`` (None: :func:`state_base`)."""
+    return (base or state_base()) / f"gpu{gpu}"
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:

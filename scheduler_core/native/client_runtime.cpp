@@ -76,10 +76,25 @@ void atfork_child() { ClientRuntime::instance().disable_in_child(); }
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_created{false};  // instance() has run: the process-wide runtime exists
+}  // namespace
+
 ClientRuntime& ClientRuntime::instance() {
     // Never destroyed: hooks may still run while other libraries' destructors execute at exit.
-    static ClientRuntime* runtime = new ClientRuntime();
+    static ClientRuntime* runtime = [] {
+        auto* made = new ClientRuntime();
+        g_created.store(true, std::memory_order_release);
+        return made;
+    }();
     return *runtime;
+}
+
+bool ClientRuntime::created() { return g_created.load(std::memory_order_acquire); }
+
+bool ClientRuntime::attaches_at_load() {
+    const char* run = std::getenv("ORION_RUN");
+    return run == nullptr || run[0] == '\0' || env_flag("ORION_STRICT");
 }
 
 ClientRuntime::ClientRuntime() { attach_from_environment(); }

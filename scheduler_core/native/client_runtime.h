@@ -45,6 +45,10 @@ struct LaunchTicket {
 class ClientRuntime {
 public:
     static ClientRuntime& instance();
+    // Whether instance() has run in this process (nothing to detach otherwise).
+    static bool created();
+    // Whether this process attaches when the library loads (see hooks.cpp) or on first use.
+    static bool attaches_at_load();
 
     ClientRuntime(const ClientRuntime&) = delete;
     ClientRuntime& operator=(const ClientRuntime&) = delete;

@@ -222,9 +222,12 @@ public:
                 watched = slot.claim_pid.load(std::memory_order_acquire);
             }
             if (watched <= 0 || !process_is_gone(watched)) continue;
+            // An attached process that is gone without detaching was killed; a claimer that ended
+            // before any process attached simply ended (a program that never used the GPU).
+            const ClientState end =
+                state == ClientState::kAttached ? ClientState::kDead : ClientState::kExited;
             auto expected = static_cast<std::uint32_t>(state);
-            if (slot.state.compare_exchange_strong(expected,
-                                                   static_cast<std::uint32_t>(ClientState::kDead),
+            if (slot.state.compare_exchange_strong(expected, static_cast<std::uint32_t>(end),
                                                    std::memory_order_acq_rel)) {
                 slot.memory.used.store(0, std::memory_order_release);
                 gone.push_back(index);

@@ -562,9 +562,16 @@ ORION_EXPORT void* dlsym(void* handle, const char* symbol) {
 
 namespace {
 
-// Attach at load time (before main), so a misconfigured run fails before the program starts.
-__attribute__((constructor)) void orion_preload_init() { ClientRuntime::instance(); }
+// A strict client (a benchmark run's) attaches at load time, before main, so a misconfigured run
+// fails before the program starts. Any other (`orion run`) attaches when it first reaches the
+// driver: a shell or launcher that wraps the real program never uses CUDA, so it must not take
+// the slot its child will need.
+__attribute__((constructor)) void orion_preload_init() {
+    if (ClientRuntime::attaches_at_load()) ClientRuntime::instance();
+}
 
-__attribute__((destructor)) void orion_preload_fini() { ClientRuntime::instance().detach(); }
+__attribute__((destructor)) void orion_preload_fini() {
+    if (ClientRuntime::created()) ClientRuntime::instance().detach();
+}
 
 }  // namespace

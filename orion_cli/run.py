@@ -1,0 +1,140 @@
+"""`orion run`: run any program as a client of a GPU's daemon."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orion_cli._common import error_console, fail, handle_errors
+from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
+
+
+def default_name(command: list[str]) -> str:
+    """The program's name: a Python script's name rather than the interpreter's."""
+    program = Path(command[0]).name
+    if program.startswith("python") and len(command) > 1 and command[1].endswith(".py"):
+        program = Path(command[1]).stem
+    return program[:31]
+
+
+@handle_errors
+def run_command(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The program and its arguments, after `--`.", show_default=False, metavar="CMD"
+        ),
+    ] = None,
+    hp: Annotated[
+        bool, typer.Option("--hp", help="Run as the high-priority client (at most one).")
+    ] = False,
+    be: Annotated[bool, typer.Option("--be", help="Run as a best-effort client.")] = False,
+    gpu: GpuOpt = 0,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="The client's name in `orion status` (default: the program's name).",
+            show_default=False,
+        ),
+    ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile",
+            help="The program's kernel profile (`orion profile`); without one its kernels are "
+            "unknown work.",
+            show_default=False,
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-limit",
+            help="GPU memory the program may hold: bytes, or a number with k, M, G or Ki, Mi, "
+            "Gi (e.g. 8GiB). Allocations past it fail as out of memory.",
+            show_default=False,
+        ),
+    ] = None,
+    min_util: Annotated[
+        float,
+        typer.Option("--min-util", help="Share of GPU time promised when it has work (0-1)."),
+    ] = 0.0,
+    max_util: Annotated[
+        float, typer.Option("--max-util", help="Cap on its share of GPU time (0-1).")
+    ] = 1.0,
+    latency_target_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--latency-target-ms",
+            help="HP only: the p99 latency the service aims at; sets how much BE work may queue.",
+            show_default=False,
+        ),
+    ] = None,
+    no_daemon: Annotated[
+        bool,
+        typer.Option("--no-daemon", help="Run the program ungated, without a daemon."),
+    ] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Run a program as a client of the GPU's orion daemon (`orion up`).
+
+    Takes a client slot, sets the preload library and the variables the program needs
+    (LD_PRELOAD, CUDA_VISIBLE_DEVICES, the MPS folders) and replaces itself with the program,
+    unchanged: its exit status is orion run's. When the program ends, or is killed, the daemon
+    gives its slot, memory count and share back.
+
+    Example: orion run --hp --name web -- python serve.py --port 8000
+    """
+    from orion_common.sizes import parse_size
+    from orion_daemon.admission import JoinRequest
+    from orion_daemon.joining import (
+        COMMAND_NOT_FOUND,
+        find_command,
+        join,
+        program_environment,
+        ungated_environment,
+    )
+
+    if not command:
+        raise fail("no command to run", hint="orion run --be -- python train.py")
+    if hp == be and not no_daemon:
+        raise fail("say whether the program is --hp or --be")
+    executable = find_command(command)
+    if executable is None:
+        error_console.print(f"orion run: {command[0]}: command not found", highlight=False)
+        raise typer.Exit(COMMAND_NOT_FOUND)
+    if no_daemon:
+        environment = ungated_environment(os.environ)
+    else:
+        limit = None
+        if memory_limit is not None:
+            try:
+                limit = parse_size(memory_limit)
+            except ValueError as error:
+                raise fail(f"--memory-limit: {error}") from None
+        if profile is not None and not profile.is_file():
+            raise fail(f"--profile: no such file: {profile}")
+        folder = daemon_folder(gpu, state_dir)
+        request = JoinRequest(
+            role="hp" if hp else "be",
+            name=name or default_name(command),
+            command=list(command),
+            profile=None if profile is None else str(profile.resolve()),
+            memory_limit=limit,
+            min_util=min_util,
+            max_util=max_util,
+            latency_target_ms=latency_target_ms,
+        )
+        environment = program_environment(os.environ, join(gpu, request, folder))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(executable, command, environment)
+    except OSError as error:
+        error_console.print(f"orion run: {command[0]}: {error.strerror}", highlight=False)
+        raise typer.Exit(126) from None

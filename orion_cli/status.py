@@ -1,0 +1,98 @@
+"""`orion status`: what a GPU's daemon and its clients are doing now."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from orion_cli._common import console, handle_errors, interactive
+from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
+
+
+def _size(value: int | None) -> str:
+    from orion_common.sizes import format_size
+
+    return "-" if value is None else format_size(int(value))
+
+
+def _held(client: dict[str, Any]) -> str:
+    if client["role"] == "hp":
+        return "-"
+    reasons = ", ".join(f"{reason} {count}" for reason, count in client["held_by"].items())
+    held = f"{client['held_launches']} ({client['held_ms']:.0f} ms)"
+    gates = f"{client['gate_waits']} gate waits"
+    return "; ".join(part for part in (held, gates, reasons) if part)
+
+
+def status_table(status: dict[str, Any]) -> Table:
+    """One row per client, HP first."""
+    title = (
+        f"GPU {status['gpu']} ({status.get('gpu_name') or 'unknown'}): policy {status['policy']}, "
+        f"sharing {status['sharing']}, daemon pid {status['pid']}, up {status['uptime_s']:.0f} s, "
+        f"{status['free_slots']} free slots"
+    )
+    table = Table(title=title, title_justify="left")
+    for column in ("client", "pid", "role", "launches/s", "GPU share", "memory", "limit",
+                   "BE held (why)", "unknown kernels", "command"):  # fmt: skip
+        table.add_column(column, overflow="fold")
+    for client in status["clients"]:
+        rate = client["launches_per_s"]
+        table.add_row(
+            client["name"],
+            str(client["pid"]),
+            client["role"],
+            "-" if rate is None else f"{rate:,.0f}",
+            f"{client['gpu_share']:.2f}",
+            _size(client["memory_used_bytes"]),
+            _size(client["memory_limit_bytes"]),
+            _held(client),
+            f"{client['unknown_launches']} launches, {len(client['unknown_kernels'])} names",
+            " ".join(client["command"]),
+        )
+    return table
+
+
+@handle_errors
+def status_command(
+    gpu: GpuOpt = 0,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh in place every second (Ctrl-C ends).")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object, for scripts and monitoring.")
+    ] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Show a GPU's orion daemon and its clients: per client its pid, role, kernel launches per
+    second, share of GPU time, memory and limit, best-effort launches held and why, and kernels
+    its profile does not know."""
+    from orion_daemon import state
+    from orion_daemon.protocol import request
+
+    folder = daemon_folder(gpu, state_dir)
+
+    def fetch() -> dict[str, Any]:
+        record = state.require_daemon(gpu, folder)
+        return request(Path(record["socket"]), {"op": "status"})["status"]
+
+    if as_json:
+        console.print_json(json.dumps(fetch()))
+        return
+    if not watch:
+        console.print(status_table(fetch()))
+        return
+    if not interactive():
+        while True:
+            console.print(status_table(fetch()))
+            time.sleep(1.0)
+    from rich.live import Live
+
+    with Live(status_table(fetch()), console=console, auto_refresh=False) as live:
+        while True:
+            time.sleep(1.0)
+            live.update(status_table(fetch()), refresh=True)

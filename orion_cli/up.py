@@ -1,0 +1,129 @@
+"""`orion up`: start the daemon of one GPU; `orion down`: stop it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from orion_cli._common import console, handle_errors
+from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
+
+
+@handle_errors
+def up_command(
+    gpu: GpuOpt = 0,
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            help="How BE work is let onto the GPU: orion (beside HP kernels it fits with), reef "
+            "(only while HP is idle), priority (stream priorities only), quota (GPU-time "
+            "shares), passthrough (nothing gated).",
+        ),
+    ] = "orion",
+    sharing: Annotated[
+        str,
+        typer.Option(
+            "--sharing",
+            help="mps: the clients share the GPU through an MPS daemon this daemon starts; "
+            "timeslice: separate contexts that the driver switches between.",
+        ),
+    ] = "mps",
+    shares: Annotated[
+        bool,
+        typer.Option(
+            "--shares", help="Enforce GPU-time shares (`orion run --min-util/--max-util`)."
+        ),
+    ] = False,
+    queue_limit_us: Annotated[
+        float | None,
+        typer.Option(
+            "--queue-limit-us",
+            help="BE work allowed on the GPU at once beside HP (default: from the HP client's "
+            "profile and latency target when it joins).",
+            show_default=False,
+            min=1,
+        ),
+    ] = None,
+    foreground: Annotated[
+        bool,
+        typer.Option("--foreground", help="Stay in the foreground (systemd, containers)."),
+    ] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Start the orion daemon of one GPU: programs join it with `orion run`.
+
+    The daemon holds the GPU's scheduler state, opens best-effort work onto the GPU when it
+    fits beside the high-priority client, starts an MPS daemon under `--sharing mps`, and keeps
+    live records in its state folder. One daemon per GPU. It detaches and prints where it is,
+    unless `--foreground`. Stop it with `orion down` or SIGTERM: gates open, clients run on.
+    """
+    from orion_common import prerequisites, sysinfo
+    from orion_common.errors import OrionError
+    from orion_daemon.control import daemon_arguments, start_detached
+    from orion_daemon.server import DaemonSettings
+    from scheduler_core import check_preload_library
+
+    folder = daemon_folder(gpu, state_dir)
+    ok, problem = check_preload_library()
+    if not ok:
+        raise OrionError(problem)
+    count = sysinfo.gpu_count()
+    if count is not None and gpu >= count:
+        raise OrionError(f"no GPU {gpu}: this machine has {count} (0-{count - 1})")
+    facts = sysinfo.gpu_facts(gpu)
+    if facts is None or facts.sm_count is None:
+        raise OrionError(
+            f"no NVIDIA GPU {gpu} that CUDA can use on this machine",
+            hint="`orion doctor` shows what is missing",
+        )
+    if sharing == "mps":
+        prerequisites.require(prerequisites.check_mps_control())
+    settings = DaemonSettings(
+        gpu=gpu,
+        sm_count=facts.sm_count,
+        folder=folder,
+        policy=policy,
+        sharing=sharing,
+        gpu_uuid=sysinfo.gpu_uuid(gpu),
+        gpu_name=facts.name,
+        memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
+        queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
+        shares=shares,
+    )
+    if foreground:
+        # A fresh process: this one made a CUDA context reading the GPU's facts.
+        sys.stdout.flush()
+        arguments = daemon_arguments(settings)
+        os.execv(arguments[0], arguments)
+    record = start_detached(settings)
+    console.print(
+        f"orion daemon for GPU {gpu} ({facts.name}) running: pid {record['pid']}, policy "
+        f"{policy}, sharing {sharing}\nstate folder {folder} (log: {record['log']})\n"
+        f"join it with `orion run --gpu {gpu} --hp|--be -- COMMAND`",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@handle_errors
+def down_command(gpu: GpuOpt = 0, state_dir: StateDirOpt = None) -> None:
+    """Stop the orion daemon of one GPU.
+
+    Every best-effort gate opens and every client runs on, ungated; the MPS daemon (if any)
+    stops once its clients are gone. Waits until the daemon has exited.
+    """
+    from orion_daemon.control import stop
+
+    folder = daemon_folder(gpu, state_dir)
+    record = stop(gpu, folder)
+    clients = len(record.get("clients", []))
+    console.print(
+        f"orion daemon for GPU {gpu} stopped (pid {record['pid']}); "
+        f"{clients} client{'s' if clients != 1 else ''} run on ungated",
+        highlight=False,
+        soft_wrap=True,
+    )

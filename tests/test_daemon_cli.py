@@ -1,0 +1,126 @@
+"""`orion run`, `orion status` and `orion down` against a daemon on the stand-in driver (CPU).
+
+What users rely on: `orion run` runs the program unchanged and gives back its exit status; bad
+input is one line and starts nothing; `orion status --json` gives every field a monitoring
+script reads; `orion down` stops the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from daemon_harness import RunningDaemon
+from native_harness import Harness, build_harness, wait_for
+from typer.testing import CliRunner
+
+from orion_cli.app import app
+
+STATUS_FIELDS = {
+    "name", "slot", "pid", "role", "state", "command", "profile", "profiled_kernels",
+    "profiled_graphs", "launches", "launches_per_s", "gpu_share", "min_util", "max_util",
+    "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes", "allocations_refused",
+    "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
+    "latency_target_ms", "joined_s",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda_daemon_cli"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+@pytest.fixture
+def daemon(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
+    running = RunningDaemon(tmp_path / "gpu0", "--policy", "orion")
+    yield running
+    running.close()
+
+
+def orion_run(harness: Harness, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`orion run ARGUMENTS` as a user runs it, with the stand-in driver on the library path."""
+    environment = harness.environment(None, None)
+    return subprocess.run(
+        [sys.executable, "-m", "orion_cli.app", "run", *arguments],
+        env=environment, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_the_programs_exit_status_is_orion_runs(harness, daemon):
+    script = "func k 100 repeat 3 launch k 4 128 0 end sync 0"
+    launcher = str(harness.launcher)
+    result = orion_run(harness, "--be", "--name", "job", "--", launcher, *script.split())
+    assert result.returncode == 0, result.stderr
+    result = orion_run(harness, "--be", "--", "sh", "-c", "exit 7")
+    assert result.returncode == 7
+    wait_for(lambda: daemon.names() == [], timeout_s=1, what="both slots to come back")
+    assert [e["event"] for e in daemon.events()] == ["join", "leave", "join", "leave"]
+
+
+def test_status_json_gives_every_field_of_every_client(harness, daemon):
+    daemon.join("hp", "inference", latency_target_ms=5.0, command=["serve.py"])
+    daemon.join("be", "trainer", memory_limit=1 << 30)
+    result = CliRunner().invoke(app, ["status", "--json"])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.output)
+    assert (status["gpu"], status["policy"], status["sharing"]) == (0, "orion", "timeslice")
+    assert status["free_slots"] == 14
+    hp, be = status["clients"]
+    assert set(hp) == set(be) == STATUS_FIELDS
+    assert (hp["name"], hp["role"], hp["latency_target_ms"]) == ("inference", "hp", 5.0)
+    assert (be["name"], be["role"], be["memory_limit_bytes"]) == ("trainer", "be", 1 << 30)
+    table = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and "inference" in table.output and "trainer" in table.output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        ([], 1, "no command to run"),
+        (["--be"], 1, "no command to run"),
+        (["--", "true"], 1, "say whether the program is --hp or --be"),
+        (["--be", "--", "no-such-program-xyz"], 127, "no-such-program-xyz: command not found"),
+        (["--be", "--memory-limit", "lots", "--", "true"], 1, "--memory-limit"),
+        (["--be", "--memory-limit", "9GiB", "--", "true"], 1, "larger than the GPU's 8 GiB"),
+        (["--be", "--gpu", "3", "--", "true"], 1, "no orion daemon runs for GPU 3"),
+        (["--be", "--profile", "/no/such.csv", "--", "true"], 1, "no such file"),
+        (["--be", "--min-util", "0.5", "--", "true"], 1, "enforces no GPU-time shares"),
+    ],
+)
+def test_bad_input_is_one_line_and_starts_nothing(harness, daemon, arguments, code, message):
+    result = orion_run(harness, *arguments)
+    assert result.returncode == code
+    assert message in result.stderr
+    assert result.stderr.count("error:") <= 1
+    assert daemon.names() == []
+
+
+def test_no_daemon_runs_the_program_ungated(harness, tmp_path, monkeypatch):
+    monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("ORION_RUN", "/orion-left-over")
+    result = orion_run(harness, "--no-daemon", "--", "sh", "-c", 'echo "${ORION_RUN:-unset}"')
+    assert result.returncode == 0
+    assert result.stdout.strip() == "unset"
+    without = orion_run(harness, "--be", "--", "true")
+    assert without.returncode == 1 and "orion up --gpu 0" in without.stderr
+
+
+def test_down_stops_the_daemon(daemon):
+    result = CliRunner().invoke(app, ["down"])
+    assert result.exit_code == 0, result.output
+    assert "stopped" in result.output
+    assert daemon.process.wait(timeout=10) == 0
+    again = CliRunner().invoke(app, ["down"])
+    assert again.exit_code == 1 and "no orion daemon runs for GPU 0" in again.output
+
+
+def test_status_without_a_daemon_says_how_to_start_one(tmp_path):
+    result = CliRunner().invoke(app, ["status", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "orion up --gpu 0" in result.output
