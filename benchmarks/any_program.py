@@ -1,0 +1,150 @@
+"""Programs that are not orion workloads, shared through the daemon: each alone, then together.
+
+Runs the example programs of ``examples/programs/`` (an inference service replayed as a CUDA
+graph, a PyTorch trainer, a CuPy job) alone and then as clients of an `orion up` daemon
+(`orion run --hp` / `--be`), in interleaved rounds, sampling `orion status --json` while they
+share the GPU. Writes each run's own output, the status samples and ``summary.json`` (HP p99
+and BE throughput of each shared round against the same round's alone runs) under ``--out``.
+
+    python benchmarks/any_program.py --out results/any-program --rounds 2 --duration 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "examples" / "programs"
+
+
+def python(script: str, *arguments: str) -> list[str]:
+    return [sys.executable, str(PROGRAMS / script), *arguments]
+
+
+def orion(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "orion_cli.app", *arguments]
+
+
+def programs(folder: Path, duration: float, rate: float) -> dict[str, list[str]]:
+    d = str(duration)
+    return {
+        "hp": python("serve_resnet.py", "--rate", str(rate), "--duration", d,
+                     "--out", str(folder / "hp.csv")),
+        "be": python("train_resnet.py", "--duration", str(duration + 10),
+                     "--out", str(folder / "be.json")),
+        "cupy": python("cupy_stencil.py", "--duration", str(duration + 10),
+                       "--out", str(folder / "cupy.json")),
+    }  # fmt: skip
+
+
+def run_alone(folder: Path, name: str, command: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.log").open("w") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
+
+
+def run_shared(folder: Path, commands: dict[str, list[str]], args: argparse.Namespace) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    state = folder / "state"
+    up = orion("up", "--policy", args.policy, "--sharing", args.sharing, "--state-dir", str(state))
+    subprocess.run(up, check=True, timeout=120)
+    processes = {}
+    try:
+        # BE first, as a trainer that is already running when the service starts.
+        clients = (
+            ("be", "--be", args.be_profile),
+            ("cupy", "--be", None),
+            ("hp", "--hp", args.hp_profile),
+        )
+        for name, role, profile in clients:
+            extra = ["--profile", profile] if profile else []
+            command = orion("run", role, "--name", name, "--state-dir", str(state), *extra,
+                            "--", *commands[name])  # fmt: skip
+            log = (folder / f"{name}.log").open("w")
+            processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            time.sleep(2.0 if name != "hp" else 0.0)
+        samples = []
+        while processes["hp"].poll() is None:
+            time.sleep(2.0)
+            status = subprocess.run(orion("status", "--json", "--state-dir", str(state)),
+                                    capture_output=True, text=True, check=False)  # fmt: skip
+            if status.returncode == 0:
+                samples.append(json.loads(status.stdout))
+        (folder / "status_samples.json").write_text(json.dumps(samples, indent=1))
+        for name, process in processes.items():
+            code = process.wait(timeout=120)
+            if code != 0:
+                raise RuntimeError(f"{name} exited with {code}: see {folder / f'{name}.log'}")
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+        subprocess.run(orion("down", "--state-dir", str(state)), check=False, timeout=60)
+
+
+def hp_p99(folder: Path) -> float:
+    return float(np.percentile(pd.read_csv(folder / "hp.csv")["latency_ms"], 99))
+
+
+def be_rate(folder: Path, name: str) -> float:
+    data = json.loads((folder / f"{name}.json").read_text())
+    return float(data.get("samples_per_s") or data["rounds_per_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--rate", type=float, default=80.0)
+    parser.add_argument("--policy", default="orion")
+    parser.add_argument("--sharing", default="mps")
+    parser.add_argument("--hp-profile")
+    parser.add_argument("--be-profile")
+    args = parser.parse_args()
+    rows = []
+    for round_ in range(args.rounds):
+        base = args.out / f"round{round_}"
+        for name in ("hp", "be", "cupy"):
+            folder = base / f"alone-{name}"
+            run_alone(folder, name, programs(folder, args.duration, args.rate)[name])
+        shared = base / "shared"
+        run_shared(shared, programs(shared, args.duration, args.rate), args)
+        rows.append({
+            "round": round_,
+            "hp_p99_alone_ms": hp_p99(base / "alone-hp"),
+            "hp_p99_shared_ms": hp_p99(shared),
+            "be_alone_samples_per_s": be_rate(base / "alone-be", "be"),
+            "be_shared_samples_per_s": be_rate(shared, "be"),
+            "cupy_alone_rounds_per_s": be_rate(base / "alone-cupy", "cupy"),
+            "cupy_shared_rounds_per_s": be_rate(shared, "cupy"),
+        })  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    for row in rows:
+        row["hp_p99_ratio"] = row["hp_p99_shared_ms"] / row["hp_p99_alone_ms"]
+        row["be_ratio"] = row["be_shared_samples_per_s"] / row["be_alone_samples_per_s"]
+        row["cupy_ratio"] = row["cupy_shared_rounds_per_s"] / row["cupy_alone_rounds_per_s"]
+    summary = {
+        "command": " ".join(sys.argv),
+        "policy": args.policy,
+        "sharing": args.sharing,
+        "duration_s": args.duration,
+        "rate_per_s": args.rate,
+        "rounds": rows,
+    }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    os.sync()
+
+
+if __name__ == "__main__":
+    main()
