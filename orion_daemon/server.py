@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -256,6 +257,9 @@ class Daemon:
                 reply = {"ok": False, "error": error.message, "hint": error.hint}
             except (OSError, ValueError) as error:
                 reply = {"ok": False, "error": f"bad request: {error}"}
+            except Exception as error:  # a bug must cost one request, never the daemon
+                traceback.print_exc()
+                reply = {"ok": False, "error": f"the daemon failed on this request: {error!r}"}
             answer(connection, reply)
 
     def _dispatch(self, message: dict[str, Any], connection: socket.socket) -> dict[str, Any]:
@@ -285,7 +289,7 @@ class Daemon:
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
                 hint="start it with `orion up --shares`",
             )
-        kernels, graph = self._profile_tables(request.profile)
+        rows, kernels, graph = self._profile_tables(request.profile)
         slot = self._scheduler.add_client(
             request.name,
             request.role,
@@ -298,7 +302,7 @@ class Daemon:
             if graph is not None:
                 self._scheduler.add_graph(slot, *graph)
             if request.role == "hp":
-                self._set_queue_limit(kernels, request.latency_target_ms)
+                self._set_queue_limit(rows, request.latency_target_ms)
             self._scheduler.register(slot, pid)
         except OrionError:
             self._scheduler.release(slot)
@@ -326,10 +330,11 @@ class Daemon:
             "environment": self._env(slot),
         }
 
-    def _profile_tables(self, path: str | None) -> tuple[Any, tuple[Any, float] | None]:
-        """The kernel identity table (and, for a graph profile, its nodes and wall time)."""
+    def _profile_tables(self, path: str | None) -> tuple[Any, Any, tuple[Any, float] | None]:
+        """The profile's rows, its kernel identity table and, for a graph profile, its nodes
+        and wall time."""
         if path is None:
-            return None, None
+            return None, None, None
         from postprocess import kernel_identity_table, read_profile
         from postprocess.graphs import graph_wall_time_ns, is_graph_profile
 
@@ -337,9 +342,9 @@ class Daemon:
         graph = None
         if is_graph_profile(profile):
             graph = (profile.kernels, graph_wall_time_ns(profile))
-        return kernel_identity_table(profile), graph
+        return profile.kernels, kernel_identity_table(profile), graph
 
-    def _set_queue_limit(self, kernels: Any, latency_target_ms: float | None) -> None:
+    def _set_queue_limit(self, rows: Any, latency_target_ms: float | None) -> None:
         """The BE queue bound follows the HP client's profile and target, unless `orion up` fixed
         it (``--queue-limit-us``)."""
         from scheduler_core.thresholds import default_queue_limit_ns, default_unknown_duration_ns
@@ -347,7 +352,7 @@ class Daemon:
         if self.settings.queue_limit_ns is not None:
             return
         target = latency_target_ms * 1e6 if latency_target_ms is not None else None
-        self.queue_limit_ns = default_queue_limit_ns(kernels, target)
+        self.queue_limit_ns = default_queue_limit_ns(rows, target)
         self._scheduler.set_queue_limit(
             self.queue_limit_ns, default_unknown_duration_ns(self.queue_limit_ns)
         )

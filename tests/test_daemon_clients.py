@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from daemon_harness import GIB, RunningDaemon
@@ -204,3 +205,14 @@ def test_a_second_daemon_for_the_same_gpu_is_refused(daemon):
     )  # fmt: skip
     assert result.returncode == 1
     assert "an orion daemon already runs for GPU 0" in result.stderr
+
+
+def test_an_hp_joining_with_its_profile_sets_the_be_queue_bound(daemon):
+    profile = Path(__file__).parent.parent / "profiles/nvidia-h100-80gb-hbm3"
+    graph = profile / "resnet50-infer-bs4-fp32-graph" / "profile.csv"
+    assert daemon.status()["queue_limit_us"] is None
+    daemon.join("hp", "inference", profile=str(graph), latency_target_ms=3.0)
+    status = daemon.status()
+    (client,) = status["clients"]
+    assert client["profiled_graphs"] == 1 and client["profiled_kernels"] > 0
+    assert status["queue_limit_us"] > 0
