@@ -110,7 +110,14 @@ def main() -> None:
     parser.add_argument("--sharing", default="mps")
     parser.add_argument("--hp-profile")
     parser.add_argument("--be-profile")
+    parser.add_argument(
+        "--summarise-only", action="store_true", help="summary.json from the rounds in --out"
+    )
     args = parser.parse_args()
+    if args.summarise_only:
+        rows = [dict(row) for row in json.loads((args.out / "summary.json").read_text())["rounds"]]
+        summarise(args, rows)
+        return
     rows = []
     for round_ in range(args.rounds):
         base = args.out / f"round{round_}"
@@ -129,16 +136,36 @@ def main() -> None:
             "cupy_shared_rounds_per_s": be_rate(shared, "cupy"),
         })  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
+    summarise(args, rows)
+
+
+def summarise(args: argparse.Namespace, rows: list[dict]) -> None:
+    """summary.json: per round and over rounds, HP p99 with its interval and each ratio."""
+    from reporting.stats import bootstrap_percentile_ci, percentile_statistic, ratio_over_rounds_ci
+
+    pairs = []
     for row in rows:
+        base = args.out / f"round{row['round']}"
+        shared = pd.read_csv(base / "shared" / "hp.csv")["latency_ms"].to_numpy()
+        alone = pd.read_csv(base / "alone-hp" / "hp.csv")["latency_ms"].to_numpy()
+        pairs.append((shared, alone))
+        row["hp_requests"] = len(shared)
+        row["hp_p99_shared_ms_ci"] = list(bootstrap_percentile_ci(shared)[1:])
+        row["hp_p99_alone_ms_ci"] = list(bootstrap_percentile_ci(alone)[1:])
         row["hp_p99_ratio"] = row["hp_p99_shared_ms"] / row["hp_p99_alone_ms"]
         row["be_ratio"] = row["be_shared_samples_per_s"] / row["be_alone_samples_per_s"]
         row["cupy_ratio"] = row["cupy_shared_rounds_per_s"] / row["cupy_alone_rounds_per_s"]
+    ratio, low, high = ratio_over_rounds_ci(pairs, percentile_statistic(99.0))
     summary = {
         "command": " ".join(sys.argv),
         "policy": args.policy,
         "sharing": args.sharing,
         "duration_s": args.duration,
         "rate_per_s": args.rate,
+        "hp_p99_ratio": ratio,
+        "hp_p99_ratio_ci": [low, high],
+        "be_ratios": [row["be_ratio"] for row in rows],
+        "cupy_ratios": [row["cupy_ratio"] for row in rows],
         "rounds": rows,
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
