@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -382,7 +383,7 @@ def test_a_malformed_plan_run_json_is_a_one_line_error(
     path.write_text(edited if isinstance(edited, str) else json.dumps(edited), encoding="utf-8")
     line = _error_line(runner.invoke(app, ["report", str(plan_run)]))
     assert expected in line
-    with pytest.raises(OrionError):
+    with pytest.raises(OrionError, match=re.escape(expected)):
         read_plan_run(plan_run)
 
 
