@@ -53,7 +53,7 @@ def is_plan_file(path: Path) -> bool:
 
 def plan_jobs(plan: Any, duration_s: float, output_dir: Path) -> dict[int, dict[str, Any]]:
     """Each GPU's jobs config (colocation.config format), keyed by GPU index, validated."""
-    from placement.pairs import jobs_client, run_thresholds, shared_policy
+    from placement.jobs_files import jobs_client, run_thresholds, shared_policy
 
     configs: dict[int, dict[str, Any]] = {}
     for gpu in plan.gpus:
