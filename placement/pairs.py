@@ -39,10 +39,11 @@ from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
+    checked,
     integer,
+    load_checked,
     number,
     obj,
-    read_json,
     string,
 )
 from placement.cells import (
@@ -129,16 +130,16 @@ class Cell:
         return f"{self.name}#{self.round}"
 
 
+HINT = "see `orion pairs --help`"
+
+
 def load_pairs_jobs(path: str | Path) -> PairsSpec:
-    return parse_pairs_jobs(read_json(Path(path), "pairs jobs file"), source=str(path))
+    return load_checked(path, "pairs jobs file", _parse_spec, HINT)
 
 
 def parse_pairs_jobs(data: Any, source: str = "pairs jobs file") -> PairsSpec:
     """Validates a jobs file; raises OrionError `SOURCE: field.path: message`."""
-    try:
-        return _parse_spec(data)
-    except FieldError as error:
-        raise OrionError(f"{source}: {error}", hint="see `orion pairs --help`") from None
+    return checked(_parse_spec, data, source, HINT)
 
 
 def _parse_spec(data: Any) -> PairsSpec:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from orion_common.errors import OrionError
-from orion_common.json_fields import FieldError, array, integer, join, obj, read_json, string
+from orion_common.json_fields import FieldError, array, integer, join, load_checked, obj, string
 from orion_common.plan_run_format import (
     PLAN_RUN_FILE,
     PLAN_RUN_FORMAT,
@@ -212,13 +212,8 @@ def read_plan_run(path: str | Path) -> PlanRun:
             f"{root} is not a plan-run directory (no {PLAN_RUN_FILE})",
             hint="pass a directory written by `orion run-plan plan.json`",
         )
-    data = read_json(file, "plan-run record")
-    try:
-        return _parse_plan_run(root, data)
-    except FieldError as error:
-        raise OrionError(
-            f"{file}: {error}", hint=f"{PLAN_RUN_FILE} is written by `orion run-plan plan.json`"
-        ) from None
+    hint = f"{PLAN_RUN_FILE} is written by `orion run-plan plan.json`"
+    return load_checked(file, "plan-run record", lambda data: _parse_plan_run(root, data), hint)
 
 
 def check_plan(plan: PlanLike, plan_run: PlanRun) -> PlanCheck:
