@@ -28,7 +28,8 @@ every other cell once, in order: A B C A B C. So slow drift of the machine sprea
 cell alike, and each round's cells are compared with that round's own dedicated run. Round r > 1
 names its cells ``<cell>#r``. Cells already complete under --out are skipped, and --time-budget
 stops at the first cell that would not fit (keeping the interleaved order), so a long matrix is
-run as several invocations of the same command, each one resuming.
+run as several invocations of the same command, each one resuming (the cell runner `orion pairs`
+uses too: ``placement/cells.py``, which also declares ``matrix.json``).
 
 Window. Each run measures max(--duration, --min-requests / rate) seconds (``run.duration_s``),
 so both at least --duration seconds and at least --min-requests HP requests are measured: a p99
@@ -48,7 +49,6 @@ $ORION_PROFILE_DIR when set.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -60,13 +60,19 @@ from typing import Any
 
 import pandas as pd
 
-from colocation.config import parse_jobs
 from colocation.policies import POLICY_NAMES
-from colocation.runner import run_jobs
 from orion_common.atomic_io import write_json_atomic
-from orion_common.errors import OrionError
 from orion_common.run_format import GATING_POLICIES
 from orion_common.sysinfo import gpu_facts, software_summary
+from placement.cells import (
+    MATRIX_INDEX,
+    CellIndex,
+    PlannedCell,
+    RunCell,
+    complete_run,
+    run_cell_real,
+    run_cells,
+)
 from postprocess.profile_format import gpu_slug
 from reporting import headline, load_run, write_report
 from reporting.benchmark import (
@@ -104,10 +110,6 @@ BE_JOBS: dict[str, dict[str, Any]] = {
         "arrivals": {"kind": "poisson", "rate_per_s": RATES["high"]},
     },
 }
-# Start-up (process start, model build, warm-up) per client phase, for the time budget: 7-8 s
-# per phase measured on an H200 with ResNet-50 clients.
-SETUP_ESTIMATE_S = 10.0
-
 DEDICATED = "dedicated"
 GATED_POLICIES = GATING_POLICIES
 """Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
@@ -271,56 +273,45 @@ def groups_of(args: argparse.Namespace) -> list[Group]:
     return [Group(hp, rate, be) for hp in args.hp for rate in args.rates for be in args.be]
 
 
-def load_index(out: Path) -> dict[str, Any]:
-    path = out / "matrix.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"format": "orion-matrix", "version": 1, "cells": {}, "invocations": []}
-
-
-def complete_run(out: Path, entry: str | None) -> Path | None:
-    if not entry:
-        return None
-    path = out / entry
-    try:
-        return path if json.loads((path / "run.json").read_text())["status"] == "complete" else None
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def run_cells(args: argparse.Namespace, index: dict[str, Any]) -> bool:
-    """Runs the missing cells in planned order within the time budget; True when none is left.
-
-    The budget stops at the first cell that does not fit rather than skipping to smaller ones,
-    so the next invocation resumes the interleaved order where this one stopped.
-    """
-    started = time.monotonic()
+def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
+    """Every group's cells in the order they run, with their jobs configs (a dedicated cell runs
+    the HP and BE clients alone one after the other: two phases for the time budget)."""
+    planned = []
     for group in groups_of(args):
-        cells = index["cells"].setdefault(group.name, {})
         duration_s = window_s(args.duration, args.min_requests, RATES[group.rate])
         for round_, cell in planned_cells(
             args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates
         ):
-            key = cell_key(cell, round_)
-            if complete_run(args.out, cells.get(key)):
-                continue
-            phases = 2 if cell.policy == DEDICATED else 1
-            estimate = phases * (duration_s + SETUP_ESTIMATE_S)
-            if args.time_budget and time.monotonic() - started + estimate > args.time_budget:
-                return False
-            jobs = cell_jobs(group, cell, duration_s, args.out, args.trace)
-            config = parse_jobs(jobs, ROOT, source=f"matrix cell {group.name}/{key}")
-            print(f"[{time.monotonic() - started:6.0f} s] {group.name} {key}", flush=True)
-            try:
-                outcome = run_jobs(config)
-            except OrionError as error:
-                print(f"  refused: {error.message}", flush=True)
-                cells[key] = None
-                continue
-            cells[key] = str(outcome.run_dir.relative_to(args.out))
-            print(f"  {outcome.status}: {outcome.run_dir}", flush=True)
-            write_json_atomic(args.out / "matrix.json", index)
-    return True
+            planned.append(
+                PlannedCell(
+                    cell_key(cell, round_),
+                    cell_jobs(group, cell, duration_s, args.out, args.trace),
+                    group=group.name,
+                    phases=2 if cell.policy == DEDICATED else 1,
+                )
+            )
+    return planned
+
+
+def run_matrix(
+    args: argparse.Namespace,
+    index: CellIndex,
+    run_cell: RunCell = run_cell_real,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Runs the missing cells in planned order within the time budget; True when none is left."""
+
+    def progress(line: str) -> None:
+        print(line, flush=True)
+
+    return run_cells(
+        index,
+        planned_runs(args),
+        time_budget_s=args.time_budget,
+        run_cell=run_cell,
+        progress=progress,
+        clock=clock,
+    )
 
 
 def rounds_of(cells: dict[str, str | None]) -> dict[int, dict[str, str | None]]:
@@ -510,7 +501,9 @@ def _write_group_readme(
             f"{environment.torch_version}, cuDNN {environment.cudnn_version}.",
             "",
         ]
-    lines += ["## Commands", ""] + [f"    {entry['command']}" for entry in index["invocations"]]
+    lines += ["## Commands", ""] + [
+        f"    {entry['command']}" for entry in index.get("invocations", [])
+    ]
     (args.out / "README.md").write_text("\n".join(lines) + "\n")
 
 
@@ -649,23 +642,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    index = load_index(args.out)
+    index = CellIndex.load(args.out, MATRIX_INDEX)
     if args.scenario is not None:
-        index["scenario"] = args.scenario
+        index.data["scenario"] = args.scenario
     finished = True
     if not args.report_only:
-        index["invocations"].append(
+        index.data.setdefault("invocations", []).append(
             {
                 "command": shlex.join(["python", *sys.argv]),
                 "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "software": software_summary(),
             }
         )
-        write_json_atomic(args.out / "matrix.json", index)
-        finished = run_cells(args, index)
-        write_json_atomic(args.out / "matrix.json", index)
-    write_reports(args, index)
+        finished = run_matrix(args, index)
+    index.save()
+    write_reports(args, index.data)
     if not finished:
         print("time budget reached: run the same command again to continue", flush=True)
     return 0

@@ -38,8 +38,14 @@ class LimitChange:
 
 
 def _live_record(run_dir: Path) -> dict[str, Any]:
-    """run.json of a run that is still running, with its scheduler's location."""
+    """run.json of a run that is still running, with its scheduler's location; or, for a
+    daemon's state folder, the daemon's record (the same fields: its clients, its policy and
+    where its scheduler state is)."""
+    from orion_daemon import state
+
     path = run_dir / RUN_JSON
+    if not path.exists() and (run_dir / state.RECORD).exists():
+        path = run_dir / state.RECORD
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -117,8 +123,7 @@ def change_shares(
         new_max = old_max if max_util is None else max_util
         if new_min > new_max:
             raise OrionError(f"min_util {new_min:g} would be above max_util {new_max:g}")
-        clients = len(data.get("clients", []))
-        others = sum(run.quota(i)[0] for i in range(clients) if i != index)
+        others = sum(run.quota(i)[0] for i in run.client_indices() if i != index)
         if others + new_min > 1.0 + 1e-9:
             raise OrionError(
                 f"min_util would add up to {others + new_min:g} over the clients; at most 1"

@@ -109,23 +109,22 @@ ProgressCallback = Callable[[RunProgress], None]
 
 
 def run_jobs(
-    config: JobsConfig,
+    run: JobsConfig | RunPlan,
     *,
     progress: ProgressCallback | None = None,
     stop_event: threading.Event | None = None,
-    plan: RunPlan | None = None,
     ready_timeout_s: float = 600.0,
     stop_timeout_s: float = 30.0,
 ) -> RunOutcome:
-    """Run ``config`` and record it in a new run directory under ``run.output_dir``.
+    """Run a jobs config and record it in a new run directory under ``run.output_dir``.
 
-    ``plan`` is :func:`colocation.preflight.prepare_run`'s result when the caller already made
-    it (to show its warnings first); otherwise it is made here, and any refusal happens before
-    anything is created. ``progress`` is called about every 0.5 s from this thread; an exception
-    it raises ends the run like Ctrl-C does. Setting ``stop_event`` stops the run early
-    (``incomplete``), as Ctrl-C and SIGTERM do; all three re-raise ``KeyboardInterrupt``.
+    ``run`` is the config, checked here by :func:`colocation.preflight.prepare_run` (any refusal
+    happens before anything is created), or that function's result when the caller already made
+    it (to show its warnings first). ``progress`` is called about every 0.5 s from this thread;
+    an exception it raises ends the run like Ctrl-C does. Setting ``stop_event`` stops the run
+    early (``incomplete``), as Ctrl-C and SIGTERM do; all three re-raise ``KeyboardInterrupt``.
     """
-    plan = plan if plan is not None else prepare_run(config)
+    plan = run if isinstance(run, RunPlan) else prepare_run(run)
     return _Runner(plan, progress, stop_event, ready_timeout_s, stop_timeout_s).run()
 
 

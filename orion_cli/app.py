@@ -12,6 +12,7 @@ from orion_cli.profile import profile_command
 from orion_cli.quota import quota_command
 from orion_cli.report import report_command
 from orion_cli.run import run_command
+from orion_cli.run_plan import run_plan_command
 from orion_cli.simulate import simulate_command
 from orion_cli.status import status_command
 from orion_cli.up import down_command, up_command
@@ -36,6 +37,7 @@ app.command("report")(report_command)
 app.command("doctor")(doctor_command)
 app.command("workloads")(workloads_command)
 app.command("plan")(plan_command)
+app.command("run-plan")(run_plan_command)
 app.command("pairs")(pairs_command)
 app.command("simulate")(simulate_command)
 app.command("quota")(quota_command)

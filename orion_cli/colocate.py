@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -165,28 +164,6 @@ def _summary(run_dir: Path) -> None:
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def _run_plan(
-    plan: Path, policy: str | None, output_dir: Path | None, duration: float | None
-) -> None:
-    from colocation.plan_run import PLAN_RUN_JSON, run_plan
-
-    if policy is not None:
-        raise OrionError("a plan names each GPU's policy: leave out --policy")
-    console.print(f"running the plan {plan} (one run per GPU, all at once)", highlight=False)
-    root = run_plan(plan, duration or 60.0, output_dir or Path("runs"))
-    record = json.loads((root / PLAN_RUN_JSON).read_text())
-    table = Table(title=f"plan run ({record['status']})", title_justify="left")
-    for column in ("GPU", "run directory", "exit"):
-        table.add_column(column)
-    for entry in record["gpus"]:
-        table.add_row(str(entry["index"]), str(entry["run_dir"] or "-"), str(entry["exit_code"]))
-    console.print(table)
-    console.print(f"plan-run directory: [bold]{root}[/]", highlight=False, soft_wrap=True)
-    if record["status"] != "complete":
-        raise fail("some GPU's run failed", hint=f"see gpu<k>/colocate.log in {root}")
-    console.print(f"next: orion report {root}", highlight=False, soft_wrap=True)
-
-
 @handle_errors
 def colocate_command(
     jobs: Annotated[
@@ -218,8 +195,7 @@ def colocate_command(
     Every client is a separate process; latencies, throughput, GPU utilisation and the
     scheduler's statistics are recorded in a new run directory for `orion report`.
 
-    Given a plan from `orion plan -o plan.json` instead, runs each of its GPUs as such a run,
-    all at once on this host, under one plan-run directory (default duration 60 s).
+    A plan from `orion plan -o plan.json` is run by `orion run-plan`.
     """
     from colocation.config import example_jobs, load_jobs
     from colocation.overrides import with_overrides
@@ -231,21 +207,16 @@ def colocate_command(
         return
     if jobs is None:
         raise OrionError("give a jobs file: orion colocate JOBS.json", hint=_EXAMPLE_HINT)
-    from colocation.plan_run import is_plan_file
-
-    if is_plan_file(jobs):
-        _run_plan(jobs, policy, output_dir, duration)
-        return
     config = with_overrides(
         load_jobs(jobs), source=jobs, policy=policy, output_dir=output_dir, duration_s=duration
     )
-    plan = prepare_run(config)
-    for warning in plan.warnings:
+    prepared = prepare_run(config)
+    for warning in prepared.warnings:
         error_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     view: _LiveView | _PlainView = _LiveView(console) if interactive() else _PlainView(console)
     try:
         with view:
-            outcome = run_jobs(config, plan=plan, progress=view.update)
+            outcome = run_jobs(prepared, progress=view.update)
     except KeyboardInterrupt:
         if view.run_dir is not None:
             error_console.print(

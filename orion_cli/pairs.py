@@ -46,7 +46,7 @@ def pairs_command(
         build_pair_matrix,
         load_cell_runs,
         load_pairs_jobs,
-        run_cells,
+        run_pairs,
         write_pair_matrix,
     )
     from postprocess.profile_format import gpu_slug
@@ -64,7 +64,7 @@ def pairs_command(
     def progress(line: str) -> None:
         console.print(line, highlight=False, soft_wrap=True)
 
-    finished = run_cells(spec, folder, time_budget_s=time_budget, progress=progress)
+    finished = run_pairs(spec, folder, time_budget_s=time_budget, progress=progress)
     document = build_pair_matrix(spec, load_cell_runs(folder, spec), device)
     path = write_pair_matrix(document, out)
     console.print(f"pair matrix written to {path} ({len(document['pairs'])} pairs)")

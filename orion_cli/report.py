@@ -222,7 +222,7 @@ def report_command(
         list[Path],
         typer.Argument(
             help="One or more run directories written by `orion colocate`, or one plan-run "
-            "directory written by `orion colocate plan.json`."
+            "directory written by `orion run-plan plan.json`."
         ),
     ],
     as_json: Annotated[
@@ -274,7 +274,7 @@ def report_command(
 
 
 def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | None]:
-    """The runs to report on and, for a plan-run directory (``orion colocate plan.json``), its
+    """The runs to report on and, for a plan-run directory (``orion run-plan plan.json``), its
     plan check, whose GPU runs are the runs. A plan run is reported on its own: its GPUs' runs
     are its report, and a second argument would mix another run into the plan's verdict."""
     plan_dirs = [path for path in run_dirs if is_plan_run(path)]

@@ -1,13 +1,14 @@
 """Small strict readers for orion's own JSON files (fleet, pair matrix, plan, plan-run record):
-each problem is one `field.path: message`, which the loaders turn into a one-line OrionError
-naming the file."""
+each problem is one `field.path: message`, which the one loader (:func:`load_checked`,
+:func:`checked`) turns into a one-line OrionError naming the file."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orion_common.errors import OrionError
 
@@ -19,6 +20,25 @@ class FieldError(Exception):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+
+T = TypeVar("T")
+
+
+def checked(parse: Callable[[Any], T], data: Any, source: str, hint: str | None = None) -> T:
+    """``parse(data)``, its :class:`FieldError` turned into the one-line OrionError
+    ``SOURCE: field.path: message`` with ``hint`` (what to read to write the file right)."""
+    try:
+        return parse(data)
+    except FieldError as error:
+        raise OrionError(f"{source}: {error}", hint=hint) from None
+
+
+def load_checked(
+    path: str | Path, what: str, parse: Callable[[Any], T], hint: str | None = None
+) -> T:
+    """The JSON file at ``path`` (``what`` names it in errors), parsed as :func:`checked` does."""
+    return checked(parse, read_json(Path(path), what), str(path), hint)
 
 
 def join(path: str, key: str | int) -> str:

@@ -6,15 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
     array,
+    checked,
     integer,
     join,
+    load_checked,
     number,
     obj,
-    read_json,
     string,
 )
 
@@ -54,18 +54,16 @@ class Fleet:
         return [group.kind for group in self.gpus for _ in range(group.count)]
 
 
+HINT = "see `orion plan --help` for the fleet file"
+
+
 def load_fleet(path: str | Path) -> Fleet:
-    return parse_fleet(read_json(Path(path), "fleet file"), source=str(path))
+    return load_checked(path, "fleet file", _parse, HINT)
 
 
 def parse_fleet(data: Any, source: str = "fleet") -> Fleet:
     """Validates a parsed fleet document; raises OrionError `SOURCE: field.path: message`."""
-    try:
-        return _parse(data)
-    except FieldError as error:
-        raise OrionError(
-            f"{source}: {error}", hint="see `orion plan --help` for the fleet file"
-        ) from None
+    return checked(_parse, data, source, HINT)
 
 
 def _parse(data: Any) -> Fleet:

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
     array,
+    checked,
     integer,
     interval,
     join,
+    load_checked,
     number,
     obj,
-    read_json,
     string,
 )
 
@@ -91,19 +91,17 @@ class PairMatrix:
         return self._index.get((hp, frozenset(be)))
 
 
+HINT = f"see the {FORMAT} format in docs/architecture.md"
+
+
 def load_pair_matrix(path: str | Path) -> PairMatrix:
     """Reads and validates one pair-matrix file."""
-    return parse_pair_matrix(read_json(Path(path), "pair matrix"), source=str(path))
+    return load_checked(path, "pair matrix", lambda data: _parse(data, str(path)), HINT)
 
 
 def parse_pair_matrix(data: Any, source: str = "pair matrix") -> PairMatrix:
     """Validates a parsed pair-matrix document; raises OrionError `SOURCE: field.path: message`."""
-    try:
-        return _parse(data, source)
-    except FieldError as error:
-        raise OrionError(
-            f"{source}: {error}", hint=f"see the {FORMAT} format in docs/architecture.md"
-        ) from None
+    return checked(lambda data: _parse(data, source), data, source, HINT)
 
 
 def _parse(data: Any, source: str) -> PairMatrix:

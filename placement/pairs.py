@@ -7,9 +7,9 @@ over every cell alike (as in benchmarks/matrix.py). The three parts are kept apa
 tested without a GPU:
 
 - :func:`planned_cells`: the ordered cells (pure);
-- :func:`run_cells`: runs the cells not yet complete, through a ``run_cell`` callable (default:
-  ``colocation.runner.run_jobs``), recording each run directory in an index so an interrupted
-  invocation resumes; ``time_budget_s`` stops before the first cell that would not fit;
+- :func:`run_pairs`: runs the cells not yet complete through the runner benchmarks/matrix.py
+  uses too (``placement.cells``: an index so an interrupted invocation resumes, a time budget
+  that stops before the first cell that would not fit, a ``run_cell`` callable for tests);
 - :func:`build_pair_matrix`: the ``orion-pair-matrix`` document from the complete runs (pure),
   each ratio the geometric mean over rounds of shared / same-round alone with its two-level
   bootstrap interval (``reporting.stats.ratio_over_rounds_ci``).
@@ -25,7 +25,6 @@ Jobs file::
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -40,12 +39,22 @@ from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
+    checked,
     integer,
+    load_checked,
     number,
     obj,
-    read_json,
     string,
 )
+from placement.cells import (
+    PAIRS_INDEX,
+    CellIndex,
+    PlannedCell,
+    RunCell,
+    run_cell_real,
+    run_cells,
+)
+from placement.jobs_files import jobs_client, run_thresholds, shared_policy
 from placement.pair_matrix import FORMAT, VERSION, parse_pair_matrix
 from reporting.metrics import HP_QUANTILE, POLICY_DEDICATED, latency_sample, work_sample
 from reporting.rundata import ClientInfo, RunData
@@ -61,10 +70,6 @@ POLICIES = ("orion", "mps-priority", "mps-share")
 SETTINGS = ("queue_limit_us", "unknown_kernel_us", "be_sm_percent")
 """``queue_limit_us`` / ``unknown_kernel_us``: the scheduler thresholds (run.thresholds);
 ``be_sm_percent``: every BE client's SM share (mps-share)."""
-INDEX_FORMAT = "orion-pairs-index"
-INDEX_FILE = "index.json"
-SETUP_ESTIMATE_S = 10.0
-"""Start-up per cell (process start, model build, warm-up), for the time budget."""
 
 
 @dataclass(frozen=True)
@@ -125,16 +130,16 @@ class Cell:
         return f"{self.name}#{self.round}"
 
 
+HINT = "see `orion pairs --help`"
+
+
 def load_pairs_jobs(path: str | Path) -> PairsSpec:
-    return parse_pairs_jobs(read_json(Path(path), "pairs jobs file"), source=str(path))
+    return load_checked(path, "pairs jobs file", _parse_spec, HINT)
 
 
 def parse_pairs_jobs(data: Any, source: str = "pairs jobs file") -> PairsSpec:
     """Validates a jobs file; raises OrionError `SOURCE: field.path: message`."""
-    try:
-        return _parse_spec(data)
-    except FieldError as error:
-        raise OrionError(f"{source}: {error}", hint="see `orion pairs --help`") from None
+    return checked(_parse_spec, data, source, HINT)
 
 
 def _parse_spec(data: Any) -> PairsSpec:
@@ -219,51 +224,6 @@ def planned_cells(spec: PairsSpec) -> list[Cell]:
     return cells
 
 
-BE_ONLY_POLICY = "mps"
-
-
-def shared_policy(policy: str, has_hp: bool) -> str:
-    """The policy co-runners run under: ``policy``, except that co-runners without an HP job
-    run under plain MPS when ``policy`` needs one (its gating protects an HP job; without one,
-    MPS sharing is what it leaves, and the jobs file would be refused)."""
-    from colocation.policies import POLICIES
-
-    return BE_ONLY_POLICY if not has_hp and POLICIES[policy].needs_hp else policy
-
-
-def run_thresholds(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The scheduler thresholds among a matrix's or plan's settings (jobs.json run.thresholds)."""
-    keys = ("queue_limit_us", "unknown_kernel_us")
-    return {key: settings[key] for key in keys if key in settings}
-
-
-def jobs_client(
-    name: str,
-    role: str,
-    job: Any,
-    rate_per_s: float | None = None,
-    sm_percent: int | None = None,
-) -> dict[str, Any]:
-    """One jobs.json client for ``job`` (anything with workload, mode, batch_size, dtype and
-    cuda_graph): an HP one served at ``rate_per_s`` Poisson arrivals, a BE one with its SM
-    share when ``sm_percent`` is given. Shared by `orion pairs` cells and plan runs, so a plan
-    runs each job exactly as it was measured."""
-    client: dict[str, Any] = {
-        "name": name,
-        "role": role,
-        "workload": job.workload,
-        "mode": job.mode,
-        "batch_size": job.batch_size,
-        "dtype": job.dtype,
-    }
-    if role == "hp":
-        client["cuda_graph"] = job.cuda_graph
-        client["arrivals"] = {"kind": "poisson", "rate_per_s": rate_per_s}
-    elif sm_percent is not None:
-        client["sm_percent"] = sm_percent
-    return client
-
-
 def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
     """The jobs config of one cell (colocation.config format): its clients named after the jobs."""
     thresholds = run_thresholds(spec.settings)
@@ -289,48 +249,21 @@ def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
 
 # (b) running ------------------------------------------------------------------------------------
 
-RunCell = Callable[[dict[str, Any], str], Path]
-"""Runs one cell's jobs config (named by the second argument) and returns its run directory."""
+
+def planned_runs(spec: PairsSpec, folder: Path) -> list[PlannedCell]:
+    """The planned cells with their jobs configs, for :func:`placement.cells.run_cells`."""
+    return [
+        PlannedCell(cell.key, cell_jobs(spec, cell, folder / "runs"))
+        for cell in planned_cells(spec)
+    ]
 
 
-def run_cell_real(jobs: dict[str, Any], source: str) -> Path:
-    """The real runner: the jobs config validated as `orion colocate` does, then run_jobs."""
-    from colocation.config import parse_jobs
-    from colocation.runner import run_jobs
-
-    return run_jobs(parse_jobs(jobs, Path.cwd(), source=source)).run_dir
-
-
-def load_index(folder: Path, spec: PairsSpec) -> dict[str, Any]:
+def load_index(folder: Path, spec: PairsSpec) -> CellIndex:
     """The index of ``folder`` (a new one when there is none); refuses one made for other jobs."""
-    path = folder / INDEX_FILE
-    if not path.exists():
-        return {"format": INDEX_FORMAT, "version": 1, "spec": spec.record(), "cells": {}}
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise OrionError(f"cannot read the index {path}: {error}") from None
-    if index.get("spec") != json.loads(json.dumps(spec.record())):
-        raise OrionError(
-            f"{path} was made for other jobs, policy, settings or duration",
-            hint="use another --out folder, or remove that folder to measure again",
-        )
-    return index
+    return CellIndex.load(folder, PAIRS_INDEX, spec.record())
 
 
-def complete_run(folder: Path, entry: str | None) -> Path | None:
-    """The run directory of an index entry when its run completed, else None."""
-    if not entry:
-        return None
-    path = folder / entry
-    try:
-        status = json.loads((path / "run.json").read_text(encoding="utf-8"))["status"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return path if status == "complete" else None
-
-
-def run_cells(
+def run_pairs(
     spec: PairsSpec,
     folder: Path,
     *,
@@ -339,42 +272,15 @@ def run_cells(
     progress: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
 ) -> bool:
-    """Runs the cells not yet complete in planned order, recording each in ``folder``'s index
-    after it ends (so Ctrl-C leaves the index as it was after the last finished cell); True
-    when none is left. The budget stops at the first cell that does not fit, keeping the
-    interleaved order for the next invocation."""
-    folder.mkdir(parents=True, exist_ok=True)
-    index = load_index(folder, spec)
-    write_json_atomic(folder / INDEX_FILE, index)
-    cells: dict[str, str | None] = index["cells"]
-    plan = planned_cells(spec)
-    started = clock()
-    for number_, cell in enumerate(plan, start=1):
-        if complete_run(folder, cells.get(cell.key)):
-            continue
-        elapsed = clock() - started
-        if time_budget_s is not None and elapsed + spec.duration_s + SETUP_ESTIMATE_S > (
-            time_budget_s
-        ):
-            return False
-        progress(f"[{elapsed:6.0f} s] cell {number_}/{len(plan)}: {cell.key}")
-        try:
-            run_dir = run_cell(cell_jobs(spec, cell, folder / "runs"), f"pairs cell {cell.key}")
-        except OrionError as error:
-            progress(f"  refused: {error.message}")
-            cells[cell.key] = None
-            write_json_atomic(folder / INDEX_FILE, index)
-            continue
-        run_dir = Path(run_dir).absolute()
-        try:
-            entry = str(run_dir.relative_to(folder.absolute()))
-        except ValueError:
-            entry = str(run_dir)
-        cells[cell.key] = entry
-        write_json_atomic(folder / INDEX_FILE, index)
-        state = "complete" if complete_run(folder, entry) else "not complete"
-        progress(f"  {state}: {run_dir}")
-    return True
+    """Runs the cells of ``spec`` not yet complete in ``folder``; True when none is left."""
+    return run_cells(
+        load_index(folder, spec),
+        planned_runs(spec, folder),
+        time_budget_s=time_budget_s,
+        run_cell=run_cell,
+        progress=progress,
+        clock=clock,
+    )
 
 
 def load_cell_runs(folder: Path, spec: PairsSpec) -> dict[Cell, RunData]:
@@ -384,7 +290,7 @@ def load_cell_runs(folder: Path, spec: PairsSpec) -> dict[Cell, RunData]:
     index = load_index(folder, spec)
     runs: dict[Cell, RunData] = {}
     for cell in planned_cells(spec):
-        path = complete_run(folder, index["cells"].get(cell.key))
+        path = index.complete(None, cell.key)
         if path is not None:
             runs[cell] = load_run(path)
     return runs

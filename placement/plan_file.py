@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.atomic_io import write_text_atomic
-from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
     array,
+    checked,
     integer,
     join,
+    load_checked,
     number,
     obj,
-    read_json,
     string,
 )
 from placement.fleet import OBJECTIVES
@@ -131,18 +131,16 @@ def write_plan(plan: Plan, path: str | Path) -> Path:
     return path
 
 
+HINT = f"see the {FORMAT} format in docs/architecture.md"
+
+
 def load_plan(path: str | Path) -> Plan:
-    return parse_plan(read_json(Path(path), "plan file"), source=str(path))
+    return load_checked(path, "plan file", _parse, HINT)
 
 
 def parse_plan(data: Any, source: str = "plan") -> Plan:
     """Validates a parsed plan document; raises OrionError `SOURCE: field.path: message`."""
-    try:
-        return _parse(data)
-    except FieldError as error:
-        raise OrionError(
-            f"{source}: {error}", hint=f"see the {FORMAT} format in docs/architecture.md"
-        ) from None
+    return checked(_parse, data, source, HINT)
 
 
 def _parse(data: Any) -> Plan:

@@ -27,6 +27,7 @@ from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
     array,
+    checked,
     integer,
     join,
     number,
@@ -141,17 +142,16 @@ def parse_simulation(
         raise OrionError(f"{source}: (top level): must be an object")
     fleet_part = {key: value for key, value in data.items() if key != "simulation"}
     fleet = parse_fleet(fleet_part, source)
-    try:
+
+    def parse(data: dict[str, Any]) -> Simulation:
         if fleet.be:
             raise FieldError("be", "must be empty: BE jobs arrive from simulation.job_mix")
         if "simulation" not in data:
             raise FieldError("simulation", "is required")
-        simulation = _simulation(data["simulation"], base_dir or Path("."))
-    except FieldError as error:
-        raise OrionError(
-            f"{source}: {error}", hint="see the orion-simulation format in docs/architecture.md"
-        ) from None
-    return SimulationSpec(fleet, simulation, source)
+        return _simulation(data["simulation"], base_dir or Path("."))
+
+    hint = "see the orion-simulation format in docs/architecture.md"
+    return SimulationSpec(fleet, checked(parse, data, source, hint), source)
 
 
 def _simulation(data: Any, base_dir: Path) -> Simulation:

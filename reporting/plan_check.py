@@ -1,23 +1,12 @@
-"""A plan run (``orion colocate plan.json``) measured against the plan it ran.
+"""A plan run (``orion run-plan plan.json``) measured against the plan it ran.
 
 Why: ``orion plan`` places jobs on GPUs by *predicted* figures (alone figures times pair-matrix
 ratios), and a plan is only worth following if running it measures what it predicted. The
 acceptance rule is the issue's: every HP p99 and every BE throughput within 10 % of the plan's
 prediction (:data:`PREDICTION_TOLERANCE`), and every HP within its p99 SLO. This module reads the
-plan-run directory (:data:`PLAN_RUN_FORMAT`, laid out as below), loads each GPU's ordinary run
-directory, so that the usual report covers them all, and sets each planned client's measured
-figure beside its predicted one::
-
-    <output>/plan-<yyyymmdd-HHMMSS>/
-      plan.json        a copy of the plan
-      plan_run.json    {"format": "orion-plan-run", "version": 1, "plan": "plan.json",
-                        "started_utc": "...", "ended_utc": "..." | null,
-                        "status": "running" | "complete" | "incomplete" | "failed",
-                        "gpus": [{"index": 0, "jobs": "gpu0/jobs.json",
-                                  "run_dir": "gpu0/orion-20261123-160000" | null,
-                                  "exit_code": 0 | null}, ...]}
-      gpu<k>/jobs.json
-      gpu<k>/<policy>-<timestamp>/    an ordinary run directory (``reporting.load_run``)
+plan-run directory (format ``orion-plan-run``, declared and laid out in
+``orion_common/plan_run_format.py``), loads each GPU's ordinary run directory, so that the usual
+report covers them all, and sets each planned client's measured figure beside its predicted one.
 
 The measured figures come from the functions the report's own tables use
 (``reporting.metrics.client_summary`` for the p99 and the throughput, ``hp_p99_interval`` for the
@@ -45,7 +34,14 @@ from typing import Any, Protocol
 import pandas as pd
 
 from orion_common.errors import OrionError
-from orion_common.json_fields import FieldError, array, integer, join, obj, read_json, string
+from orion_common.json_fields import FieldError, array, integer, join, load_checked, obj, string
+from orion_common.plan_run_format import (
+    PLAN_RUN_FILE,
+    PLAN_RUN_FORMAT,
+    PLAN_RUN_STATUSES,
+    PLAN_RUN_VERSION,
+    gpu_folder,
+)
 from reporting.metrics import LIMIT_TOLERANCE, client_summary, hp_p99_interval
 from reporting.rundata import STATUS_COMPLETE, RunData, load_run
 from reporting.summary import (
@@ -58,10 +54,6 @@ from reporting.summary import (
     write_report,
 )
 
-PLAN_RUN_FORMAT = "orion-plan-run"
-PLAN_RUN_VERSION = 1
-PLAN_RUN_FILE = "plan_run.json"
-PLAN_RUN_STATUSES = ("running", "complete", "incomplete", "failed")
 PREDICTION_TOLERANCE = 0.10
 """The issue's acceptance rule: "HP p99 and BE throughput within 10 % of the plan's
 predictions", either way (a prediction 20 % too pessimistic is as wrong a basis for placing jobs
@@ -218,15 +210,10 @@ def read_plan_run(path: str | Path) -> PlanRun:
     if not file.exists():
         raise OrionError(
             f"{root} is not a plan-run directory (no {PLAN_RUN_FILE})",
-            hint="pass a directory written by `orion colocate plan.json`",
+            hint="pass a directory written by `orion run-plan plan.json`",
         )
-    data = read_json(file, "plan-run record")
-    try:
-        return _parse_plan_run(root, data)
-    except FieldError as error:
-        raise OrionError(
-            f"{file}: {error}", hint=f"{PLAN_RUN_FILE} is written by `orion colocate plan.json`"
-        ) from None
+    hint = f"{PLAN_RUN_FILE} is written by `orion run-plan plan.json`"
+    return load_checked(file, "plan-run record", lambda data: _parse_plan_run(root, data), hint)
 
 
 def check_plan(plan: PlanLike, plan_run: PlanRun) -> PlanCheck:
@@ -486,7 +473,7 @@ def _load_gpu_run(
             return None, STATE_MISSING, "no run directory yet (the plan run is still running)"
         return None, STATE_MISSING, "wrote no run directory"
     try:
-        run = replace(load_run(entry.run_dir), label=f"gpu{index}")
+        run = replace(load_run(entry.run_dir), label=gpu_folder(index))
     except OrionError as error:
         prefix = f"exited with code {entry.exit_code}; " if failed_code else ""
         return None, STATE_FAILED if failed_code else STATE_MISSING, prefix + error.message

@@ -465,6 +465,10 @@ class LiveRun:
                 return index
         raise OrionError(f"the run's shared state has no client {name!r}")
 
+    def client_indices(self) -> list[int]:
+        """The slots that hold a client (a closed run's are 0..n-1; an open run's vary)."""
+        return [i for i in range(self._run.client_count) if self._run.client_name(i)]
+
     def memory(self, index: int) -> tuple[int, int]:
         """(bytes in use, limit in bytes or 0 for none) of client ``index``."""
         stats = self._run.client_stats(index)

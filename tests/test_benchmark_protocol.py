@@ -141,46 +141,45 @@ def test_group_mode_still_works(matrix, tmp_path) -> None:
     )
 
 
-def fake_runner(matrix, monkeypatch, out: Path) -> list[tuple[str, float]]:
-    """run_jobs that records (policy@settings, duration_s), writes a complete run.json and
-    advances the matrix's clock by as long as the run was estimated to take."""
+def fake_runner(matrix, out: Path):
+    """A cell runner that records (policy@settings, duration_s), writes a complete run.json and
+    advances a clock by as long as the run was estimated to take; returns (ran, run_cell, clock)."""
+    from placement import cells
+
     ran: list[tuple[str, float]] = []
     clock = [0.0]
 
-    def run_jobs(jobs):
+    def run_cell(jobs, source):
         run = jobs["run"]
         be = jobs["clients"][1]
         cell = matrix.Cell(run["policy"], run["thresholds"]["queue_limit_us"], be.get("sm_percent"))
         ran.append((cell.name, run["duration_s"]))
         phases = 2 if cell.policy == "dedicated" else 1
-        clock[0] += phases * (run["duration_s"] + matrix.SETUP_ESTIMATE_S)
+        clock[0] += phases * (run["duration_s"] + cells.SETUP_ESTIMATE_S)
         run_dir = out / "runs" / f"run{len(ran)}"
         run_dir.mkdir(parents=True)
         (run_dir / "run.json").write_text(json.dumps({"status": "complete"}))
-        return SimpleNamespace(run_dir=run_dir, status="complete")
+        return run_dir
 
-    monkeypatch.setattr(matrix, "parse_jobs", lambda jobs, root, source: jobs)
-    monkeypatch.setattr(matrix, "run_jobs", run_jobs)
-    monkeypatch.setattr(matrix, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    return ran
+    return ran, run_cell, lambda: clock[0]
 
 
 def test_runs_go_in_planned_order_and_resume_where_the_budget_stopped(
     matrix, tmp_path, monkeypatch
 ) -> None:
-    ran = fake_runner(matrix, monkeypatch, tmp_path)
+    ran, run_cell, clock = fake_runner(matrix, tmp_path)
     argv = ["--scenario", "headline-graph", "--policies", "dedicated,priority,mps-share"]
     argv += ["--mps-share-be", "50", "--repeats", "2"]
     # A dedicated cell is estimated at 2 x (62.5 + 10) s, any other at 72.5 s: a budget of
     # 300 s fits dedicated, priority and mps-share@be50 (290 s) and stops before dedicated#2.
     args = parse(matrix, tmp_path, *argv, "--time-budget", "300")
-    index = matrix.load_index(tmp_path)
-    assert matrix.run_cells(args, index) is False
+    index = matrix.CellIndex.load(tmp_path, matrix.MATRIX_INDEX)
+    assert matrix.run_matrix(args, index, run_cell, clock) is False
     assert ran == [("dedicated", 62.5), ("priority", 62.5), ("mps-share@be50", 62.5)]
     args = parse(matrix, tmp_path, *argv)
-    assert matrix.run_cells(args, index) is True
+    assert matrix.run_matrix(args, index, run_cell, clock) is True
     assert [name for name, _ in ran[3:]] == ["dedicated", "priority", "mps-share@be50"]
-    cells = index["cells"]["resnet50-graph-low__resnet50-train"]
+    cells = index.cells("resnet50-graph-low__resnet50-train")
     assert list(cells) == [
         "dedicated",
         "priority",

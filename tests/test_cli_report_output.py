@@ -100,9 +100,9 @@ def test_several_runs_report_into_their_common_parent(
     assert report_module.default_output(run_paths[:1]) == run_paths[0] / "report"
 
 
-def test_readme_says_where_the_report_goes() -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("### `orion report", 1)[1].split("\n## ", 1)[0]
+def test_the_command_reference_says_where_the_report_goes() -> None:
+    reference = (Path(__file__).parents[1] / "docs" / "commands.md").read_text()
+    section = reference.split("## `orion report", 1)[1].split("\n## ", 1)[0]
     assert "RUN_DIR/report" in section
     assert "common parent" in section
     assert "report.json" in section

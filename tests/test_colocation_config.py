@@ -690,12 +690,6 @@ def test_trace_without_repeat_may_be_all_zeros() -> None:
     assert arrivals.repeat is False
 
 
-def test_models_are_frozen() -> None:
-    config = parse_jobs(base(), DATA)
-    with pytest.raises(ValueError):
-        config.run.seed = 2  # type: ignore[misc]
-
-
 # ---------------------------------------------------------------------------- files
 
 

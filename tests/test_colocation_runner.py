@@ -434,13 +434,14 @@ def test_the_command_shows_warnings_progress_and_a_summary(
         seen["config"] = config
         return SimpleNamespace(warnings=(warning,))
 
-    def run(config: JobsConfig, *, plan: Any, progress: Any) -> RunOutcome:
+    def run(prepared: Any, *, progress: Any) -> RunOutcome:
+        assert prepared.warnings == (warning,)  # the run is prepare_run's, not prepared again
         hp = ClientProgress("hp", "hp", "infer", "running", 4242, 10, None)
         progress(
             RunProgress(run_dir, "orion", 1, 1, "measuring", 1.0, 9.0, (hp,), 10, 1.0, 2.0, ())
         )
         return RunOutcome(
-            run_dir, status, plan.warnings, ("hp", "be") if status == "failed" else ()
+            run_dir, status, prepared.warnings, ("hp", "be") if status == "failed" else ()
         )
 
     monkeypatch.setattr("colocation.preflight.prepare_run", prepare)

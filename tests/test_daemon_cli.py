@@ -124,3 +124,22 @@ def test_status_without_a_daemon_says_how_to_start_one(tmp_path):
     result = CliRunner().invoke(app, ["status", "--state-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert "orion up --gpu 0" in result.output
+
+
+def test_quota_changes_a_daemon_clients_limits_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
+    daemon = RunningDaemon(tmp_path / "gpu0", "--shares")
+    try:
+        daemon.join("be", "first", min_util=0.5)
+        daemon.join("be", "trainer", memory_limit=1 << 30)
+        folder = str(daemon.folder)
+        result = CliRunner().invoke(app, ["quota", folder, "trainer", "--memory-limit", "2GiB"])
+        assert result.exit_code == 0, result.output
+        result = CliRunner().invoke(app, ["quota", folder, "trainer", "--min-util", "0.6"])
+        assert result.exit_code == 1 and "add up to 1.1" in result.output
+        result = CliRunner().invoke(app, ["quota", folder, "trainer", "--max-util", "0.3"])
+        assert result.exit_code == 0, result.output
+        (_first, trainer) = daemon.status()["clients"]
+        assert (trainer["memory_limit_bytes"], trainer["max_util"]) == (2 << 30, 0.3)
+    finally:
+        daemon.close()

@@ -53,10 +53,6 @@ def test_reference_profiles_load_and_give_the_scheduler_a_table(path: Path) -> N
     assert set(table["kernel_class"]) <= {"compute", "memory", "unknown"}
 
 
-def test_there_are_reference_profiles() -> None:
-    assert len(PROFILES) >= 2
-
-
 def test_the_pairs_example_is_the_three_by_four_serving_matrix() -> None:
     # The pair matrix `orion plan` reads: three graph-served HP services beside four trainers.
     from placement.pairs import load_pairs_jobs, planned_cells

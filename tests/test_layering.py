@@ -1,4 +1,4 @@
-"""The package layers of docs/architecture.md: lower packages never import upper ones."""
+"""The package layers of docs/architecture.md: a package imports only packages on lower layers."""
 
 from __future__ import annotations
 
@@ -11,49 +11,108 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-UPPER_PACKAGES = (
-    "workloads",
-    "profiler",
-    "postprocess",
-    "scheduler_core",
-    "colocation",
-    "reporting",
-    "orion_cli",
-)
-ORION_COMMON_MODULES = sorted(
-    path.stem for path in (REPO / "orion_common").glob("*.py") if path.stem != "__init__"
-)
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+LAYERS_PREFIX = "layers: "
+UI_PACKAGES = ("typer", "rich")
+UI_LAYER = "orion_cli"
 
 
-def _imported_packages(path: Path) -> set[str]:
-    """Top-level package of every import in ``path``, wherever it sits (lazy ones included)."""
+def read_layers(text: str) -> list[list[str]]:
+    """The layer order written once in docs/architecture.md: the line ``layers: a < b, c < d``,
+    lowest first, peers on one layer separated by commas."""
+    lines = [line.strip() for line in text.splitlines() if line.startswith(LAYERS_PREFIX)]
+    assert len(lines) == 1, f"docs/architecture.md must hold one line starting {LAYERS_PREFIX!r}"
+    layers = [
+        [name.strip() for name in layer.split(",")]
+        for layer in lines[0].removeprefix(LAYERS_PREFIX).split("<")
+    ]
+    assert all(name.isidentifier() for layer in layers for name in layer), layers
+    return layers
+
+
+LAYERS = read_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+RANK = {name: rank for rank, layer in enumerate(LAYERS) for name in layer}
+UI_RANK = RANK[UI_LAYER]
+
+
+def package_sources(package: str) -> list[Path]:
+    """The package's Python files; none for a package that does not exist (yet)."""
+    return sorted((REPO / package).rglob("*.py"))
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level name) of every absolute import in ``path``, lazy ones included."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    found: set[str] = set()
+    found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            found.append((node.lineno, node.module.split(".")[0]))
     return found
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "orion_common").glob("*.py")), ids=str)
-def test_orion_common_sources_import_no_upper_package(path: Path) -> None:
-    assert not _imported_packages(path) & set(UPPER_PACKAGES)
+def layer_violations(repo: Path = REPO) -> list[str]:
+    """Every import of a package on the importer's own layer or above, and every typer or rich
+    import below ``orion_cli``, as ``path:line: message``."""
+    problems = []
+    for package, rank in RANK.items():
+        for path in sorted((repo / package).rglob("*.py")):
+            where = path.relative_to(repo)
+            for line, name in _imports(path):
+                if name in RANK and name != package and RANK[name] >= rank:
+                    problems.append(
+                        f"{where}:{line}: {package} (layer {rank}) imports {name} "
+                        f"(layer {RANK[name]}): only lower layers may be imported"
+                    )
+                if name in UI_PACKAGES and rank < UI_RANK:
+                    problems.append(
+                        f"{where}:{line}: {package} imports {name}: only {UI_LAYER} talks to "
+                        "the terminal"
+                    )
+    return problems
 
 
-def test_importing_every_orion_common_module_loads_no_upper_package() -> None:
+def test_every_package_imports_only_lower_layers_and_no_ui_below_the_cli() -> None:
+    problems = layer_violations()
+    assert not problems, "imports against docs/architecture.md's layers:\n" + "\n".join(problems)
+
+
+def test_every_top_level_package_has_a_layer() -> None:
+    packages = {path.parent.name for path in REPO.glob("*/__init__.py")}
+    assert packages - set(RANK) == set(), "add the package to the layers line of architecture.md"
+    assert "benchmarks" in RANK and RANK["benchmarks"] == UI_RANK  # top, beside the CLI
+
+
+def test_an_upward_import_is_caught(tmp_path: Path) -> None:
+    """The check itself: a planted import of an upper package, and rich in a library."""
+    (tmp_path / "scheduler_core").mkdir()
+    (tmp_path / "scheduler_core" / "planted.py").write_text(
+        "def f():\n    from colocation import config\n    import rich\n"
+    )
+    problems = layer_violations(tmp_path)
+    assert len(problems) == 2
+    assert f"scheduler_core (layer {RANK['scheduler_core']}) imports colocation" in problems[0]
+    assert "scheduler_core imports rich" in problems[1]
+
+
+@pytest.mark.parametrize("package", [name for layer in LAYERS[:-1] for name in layer])
+def test_importing_a_library_package_loads_no_package_above_it(package: str) -> None:
+    modules = [
+        ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        for path in package_sources(package)
+    ]
+    upper = [name for name, rank in RANK.items() if rank >= RANK[package] and name != package]
     code = (
         "import importlib, json, sys\n"
-        f"for name in {ORION_COMMON_MODULES!r}:\n"
-        "    importlib.import_module('orion_common.' + name)\n"
-        f"print(json.dumps(sorted(p for p in {UPPER_PACKAGES!r} if p in sys.modules)))\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(p for p in {[*upper, *UI_PACKAGES]!r} if p in sys.modules)))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert ORION_COMMON_MODULES  # the glob found the package
     assert json.loads(result.stdout) == []
 
 

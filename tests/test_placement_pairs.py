@@ -19,7 +19,7 @@ from placement.pairs import (
     build_pair_matrix,
     parse_pairs_jobs,
     planned_cells,
-    run_cells,
+    run_pairs,
     write_pair_matrix,
 )
 from reporting import load_run
@@ -154,13 +154,13 @@ def test_resume_skips_complete_cells(tmp_path: Path) -> None:
     spec = parse_pairs_jobs(spec_data())
     calls: list[str] = []
     with pytest.raises(KeyboardInterrupt):
-        run_cells(spec, tmp_path, run_cell=_fake_runner(calls, stop_after=4), progress=print)
+        run_pairs(spec, tmp_path, run_cell=_fake_runner(calls, stop_after=4), progress=print)
     assert len(calls) == 4
     again: list[str] = []
-    assert run_cells(spec, tmp_path, run_cell=_fake_runner(again), progress=print)
+    assert run_pairs(spec, tmp_path, run_cell=_fake_runner(again), progress=print)
     assert again == [c.key for c in planned_cells(spec)][4:]
     none: list[str] = []
-    assert run_cells(spec, tmp_path, run_cell=_fake_runner(none), progress=print)
+    assert run_pairs(spec, tmp_path, run_cell=_fake_runner(none), progress=print)
     assert none == []
 
 
@@ -173,10 +173,10 @@ def test_cell_configs_and_time_budget(tmp_path: Path) -> None:
         return _fake_runner([])(jobs, source)
 
     lines: list[str] = []
-    assert not run_cells(spec, tmp_path, time_budget_s=50, run_cell=run_cell, progress=lines.append)
+    assert not run_pairs(spec, tmp_path, time_budget_s=50, run_cell=run_cell, progress=lines.append)
     assert seen == [] and lines == []
     now = iter([0.0, 0.0, 71.0])
-    done = run_cells(
+    done = run_pairs(
         spec,
         tmp_path,
         time_budget_s=140,
@@ -193,10 +193,10 @@ def test_cell_configs_and_time_budget(tmp_path: Path) -> None:
 
 
 def test_an_index_for_other_jobs_is_refused(tmp_path: Path) -> None:
-    run_cells(parse_pairs_jobs(spec_data()), tmp_path, time_budget_s=1, progress=print)
+    run_pairs(parse_pairs_jobs(spec_data()), tmp_path, time_budget_s=1, progress=print)
     other = dict(spec_data(), policy="mps-priority")
     with pytest.raises(OrionError, match="was made for other jobs"):
-        run_cells(parse_pairs_jobs(other), tmp_path, time_budget_s=1, progress=print)
+        run_pairs(parse_pairs_jobs(other), tmp_path, time_budget_s=1, progress=print)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_cli_refuses_without_a_gpu(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_be_only_pairs_run_under_mps_when_the_policy_needs_an_hp_job(tmp_path: Path) -> None:
-    from placement.pairs import shared_policy
+    from placement.jobs_files import shared_policy
 
     assert shared_policy("orion", has_hp=False) == "mps"
     assert shared_policy("orion", has_hp=True) == "orion"

@@ -222,5 +222,5 @@ def test_default_profile_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         home
         == Path.home() / ".cache/orion/profiles/nvidia-h200/resnet50-infer-bs4-fp32/profile.csv"
     )
-    with pytest.raises(OrionError):
+    with pytest.raises(OrionError, match="cannot be used in a file name"):
         default_profile_path("../etc", "infer", 4, "fp32", "NVIDIA H200")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,10 @@ from typer.testing import CliRunner
 
 from orion_cli.app import app
 from orion_common.errors import OrionError
+from orion_common.plan_run_format import PLAN_RUN_FILE, PLAN_RUN_FORMAT
 from placement.plan_file import Plan, PlanClient, PlanGpu, load_plan, write_plan
 from reporting import load_runs, report_tables
 from reporting.plan_check import (
-    PLAN_RUN_FILE,
-    PLAN_RUN_FORMAT,
     SECTION_HEADING,
     STATE_FAILED,
     STATE_INCOMPLETE,
@@ -382,7 +382,7 @@ def test_a_malformed_plan_run_json_is_a_one_line_error(
     path.write_text(edited if isinstance(edited, str) else json.dumps(edited), encoding="utf-8")
     line = _error_line(runner.invoke(app, ["report", str(plan_run)]))
     assert expected in line
-    with pytest.raises(OrionError):
+    with pytest.raises(OrionError, match=re.escape(expected)):
         read_plan_run(plan_run)
 
 
@@ -399,7 +399,7 @@ def test_a_plan_run_is_reported_on_its_own(plan_run: Path, tmp_path: Path) -> No
 
 
 # Stands in for `orion colocate JOBS.json` under `orion colocate plan.json`'s own runner
-# (colocation.plan_run.run_plan): writes the run directory a real run would, with the jobs
+# (placement.plan_run.run_plan): writes the run directory a real run would, with the jobs
 # file's clients (HP latencies 1..100 ms, BE 20 iterations of 32 samples in the window).
 FAKE_COLOCATE = """
 import json, sys
@@ -419,12 +419,12 @@ write_run(folder, policy + "-20261123-160000", policy=policy, clients=clients)
 """
 
 
-def test_a_plan_run_as_orion_colocate_writes_it(tmp_path: Path) -> None:
+def test_a_plan_run_as_orion_run_plan_writes_it(tmp_path: Path) -> None:
     """The reader against the writer: a plan solved from the placement test data, run by
-    colocation.plan_run with each GPU's `orion colocate` faked, then reported."""
-    from colocation.plan_run import run_plan
+    placement.plan_run with each GPU's `orion colocate` faked, then reported."""
     from placement.fleet import load_fleet
     from placement.plan import load_matrices, solve
+    from placement.plan_run import run_plan
 
     data = Path(__file__).parent / "data" / "placement"
     fleet = load_fleet(data / "fleet.json")

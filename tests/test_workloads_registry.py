@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -76,13 +75,11 @@ def test_valid_spec_passes_and_resolves_defaults() -> None:
     assert WorkloadSpec("synthetic-compute").resolved_options()["iterations"] == 4096
 
 
-def test_spec_is_frozen_and_keeps_its_own_options() -> None:
+def test_spec_keeps_its_own_copy_of_the_options() -> None:
     options = {"seq_len": 16}
     spec = WorkloadSpec("bert", options=options)
     options["seq_len"] = 9999
     assert spec.options == {"seq_len": 16}
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.batch_size = 3  # type: ignore[misc]
 
 
 def test_unknown_name_lists_the_known_ones() -> None:

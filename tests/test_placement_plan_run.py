@@ -1,4 +1,4 @@
-"""`orion colocate PLAN.json`: each GPU of a plan as an ordinary run, all started together."""
+"""`orion run-plan PLAN.json`: each GPU of a plan as an ordinary run, all started together."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 import colocation
-from colocation.plan_run import PLAN_RUN_JSON, is_plan_file, plan_jobs, run_plan
 from orion_cli.app import app
 from orion_common.errors import OrionError
+from orion_common.plan_run_format import PLAN_RUN_FILE
+from placement import plan_run
 from placement.fleet import load_fleet
 from placement.plan import load_matrices, solve
 from placement.plan_file import Plan, write_plan
+from placement.plan_run import plan_jobs, run_plan
 
 DATA = Path(__file__).parent / "data" / "placement"
 
@@ -71,7 +73,7 @@ def test_every_gpu_runs_at_once_and_the_record_says_how_each_ended(
     root = run_plan(
         path, 30.0, tmp_path / "runs", command=[sys.executable, str(fake)], available_gpus=8
     )
-    record = json.loads((root / PLAN_RUN_JSON).read_text())
+    record = json.loads((root / PLAN_RUN_FILE).read_text())
     assert record["format"] == "orion-plan-run" and record["status"] == "failed"
     assert json.loads((root / "plan.json").read_text()) == json.loads(path.read_text())
     by_gpu = {entry["index"]: entry for entry in record["gpus"]}
@@ -89,13 +91,12 @@ def test_a_plan_for_more_gpus_than_the_host_has_is_refused(plan, tmp_path: Path)
     assert not (tmp_path / "runs").exists()
 
 
-def test_colocate_tells_a_plan_from_a_jobs_file(plan) -> None:
+def test_run_plan_refuses_a_plan_this_host_cannot_hold(plan, monkeypatch) -> None:
     _, path = plan
-    assert is_plan_file(path)
-    assert not is_plan_file(Path(__file__).parents[1] / "examples" / "headline.json")
-    result = CliRunner().invoke(app, ["colocate", str(path), "--policy", "orion"])
+    monkeypatch.setattr(plan_run, "_visible_gpus", lambda: 1)
+    result = CliRunner().invoke(app, ["run-plan", str(path)])
     assert result.exit_code == 1
-    assert "a plan names each GPU's policy: leave out --policy" in result.output
+    assert "but this host has 1 GPU(s)" in result.output
 
 
 def test_each_gpu_runs_in_its_own_folder_with_this_orion_first_on_the_path(

@@ -1,24 +1,15 @@
-"""Running an `orion plan` on one host (`orion colocate PLAN.json`): one run per GPU, together.
+"""Running an `orion plan` on one host (`orion run-plan PLAN.json`): one run per GPU, together.
 
 Each GPU of the plan becomes an ordinary jobs file (the plan's policy and knobs, its clients
 pinned to that GPU by ``run.gpu``) run by an ordinary `orion colocate` in a process of its own,
 so each GPU's run is recorded, checked and reported exactly like a single-GPU run. All of them
-start together and are stopped together (Ctrl-C, SIGTERM), under one plan-run directory::
-
-    <output>/plan-<yyyymmdd-HHMMSS>/
-      plan.json        a copy of the plan
-      plan_run.json    format "orion-plan-run": per GPU its jobs file, run directory, exit code
-      gpu<k>/jobs.json
-      gpu<k>/colocate.log   what that GPU's `orion colocate` printed
-      gpu<k>/<policy>-<timestamp>/   its run directory
-
-`orion report` on the plan-run directory compares each GPU's measurements with the plan's
-predictions.
+start together and are stopped together (Ctrl-C, SIGTERM), under one plan-run directory
+(format ``orion-plan-run``, declared in ``orion_common/plan_run_format.py``). `orion report` on
+it compares each GPU's measurements with the plan's predictions.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -32,30 +23,24 @@ from colocation.processes import own_code_environment
 from colocation.rundir import create_run_dir
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
+from orion_common.plan_run_format import (
+    GPU_JOBS_FILE,
+    GPU_LOG_FILE,
+    PLAN_COPY_FILE,
+    PLAN_RUN_FILE,
+    PLAN_RUN_FORMAT,
+    PLAN_RUN_VERSION,
+    gpu_folder,
+)
 from orion_common.run_format import RUN_JSON
 from orion_common.runclock import utc_now
 from orion_daemon.signals import sigterm_as_interrupt
-
-PLAN_RUN_FORMAT = "orion-plan-run"
-PLAN_RUN_VERSION = 1
-PLAN_RUN_JSON = "plan_run.json"
+from placement.jobs_files import jobs_client, run_thresholds, shared_policy
+from placement.plan_file import Plan, load_plan
 
 
-def is_plan_file(path: Path) -> bool:
-    """Whether ``path`` is a plan (format ``orion-plan``) rather than a jobs file."""
-    from placement.plan_file import FORMAT
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return False  # the jobs-file reader reports what is wrong with it
-    return isinstance(data, dict) and data.get("format") == FORMAT
-
-
-def plan_jobs(plan: Any, duration_s: float, output_dir: Path) -> dict[int, dict[str, Any]]:
+def plan_jobs(plan: Plan, duration_s: float, output_dir: Path) -> dict[int, dict[str, Any]]:
     """Each GPU's jobs config (colocation.config format), keyed by GPU index, validated."""
-    from placement.pairs import jobs_client, run_thresholds, shared_policy
-
     configs: dict[int, dict[str, Any]] = {}
     for gpu in plan.gpus:
         thresholds = run_thresholds(gpu.settings)
@@ -74,7 +59,7 @@ def plan_jobs(plan: Any, duration_s: float, output_dir: Path) -> dict[int, dict[
                 "warmup_steps": 20,
                 "seed": 1,
                 "gpu": gpu.index,
-                "output_dir": str(output_dir / f"gpu{gpu.index}"),
+                "output_dir": str(output_dir / gpu_folder(gpu.index)),
                 "thresholds": thresholds,
             },
             "clients": clients,
@@ -128,8 +113,6 @@ def run_plan(
     ``command`` is how a GPU's jobs file is run (default: this Python's `orion colocate`);
     ``available_gpus`` overrides the count of GPUs this host shows (both for tests).
     """
-    from placement.plan_file import load_plan
-
     plan = load_plan(plan_path)
     if duration_s <= 0:
         raise OrionError(f"--duration must be positive (got {duration_s:g})")
@@ -137,11 +120,11 @@ def run_plan(
     _check_gpus(indices, _visible_gpus() if available_gpus is None else available_gpus)
     root = create_run_dir(output_dir, "plan").resolve()  # each GPU's run starts in its folder
     configs = plan_jobs(plan, duration_s, root)
-    (root / "plan.json").write_text(plan_path.read_text())
+    (root / PLAN_COPY_FILE).write_text(plan_path.read_text())
     record: dict[str, Any] = {
         "format": PLAN_RUN_FORMAT,
         "version": PLAN_RUN_VERSION,
-        "plan": "plan.json",
+        "plan": PLAN_COPY_FILE,
         "started_utc": utc_now(),
         "ended_utc": None,
         "status": "running",
@@ -151,11 +134,11 @@ def run_plan(
     processes: dict[int, subprocess.Popen[bytes]] = {}
     logs = []
     for index, config in configs.items():
-        gpu_dir = root / f"gpu{index}"
+        gpu_dir = root / gpu_folder(index)
         gpu_dir.mkdir(parents=True, exist_ok=True)
-        jobs_path = gpu_dir / "jobs.json"
+        jobs_path = gpu_dir / GPU_JOBS_FILE
         write_json_atomic(jobs_path, config)
-        log = (gpu_dir / "colocate.log").open("wb")
+        log = (gpu_dir / GPU_LOG_FILE).open("wb")
         logs.append(log)
         processes[index] = subprocess.Popen(
             [*base, "colocate", str(jobs_path)],
@@ -165,9 +148,14 @@ def run_plan(
             env=own_code_environment(os.environ),
         )
         record["gpus"].append(
-            {"index": index, "jobs": f"gpu{index}/jobs.json", "run_dir": None, "exit_code": None}
+            {
+                "index": index,
+                "jobs": f"{gpu_folder(index)}/{GPU_JOBS_FILE}",
+                "run_dir": None,
+                "exit_code": None,
+            }
         )
-    write_json_atomic(root / PLAN_RUN_JSON, record)
+    write_json_atomic(root / PLAN_RUN_FILE, record)
     interrupted = False
     try:
         with sigterm_as_interrupt():
@@ -185,7 +173,7 @@ def run_plan(
         for log in logs:
             log.close()
     for entry in record["gpus"]:
-        run_dir = _run_dir_of(root / f"gpu{entry['index']}")
+        run_dir = _run_dir_of(root / gpu_folder(entry["index"]))
         entry["run_dir"] = str(run_dir.relative_to(root)) if run_dir is not None else None
         entry["exit_code"] = processes[entry["index"]].returncode
     codes = [entry["exit_code"] for entry in record["gpus"]]
@@ -194,7 +182,7 @@ def run_plan(
     else:
         record["status"] = "complete" if all(code == 0 for code in codes) else "failed"
     record["ended_utc"] = utc_now()
-    write_json_atomic(root / PLAN_RUN_JSON, record)
+    write_json_atomic(root / PLAN_RUN_FILE, record)
     if interrupted:
         raise KeyboardInterrupt
     return root
