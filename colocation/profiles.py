@@ -16,7 +16,7 @@ from colocation.jobs_schema import ClientConfig, JobsConfig
 from orion_common.errors import OrionError
 from postprocess.profile_format import (
     Profile,
-    default_profile_path,
+    find_profile,
     profile_compatibility_warnings,
     read_profile,
     read_profile_header,
@@ -158,10 +158,13 @@ def _graph_mismatch(meta: Mapping[str, Any], client: ClientConfig) -> str | None
 
 
 def default_profile_for(gpu_name: str | None) -> Callable[[ClientConfig], Path]:
-    """Where ``orion profile`` keeps a client's profile on this GPU (its default location)."""
+    """Where a client's profile is found on this GPU: the user's ``orion profile`` output, else
+    orion's reference profile for this GPU kind (:func:`postprocess.find_profile`)."""
 
     def where(client: ClientConfig) -> Path:
-        graph = default_profile_path(
+        # A graph client falls back to an eager profile (the same kernels); resolve_profiles
+        # warns about the mismatch.
+        return find_profile(
             client.workload,
             client.mode,
             client.batch_size,
@@ -169,12 +172,6 @@ def default_profile_for(gpu_name: str | None) -> Callable[[ClientConfig], Path]:
             gpu_name or "",
             cuda_graph=client.cuda_graph,
         )
-        if client.cuda_graph and not graph.is_file():
-            # The eager profile has the same kernels; resolve_profiles warns about the mismatch.
-            return default_profile_path(
-                client.workload, client.mode, client.batch_size, client.dtype, gpu_name or ""
-            )
-        return graph
 
     return where
 

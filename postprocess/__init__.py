@@ -40,9 +40,11 @@ from postprocess.profile_format import (
     PROFILE_VERSION,
     Profile,
     default_profile_path,
+    find_profile,
     profile_compatibility_warnings,
     read_profile,
     read_profile_header,
+    reference_profile_root,
     write_profile,
 )
 from postprocess.summary import ProfileSummary, sm_needed_bins, summarize_profile
@@ -77,6 +79,7 @@ __all__ = [
     "computed_occupancy_limits",
     "default_profile_path",
     "demangle",
+    "find_profile",
     "kernel_base_name",
     "kernel_identity_table",
     "occupancy_columns",
@@ -84,6 +87,7 @@ __all__ = [
     "read_ncu_raw_csv",
     "read_profile",
     "read_profile_header",
+    "reference_profile_root",
     "sm_needed_bins",
     "summarize_profile",
     "write_profile",

@@ -331,5 +331,49 @@ def default_profile_path(
         )
     root_env = os.environ.get("ORION_PROFILE_DIR")
     root = Path(root_env).expanduser() if root_env else Path.home() / ".cache/orion/profiles"
+    return root / _profile_relative_path(workload, mode, batch_size, dtype, gpu_name, cuda_graph)
+
+
+def _profile_relative_path(
+    workload: str, mode: str, batch_size: int, dtype: str, gpu_name: str, cuda_graph: bool
+) -> Path:
     folder = f"{workload}-{mode}-bs{int(batch_size)}-{dtype}" + ("-graph" if cuda_graph else "")
-    return root / gpu_slug(gpu_name) / folder / "profile.csv"
+    return Path(gpu_slug(gpu_name)) / folder / "profile.csv"
+
+
+def reference_profile_root() -> Path | None:
+    """The reference profiles orion ships: ``orion_profiles/`` beside the installed packages
+    (the wheel's copy of the repository's ``profiles/``), else ``profiles/`` of a source tree."""
+    packages = Path(__file__).resolve().parent.parent
+    for candidate in (packages / "orion_profiles", packages / "profiles"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def find_profile(
+    workload: str,
+    mode: str,
+    batch_size: int,
+    dtype: str,
+    gpu_name: str,
+    *,
+    cuda_graph: bool = False,
+) -> Path:
+    """The profile a client gets when it names none: the user's own (:func:`default_profile_path`)
+    first, then orion's reference profile for this GPU kind; for a graph client the graph
+    profile before the eager one (the same kernels, launched as a unit). When none exists, the
+    user's default path, for the error that says how to make it."""
+    own = default_profile_path(workload, mode, batch_size, dtype, gpu_name, cuda_graph=cuda_graph)
+    reference = reference_profile_root()
+    for graph in (True, False) if cuda_graph else (False,):
+        candidates = [
+            default_profile_path(workload, mode, batch_size, dtype, gpu_name, cuda_graph=graph)
+        ]
+        if reference is not None:
+            relative = _profile_relative_path(workload, mode, batch_size, dtype, gpu_name, graph)
+            candidates.append(reference / relative)
+        for candidate in candidates:
+            if candidate.is_file():
+                return candidate
+    return own

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from colocation.config import load_jobs
+from colocation.profiles import default_profile_for
 from postprocess import kernel_identity_table, read_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,38 @@ def test_the_example_jobs_files_are_valid_and_name_existing_profiles(
     # keeps the eager HP, whose latency is bound by the host CPU
     assert [client.cuda_graph for client in config.clients] == [graph, False]
     for client in config.clients:
-        assert client.profile is not None and client.profile.is_file()
+        if name == "headline.json":  # found by GPU kind: the quickstart names no profile
+            assert client.profile is None
+        else:
+            assert client.profile is not None and client.profile.is_file()
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "hp_folder"),
+    [
+        ("NVIDIA H100 80GB HBM3", "resnet50-infer-bs4-fp32-graph"),
+        ("NVIDIA H200", "resnet50-infer-bs4-fp32"),  # no graph profile there: the eager one
+    ],
+)
+def test_the_quickstart_finds_the_reference_profiles_of_each_gpu_kind(
+    gpu_name: str, hp_folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORION_PROFILE_DIR", str(tmp_path))  # no profiles of the user's own
+    config = load_jobs(ROOT / "examples" / "headline.json")
+    hp, be = (default_profile_for(gpu_name)(client) for client in config.clients)
+    assert (hp.parent.name, be.parent.name) == (hp_folder, "resnet50-train-bs32-fp32")
+    assert hp.is_file() and be.is_file()
+
+
+def test_a_profile_of_the_users_own_wins_over_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORION_PROFILE_DIR", str(tmp_path))
+    own = tmp_path / "nvidia-h100-80gb-hbm3" / "resnet50-train-bs32-fp32" / "profile.csv"
+    own.parent.mkdir(parents=True)
+    own.write_text("")
+    config = load_jobs(ROOT / "examples" / "headline.json")
+    assert default_profile_for("NVIDIA H100 80GB HBM3")(config.clients[1]) == own
 
 
 def test_the_quota_example_splits_the_gpu_by_caps() -> None:
