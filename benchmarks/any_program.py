@@ -62,7 +62,7 @@ def run_shared(folder: Path, commands: dict[str, list[str]], args: argparse.Name
         # BE first, as a trainer that is already running when the service starts.
         clients = (
             ("be", "--be", args.be_profile),
-            ("cupy", "--be", None),
+            *((("cupy", "--be", None),) if args.cupy else ()),
             ("hp", "--hp", args.hp_profile),
         )
         for name, role, profile in clients:
@@ -111,6 +111,9 @@ def main() -> None:
     parser.add_argument("--hp-profile")
     parser.add_argument("--be-profile")
     parser.add_argument(
+        "--no-cupy", dest="cupy", action="store_false", help="the trainer as the only BE client"
+    )
+    parser.add_argument(
         "--summarise-only", action="store_true", help="summary.json from the rounds in --out"
     )
     args = parser.parse_args()
@@ -121,7 +124,7 @@ def main() -> None:
     rows = []
     for round_ in range(args.rounds):
         base = args.out / f"round{round_}"
-        for name in ("hp", "be", "cupy"):
+        for name in ("hp", "be", "cupy") if args.cupy else ("hp", "be"):
             folder = base / f"alone-{name}"
             run_alone(folder, name, programs(folder, args.duration, args.rate)[name])
         shared = base / "shared"
@@ -132,9 +135,10 @@ def main() -> None:
             "hp_p99_shared_ms": hp_p99(shared),
             "be_alone_samples_per_s": be_rate(base / "alone-be", "be"),
             "be_shared_samples_per_s": be_rate(shared, "be"),
-            "cupy_alone_rounds_per_s": be_rate(base / "alone-cupy", "cupy"),
-            "cupy_shared_rounds_per_s": be_rate(shared, "cupy"),
         })  # fmt: skip
+        if args.cupy:
+            rows[-1]["cupy_alone_rounds_per_s"] = be_rate(base / "alone-cupy", "cupy")
+            rows[-1]["cupy_shared_rounds_per_s"] = be_rate(shared, "cupy")
         print(json.dumps(rows[-1]), flush=True)
     summarise(args, rows)
 
@@ -154,7 +158,8 @@ def summarise(args: argparse.Namespace, rows: list[dict]) -> None:
         row["hp_p99_alone_ms_ci"] = list(bootstrap_percentile_ci(alone)[1:])
         row["hp_p99_ratio"] = row["hp_p99_shared_ms"] / row["hp_p99_alone_ms"]
         row["be_ratio"] = row["be_shared_samples_per_s"] / row["be_alone_samples_per_s"]
-        row["cupy_ratio"] = row["cupy_shared_rounds_per_s"] / row["cupy_alone_rounds_per_s"]
+        if "cupy_shared_rounds_per_s" in row:
+            row["cupy_ratio"] = row["cupy_shared_rounds_per_s"] / row["cupy_alone_rounds_per_s"]
     ratio, low, high = ratio_over_rounds_ci(pairs, percentile_statistic(99.0))
     summary = {
         "command": " ".join(sys.argv),
@@ -165,7 +170,7 @@ def summarise(args: argparse.Namespace, rows: list[dict]) -> None:
         "hp_p99_ratio": ratio,
         "hp_p99_ratio_ci": [low, high],
         "be_ratios": [row["be_ratio"] for row in rows],
-        "cupy_ratios": [row["cupy_ratio"] for row in rows],
+        "cupy_ratios": [row["cupy_ratio"] for row in rows if "cupy_ratio" in row],
         "rounds": rows,
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
