@@ -96,6 +96,8 @@ def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
         "gate_waits": int(stats.get("gate_waits", 0)),
         "held_by": {reason: count for reason, count in held_by.items() if count},
         "unknown_launches": int(stats.get("unknown_launches", 0)),
+        "graph_launches": int(stats.get("graph_launches", 0)),
+        "unknown_graph_launches": int(stats.get("unknown_graph_launches", 0)),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
         "latency_target_ms": client.latency_target_ms,
         "joined_s": round(client.joined_s, 3),
