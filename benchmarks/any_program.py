@@ -56,6 +56,8 @@ def run_shared(folder: Path, commands: dict[str, list[str]], args: argparse.Name
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / "state"
     up = orion("up", "--policy", args.policy, "--sharing", args.sharing, "--state-dir", str(state))
+    if args.queue_limit_us is not None:
+        up += ["--queue-limit-us", str(args.queue_limit_us)]
     subprocess.run(up, check=True, timeout=120)
     processes = {}
     try:
@@ -110,6 +112,7 @@ def main() -> None:
     parser.add_argument("--sharing", default="mps")
     parser.add_argument("--hp-profile")
     parser.add_argument("--be-profile")
+    parser.add_argument("--queue-limit-us", type=float, help="fixed on the daemon (orion up)")
     parser.add_argument(
         "--no-cupy", dest="cupy", action="store_false", help="the trainer as the only BE client"
     )
