@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orion_cli._common import console, error_console, fail, handle_errors, interactive
+from orion_cli.console import print_table
 from orion_common.errors import OrionError
 
 _PLAIN_INTERVAL_S = 5.0
@@ -150,7 +151,7 @@ def _summary(run_dir: Path) -> None:
             else:
                 cells.append(str(value))
         table.add_row(*cells)
-    console.print(table)
+    print_table(table)
     for entry in run.meta.get("clients", []):
         tail = entry.get("log_tail") or []
         if entry.get("error") and tail:
@@ -180,7 +181,7 @@ def _run_plan(
         table.add_column(column)
     for entry in record["gpus"]:
         table.add_row(str(entry["index"]), str(entry["run_dir"] or "-"), str(entry["exit_code"]))
-    console.print(table)
+    print_table(table)
     console.print(f"plan-run directory: [bold]{root}[/]", highlight=False, soft_wrap=True)
     if record["status"] != "complete":
         raise fail("some GPU's run failed", hint=f"see gpu<k>/colocate.log in {root}")
@@ -191,7 +192,9 @@ def _run_plan(
 def colocate_command(
     jobs: Annotated[
         Path | None,
-        typer.Argument(help="The jobs file (see --example).", show_default=False),
+        typer.Argument(
+            metavar="JOBS.json", help="The jobs file (see --example).", show_default=False
+        ),
     ] = None,
     example: Annotated[
         bool, typer.Option("--example", help="Print a complete, valid jobs.json and exit.")

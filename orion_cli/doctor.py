@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import console, handle_errors
+from orion_cli.console import print_table
 from orion_common.prerequisites import Check, blockers, machine_checks
 from scheduler_core.library import native_checks
 
@@ -31,7 +32,7 @@ def doctor_command() -> None:
     table.add_column("needed by")
     for check in checks:
         table.add_row(check.name, _MARK[check.ok], check.value, ", ".join(check.needed_for) or "-")
-    console.print(table)
+    print_table(table)
     for check in checks:
         if check.ok is False and check.hint:
             console.print(f"[yellow]{check.name}:[/] {check.hint}", highlight=False)

@@ -17,6 +17,7 @@ def pairs_command(
     jobs: Annotated[
         Path,
         typer.Argument(
+            metavar="PAIRS_JOBS.json",
             help='Jobs file: {"policy": orion|mps-priority|mps-share, "settings": {...}, '
             '"duration_s", "rounds", "jobs": {name: {"kind": hp|be, "workload", "mode", '
             '"batch_size", "dtype", "cuda_graph" (hp), "rate_per_s" (hp)}}}.',

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
+from orion_cli.console import print_table
 from placement.fleet import OBJECTIVES
 from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
@@ -18,6 +19,7 @@ def plan_command(
     fleet: Annotated[
         Path,
         typer.Argument(
+            metavar="FLEET.json",
             help='Fleet file: {"gpus": [{"kind", "count"}], "objective", "hp": [{"name", "job", '
             '"rate_per_s", "p99_slo_ms"}], "be": [{"name", "job", "weight"}]}; "job" names a job '
             "of the pair matrix.",
@@ -83,7 +85,7 @@ def plan_command(
             or "-"
         )
         table.add_row(str(gpu.index), gpu.kind, jobs, hp_text, be_text)
-    console.print(table)
+    print_table(table)
     totals = plan.totals
     min_ratio = totals["min_weighted_be_ratio"]
     min_text = "-" if min_ratio is None else f"{min_ratio:.2f}"

@@ -11,11 +11,11 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 
 from orion_cli._common import console, handle_errors
+from orion_cli.console import print_table as print_any_table
 from orion_common.errors import OrionError
 from placement.plan_file import load_plan
 from reporting import RunData, load_runs, report_json, report_tables, write_report
@@ -133,9 +133,6 @@ _PLAN_VIEW = [
 ]
 
 
-# Width of the output when stdout is not a terminal (a pipe, a file, a CI log): wide enough that
-# no table is ever squeezed; lines are only as long as their content.
-PLAIN_WIDTH = 10_000
 # Columns repeated in every part when a table is split to fit a narrow terminal.
 _KEY_COLUMNS = ("run", "client")
 
@@ -170,28 +167,9 @@ def _with_interval_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _table(title: str, frame: pd.DataFrame, view: list[tuple[str, str, str]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    columns = [(name, header, spec) for name, header, spec in view if name in frame.columns]
-    for _, header, spec in columns:
-        # fold, never "…": if a cell cannot fit it is broken over lines but nothing is dropped
-        table.add_column(
-            header, justify="left" if spec in ("{}", "target") else "right", overflow="fold"
-        )
-    for row in frame.to_dict("records"):
-        table.add_row(*(_cell(row.get(name), spec) for name, _, spec in columns))
-    return table
-
-
 def output_console() -> Console:
-    """The shared console on a terminal; in a pipe or log a plain one as wide as the content."""
-    if console.is_terminal:
-        return console
-    return Console(width=PLAIN_WIDTH, highlight=False)
-
-
-def _natural_width(out: Console, table: Table) -> int:
-    return Measurement.get(out, out.options.update_width(PLAIN_WIDTH), table).maximum
+    """The console every command prints with (orion_cli.console: full width in pipes)."""
+    return console
 
 
 def print_table(
@@ -200,20 +178,15 @@ def print_table(
     """``frame`` as one table, or, where the terminal is too narrow for it, as several tables of
     fewer columns each (the run and client columns repeated in each), so no number is cut."""
     view = [column for column in view if column[0] in frame.columns]
-    table = _table(title, frame, view)
-    if _natural_width(out, table) <= out.width:
-        out.print(table)
-        return
-    keys = [column for column in view if column[0] in _KEY_COLUMNS]
-    parts: list[list[tuple[str, str, str]]] = []
-    for column in (column for column in view if column[0] not in _KEY_COLUMNS):
-        trial = [*parts[-1], column] if parts else [column]
-        if parts and _natural_width(out, _table(title, frame, keys + trial)) <= out.width:
-            parts[-1] = trial
-        else:
-            parts.append([column])
-    for number, part in enumerate(parts, start=1):
-        out.print(_table(f"{title} ({number}/{len(parts)})", frame, keys + part))
+    table = Table(title=title, title_justify="left")
+    for _, header, spec in view:
+        table.add_column(header, justify="left" if spec in ("{}", "target") else "right")
+    for row in frame.to_dict("records"):
+        table.add_row(*(_cell(row.get(name), spec) for name, _, spec in view))
+    keys = 0
+    while keys < len(view) and view[keys][0] in _KEY_COLUMNS:
+        keys += 1
+    print_any_table(table, keys=keys, out=out)
 
 
 @handle_errors
@@ -221,8 +194,9 @@ def report_command(
     run_dirs: Annotated[
         list[Path],
         typer.Argument(
+            metavar="RUN_DIR",
             help="One or more run directories written by `orion colocate`, or one plan-run "
-            "directory written by `orion colocate plan.json`."
+            "directory written by `orion colocate plan.json`.",
         ),
     ],
     as_json: Annotated[

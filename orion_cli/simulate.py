@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
+from orion_cli.console import print_table
 from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
 
@@ -21,6 +22,7 @@ def simulate_command(
     fleet: Annotated[
         Path,
         typer.Argument(
+            metavar="SIMULATION.json",
             help="Simulation file: a fleet file (gpus, objective, hp; no be) plus "
             '"simulation": {"round_s", "duration_s", "seed", "arrivals": {"kind": "poisson", '
             '"jobs_per_hour"} or {"kind": "trace", "path"}, "job_mix": [{"job", "weight", '
@@ -76,7 +78,7 @@ def simulate_command(
             str(metrics["gpus_used"]),
             f"{metrics['finished']}/{len(jobs)}",
         )
-    console.print(table)
+    print_table(table)
     console.print(
         "note: HP SLO violations count GPU-rounds whose predicted p99 (alone x pair ratio) "
         "exceeds the SLO; unfinished jobs are left out of the averages",

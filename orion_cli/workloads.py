@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from orion_cli._common import console, handle_errors
+from orion_cli.console import print_table
 from workloads import list_workloads
 
 
@@ -25,7 +26,7 @@ def workloads_command() -> None:
             needs += ", a CUDA GPU"
         graph = "inference" if info.graph_capturable else "no"
         table.add_row(info.name, info.kind, info.description, needs, options or "-", graph)
-    console.print(table)
+    print_table(table)
     console.print(
         "CUDA graph: inference steps that `orion profile --cuda-graph` and a client's "
         '"cuda_graph": true capture once and replay per request.'
