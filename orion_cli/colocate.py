@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orion_cli._common import console, error_console, fail, handle_errors, interactive
-from orion_cli.console import print_table
+from orion_cli.console import print_table, warn
 from orion_common.errors import OrionError
 
 _PLAIN_INTERVAL_S = 5.0
@@ -244,7 +244,7 @@ def colocate_command(
     )
     plan = prepare_run(config)
     for warning in plan.warnings:
-        error_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        warn(warning)
     view: _LiveView | _PlainView = _LiveView(console) if interactive() else _PlainView(console)
     try:
         with view:

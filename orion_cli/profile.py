@@ -34,7 +34,7 @@ from orion_cli._common import (
     handle_errors,
     interactive,
 )
-from orion_cli.console import print_table
+from orion_cli.console import print_table, warn
 from orion_common.errors import OrionError
 
 if TYPE_CHECKING:
@@ -393,7 +393,7 @@ def show_summary(result: ProfileResult) -> None:
     _sm_histogram_table(result)
     _match_line(result)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
 
 
 def _paths_table(result: ProfileResult) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from orion_cli._common import console, handle_errors
 from orion_cli.console import print_table as print_any_table
+from orion_cli.console import warn
 from orion_common.errors import OrionError
 from placement.plan_file import load_plan
 from reporting import RunData, load_runs, report_json, report_tables, write_report
@@ -299,7 +300,7 @@ def print_runs(out: Console, runs: list[RunData]) -> None:
     for verdict in tables.verdicts:
         out.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:
-        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
 
 
 def print_plan_check(out: Console, check: PlanCheck) -> None:
@@ -312,7 +313,7 @@ def print_plan_check(out: Console, check: PlanCheck) -> None:
     for sentence in check.summary:
         out.print(f"- {sentence}", highlight=False)
     for warning in check.warnings:
-        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
 
 
 def default_output(run_dirs: list[Path]) -> Path:
