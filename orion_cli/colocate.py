@@ -17,6 +17,7 @@ from rich.text import Text
 from orion_cli._common import console, error_console, fail, handle_errors, interactive
 from orion_cli.console import print_table, warn
 from orion_common.errors import OrionError
+from orion_common.output_paths import check_output_folder
 
 _PLAIN_INTERVAL_S = 5.0
 _EXAMPLE_HINT = "`orion colocate --example > jobs.json` writes a valid file to start from"
@@ -173,6 +174,7 @@ def _run_plan(
 
     if policy is not None:
         raise OrionError("a plan names each GPU's policy: leave out --policy")
+    check_output_folder(output_dir or Path("runs"), "output folder")
     console.print(f"running the plan {plan} (one run per GPU, all at once)", highlight=False)
     root = run_plan(plan, duration or 60.0, output_dir or Path("runs"))
     record = json.loads((root / PLAN_RUN_JSON).read_text())
@@ -242,6 +244,8 @@ def colocate_command(
     config = with_overrides(
         load_jobs(jobs), source=jobs, policy=policy, output_dir=output_dir, duration_s=duration
     )
+    # input errors first, machine problems after: an unwritable -o is said before "no GPU"
+    check_output_folder(config.run.output_dir, "output folder")
     plan = prepare_run(config)
     for warning in plan.warnings:
         warn(warning)

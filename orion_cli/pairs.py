@@ -9,6 +9,7 @@ import typer
 
 from orion_cli._common import console, handle_errors
 from orion_common.errors import OrionError
+from orion_common.output_paths import check_output_folder
 from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
 
@@ -45,6 +46,7 @@ def pairs_command(
     from orion_common import prerequisites
     from placement.pairs import (
         build_pair_matrix,
+        check_cells,
         load_cell_runs,
         load_pairs_jobs,
         run_cells,
@@ -52,7 +54,13 @@ def pairs_command(
     )
     from postprocess.profile_format import gpu_slug
 
+    if time_budget is not None and not time_budget > 0:
+        raise typer.BadParameter(
+            f"must be a number of seconds above 0, not {time_budget:g}", param_hint="--time-budget"
+        )
+    check_output_folder(out, "pair-matrix folder")
     spec = load_pairs_jobs(jobs)
+    check_cells(spec, out)
     gpu = prerequisites.check_gpu(0)
     if not gpu.ok or gpu.found is None:
         raise OrionError(

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
 from orion_cli.console import print_table
+from orion_common.output_paths import check_output_file
 from placement.fleet import OBJECTIVES
 from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
@@ -57,6 +58,8 @@ def plan_command(
     from placement.plan import load_matrices, solve
     from placement.plan_file import write_plan
 
+    if output is not None:
+        check_output_file(output, "plan file")
     spec = load_fleet(fleet)
     matrices = load_matrices(spec.gpu_kinds(), matrix_dir)
     plan = solve(spec, matrices, objective)

@@ -17,7 +17,9 @@ from rich.table import Table
 from orion_cli._common import console, handle_errors
 from orion_cli.console import print_table as print_any_table
 from orion_cli.console import warn
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
+from orion_common.output_paths import check_output_folder
 from placement.plan_file import load_plan
 from reporting import RunData, load_runs, report_json, report_tables, write_report
 from reporting.memory import with_limits_text
@@ -225,6 +227,8 @@ def report_command(
     Given a plan-run directory, reports every GPU's run and, per planned client, the measured
     HP p99 and BE throughput against the plan's predictions (within 10%?) and each HP's SLO.
     """
+    if output is not None and (as_json or plots):
+        check_output_folder(output, "report folder")
     runs, check = load_report_input(run_dirs)
     out = output_console()
     if as_json:
@@ -233,9 +237,8 @@ def report_command(
         if output is None:
             typer.echo(text)
             return
-        output.mkdir(parents=True, exist_ok=True)
         path = output / "report.json"
-        path.write_text(text + "\n", encoding="utf-8")
+        write_text_atomic(path, text + "\n")
         out.print(f"report: [bold]{path}[/]")
         return
     if runs:

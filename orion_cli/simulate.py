@@ -10,6 +10,7 @@ from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
 from orion_cli.console import print_table
+from orion_common.output_paths import check_output_folder
 from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
 
@@ -51,6 +52,8 @@ def simulate_command(
     from placement.plan import load_matrices
     from placement.simulate import load_simulation, simulate, summary, write_outputs
 
+    if output is not None:
+        check_output_folder(output, "simulation folder")
     spec = load_simulation(fleet)
     matrices = load_matrices(spec.fleet.gpu_kinds(), matrix_dir)
     jobs, results = simulate(spec, matrices)

@@ -287,6 +287,18 @@ def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
     }
 
 
+def check_cells(spec: PairsSpec, runs_dir: Path) -> None:
+    """Every cell of round 1 validated as `orion colocate` will validate it (workload names,
+    CUDA graphs on workloads that can be captured, ...), so a mistake in the jobs file is said
+    before anything asks for a GPU; later rounds repeat round 1's cells."""
+    from colocation.config import parse_jobs
+
+    for cell in planned_cells(spec):
+        if cell.round > 1:
+            break
+        parse_jobs(cell_jobs(spec, cell, runs_dir), Path.cwd(), source=f"cell {cell.name}")
+
+
 # (b) running ------------------------------------------------------------------------------------
 
 RunCell = Callable[[dict[str, Any], str], Path]

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
@@ -34,6 +35,7 @@ from orion_common.json_fields import (
     read_json,
     string,
 )
+from orion_common.output_paths import make_folder, write_with
 from placement.fleet import BeJob, Fleet, HpService, parse_fleet
 from placement.pair_matrix import PairMatrix
 from placement.plan import solve
@@ -529,10 +531,9 @@ def write_outputs(document: dict[str, Any], out_dir: str | Path) -> tuple[Path, 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out_dir, "simulation folder")
     json_path = out / "simulation.json"
-    json_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(json_path, json.dumps(document, indent=2) + "\n")
     figure = Figure(figsize=(7, 4.5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -550,5 +551,5 @@ def write_outputs(document: dict[str, Any], out_dir: str | Path) -> tuple[Path, 
         axes.legend(loc="lower right")
     figure.tight_layout()
     png_path = out / "simulation_jct_cdf.png"
-    figure.savefig(png_path, dpi=120)
+    write_with(png_path, lambda path: figure.savefig(path, dpi=120))
     return json_path, png_path

@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
+from orion_common.output_paths import make_folder
 from reporting import plots
 from reporting.memory import memory_series, memory_summary, with_limits_text
 from reporting.metrics import (
@@ -255,11 +257,7 @@ def write_report(
     ``preface``: Markdown lines put before the per-run sections, for what the runs were run to
     test (a plan run's "measured against predicted", ``reporting.plan_check``), which a reader
     of such a report looks for first."""
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OrionError(f"cannot create report folder {out}: {exc.strerror or exc}") from None
+    out = make_folder(out_dir, "report folder")
     tables = report_tables(runs)
     labels = tables.labels
     lines: list[str] = ["# orion run report", ""]
@@ -417,10 +415,7 @@ def write_report(
         lines.append("")
 
     report = out / REPORT_FILE
-    try:
-        report.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise OrionError(f"cannot write {report}: {exc.strerror or exc}") from None
+    write_text_atomic(report, "\n".join(lines).rstrip() + "\n")
     return report
 
 
