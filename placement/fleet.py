@@ -19,6 +19,9 @@ from orion_common.json_fields import (
 )
 
 OBJECTIVES = ("max-total-be", "max-min-be", "fewest-gpus")
+MAX_GPUS = 4096
+"""GPUs of one kind in a fleet: the planner's program grows with GPUs x options, and a count of
+1e9 would build it for hours."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ def _parse(data: Any) -> Fleet:
         if kind in kinds:
             raise FieldError(join(path, "kind"), f"{kind!r} is listed twice")
         kinds.add(kind)
-        gpus.append(GpuGroup(kind, integer(spec["count"], join(path, "count"), minimum=1)))
+        gpus.append(
+            GpuGroup(kind, integer(spec["count"], join(path, "count"), minimum=1, maximum=MAX_GPUS))
+        )
     objective = string(top.get("objective", "max-total-be"), "objective", OBJECTIVES)
     names: dict[str, str] = {}
     hp = []

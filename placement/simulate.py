@@ -43,6 +43,12 @@ from placement.plan import solve
 FORMAT = "orion-simulation"
 VERSION = 1
 ARRIVAL_KINDS = ("poisson", "trace")
+# Bounds that keep one `orion simulate` to seconds or minutes: a typo (duration_s 1e15,
+# jobs_per_hour 1e9) is refused with the bound rather than left to run for hours.
+MAX_DURATION_S = 366 * 24 * 3600.0
+MAX_ROUNDS = 10_000
+MAX_JOBS_PER_HOUR = 10_000.0
+MAX_JOBS = 10_000
 POLICIES = ("orion", "one-gpu-per-job", "packing-blind", "gavel-isolated")
 # a simulation that has not drained after this many rounds past the arrivals stops there
 _DRAIN_FACTOR = 100
@@ -160,9 +166,15 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
     path = "simulation"
     spec = obj(data, path, ("round_s", "duration_s", "seed", "arrivals", "job_mix"))
     round_s = number(spec["round_s"], join(path, "round_s"))
-    duration_s = number(spec["duration_s"], join(path, "duration_s"))
+    duration_s = number(spec["duration_s"], join(path, "duration_s"), maximum=MAX_DURATION_S)
     if duration_s < round_s:
         raise FieldError(join(path, "duration_s"), f"must be at least round_s ({round_s:g})")
+    if duration_s / round_s > MAX_ROUNDS:
+        raise FieldError(
+            join(path, "round_s"),
+            f"gives {duration_s / round_s:,.0f} rounds over duration_s; at most {MAX_ROUNDS:,} "
+            f"(round_s at least {duration_s / MAX_ROUNDS:,.6g})",
+        )
     seed = integer(spec["seed"], join(path, "seed"))
     arrivals_path = join(path, "arrivals")
     if not isinstance(spec["arrivals"], dict):
@@ -171,7 +183,17 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
     trace_path = None
     if kind == "poisson":
         arrivals = obj(spec["arrivals"], arrivals_path, ("kind", "jobs_per_hour"))
-        number(arrivals["jobs_per_hour"], join(arrivals_path, "jobs_per_hour"))
+        rate = number(
+            arrivals["jobs_per_hour"],
+            join(arrivals_path, "jobs_per_hour"),
+            maximum=MAX_JOBS_PER_HOUR,
+        )
+        if rate * duration_s / 3600.0 > MAX_JOBS:
+            raise FieldError(
+                join(arrivals_path, "jobs_per_hour"),
+                f"brings about {rate * duration_s / 3600.0:,.0f} jobs over duration_s; at most "
+                f"{MAX_JOBS:,} jobs are simulated",
+            )
     else:
         arrivals = obj(spec["arrivals"], arrivals_path, ("kind", "path"))
         trace_path = base_dir / string(arrivals["path"], join(arrivals_path, "path"))
@@ -245,8 +267,17 @@ def _trace(sim: Simulation, path: Path) -> list[Arrival]:
             columns = set(rows[0]) if rows else set()
     except FileNotFoundError:
         raise OrionError(f"{where} does not exist") from None
+    if not rows:
+        raise OrionError(
+            f"{where} holds no arrivals: a simulation needs at least one job",
+            hint="one line per job after the header arrival_s,job[,iterations]",
+        )
+    if len(rows) > MAX_JOBS:
+        raise OrionError(
+            f"{where} holds {len(rows):,} arrivals; at most {MAX_JOBS:,} are simulated"
+        )
     for column in ("arrival_s", "job"):
-        if rows and column not in columns:
+        if column not in columns:
             raise OrionError(f"{where}: {column}: column is required")
     jobs = []
     for line, row in enumerate(rows, start=2):
@@ -266,6 +297,11 @@ def _trace(sim: Simulation, path: Path) -> list[Arrival]:
             raise OrionError(f"{where}: line {line}: iterations: must be positive")
         if arrival_s < sim.duration_s:
             jobs.append(Arrival("", name, by_job[name].weight, iterations, arrival_s))
+    if not jobs:
+        raise OrionError(
+            f"{where}: no job arrives before simulation.duration_s ({sim.duration_s:g} s)",
+            hint="arrival_s is seconds from the start of the simulation",
+        )
     jobs.sort(key=lambda job: job.arrival_s)  # stable: equal times keep file order
     return [
         Arrival(f"j{index + 1:04d}", j.job, j.weight, j.iterations, j.arrival_s)

@@ -424,6 +424,11 @@ def _read_run_json(root: Path) -> dict[str, Any]:
         raise OrionError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         meta = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise OrionError(
+            f"run.json in {root} is nested too deeply to be a run record",
+            hint="the run's record is damaged (the runner only ever replaces it whole)",
+        ) from None
     except ValueError as exc:  # UnicodeDecodeError (binary) is a ValueError too
         reason = _shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 80)
         raise OrionError(
@@ -500,7 +505,7 @@ def _read_scheduler(path: Path, notes: list[str]) -> dict[str, dict[str, Any]] |
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         notes.append("scheduler.json is not readable JSON; scheduler statistics left out")
         return None
     clients = raw.get("clients") if isinstance(raw, dict) else None
