@@ -48,7 +48,9 @@ def is_plan_file(path: Path) -> bool:
         data = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
         return False  # the jobs-file reader reports what is wrong with it
-    return isinstance(data, dict) and data.get("format") == FORMAT
+    # any orion-plan* format: a plan of another version or spelling is refused as a plan (one
+    # line naming its format), not read as a jobs file with a dozen unrelated errors
+    return isinstance(data, dict) and str(data.get("format", "")).startswith(FORMAT)
 
 
 def plan_jobs(plan: Any, duration_s: float, output_dir: Path) -> dict[int, dict[str, Any]]:

@@ -67,9 +67,12 @@ ModeOpt = Annotated[
 ]
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per step.")]
 MatrixDirOpt = Annotated[
-    Path,
+    Path | None,
     typer.Option(
-        "--matrix-dir", help="Folder holding one pair matrix <gpu kind>.json per GPU kind."
+        "--matrix-dir",
+        help="Folder holding one pair matrix <gpu kind>.json per GPU kind "
+        "[default: benchmarks/results/<gpu kind>/pairs, as committed].",
+        show_default=False,
     ),
 ]
 CudaGraphOpt = Annotated[

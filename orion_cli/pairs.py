@@ -10,7 +10,7 @@ import typer
 from orion_cli._common import console, handle_errors
 from orion_common.errors import OrionError
 from orion_common.output_paths import check_output_folder
-from placement.pair_matrix import DEFAULT_MATRIX_DIR
+from placement.pair_matrix import RESULTS_DIR, default_matrix_dir
 
 
 @handle_errors
@@ -26,9 +26,14 @@ def pairs_command(
         ),
     ],
     out: Annotated[
-        Path,
-        typer.Option("--out", help="Folder of <gpu kind>.json (the default --matrix-dir of plan)."),
-    ] = DEFAULT_MATRIX_DIR,
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder of <gpu kind>.json [default: benchmarks/results/<gpu kind>/pairs, "
+            "where plan and simulate look].",
+            show_default=False,
+        ),
+    ] = None,
     time_budget: Annotated[
         float | None,
         typer.Option(
@@ -58,9 +63,9 @@ def pairs_command(
         raise typer.BadParameter(
             f"must be a number of seconds above 0, not {time_budget:g}", param_hint="--time-budget"
         )
-    check_output_folder(out, "pair-matrix folder")
+    check_output_folder(RESULTS_DIR if out is None else out, "pair-matrix folder")
     spec = load_pairs_jobs(jobs)
-    check_cells(spec, out)
+    check_cells(spec, RESULTS_DIR if out is None else out)
     gpu = prerequisites.check_gpu(0)
     if not gpu.ok or gpu.found is None:
         raise OrionError(
@@ -68,6 +73,7 @@ def pairs_command(
             hint="`orion doctor` shows what is installed",
         )
     device = gpu_slug(gpu.found.name)
+    out = default_matrix_dir(device) if out is None else out
     folder = out / device
 
     def progress(line: str) -> None:

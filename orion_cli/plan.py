@@ -9,10 +9,9 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
-from orion_cli.console import print_table
+from orion_cli.console import JsonOpt, print_json, print_table
 from orion_common.output_paths import check_output_file
 from placement.fleet import OBJECTIVES
-from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
 
 @handle_errors
@@ -27,7 +26,7 @@ def plan_command(
             show_default=False,
         ),
     ],
-    matrix_dir: MatrixDirOpt = DEFAULT_MATRIX_DIR,
+    matrix_dir: MatrixDirOpt = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the plan (format orion-plan) to this file."),
@@ -42,6 +41,7 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Plan which jobs share which GPU: an exact MILP over the measured pairs.
 
@@ -63,6 +63,10 @@ def plan_command(
     spec = load_fleet(fleet)
     matrices = load_matrices(spec.gpu_kinds(), matrix_dir)
     plan = solve(spec, matrices, objective)
+    if as_json:
+        written = None if output is None else str(write_plan(plan, output))
+        print_json({**plan.to_dict(), "written": written})
+        return
 
     table = Table(title=f"orion plan ({plan.objective})", title_justify="left")
     table.add_column("GPU", justify="right")

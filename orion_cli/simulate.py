@@ -9,9 +9,8 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
-from orion_cli.console import print_table
+from orion_cli.console import JsonOpt, print_json, print_table
 from orion_common.output_paths import check_output_folder
-from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
 
 def _hours(seconds: float | None) -> str:
@@ -31,7 +30,7 @@ def simulate_command(
             show_default=False,
         ),
     ],
-    matrix_dir: MatrixDirOpt = DEFAULT_MATRIX_DIR,
+    matrix_dir: MatrixDirOpt = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -41,6 +40,7 @@ def simulate_command(
             "into this folder.",
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Simulate BE jobs arriving on the fleet under orion's planner and three baselines.
 
@@ -58,6 +58,10 @@ def simulate_command(
     matrices = load_matrices(spec.fleet.gpu_kinds(), matrix_dir)
     jobs, results = simulate(spec, matrices)
     document = summary(spec, jobs, results)
+    if as_json:
+        written = None if output is None else [str(p) for p in write_outputs(document, output)]
+        print_json({**document, "written": written})
+        return
     sim = spec.simulation
     table = Table(
         title=f"orion simulate ({len(jobs)} BE jobs over {sim.duration_s / 3600:g} h, "

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from colocation.jobs_schema import CLIENT_NAME_PATTERN
+from colocation.jobs_schema import CLIENT_NAME_PATTERN, MAX_BATCH_SIZE, MAX_DURATION_S
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
@@ -153,8 +153,8 @@ def _parse_spec(data: Any) -> PairsSpec:
             raise FieldError("settings.be_sm_percent", f"must be at most 100, not {share}")
         if policy != "mps-share":
             raise FieldError("settings.be_sm_percent", "applies only to policy mps-share")
-    duration = number(top.get("duration_s", 60), "duration_s")
-    rounds = integer(top.get("rounds", 3), "rounds", minimum=1)
+    duration = number(top.get("duration_s", 60), "duration_s", maximum=MAX_DURATION_S)
+    rounds = integer(top.get("rounds", 3), "rounds", minimum=1, maximum=100)
     raw_jobs = top["jobs"]
     if not isinstance(raw_jobs, dict) or not raw_jobs:
         raise FieldError("jobs", "must be a non-empty object of job name to job")
@@ -178,7 +178,9 @@ def _parse_job(name: str, spec: Any) -> PairsJob:
     kind = string(spec["kind"], f"{path}.kind", ("hp", "be"))
     workload = string(spec["workload"], f"{path}.workload")
     mode = string(spec["mode"], f"{path}.mode", ("infer", "train"))
-    batch_size = integer(spec["batch_size"], f"{path}.batch_size", minimum=1)
+    batch_size = integer(
+        spec["batch_size"], f"{path}.batch_size", minimum=1, maximum=MAX_BATCH_SIZE
+    )
     dtype = string(spec.get("dtype", "fp32"), f"{path}.dtype", ("fp32", "bf16"))
     if kind == "be":
         for key in ("cuda_graph", "rate_per_s"):
@@ -469,6 +471,8 @@ def build_pair_matrix(
             "cuda_graph": job.cuda_graph,
             "alone": figure,
         }
+        if job.kind == "hp":
+            jobs[name]["rate_per_s"] = job.rate_per_s
     pairs = []
     for members in pair_names(spec):
         if not all(name in jobs for name in members):
