@@ -25,9 +25,11 @@ from orion_common.output_paths import make_folder
 from reporting import plots
 from reporting.memory import memory_series, memory_summary, with_limits_text
 from reporting.metrics import (
+    BASELINE_P99_TOLERANCE,
     BE_FRACTION_MIN,
     HP_P99_SLOWDOWN_MAX,
     PERCENTILE_METHOD,
+    UNDECIDED,
     compare_runs,
     find_baseline,
     headline,
@@ -46,10 +48,6 @@ from reporting.series import (
 from reporting.shares import SHARE_PERCENTILE, shares_series, shares_summary
 from reporting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from reporting.tail import NO_TRACE_NOTE, SLOW_PERCENTILE, slow_requests, tail_summary
-
-BASELINE_P99_TOLERANCE = 0.05
-"""The dedicated run's HP p99 must be known to within ±5 % (its 95 % interval): the target is a
-5 % slowdown, and a reference less certain than that cannot tell a 5 % slowdown from noise."""
 
 REPORT_FORMAT = "orion-report"
 REPORT_VERSION = 1
@@ -702,6 +700,11 @@ def _verdict(row: dict[str, Any]) -> str:
         head = "target met"
     elif row["target_met"] is False:
         head = "target missed"
+    elif row["target_met"] == UNDECIDED:
+        head = (
+            "target undecided (a 95% interval reaches across a limit, or the dedicated run "
+            "is too noisy to judge it)"
+        )
     else:
         head = "target cannot be judged"
     return f"{label}: {head}: {clauses}{caveat}."
@@ -743,9 +746,12 @@ def _target_ms(head: pd.DataFrame) -> float | None:
 
 def target_met_text(value: Any) -> str:
     """The ``target met`` cell, worded alike in the terminal and in report.md:
-    ``yes``, ``no``, or ``-`` when it cannot be judged (no dedicated baseline, no HP client)."""
+    ``yes``, ``no``, ``undecided`` (the intervals cannot tell), or ``-`` when it cannot be
+    judged (no dedicated baseline, no HP client)."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if value == UNDECIDED:
+        return UNDECIDED
     return "yes" if bool(value) else "no"
 
 
