@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from orion_cli._common import console, handle_errors
+from orion_cli._common import console, fail, handle_errors
 from orion_cli.console import print_table as print_any_table
 from orion_cli.console import warn
 from orion_common.atomic_io import write_text_atomic
@@ -36,10 +36,6 @@ from reporting.plan_check import (
 )
 from reporting.shares import SHARE_PERCENTILE
 from reporting.summary import target_met_text
-from reporting.tail import NO_TRACE_NOTE
-
-_NO_TRACE_TEXT = NO_TRACE_NOTE.replace("`", "")
-"""The note for a run without a trace, without Markdown's backquotes."""
 
 # (column, header, format) for each table; formats are str.format specs.
 _CLIENT_VIEW = [
@@ -218,6 +214,14 @@ def report_command(
     plots: Annotated[
         bool, typer.Option("--plots/--no-plots", help="Write the pictures and report.md.")
     ] = True,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="For CI: exit 1 (after the report) when a run is incomplete or a target is "
+            "missed; an undecided target does not fail.",
+        ),
+    ] = False,
 ) -> None:
     """Latency percentiles, throughput and comparisons of co-location runs.
 
@@ -236,19 +240,46 @@ def report_command(
         text = json.dumps(data, indent=2, allow_nan=False)
         if output is None:
             typer.echo(text)
-            return
-        path = output / "report.json"
-        write_text_atomic(path, text + "\n")
-        out.print(f"report: [bold]{path}[/]")
+        else:
+            path = output / "report.json"
+            write_text_atomic(path, text + "\n")
+            out.print(f"report: [bold]{path}[/]")
+        if strict:
+            _fail_the_check(runs, data.get("headline", []))
         return
+    headline_rows: list[dict[str, Any]] = []
     if runs:
-        print_runs(out, runs)
+        headline_rows = print_runs(out, runs)
     if check is not None:
         print_plan_check(out, check)
     if plots:
         folder = output or default_output(run_dirs)
         path = write_plan_report(check, folder) if check is not None else write_report(runs, folder)
         out.print(f"report: [bold]{path}[/] (pictures beside it)")
+    if strict:
+        _fail_the_check(runs, headline_rows)
+
+
+def check_failures(runs: list[RunData], headline_rows: list[dict[str, Any]]) -> list[str]:
+    """What `--check` fails on: runs that are not complete, and targets missed (False)."""
+    failures = [
+        f"run {run.path} is not complete ({run.status})" for run in runs if not run.complete
+    ]
+    failures += [
+        f"run {row['run']} missed the target"
+        for row in headline_rows
+        if row.get("target_met") is False
+    ]
+    return failures
+
+
+def _fail_the_check(runs: list[RunData], headline_rows: list[dict[str, Any]]) -> None:
+    failures = check_failures(runs, headline_rows)
+    if failures:
+        raise fail(
+            f"--check: {len(failures)} problem(s): {'; '.join(failures)}",
+            hint="drop --check to report without failing",
+        )
 
 
 def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | None]:
@@ -268,19 +299,19 @@ def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | 
     return list(check.runs), check
 
 
-def print_runs(out: Console, runs: list[RunData]) -> None:
-    """The usual tables, verdicts and warnings of ``runs``."""
+def print_runs(out: Console, runs: list[RunData]) -> list[dict[str, Any]]:
+    """The usual tables, verdicts and warnings of ``runs``; returns the headline rows."""
     tables = report_tables(runs)
     for run, label in zip(runs, tables.labels, strict=True):
         if not run.complete:
             out.print(
                 Panel(
-                    f"run {label} is [bold]{run.status}[/]: it did not finish normally; "
-                    "its numbers cover only what was recorded",
+                    incomplete_banner(run, label),
                     style="yellow",
                     title="incomplete run",
                     expand=False,
-                )
+                ),
+                soft_wrap=False,
             )
     print_table(out, "clients", tables.clients, _CLIENT_VIEW)
     if len(runs) > 1 or not tables.relative.empty:
@@ -299,11 +330,28 @@ def print_runs(out: Console, runs: list[RunData]) -> None:
         print_table(out, "where the HP tail comes from (requests above p95)", traced, _TAIL_VIEW)
     for row in tables.tail.to_dict("records"):
         if not row["traced"]:
-            out.print(f"- {row['run']} ({row['client']}): {_NO_TRACE_TEXT}", highlight=False)
+            note = str(row["note"]).replace("`", "")
+            out.print(f"- {row['run']} ({row['client']}): {note}", highlight=False)
     for verdict in tables.verdicts:
         out.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:
         warn(warning)
+    return tables.headline.to_dict("records")
+
+
+def incomplete_banner(run: RunData, label: str) -> str:
+    """What is really wrong with a run that is not complete: its status, or the tables that do
+    not hold what its writer recorded (a run can say ``complete`` and still be damaged)."""
+    if run.status == "complete" and run.cut_tables:
+        return (
+            f"run {label} finished, but {', '.join(run.cut_tables)} "
+            f"{'is' if len(run.cut_tables) == 1 else 'are'} damaged (see the warnings): "
+            "read as incomplete; figures from damaged tables are left out or wrong"
+        )
+    return (
+        f"run {label} is [bold]{run.status}[/]: it did not finish normally; "
+        "its numbers cover only what was recorded"
+    )
 
 
 def print_plan_check(out: Console, check: PlanCheck) -> None:

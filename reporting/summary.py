@@ -47,7 +47,7 @@ from reporting.series import (
 )
 from reporting.shares import SHARE_PERCENTILE, shares_series, shares_summary
 from reporting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
-from reporting.tail import NO_TRACE_NOTE, SLOW_PERCENTILE, slow_requests, tail_summary
+from reporting.tail import SLOW_PERCENTILE, slow_requests, tail_summary
 
 REPORT_FORMAT = "orion-report"
 REPORT_VERSION = 1
@@ -524,7 +524,7 @@ def tail_lines(tail: pd.DataFrame, out: Path, order: Sequence[str]) -> list[str]
         )
         lines.append("")
     for row in tail[~tail["traced"].astype(bool)].to_dict("records"):
-        lines.append(f"- `{row['run']}` ({row['client']}): {NO_TRACE_NOTE}.")
+        lines.append(f"- `{row['run']}` ({row['client']}): {row['note']}.")
     if not tail["traced"].astype(bool).all():
         lines.append("")
     return lines
