@@ -53,7 +53,11 @@ def load_matrices(kinds: list[str], matrix_dir: str | Path | None) -> dict[str, 
     for kind in dict.fromkeys(kinds):
         folder = default_matrix_dir(kind) if matrix_dir is None else Path(matrix_dir)
         path = folder / f"{kind}.json"
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as error:  # a kind too long for a file name, say
+            raise OrionError(f"no pair matrix for GPU kind {kind!r}: {error.strerror}") from None
+        if not found:
             raise OrionError(
                 f"no pair matrix for GPU kind {kind!r}: {path} does not exist",
                 hint="measure the pairs on that kind of GPU, or point --matrix-dir at the folder "

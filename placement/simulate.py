@@ -36,7 +36,7 @@ from orion_common.json_fields import (
     string,
 )
 from orion_common.output_paths import make_folder, write_with
-from placement.fleet import BeJob, Fleet, HpService, parse_fleet
+from placement.fleet import MAX_WEIGHT, BeJob, Fleet, HpService, parse_fleet
 from placement.pair_matrix import PairMatrix
 from placement.plan import solve
 
@@ -49,6 +49,7 @@ MAX_DURATION_S = 366 * 24 * 3600.0
 MAX_ROUNDS = 10_000
 MAX_JOBS_PER_HOUR = 10_000.0
 MAX_JOBS = 10_000
+MAX_ITERATIONS = 1e12
 POLICIES = ("orion", "one-gpu-per-job", "packing-blind", "gavel-isolated")
 # a simulation that has not drained after this many rounds past the arrivals stops there
 _DRAIN_FACTOR = 100
@@ -175,7 +176,7 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
             f"gives {duration_s / round_s:,.0f} rounds over duration_s; at most {MAX_ROUNDS:,} "
             f"(round_s at least {duration_s / MAX_ROUNDS:,.6g})",
         )
-    seed = integer(spec["seed"], join(path, "seed"))
+    seed = integer(spec["seed"], join(path, "seed"), maximum=2**63 - 1)
     arrivals_path = join(path, "arrivals")
     if not isinstance(spec["arrivals"], dict):
         raise FieldError(arrivals_path, "must be an object")
@@ -210,9 +211,9 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
         mix.append(
             MixEntry(
                 job,
-                number(entry.get("weight", 1.0), join(entry_path, "weight")),
-                number(entry["iterations"], join(entry_path, "iterations")),
-                number(entry["share"], join(entry_path, "share")),
+                number(entry.get("weight", 1.0), join(entry_path, "weight"), maximum=MAX_WEIGHT),
+                number(entry["iterations"], join(entry_path, "iterations"), maximum=MAX_ITERATIONS),
+                number(entry["share"], join(entry_path, "share"), maximum=MAX_WEIGHT),
             )
         )
     return Simulation(round_s, duration_s, seed, dict(arrivals), tuple(mix), trace_path)
@@ -466,7 +467,9 @@ def run_policy(
     last: list[Group] = []
     rounds = busy = used = violations = 0
     arrival_rounds = math.ceil(sim.duration_s / sim.round_s)
-    max_rounds = arrival_rounds * (_DRAIN_FACTOR + 1)
+    # jobs left after the arrivals drain for at most MAX_ROUNDS more rounds: a job that would
+    # need longer is reported unfinished rather than simulated for hours
+    max_rounds = min(arrival_rounds * (_DRAIN_FACTOR + 1), arrival_rounds + MAX_ROUNDS)
     next_job = 0
     while rounds < max_rounds:
         start = rounds * sim.round_s
