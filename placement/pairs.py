@@ -46,6 +46,7 @@ from orion_common.json_fields import (
     read_json,
     string,
 )
+from placement.fleet import MAX_RATE_PER_S
 from placement.pair_matrix import FORMAT, VERSION, parse_pair_matrix
 from reporting.metrics import HP_QUANTILE, POLICY_DEDICATED, latency_sample, work_sample
 from reporting.rundata import ClientInfo, RunData
@@ -196,7 +197,7 @@ def _parse_job(name: str, spec: Any) -> PairsJob:
         raise FieldError(f"{path}.mode", "must be infer for an HP job")
     if "rate_per_s" not in spec:
         raise FieldError(f"{path}.rate_per_s", "is required for an HP job")
-    rate = number(spec["rate_per_s"], f"{path}.rate_per_s")
+    rate = number(spec["rate_per_s"], f"{path}.rate_per_s", maximum=MAX_RATE_PER_S)
     graph = spec.get("cuda_graph", False)
     if not isinstance(graph, bool):
         raise FieldError(f"{path}.cuda_graph", "must be true or false")

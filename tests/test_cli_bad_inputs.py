@@ -203,6 +203,17 @@ BAD_FILES = [
     ("simulate: round_s 1e-3", _simulate(_set("simulation", "round_s", 1e-3)), "rounds over"),
     ("simulate: an empty arrivals trace", _empty_trace, "holds no arrivals"),
     ("colocate: a plan of another format", _plan_of_another_format, "must be 'orion-plan'"),
+    ("plan: BE weight 1e308", _plan(lambda d: d["be"][0].update(weight=1e308)), "weight"),
+    (
+        "plan: a GPU kind of 5000 characters",
+        _plan(lambda d: d["gpus"][0].update(kind="k" * 5000)),
+        "no pair matrix for GPU kind",
+    ),
+    (
+        "simulate: iterations 1e30",
+        _simulate(lambda d: d["simulation"]["job_mix"][0].update(iterations=1e30)),
+        "iterations: must be at most",
+    ),
 ]
 
 
