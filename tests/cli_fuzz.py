@@ -81,8 +81,8 @@ for cmd, (src, argv) in files.items():
 existing = write("existing.txt", None, "x")
 for cmd, (src, argv) in files.items():
     for o in ["/proc/orion-x", existing, existing + "/sub"]:
-        if cmd in ("plan", "colocate") and o == existing:
-            continue  # plan -o replaces a file, as -o does; colocate's -o is checked apart
+        if cmd == "plan" and o == existing:
+            continue  # plan -o replaces an existing file, as -o does elsewhere
         flag = "--out" if cmd == "pairs" else "-o"
         a = argv(str(src))
         if cmd == "pairs":
