@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -173,6 +174,17 @@ def load_jobs(path: str | os.PathLike[str]) -> JobsConfig:
         ) from None
     except RecursionError:
         raise _nested_too_deeply(file) from None
+    except ValueError:  # an integer too long for Python to convert
+        raise OrionError(
+            f"{file}: a number is too long to read (over {sys.get_int_max_str_digits():,} digits)",
+            hint="numbers in a jobs file need a few digits",
+        ) from None
+    if isinstance(data, dict) and str(data.get("format", "")).startswith("orion-plan"):
+        # a plan (any version), not a jobs file: one line, not a dozen unrelated field errors
+        raise OrionError(
+            f"{file} is a plan (format {data.get('format')!r}), not a jobs file",
+            hint=f"run a plan with `orion run-plan {file}`",
+        )
     try:
         return parse_jobs(data, file.parent, source=f"jobs file {file}")
     except RecursionError:

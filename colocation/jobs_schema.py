@@ -39,6 +39,10 @@ from scheduler_core.run_state import DEFAULT_BE_GATE
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
+MAX_DURATION_S = 7 * 24 * 3600.0
+MAX_REQUESTS = 100_000_000
+MAX_WARMUP_STEPS = 100_000
+MAX_BATCH_SIZE = 65_536
 
 
 class Thresholds(StrictModel):
@@ -52,9 +56,10 @@ class RunConfig(StrictModel):
     """How the run is carried out and measured."""
 
     policy: str
-    duration_s: Annotated[float, Field(gt=0)] | None = None
-    requests: Annotated[int, Field(ge=1)] | None = None
-    warmup_steps: Annotated[int, Field(ge=0)] = 20
+    # Bounded, so that a typo (10^30 warm-up steps, a year of measuring) is refused up front.
+    duration_s: Annotated[float, Field(gt=0, le=MAX_DURATION_S)] | None = None
+    requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] | None = None
+    warmup_steps: Annotated[int, Field(ge=0, le=MAX_WARMUP_STEPS)] = 20
     seed: Annotated[int, Field(ge=0)] = 1
     output_dir: PathField = Field(default=Path("runs"), validate_default=True)
     trace: bool = False
@@ -94,7 +99,7 @@ class ClientConfig(StrictModel):
     name: str
     workload: str
     mode: Literal["infer", "train"]
-    batch_size: Annotated[int, Field(ge=1)]
+    batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
     dtype: Literal["fp32", "bf16"] = "fp32"
     role: Literal["hp", "be"] = "be"
     arrivals: ArrivalsModel | None = Field(default=None, validate_default=True)

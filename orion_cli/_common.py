@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
 
+from orion_cli.console import console, error_console
 from orion_common.errors import OrionError
 
-console = Console()
-error_console = Console(stderr=True)
+__all__ = ["console", "error_console", "fail", "handle_errors", "interactive"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,7 +56,10 @@ def interactive() -> bool:
 
 
 WorkloadArg = Annotated[
-    str, typer.Argument(help="Workload name (see `orion workloads`).", show_default=False)
+    str,
+    typer.Argument(
+        metavar="WORKLOAD", help="Workload name (see `orion workloads`).", show_default=False
+    ),
 ]
 ModeOpt = Annotated[
     str,
@@ -65,9 +67,12 @@ ModeOpt = Annotated[
 ]
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per step.")]
 MatrixDirOpt = Annotated[
-    Path,
+    Path | None,
     typer.Option(
-        "--matrix-dir", help="Folder holding one pair matrix <gpu kind>.json per GPU kind."
+        "--matrix-dir",
+        help="Folder holding one pair matrix <gpu kind>.json per GPU kind "
+        "[default: benchmarks/results/<gpu kind>/pairs, as committed].",
+        show_default=False,
     ),
 ]
 CudaGraphOpt = Annotated[

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
 import typer
 
 from orion_cli.colocate import colocate_command
@@ -20,33 +24,76 @@ from orion_cli.workloads import workloads_command
 
 app = typer.Typer(
     name="orion",
-    help=(
-        "Share one NVIDIA GPU between a latency-critical inference job and best-effort jobs.\n\n"
-        "Typical flow: `orion profile` each workload once (Nsight Compute), `orion colocate` "
-        "the jobs under a policy, `orion report` the run directories."
-    ),
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell
+    add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    # Plain help, as git's and nvidia-smi's: paragraphs re-wrapped to the terminal, no type
+    # column (no "<bool>" beside every flag), and nothing in boxes a log would mangle.
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-app.command("profile")(profile_command)
-app.command("colocate")(colocate_command)
-app.command("report")(report_command)
-app.command("doctor")(doctor_command)
-app.command("workloads")(workloads_command)
-app.command("plan")(plan_command)
-app.command("run-plan")(run_plan_command)
-app.command("pairs")(pairs_command)
-app.command("simulate")(simulate_command)
-app.command("quota")(quota_command)
-app.command("up")(up_command)
-app.command("down")(down_command)
+
+def _short_help(command: Callable[..., Any]) -> str:
+    """The docstring's first paragraph, whole: the command list shows it instead of cutting it
+    at 45 characters with "..."."""
+    return " ".join(inspect.cleandoc(command.__doc__ or "").split("\n\n")[0].split())
+
+
+def _version(value: bool) -> None:
+    if not value:
+        return
+    from colocation.rundir import git_revision, orion_version
+
+    revision = git_revision()
+    typer.echo(f"orion {orion_version()}" + (f" (git {revision[:12]})" if revision else ""))
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_version,
+            is_eager=True,
+            help="Print orion's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Share one NVIDIA GPU between a latency-critical inference job and best-effort jobs.
+
+    Typical flow: `orion profile` each workload once (Nsight Compute), `orion colocate` the jobs
+    under a policy, `orion report` the run directories. `orion report`, `orion plan` and
+    `orion simulate` need no GPU: they read committed results (see the README).
+    """
+
+
+for _name, _command in (
+    ("profile", profile_command),
+    ("colocate", colocate_command),
+    ("report", report_command),
+    ("doctor", doctor_command),
+    ("workloads", workloads_command),
+    ("plan", plan_command),
+    ("pairs", pairs_command),
+    ("simulate", simulate_command),
+    ("run-plan", run_plan_command),
+    ("quota", quota_command),
+    ("up", up_command),
+    ("down", down_command),
+    ("status", status_command),
+):
+    app.command(_name, short_help=_short_help(_command))(_command)
+# `orion run -- CMD ARGS`: everything after the options is the program's, unparsed.
 app.command(
-    "run", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
+    "run",
+    short_help=_short_help(run_command),
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )(run_command)
-app.command("status")(status_command)
 
 
 def main() -> None:

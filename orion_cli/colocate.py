@@ -14,7 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from orion_cli._common import console, error_console, fail, handle_errors, interactive
+from orion_cli.console import print_table, warn
 from orion_common.errors import OrionError
+from orion_common.output_paths import check_output_folder
 
 _PLAIN_INTERVAL_S = 5.0
 _EXAMPLE_HINT = "`orion colocate --example > jobs.json` writes a valid file to start from"
@@ -149,7 +151,7 @@ def _summary(run_dir: Path) -> None:
             else:
                 cells.append(str(value))
         table.add_row(*cells)
-    console.print(table)
+    print_table(table)
     for entry in run.meta.get("clients", []):
         tail = entry.get("log_tail") or []
         if entry.get("error") and tail:
@@ -168,7 +170,9 @@ def _summary(run_dir: Path) -> None:
 def colocate_command(
     jobs: Annotated[
         Path | None,
-        typer.Argument(help="The jobs file (see --example).", show_default=False),
+        typer.Argument(
+            metavar="JOBS.json", help="The jobs file (see --example).", show_default=False
+        ),
     ] = None,
     example: Annotated[
         bool, typer.Option("--example", help="Print a complete, valid jobs.json and exit.")
@@ -210,9 +214,11 @@ def colocate_command(
     config = with_overrides(
         load_jobs(jobs), source=jobs, policy=policy, output_dir=output_dir, duration_s=duration
     )
+    # input errors first, machine problems after: an unwritable -o is said before "no GPU"
+    check_output_folder(config.run.output_dir, "output folder")
     prepared = prepare_run(config)
     for warning in prepared.warnings:
-        error_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        warn(warning)
     view: _LiveView | _PlainView = _LiveView(console) if interactive() else _PlainView(console)
     try:
         with view:

@@ -9,7 +9,8 @@ import typer
 
 from orion_cli._common import console, handle_errors
 from orion_common.errors import OrionError
-from placement.pair_matrix import DEFAULT_MATRIX_DIR
+from orion_common.output_paths import check_output_folder
+from placement.pair_matrix import RESULTS_DIR, default_matrix_dir
 
 
 @handle_errors
@@ -17,6 +18,7 @@ def pairs_command(
     jobs: Annotated[
         Path,
         typer.Argument(
+            metavar="PAIRS_JOBS.json",
             help='Jobs file: {"policy": orion|mps-priority|mps-share, "settings": {...}, '
             '"duration_s", "rounds", "jobs": {name: {"kind": hp|be, "workload", "mode", '
             '"batch_size", "dtype", "cuda_graph" (hp), "rate_per_s" (hp)}}}.',
@@ -24,9 +26,14 @@ def pairs_command(
         ),
     ],
     out: Annotated[
-        Path,
-        typer.Option("--out", help="Folder of <gpu kind>.json (the default --matrix-dir of plan)."),
-    ] = DEFAULT_MATRIX_DIR,
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder of <gpu kind>.json [default: benchmarks/results/<gpu kind>/pairs, "
+            "where plan and simulate look].",
+            show_default=False,
+        ),
+    ] = None,
     time_budget: Annotated[
         float | None,
         typer.Option(
@@ -44,6 +51,7 @@ def pairs_command(
     from orion_common import prerequisites
     from placement.pairs import (
         build_pair_matrix,
+        check_cells,
         load_cell_runs,
         load_pairs_jobs,
         run_pairs,
@@ -51,7 +59,13 @@ def pairs_command(
     )
     from postprocess.profile_format import gpu_slug
 
+    if time_budget is not None and not time_budget > 0:
+        raise typer.BadParameter(
+            f"must be a number of seconds above 0, not {time_budget:g}", param_hint="--time-budget"
+        )
+    check_output_folder(RESULTS_DIR if out is None else out, "pair-matrix folder")
     spec = load_pairs_jobs(jobs)
+    check_cells(spec, RESULTS_DIR if out is None else out)
     gpu = prerequisites.check_gpu(0)
     if not gpu.ok or gpu.found is None:
         raise OrionError(
@@ -59,6 +73,7 @@ def pairs_command(
             hint="`orion doctor` shows what is installed",
         )
     device = gpu_slug(gpu.found.name)
+    out = default_matrix_dir(device) if out is None else out
     folder = out / device
 
     def progress(line: str) -> None:

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
+from orion_cli.console import JsonOpt, print_json, print_table
+from orion_common.output_paths import check_output_file
 from placement.fleet import OBJECTIVES
-from placement.pair_matrix import DEFAULT_MATRIX_DIR
 
 
 @handle_errors
@@ -18,13 +19,14 @@ def plan_command(
     fleet: Annotated[
         Path,
         typer.Argument(
+            metavar="FLEET.json",
             help='Fleet file: {"gpus": [{"kind", "count"}], "objective", "hp": [{"name", "job", '
             '"rate_per_s", "p99_slo_ms"}], "be": [{"name", "job", "weight"}]}; "job" names a job '
             "of the pair matrix.",
             show_default=False,
         ),
     ],
-    matrix_dir: MatrixDirOpt = DEFAULT_MATRIX_DIR,
+    matrix_dir: MatrixDirOpt = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the plan (format orion-plan) to this file."),
@@ -39,6 +41,7 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Plan which jobs share which GPU: an exact MILP over the measured pairs.
 
@@ -55,9 +58,15 @@ def plan_command(
     from placement.plan import load_matrices, solve
     from placement.plan_file import write_plan
 
+    if output is not None:
+        check_output_file(output, "plan file")
     spec = load_fleet(fleet)
     matrices = load_matrices(spec.gpu_kinds(), matrix_dir)
     plan = solve(spec, matrices, objective)
+    if as_json:
+        written = None if output is None else str(write_plan(plan, output))
+        print_json({**plan.to_dict(), "written": written})
+        return
 
     table = Table(title=f"orion plan ({plan.objective})", title_justify="left")
     table.add_column("GPU", justify="right")
@@ -83,7 +92,7 @@ def plan_command(
             or "-"
         )
         table.add_row(str(gpu.index), gpu.kind, jobs, hp_text, be_text)
-    console.print(table)
+    print_table(table)
     totals = plan.totals
     min_ratio = totals["min_weighted_be_ratio"]
     min_text = "-" if min_ratio is None else f"{min_ratio:.2f}"

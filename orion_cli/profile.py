@@ -34,6 +34,7 @@ from orion_cli._common import (
     handle_errors,
     interactive,
 )
+from orion_cli.console import print_table, warn
 from orion_common.errors import OrionError
 
 if TYPE_CHECKING:
@@ -331,9 +332,10 @@ def _progress_listener() -> Iterator[ProgressListener]:
 # --- summary --------------------------------------------------------------------------------------
 
 
-def short_kernel_name(name: str, limit: int = _NAME_WIDTH) -> str:
-    """``void at::native::f<float, 4>(int, float*)`` -> ``at::native::f<…>``, then namespaces
-    dropped from the left until it fits: a table needs which kernel, not its signature."""
+def short_kernel_name(name: str, limit: int | None = _NAME_WIDTH) -> str:
+    """``void at::native::f<float, 4>(int, float*)`` -> ``at::native::f<...>``, then namespaces
+    dropped from the left until it fits ``limit`` (``None``: keep them all): a table needs which
+    kernel, not its signature; the full name is in the profile."""
     text = str(name).strip().removeprefix("void ")
     text = text.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     out: list[str] = []
@@ -341,7 +343,7 @@ def short_kernel_name(name: str, limit: int = _NAME_WIDTH) -> str:
     for char in text:
         if char == "<":
             if depth == 0:
-                out.append("<…>")
+                out.append("<...>")
             depth += 1
         elif char == ">" and depth:
             depth -= 1
@@ -350,9 +352,11 @@ def short_kernel_name(name: str, limit: int = _NAME_WIDTH) -> str:
         elif depth == 0:
             out.append(char)
     short = "".join(out).strip() or text
+    if limit is None:
+        return short
     while len(short) > limit and "::" in short:
         short = short.split("::", 1)[1]
-    return short if len(short) <= limit else short[: limit - 1] + "…"
+    return short if len(short) <= limit else short[: limit - 3] + "..."
 
 
 def _ms(ns: float) -> str:
@@ -389,7 +393,7 @@ def show_summary(result: ProfileResult) -> None:
     _sm_histogram_table(result)
     _match_line(result)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
 
 
 def _paths_table(result: ProfileResult) -> None:
@@ -401,7 +405,7 @@ def _paths_table(result: ProfileResult) -> None:
             continue
         label = _PATH_LABELS.get(name, name.replace("_", " "))
         table.add_row(label, str(path))
-    console.print(table)
+    print_table(table)
 
 
 def _timings_table(result: ProfileResult) -> None:
@@ -418,7 +422,7 @@ def _timings_table(result: ProfileResult) -> None:
     for key, label in labels.items():
         if key in result.timings:
             table.add_row(label, _seconds(result.timings[key]))
-    console.print(table)
+    print_table(table)
 
 
 def _kernel_counts(result: ProfileResult) -> None:
@@ -475,7 +479,7 @@ def _classes_table(result: ProfileResult) -> None:
             other = measured.by_class.loc[index]
             cells += [_ms(other["duration_ns"]), f"{other['share_pct']:.1f}"]
         table.add_row(*cells)
-    console.print(table)
+    print_table(table)
 
 
 def _top_kernels_table(result: ProfileResult) -> None:
@@ -483,10 +487,8 @@ def _top_kernels_table(result: ProfileResult) -> None:
     which = "measured" if result.measured_summary is not None else "ncu (replayed)"
     top: pd.DataFrame = summary.top_kernels.head(_TOP_KERNELS)
     table = Table(title=f"top {len(top)} kernels by {which} time", title_justify="left")
-    # The other seven columns need about 60 characters; the name gets what is left, so a narrow
-    # terminal shortens names instead of squeezing the numbers to nothing.
-    name_width = max(16, min(_NAME_WIDTH, console.width - 60))
-    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=name_width)
+    # template arguments elided (<...>); the whole name is in the profile
+    table.add_column("kernel")
     table.add_column("grid")
     table.add_column("block")
     table.add_column("launches", justify="right")
@@ -496,7 +498,7 @@ def _top_kernels_table(result: ProfileResult) -> None:
     table.add_column("%", justify="right")
     for _, row in top.iterrows():
         table.add_row(
-            short_kernel_name(row["demangled_name"]),
+            short_kernel_name(row["demangled_name"], limit=None),
             _dims(row, "grid"),
             _dims(row, "block"),
             str(int(row["launches"])),
@@ -505,7 +507,7 @@ def _top_kernels_table(result: ProfileResult) -> None:
             _ms(row["duration_ns"]),
             f"{row['share_pct']:.1f}",
         )
-    console.print(table)
+    print_table(table)
 
 
 def _sm_histogram_table(result: ProfileResult) -> None:
@@ -526,7 +528,7 @@ def _sm_histogram_table(result: ProfileResult) -> None:
             f"[cyan]{_bar(float(row['kernels']), most)}[/]",
             _ms(row["duration_ns"]),
         )
-    console.print(table)
+    print_table(table)
 
 
 def _match_line(result: ProfileResult) -> None:

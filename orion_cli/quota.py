@@ -13,9 +13,14 @@ from orion_cli._common import console, handle_errors
 @handle_errors
 def quota_command(
     run_dir: Annotated[
-        Path, typer.Argument(help="The live run's directory (what `orion colocate` printed).")
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR", help="The live run's directory (what `orion colocate` printed)."
+        ),
     ],
-    client: Annotated[str, typer.Argument(help="The client's name in the jobs file.")],
+    client: Annotated[
+        str, typer.Argument(metavar="CLIENT", help="The client's name in the jobs file.")
+    ],
     memory_limit: Annotated[
         str | None,
         typer.Option(

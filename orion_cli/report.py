@@ -11,12 +11,15 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 
-from orion_cli._common import console, handle_errors
+from orion_cli._common import console, fail, handle_errors
+from orion_cli.console import print_table as print_any_table
+from orion_cli.console import warn
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
+from orion_common.output_paths import check_output_folder
 from placement.plan_file import load_plan
 from reporting import RunData, load_runs, report_json, report_tables, write_report
 from reporting.memory import with_limits_text
@@ -33,10 +36,6 @@ from reporting.plan_check import (
 )
 from reporting.shares import SHARE_PERCENTILE
 from reporting.summary import target_met_text
-from reporting.tail import NO_TRACE_NOTE
-
-_NO_TRACE_TEXT = NO_TRACE_NOTE.replace("`", "")
-"""The note for a run without a trace, without Markdown's backquotes."""
 
 # (column, header, format) for each table; formats are str.format specs.
 _CLIENT_VIEW = [
@@ -133,9 +132,6 @@ _PLAN_VIEW = [
 ]
 
 
-# Width of the output when stdout is not a terminal (a pipe, a file, a CI log): wide enough that
-# no table is ever squeezed; lines are only as long as their content.
-PLAIN_WIDTH = 10_000
 # Columns repeated in every part when a table is split to fit a narrow terminal.
 _KEY_COLUMNS = ("run", "client")
 
@@ -170,28 +166,9 @@ def _with_interval_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _table(title: str, frame: pd.DataFrame, view: list[tuple[str, str, str]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    columns = [(name, header, spec) for name, header, spec in view if name in frame.columns]
-    for _, header, spec in columns:
-        # fold, never "…": if a cell cannot fit it is broken over lines but nothing is dropped
-        table.add_column(
-            header, justify="left" if spec in ("{}", "target") else "right", overflow="fold"
-        )
-    for row in frame.to_dict("records"):
-        table.add_row(*(_cell(row.get(name), spec) for name, _, spec in columns))
-    return table
-
-
 def output_console() -> Console:
-    """The shared console on a terminal; in a pipe or log a plain one as wide as the content."""
-    if console.is_terminal:
-        return console
-    return Console(width=PLAIN_WIDTH, highlight=False)
-
-
-def _natural_width(out: Console, table: Table) -> int:
-    return Measurement.get(out, out.options.update_width(PLAIN_WIDTH), table).maximum
+    """The console every command prints with (orion_cli.console: full width in pipes)."""
+    return console
 
 
 def print_table(
@@ -200,20 +177,15 @@ def print_table(
     """``frame`` as one table, or, where the terminal is too narrow for it, as several tables of
     fewer columns each (the run and client columns repeated in each), so no number is cut."""
     view = [column for column in view if column[0] in frame.columns]
-    table = _table(title, frame, view)
-    if _natural_width(out, table) <= out.width:
-        out.print(table)
-        return
-    keys = [column for column in view if column[0] in _KEY_COLUMNS]
-    parts: list[list[tuple[str, str, str]]] = []
-    for column in (column for column in view if column[0] not in _KEY_COLUMNS):
-        trial = [*parts[-1], column] if parts else [column]
-        if parts and _natural_width(out, _table(title, frame, keys + trial)) <= out.width:
-            parts[-1] = trial
-        else:
-            parts.append([column])
-    for number, part in enumerate(parts, start=1):
-        out.print(_table(f"{title} ({number}/{len(parts)})", frame, keys + part))
+    table = Table(title=title, title_justify="left")
+    for _, header, spec in view:
+        table.add_column(header, justify="left" if spec in ("{}", "target") else "right")
+    for row in frame.to_dict("records"):
+        table.add_row(*(_cell(row.get(name), spec) for name, _, spec in view))
+    keys = 0
+    while keys < len(view) and view[keys][0] in _KEY_COLUMNS:
+        keys += 1
+    print_any_table(table, keys=keys, out=out)
 
 
 @handle_errors
@@ -221,8 +193,9 @@ def report_command(
     run_dirs: Annotated[
         list[Path],
         typer.Argument(
+            metavar="RUN_DIR",
             help="One or more run directories written by `orion colocate`, or one plan-run "
-            "directory written by `orion run-plan plan.json`."
+            "directory written by `orion run-plan plan.json`.",
         ),
     ],
     as_json: Annotated[
@@ -241,6 +214,14 @@ def report_command(
     plots: Annotated[
         bool, typer.Option("--plots/--no-plots", help="Write the pictures and report.md.")
     ] = True,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="For CI: exit 1 (after the report) when a run is incomplete or a target is "
+            "missed; an undecided target does not fail.",
+        ),
+    ] = False,
 ) -> None:
     """Latency percentiles, throughput and comparisons of co-location runs.
 
@@ -250,6 +231,8 @@ def report_command(
     Given a plan-run directory, reports every GPU's run and, per planned client, the measured
     HP p99 and BE throughput against the plan's predictions (within 10%?) and each HP's SLO.
     """
+    if output is not None and (as_json or plots):
+        check_output_folder(output, "report folder")
     runs, check = load_report_input(run_dirs)
     out = output_console()
     if as_json:
@@ -257,20 +240,46 @@ def report_command(
         text = json.dumps(data, indent=2, allow_nan=False)
         if output is None:
             typer.echo(text)
-            return
-        output.mkdir(parents=True, exist_ok=True)
-        path = output / "report.json"
-        path.write_text(text + "\n", encoding="utf-8")
-        out.print(f"report: [bold]{path}[/]")
+        else:
+            path = output / "report.json"
+            write_text_atomic(path, text + "\n")
+            out.print(f"report: [bold]{path}[/]")
+        if strict:
+            _fail_the_check(runs, data.get("headline", []))
         return
+    headline_rows: list[dict[str, Any]] = []
     if runs:
-        print_runs(out, runs)
+        headline_rows = print_runs(out, runs)
     if check is not None:
         print_plan_check(out, check)
     if plots:
         folder = output or default_output(run_dirs)
         path = write_plan_report(check, folder) if check is not None else write_report(runs, folder)
         out.print(f"report: [bold]{path}[/] (pictures beside it)")
+    if strict:
+        _fail_the_check(runs, headline_rows)
+
+
+def check_failures(runs: list[RunData], headline_rows: list[dict[str, Any]]) -> list[str]:
+    """What `--check` fails on: runs that are not complete, and targets missed (False)."""
+    failures = [
+        f"run {run.path} is not complete ({run.status})" for run in runs if not run.complete
+    ]
+    failures += [
+        f"run {row['run']} missed the target"
+        for row in headline_rows
+        if row.get("target_met") is False
+    ]
+    return failures
+
+
+def _fail_the_check(runs: list[RunData], headline_rows: list[dict[str, Any]]) -> None:
+    failures = check_failures(runs, headline_rows)
+    if failures:
+        raise fail(
+            f"--check: {len(failures)} problem(s): {'; '.join(failures)}",
+            hint="drop --check to report without failing",
+        )
 
 
 def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | None]:
@@ -290,19 +299,19 @@ def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | 
     return list(check.runs), check
 
 
-def print_runs(out: Console, runs: list[RunData]) -> None:
-    """The usual tables, verdicts and warnings of ``runs``."""
+def print_runs(out: Console, runs: list[RunData]) -> list[dict[str, Any]]:
+    """The usual tables, verdicts and warnings of ``runs``; returns the headline rows."""
     tables = report_tables(runs)
     for run, label in zip(runs, tables.labels, strict=True):
         if not run.complete:
             out.print(
                 Panel(
-                    f"run {label} is [bold]{run.status}[/]: it did not finish normally; "
-                    "its numbers cover only what was recorded",
+                    incomplete_banner(run, label),
                     style="yellow",
                     title="incomplete run",
                     expand=False,
-                )
+                ),
+                soft_wrap=False,
             )
     print_table(out, "clients", tables.clients, _CLIENT_VIEW)
     if len(runs) > 1 or not tables.relative.empty:
@@ -321,11 +330,28 @@ def print_runs(out: Console, runs: list[RunData]) -> None:
         print_table(out, "where the HP tail comes from (requests above p95)", traced, _TAIL_VIEW)
     for row in tables.tail.to_dict("records"):
         if not row["traced"]:
-            out.print(f"- {row['run']} ({row['client']}): {_NO_TRACE_TEXT}", highlight=False)
+            note = str(row["note"]).replace("`", "")
+            out.print(f"- {row['run']} ({row['client']}): {note}", highlight=False)
     for verdict in tables.verdicts:
         out.print(f"- {verdict}", highlight=False)
     for warning in tables.warnings:
-        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
+    return tables.headline.to_dict("records")
+
+
+def incomplete_banner(run: RunData, label: str) -> str:
+    """What is really wrong with a run that is not complete: its status, or the tables that do
+    not hold what its writer recorded (a run can say ``complete`` and still be damaged)."""
+    if run.status == "complete" and run.cut_tables:
+        return (
+            f"run {label} finished, but {', '.join(run.cut_tables)} "
+            f"{'is' if len(run.cut_tables) == 1 else 'are'} damaged (see the warnings): "
+            "read as incomplete; figures from damaged tables are left out or wrong"
+        )
+    return (
+        f"run {label} is [bold]{run.status}[/]: it did not finish normally; "
+        "its numbers cover only what was recorded"
+    )
 
 
 def print_plan_check(out: Console, check: PlanCheck) -> None:
@@ -338,7 +364,7 @@ def print_plan_check(out: Console, check: PlanCheck) -> None:
     for sentence in check.summary:
         out.print(f"- {sentence}", highlight=False)
     for warning in check.warnings:
-        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
 
 
 def default_output(run_dirs: list[Path]) -> Path:

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import MatrixDirOpt, console, handle_errors
-from placement.pair_matrix import DEFAULT_MATRIX_DIR
+from orion_cli.console import JsonOpt, print_json, print_table
+from orion_common.output_paths import check_output_folder
 
 
 def _hours(seconds: float | None) -> str:
@@ -21,6 +22,7 @@ def simulate_command(
     fleet: Annotated[
         Path,
         typer.Argument(
+            metavar="SIMULATION.json",
             help="Simulation file: a fleet file (gpus, objective, hp; no be) plus "
             '"simulation": {"round_s", "duration_s", "seed", "arrivals": {"kind": "poisson", '
             '"jobs_per_hour"} or {"kind": "trace", "path"}, "job_mix": [{"job", "weight", '
@@ -28,7 +30,7 @@ def simulate_command(
             show_default=False,
         ),
     ],
-    matrix_dir: MatrixDirOpt = DEFAULT_MATRIX_DIR,
+    matrix_dir: MatrixDirOpt = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -38,6 +40,7 @@ def simulate_command(
             "into this folder.",
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Simulate BE jobs arriving on the fleet under orion's planner and three baselines.
 
@@ -49,10 +52,16 @@ def simulate_command(
     from placement.plan import load_matrices
     from placement.simulate import load_simulation, simulate, summary, write_outputs
 
+    if output is not None:
+        check_output_folder(output, "simulation folder")
     spec = load_simulation(fleet)
     matrices = load_matrices(spec.fleet.gpu_kinds(), matrix_dir)
     jobs, results = simulate(spec, matrices)
     document = summary(spec, jobs, results)
+    if as_json:
+        written = None if output is None else [str(p) for p in write_outputs(document, output)]
+        print_json({**document, "written": written})
+        return
     sim = spec.simulation
     table = Table(
         title=f"orion simulate ({len(jobs)} BE jobs over {sim.duration_s / 3600:g} h, "
@@ -76,7 +85,7 @@ def simulate_command(
             str(metrics["gpus_used"]),
             f"{metrics['finished']}/{len(jobs)}",
         )
-    console.print(table)
+    print_table(table)
     console.print(
         "note: HP SLO violations count GPU-rounds whose predicted p99 (alone x pair ratio) "
         "exceeds the SLO; unfinished jobs are left out of the averages",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +11,7 @@ from rich.table import Table
 
 from orion_cli._common import console, handle_errors, interactive
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
+from orion_cli.console import print_json, print_table
 
 
 def _size(value: int | None) -> str:
@@ -81,14 +81,14 @@ def status_command(
         return request(Path(record["socket"]), {"op": "status"})["status"]
 
     if as_json:
-        console.print_json(json.dumps(fetch()))
+        print_json(fetch())
         return
     if not watch:
-        console.print(status_table(fetch()))
+        print_table(status_table(fetch()))
         return
     if not interactive():
         while True:
-            console.print(status_table(fetch()))
+            print_table(status_table(fetch()))
             time.sleep(1.0)
     from rich.live import Live
 

@@ -13,18 +13,26 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from orion_common.output_paths import write_error
+
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Replace ``path`` with ``text`` in one atomic step."""
+    """Replace ``path`` with ``text`` in one atomic step; a failed write is one OrionError."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as error:
+        raise write_error(target, error) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
+    except OSError as error:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise write_error(target, error) from None
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

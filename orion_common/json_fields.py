@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,6 +67,11 @@ def read_json(path: Path, what: str) -> Any:
         ) from None
     except RecursionError:
         raise OrionError(f"{what} {path} is nested too deeply to be one") from None
+    except ValueError:  # an integer too long for Python to convert
+        raise OrionError(
+            f"{what} {path} holds a number too long to read "
+            f"(over {sys.get_int_max_str_digits():,} digits)"
+        ) from None
 
 
 def obj(
@@ -98,21 +104,27 @@ def string(data: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
     return data
 
 
-def number(data: Any, path: str, positive: bool = True) -> float:
+def number(data: Any, path: str, positive: bool = True, maximum: float | None = None) -> float:
+    """A finite number (positive, or at least not negative), at most ``maximum`` when given: a
+    size or duration without a bound lets a typo run for hours."""
     if isinstance(data, bool) or not isinstance(data, (int, float)) or not math.isfinite(data):
         raise FieldError(path, "must be a number")
     if positive and data <= 0:
         raise FieldError(path, f"must be positive, not {data}")
     if data < 0:
         raise FieldError(path, f"must not be negative, not {data}")
+    if maximum is not None and data > maximum:
+        raise FieldError(path, f"must be at most {maximum:,g}, not {data:g}")
     return float(data)
 
 
-def integer(data: Any, path: str, minimum: int = 0) -> int:
+def integer(data: Any, path: str, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(data, bool) or not isinstance(data, int):
         raise FieldError(path, "must be an integer")
     if data < minimum:
         raise FieldError(path, f"must be at least {minimum}, not {data}")
+    if maximum is not None and data > maximum:
+        raise FieldError(path, f"must be at most {maximum:,}, not {data:,}")
     return data
 
 

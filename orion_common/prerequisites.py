@@ -253,7 +253,7 @@ def check_mps_control() -> Check:
             "nvidia-cuda-mps-control not found",
             (COLOCATE,),
             MPS_HINT,
-            "this policy runs under MPS, but nvidia-cuda-mps-control was not found",
+            "nvidia-cuda-mps-control was not found",
         )
     return Check("MPS control daemon", True, str(mps), (COLOCATE,), found=mps)
 
@@ -268,5 +268,12 @@ def machine_checks() -> list[Check]:
     if gpu.ok:
         checks.append(check_cuda_driver())
     checks += python_checks()
-    checks += [check_ncu(), check_counters(), check_mps_control()]
+    ncu = check_ncu()
+    checks.append(ncu)
+    if gpu.ok and ncu.ok:
+        checks.append(check_counters())
+    else:  # "ok" would be a claim about counters no one could read here
+        missing = "no GPU" if not gpu.ok else "no ncu"
+        checks.append(Check("GPU performance counters", None, f"not checked: {missing}"))
+    checks.append(check_mps_control())
     return checks

@@ -58,6 +58,8 @@ class Column:
     name: str
     kind: ColumnType
     optional: bool = False
+    nonnegative: bool = False
+    """A count or a duration: a negative value is damage, not a measurement."""
 
 
 def column_names(columns: Sequence[Column]) -> tuple[str, ...]:
@@ -74,21 +76,21 @@ def required_names(columns: Sequence[Column]) -> tuple[str, ...]:
 # wall and thread CPU time of the call that enqueued the request's GPU work, which tells a
 # host-bound request from a GPU-bound one; added later, older tables lack them.
 INFERENCE_COLUMNS: tuple[Column, ...] = (
-    Column("request", "int"),
+    Column("request", "int", nonnegative=True),
     Column("arrival_s", "float"),
     Column("start_s", "float"),
     Column("end_s", "float"),
-    Column("latency_ms", "float"),
+    Column("latency_ms", "float", nonnegative=True),
     Column("enqueue_ms", "float", optional=True),
     Column("enqueue_cpu_ms", "float", optional=True),
 )
 # One row per training iteration.
 TRAINING_COLUMNS: tuple[Column, ...] = (
-    Column("iteration", "int"),
+    Column("iteration", "int", nonnegative=True),
     Column("start_s", "float"),
     Column("end_s", "float"),
-    Column("duration_ms", "float"),
-    Column("samples", "float"),
+    Column("duration_ms", "float", nonnegative=True),
+    Column("samples", "float", nonnegative=True),
 )
 # gpu.csv: nvidia-ml-py samples; the clocks were added later (and stay empty on a GPU that
 # refuses clock queries).

@@ -19,6 +19,14 @@ from orion_common.json_fields import (
 )
 
 OBJECTIVES = ("max-total-be", "max-min-be", "fewest-gpus")
+MAX_GPUS = 4096
+MAX_RATE_PER_S = 1e6
+MAX_SLO_MS = 3.6e6  # an hour
+MAX_WEIGHT = 1e6
+"""Weights and rates enter the planner's program as coefficients: bounded, so that an
+overflowing one is refused here instead of breaking the solver."""
+"""GPUs of one kind in a fleet: the planner's program grows with GPUs x options, and a count of
+1e9 would build it for hours."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,9 @@ def _parse(data: Any) -> Fleet:
         if kind in kinds:
             raise FieldError(join(path, "kind"), f"{kind!r} is listed twice")
         kinds.add(kind)
-        gpus.append(GpuGroup(kind, integer(spec["count"], join(path, "count"), minimum=1)))
+        gpus.append(
+            GpuGroup(kind, integer(spec["count"], join(path, "count"), minimum=1, maximum=MAX_GPUS))
+        )
     objective = string(top.get("objective", "max-total-be"), "objective", OBJECTIVES)
     names: dict[str, str] = {}
     hp = []
@@ -89,8 +99,8 @@ def _parse(data: Any) -> Fleet:
             HpService(
                 name,
                 string(spec["job"], join(path, "job")),
-                number(spec["rate_per_s"], join(path, "rate_per_s")),
-                number(spec["p99_slo_ms"], join(path, "p99_slo_ms")),
+                number(spec["rate_per_s"], join(path, "rate_per_s"), maximum=MAX_RATE_PER_S),
+                number(spec["p99_slo_ms"], join(path, "p99_slo_ms"), maximum=MAX_SLO_MS),
             )
         )
     be = []
@@ -98,7 +108,7 @@ def _parse(data: Any) -> Fleet:
         path = join("be", index)
         spec = obj(item, path, ("name", "job"), ("weight",))
         name = _unique(spec["name"], join(path, "name"), names)
-        weight = number(spec.get("weight", 1.0), join(path, "weight"))
+        weight = number(spec.get("weight", 1.0), join(path, "weight"), maximum=MAX_WEIGHT)
         be.append(BeJob(name, string(spec["job"], join(path, "job")), weight))
     return Fleet(tuple(gpus), objective, tuple(hp), tuple(be))
 

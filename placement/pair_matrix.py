@@ -32,8 +32,15 @@ FORMAT = "orion-pair-matrix"
 VERSION = 1
 JOB_KINDS = ("hp", "be")
 MODES = ("infer", "train")
-# where `orion plan` looks for <gpu kind>.json unless told otherwise
-DEFAULT_MATRIX_DIR = Path("benchmarks/results/pairs")
+# Where `orion pairs` writes and `orion plan` / `orion simulate` look for <gpu kind>.json
+# unless told otherwise: benchmarks/results/<gpu kind>/pairs/, as the committed results lie.
+RESULTS_DIR = Path("benchmarks/results")
+DEFAULT_MATRIX_DIR_TEXT = "benchmarks/results/<gpu kind>/pairs"
+
+
+def default_matrix_dir(kind: str) -> Path:
+    """The folder holding ``<kind>.json`` (and ``orion pairs``' runs of it) by default."""
+    return RESULTS_DIR / kind / "pairs"
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,9 @@ class MatrixJob:
     alone_throughput_per_s: float | None = None
     dtype: str = "fp32"
     cuda_graph: bool = False  # an HP job served by replaying a CUDA graph
+    rate_per_s: float | None = None
+    """An HP job's request rate when measured (Poisson arrivals); None in matrices from before
+    it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +144,7 @@ def _job(name: str, spec: Any) -> MatrixJob:
     path = join("jobs", name)
     string(name, path)
     required = ("kind", "workload", "mode", "batch_size", "alone")
-    spec = obj(spec, path, required, ("dtype", "cuda_graph"))
+    spec = obj(spec, path, required, ("dtype", "cuda_graph", "rate_per_s"))
     kind = string(spec["kind"], join(path, "kind"), JOB_KINDS)
     workload = string(spec["workload"], join(path, "workload"))
     mode = string(spec["mode"], join(path, "mode"), MODES)
@@ -148,9 +158,20 @@ def _job(name: str, spec: Any) -> MatrixJob:
     if kind == "hp":
         alone = obj(spec["alone"], alone_path, ("p99_ms",))
         p99 = number(alone["p99_ms"], join(alone_path, "p99_ms"))
+        rate = spec.get("rate_per_s")
         return MatrixJob(
-            name, kind, workload, mode, batch_size, alone_p99_ms=p99, dtype=dtype, cuda_graph=graph
+            name,
+            kind,
+            workload,
+            mode,
+            batch_size,
+            alone_p99_ms=p99,
+            dtype=dtype,
+            cuda_graph=graph,
+            rate_per_s=None if rate is None else number(rate, join(path, "rate_per_s")),
         )
+    if "rate_per_s" in spec:
+        raise FieldError(join(path, "rate_per_s"), "applies only to HP jobs")
     alone = obj(spec["alone"], alone_path, ("throughput_per_s",))
     thr = number(alone["throughput_per_s"], join(alone_path, "throughput_per_s"))
     return MatrixJob(

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from colocation.jobs_schema import CLIENT_NAME_PATTERN
+from colocation.jobs_schema import CLIENT_NAME_PATTERN, MAX_BATCH_SIZE, MAX_DURATION_S
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
@@ -54,6 +54,7 @@ from placement.cells import (
     run_cell_real,
     run_cells,
 )
+from placement.fleet import MAX_RATE_PER_S
 from placement.jobs_files import jobs_client, run_thresholds, shared_policy
 from placement.pair_matrix import FORMAT, VERSION, parse_pair_matrix
 from reporting.metrics import HP_QUANTILE, POLICY_DEDICATED, latency_sample, work_sample
@@ -158,8 +159,8 @@ def _parse_spec(data: Any) -> PairsSpec:
             raise FieldError("settings.be_sm_percent", f"must be at most 100, not {share}")
         if policy != "mps-share":
             raise FieldError("settings.be_sm_percent", "applies only to policy mps-share")
-    duration = number(top.get("duration_s", 60), "duration_s")
-    rounds = integer(top.get("rounds", 3), "rounds", minimum=1)
+    duration = number(top.get("duration_s", 60), "duration_s", maximum=MAX_DURATION_S)
+    rounds = integer(top.get("rounds", 3), "rounds", minimum=1, maximum=100)
     raw_jobs = top["jobs"]
     if not isinstance(raw_jobs, dict) or not raw_jobs:
         raise FieldError("jobs", "must be a non-empty object of job name to job")
@@ -183,7 +184,9 @@ def _parse_job(name: str, spec: Any) -> PairsJob:
     kind = string(spec["kind"], f"{path}.kind", ("hp", "be"))
     workload = string(spec["workload"], f"{path}.workload")
     mode = string(spec["mode"], f"{path}.mode", ("infer", "train"))
-    batch_size = integer(spec["batch_size"], f"{path}.batch_size", minimum=1)
+    batch_size = integer(
+        spec["batch_size"], f"{path}.batch_size", minimum=1, maximum=MAX_BATCH_SIZE
+    )
     dtype = string(spec.get("dtype", "fp32"), f"{path}.dtype", ("fp32", "bf16"))
     if kind == "be":
         for key in ("cuda_graph", "rate_per_s"):
@@ -199,7 +202,7 @@ def _parse_job(name: str, spec: Any) -> PairsJob:
         raise FieldError(f"{path}.mode", "must be infer for an HP job")
     if "rate_per_s" not in spec:
         raise FieldError(f"{path}.rate_per_s", "is required for an HP job")
-    rate = number(spec["rate_per_s"], f"{path}.rate_per_s")
+    rate = number(spec["rate_per_s"], f"{path}.rate_per_s", maximum=MAX_RATE_PER_S)
     graph = spec.get("cuda_graph", False)
     if not isinstance(graph, bool):
         raise FieldError(f"{path}.cuda_graph", "must be true or false")
@@ -245,6 +248,18 @@ def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
         },
         "clients": clients,
     }
+
+
+def check_cells(spec: PairsSpec, runs_dir: Path) -> None:
+    """Every cell of round 1 validated as `orion colocate` will validate it (workload names,
+    CUDA graphs on workloads that can be captured, ...), so a mistake in the jobs file is said
+    before anything asks for a GPU; later rounds repeat round 1's cells."""
+    from colocation.config import parse_jobs
+
+    for cell in planned_cells(spec):
+        if cell.round > 1:
+            break
+        parse_jobs(cell_jobs(spec, cell, runs_dir), Path.cwd(), source=f"cell {cell.name}")
 
 
 # (b) running ------------------------------------------------------------------------------------
@@ -363,6 +378,8 @@ def build_pair_matrix(
             "cuda_graph": job.cuda_graph,
             "alone": figure,
         }
+        if job.kind == "hp":
+            jobs[name]["rate_per_s"] = job.rate_per_s
     pairs = []
     for members in pair_names(spec):
         if not all(name in jobs for name in members):

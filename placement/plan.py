@@ -10,6 +10,7 @@ tie-break are solved in two stages (the first optimum fixed, then the most BE th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +19,11 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from orion_common.errors import OrionError
 from placement.fleet import BeJob, Fleet, HpService
-from placement.pair_matrix import PairMatrix, load_pair_matrix
+from placement.pair_matrix import PairMatrix, default_matrix_dir, load_pair_matrix
 from placement.plan_file import Plan, PlanClient, PlanGpu
+
+RATE_TOLERANCE = 1e-6
+"""An HP service's rate must be the one its pair was measured at (relative tolerance)."""
 
 _TOLERANCE = 1e-6
 
@@ -42,12 +46,18 @@ class Option:
         return sum(job.weight * self.be_throughput[job.name] for job in self.be)
 
 
-def load_matrices(kinds: list[str], matrix_dir: str | Path) -> dict[str, PairMatrix]:
-    """The pair matrix `<kind>.json` of every GPU kind, from ``matrix_dir``."""
+def load_matrices(kinds: list[str], matrix_dir: str | Path | None) -> dict[str, PairMatrix]:
+    """The pair matrix `<kind>.json` of every GPU kind, from ``matrix_dir`` (``None``: each
+    kind's own ``benchmarks/results/<kind>/pairs``)."""
     matrices: dict[str, PairMatrix] = {}
     for kind in dict.fromkeys(kinds):
-        path = Path(matrix_dir) / f"{kind}.json"
-        if not path.is_file():
+        folder = default_matrix_dir(kind) if matrix_dir is None else Path(matrix_dir)
+        path = folder / f"{kind}.json"
+        try:
+            found = path.is_file()
+        except OSError as error:  # a kind too long for a file name, say
+            raise OrionError(f"no pair matrix for GPU kind {kind!r}: {error.strerror}") from None
+        if not found:
             raise OrionError(
                 f"no pair matrix for GPU kind {kind!r}: {path} does not exist",
                 hint="measure the pairs on that kind of GPU, or point --matrix-dir at the folder "
@@ -76,6 +86,19 @@ def check_jobs(fleet: Fleet, matrices: dict[str, PairMatrix]) -> None:
                 raise OrionError(
                     f"{role} {_noun(role)} {name!r} names job {job!r}, "
                     f"which is a {matrix.jobs[job].kind} job in {where}"
+                )
+    for service in fleet.hp:
+        for kind, matrix in matrices.items():
+            measured = matrix.jobs[service.job].rate_per_s
+            if measured is not None and not math.isclose(
+                service.rate_per_s, measured, rel_tol=RATE_TOLERANCE
+            ):
+                raise OrionError(
+                    f"hp service {service.name!r} asks for {service.rate_per_s:g} requests/s, but "
+                    f"job {service.job!r} was measured at {measured:g}/s in the pair matrix for "
+                    f"{kind} ({matrix.source}): its p99 at another rate is not known",
+                    hint=f"set rate_per_s to {measured:g}, or measure the job at "
+                    f"{service.rate_per_s:g}/s with `orion pairs`",
                 )
 
 
@@ -327,10 +350,18 @@ def _plan(
             "an unplaced BE job has throughput 0, so the minimum BE ratio is 0 and "
             "the plan maximises total BE throughput instead"
         )
-    if fleet.hp:
+    unrecorded = sorted(
+        {
+            service.name
+            for service in fleet.hp
+            for matrix in matrices.values()
+            if matrix.jobs[service.job].rate_per_s is None
+        }
+    )
+    if unrecorded:
         notes.append(
-            "HP p99 predictions assume each service runs at the request rate its pair "
-            "matrix was measured at"
+            f"HP p99 predictions for {', '.join(unrecorded)} assume the request rate the pair "
+            "matrix was measured at, which that matrix does not record"
         )
     min_ratio = (
         min(ratios.get(job.name, 0.0) / job.weight for job in fleet.be) if fleet.be else None

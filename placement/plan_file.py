@@ -144,16 +144,18 @@ def parse_plan(data: Any, source: str = "plan") -> Plan:
 
 
 def _parse(data: Any) -> Plan:
+    # format and version first: a plan of another version is that one error, not its fields'
+    obj(data, "", ("format", "version"), unknown_ok=True)
+    if data["format"] != FORMAT:
+        raise FieldError("format", f"must be {FORMAT!r}, not {data['format']!r}")
+    if isinstance(data["version"], bool) or data["version"] != VERSION:
+        raise FieldError("version", f"must be {VERSION}, not {data['version']!r}")
     top = obj(
         data,
         "",
         ("format", "version", "objective", "gpus", "unplaced", "totals"),
         ("matrices", "notes"),
     )
-    if top["format"] != FORMAT:
-        raise FieldError("format", f"must be {FORMAT!r}, not {top['format']!r}")
-    if isinstance(top["version"], bool) or top["version"] != VERSION:
-        raise FieldError("version", f"must be {VERSION}, not {top['version']!r}")
     objective = string(top["objective"], "objective", OBJECTIVES)
     matrices = top.get("matrices") or {}
     if not isinstance(matrices, dict):

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
     FieldError,
@@ -35,13 +36,21 @@ from orion_common.json_fields import (
     read_json,
     string,
 )
-from placement.fleet import BeJob, Fleet, HpService, parse_fleet
+from orion_common.output_paths import make_folder, write_with
+from placement.fleet import MAX_WEIGHT, BeJob, Fleet, HpService, parse_fleet
 from placement.pair_matrix import PairMatrix
 from placement.plan import solve
 
 FORMAT = "orion-simulation"
 VERSION = 1
 ARRIVAL_KINDS = ("poisson", "trace")
+# Bounds that keep one `orion simulate` to seconds or minutes: a typo (duration_s 1e15,
+# jobs_per_hour 1e9) is refused with the bound rather than left to run for hours.
+MAX_DURATION_S = 366 * 24 * 3600.0
+MAX_ROUNDS = 10_000
+MAX_JOBS_PER_HOUR = 10_000.0
+MAX_JOBS = 10_000
+MAX_ITERATIONS = 1e12
 POLICIES = ("orion", "one-gpu-per-job", "packing-blind", "gavel-isolated")
 # a simulation that has not drained after this many rounds past the arrivals stops there
 _DRAIN_FACTOR = 100
@@ -158,10 +167,16 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
     path = "simulation"
     spec = obj(data, path, ("round_s", "duration_s", "seed", "arrivals", "job_mix"))
     round_s = number(spec["round_s"], join(path, "round_s"))
-    duration_s = number(spec["duration_s"], join(path, "duration_s"))
+    duration_s = number(spec["duration_s"], join(path, "duration_s"), maximum=MAX_DURATION_S)
     if duration_s < round_s:
         raise FieldError(join(path, "duration_s"), f"must be at least round_s ({round_s:g})")
-    seed = integer(spec["seed"], join(path, "seed"))
+    if duration_s / round_s > MAX_ROUNDS:
+        raise FieldError(
+            join(path, "round_s"),
+            f"gives {duration_s / round_s:,.0f} rounds over duration_s; at most {MAX_ROUNDS:,} "
+            f"(round_s at least {duration_s / MAX_ROUNDS:,.6g})",
+        )
+    seed = integer(spec["seed"], join(path, "seed"), maximum=2**63 - 1)
     arrivals_path = join(path, "arrivals")
     if not isinstance(spec["arrivals"], dict):
         raise FieldError(arrivals_path, "must be an object")
@@ -169,7 +184,17 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
     trace_path = None
     if kind == "poisson":
         arrivals = obj(spec["arrivals"], arrivals_path, ("kind", "jobs_per_hour"))
-        number(arrivals["jobs_per_hour"], join(arrivals_path, "jobs_per_hour"))
+        rate = number(
+            arrivals["jobs_per_hour"],
+            join(arrivals_path, "jobs_per_hour"),
+            maximum=MAX_JOBS_PER_HOUR,
+        )
+        if rate * duration_s / 3600.0 > MAX_JOBS:
+            raise FieldError(
+                join(arrivals_path, "jobs_per_hour"),
+                f"brings about {rate * duration_s / 3600.0:,.0f} jobs over duration_s; at most "
+                f"{MAX_JOBS:,} jobs are simulated",
+            )
     else:
         arrivals = obj(spec["arrivals"], arrivals_path, ("kind", "path"))
         trace_path = base_dir / string(arrivals["path"], join(arrivals_path, "path"))
@@ -186,9 +211,9 @@ def _simulation(data: Any, base_dir: Path) -> Simulation:
         mix.append(
             MixEntry(
                 job,
-                number(entry.get("weight", 1.0), join(entry_path, "weight")),
-                number(entry["iterations"], join(entry_path, "iterations")),
-                number(entry["share"], join(entry_path, "share")),
+                number(entry.get("weight", 1.0), join(entry_path, "weight"), maximum=MAX_WEIGHT),
+                number(entry["iterations"], join(entry_path, "iterations"), maximum=MAX_ITERATIONS),
+                number(entry["share"], join(entry_path, "share"), maximum=MAX_WEIGHT),
             )
         )
     return Simulation(round_s, duration_s, seed, dict(arrivals), tuple(mix), trace_path)
@@ -243,8 +268,17 @@ def _trace(sim: Simulation, path: Path) -> list[Arrival]:
             columns = set(rows[0]) if rows else set()
     except FileNotFoundError:
         raise OrionError(f"{where} does not exist") from None
+    if not rows:
+        raise OrionError(
+            f"{where} holds no arrivals: a simulation needs at least one job",
+            hint="one line per job after the header arrival_s,job[,iterations]",
+        )
+    if len(rows) > MAX_JOBS:
+        raise OrionError(
+            f"{where} holds {len(rows):,} arrivals; at most {MAX_JOBS:,} are simulated"
+        )
     for column in ("arrival_s", "job"):
-        if rows and column not in columns:
+        if column not in columns:
             raise OrionError(f"{where}: {column}: column is required")
     jobs = []
     for line, row in enumerate(rows, start=2):
@@ -264,6 +298,11 @@ def _trace(sim: Simulation, path: Path) -> list[Arrival]:
             raise OrionError(f"{where}: line {line}: iterations: must be positive")
         if arrival_s < sim.duration_s:
             jobs.append(Arrival("", name, by_job[name].weight, iterations, arrival_s))
+    if not jobs:
+        raise OrionError(
+            f"{where}: no job arrives before simulation.duration_s ({sim.duration_s:g} s)",
+            hint="arrival_s is seconds from the start of the simulation",
+        )
     jobs.sort(key=lambda job: job.arrival_s)  # stable: equal times keep file order
     return [
         Arrival(f"j{index + 1:04d}", j.job, j.weight, j.iterations, j.arrival_s)
@@ -428,7 +467,9 @@ def run_policy(
     last: list[Group] = []
     rounds = busy = used = violations = 0
     arrival_rounds = math.ceil(sim.duration_s / sim.round_s)
-    max_rounds = arrival_rounds * (_DRAIN_FACTOR + 1)
+    # jobs left after the arrivals drain for at most MAX_ROUNDS more rounds: a job that would
+    # need longer is reported unfinished rather than simulated for hours
+    max_rounds = min(arrival_rounds * (_DRAIN_FACTOR + 1), arrival_rounds + MAX_ROUNDS)
     next_job = 0
     while rounds < max_rounds:
         start = rounds * sim.round_s
@@ -529,10 +570,9 @@ def write_outputs(document: dict[str, Any], out_dir: str | Path) -> tuple[Path, 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out_dir, "simulation folder")
     json_path = out / "simulation.json"
-    json_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(json_path, json.dumps(document, indent=2) + "\n")
     figure = Figure(figsize=(7, 4.5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -550,5 +590,5 @@ def write_outputs(document: dict[str, Any], out_dir: str | Path) -> tuple[Path, 
         axes.legend(loc="lower right")
     figure.tight_layout()
     png_path = out / "simulation_jct_cdf.png"
-    figure.savefig(png_path, dpi=120)
+    write_with(png_path, lambda path: figure.savefig(path, dpi=120))
     return json_path, png_path

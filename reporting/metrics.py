@@ -66,6 +66,12 @@ HP_QUANTILE = 99.0
 # Ratios exactly on a limit count as meeting it; this absorbs float round-off (1.05 computed as
 # 1.0500000000000003) and nothing a measurement could resolve.
 LIMIT_TOLERANCE = 1e-9
+UNDECIDED = "undecided"
+"""``target_met`` when the 95% intervals cannot tell yes from no (an interval across a bound, or
+a baseline too noisy to judge the target)."""
+BASELINE_P99_TOLERANCE = 0.05
+"""A ``dedicated`` run whose HP p99 interval reaches beyond ±5% of its p99 cannot judge a 5%
+target."""
 
 CLIENT_SUMMARY_COLUMNS = [
     "run",
@@ -358,24 +364,55 @@ def find_baseline(runs: Sequence[RunData]) -> RunData | None:
     return next((r for r in runs if r.policy == POLICY_DEDICATED), None)
 
 
+def round_baselines(
+    runs: Sequence[RunData], baseline: RunData | None = None
+) -> list[RunData | None]:
+    """Each run's ``dedicated`` reference, aligned with ``runs``.
+
+    With ``baseline`` given, or at most one ``dedicated`` run, every run is compared with that
+    one. With several (interleaved rounds, as ``benchmarks/matrix.py`` runs them: each round's
+    ``dedicated`` first, then the policies), each run is compared with its own round's: the last
+    ``dedicated`` run that started before it. A ``dedicated`` run is its own reference (it is
+    not graded against another round's), and a run that started before every ``dedicated`` run,
+    or whose start time is not recorded, has none: it cannot be judged.
+    """
+    dedicated = [run for run in runs if run.policy == POLICY_DEDICATED]
+    if baseline is not None or len(dedicated) <= 1:
+        reference = baseline if baseline is not None else (dedicated[0] if dedicated else None)
+        return [reference for _ in runs]
+    starts = [(run.started_utc or "", run) for run in dedicated if run.started_utc]
+    starts.sort(key=lambda item: item[0])
+    out: list[RunData | None] = []
+    for run in runs:
+        if run.policy == POLICY_DEDICATED:
+            out.append(run)
+            continue
+        before = [ref for start, ref in starts if run.started_utc and start <= run.started_utc]
+        out.append(before[-1] if before else None)
+    return out
+
+
 def relative_to_dedicated(runs: Sequence[RunData], baseline: RunData | None = None) -> pd.DataFrame:
     """Each client of each non-baseline run against the same client alone (``RELATIVE_COLUMNS``).
 
-    ``baseline`` defaults to the first ``dedicated`` run; with none, the table is empty. A client
-    with no counterpart in the baseline gets ``matched=False`` and NaN ratios.
+    Each run is compared with its reference (:func:`round_baselines`: ``baseline``, the one
+    ``dedicated`` run, or the run's own round's); a run without one has no rows. A client with
+    no counterpart in the reference gets ``matched=False`` and NaN ratios.
     """
-    baseline = baseline if baseline is not None else find_baseline(runs)
-    if baseline is None:
-        return pd.DataFrame(columns=RELATIVE_COLUMNS)
+    references = round_baselines(runs, baseline)
     labels = run_labels(runs)
-    base_label = labels[_index_of(runs, baseline)]
-    base_rows = {
-        row["client"]: row for row in client_summary(baseline, base_label).to_dict("records")
-    }
     rows: list[dict[str, Any]] = []
-    for run, label in zip(runs, labels, strict=True):
-        if run is baseline:
+    summaries: dict[int, dict[str, dict[str, Any]]] = {}
+    for run, label, baseline in zip(runs, labels, references, strict=True):
+        if baseline is None or run is baseline:
             continue
+        base_label = labels[_index_of(runs, baseline)]
+        if id(baseline) not in summaries:
+            summaries[id(baseline)] = {
+                row["client"]: row
+                for row in client_summary(baseline, base_label).to_dict("records")
+            }
+        base_rows = summaries[id(baseline)]
         for row in client_summary(run, label).to_dict("records"):
             alone = base_rows.get(row["client"])
             matched = alone is not None and all(
@@ -442,14 +479,16 @@ def headline(
     job) does not count against the target; a side whose ratio is unknown (no completed HP
     request, no matching dedicated client) makes the verdict None.
     """
-    baseline = baseline if baseline is not None else find_baseline(runs)
+    references = round_baselines(runs, baseline)
     labels = run_labels(runs)
     if relative is None:
         relative = relative_to_dedicated(runs, baseline)
-    base_label = labels[_index_of(runs, baseline)] if baseline is not None else None
-    base_summary = client_summary(baseline, base_label) if baseline is not None else pd.DataFrame()
     rows = []
-    for run, label in zip(runs, labels, strict=True):
+    for run, label, baseline in zip(runs, labels, references, strict=True):
+        base_label = labels[_index_of(runs, baseline)] if baseline is not None else None
+        base_summary = (
+            client_summary(baseline, base_label) if baseline is not None else pd.DataFrame()
+        )
         summary = client_summary(run, label)
         hp = summary[summary["role"] == "hp"]
         be = summary[summary["role"] != "hp"]
@@ -493,6 +532,8 @@ def headline(
                     be_fraction_min=be_fraction_min,
                 )
             )
+        if run is not baseline:
+            row["target_met"] = _decided(row, hp_slowdown_max, be_fraction_min)
         slowdown = row["hp_p99_slowdown"]
         fraction = row["be_throughput_fraction"]
         row["hp_slowdown_excess"] = _excess(slowdown, hp_slowdown_max)
@@ -501,7 +542,60 @@ def headline(
     frame = pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
     for column in ("hp_target_met", "be_target_met", "target_met"):
         frame[column] = frame[column].astype(object)
+    _undecided_by_noisy_baselines(frame)
     return frame
+
+
+def _straddles(lo: float, hi: float, bound: float) -> bool:
+    """The 95% interval [lo, hi] has values on both sides of ``bound``."""
+    return bool(np.isfinite(lo) and np.isfinite(hi) and lo <= bound < hi)
+
+
+def _decided(row: dict[str, Any], hp_slowdown_max: float, be_fraction_min: float) -> Any:
+    """``target_met`` as yes (True), no (False), ``UNDECIDED`` when a side's 95% interval
+    reaches across its bound (the point estimate alone would be a coin flip), or None when it
+    cannot be judged at all. A side whose whole interval is out of bounds is a "no" either way."""
+    verdict = row["target_met"]
+    if verdict is None:
+        return None
+    hp_lo, hp_hi = (
+        row.get("hp_p99_slowdown_ci_lo", np.nan),
+        row.get("hp_p99_slowdown_ci_hi", np.nan),
+    )
+    be_lo = row.get("be_throughput_fraction_ci_lo", np.nan)
+    be_hi = row.get("be_throughput_fraction_ci_hi", np.nan)
+    # a side whose interval is unknown (a mean over several BE clients) is judged by its value
+    hp_out = row.get("hp_target_met") is False and not np.isfinite(hp_lo)
+    be_out = row.get("be_target_met") is False and not np.isfinite(be_hi)
+    hp_out = hp_out or (np.isfinite(hp_lo) and hp_lo > hp_slowdown_max + LIMIT_TOLERANCE)
+    be_out = be_out or (np.isfinite(be_hi) and be_hi < be_fraction_min - LIMIT_TOLERANCE)
+    if hp_out or be_out:
+        return False
+    if _straddles(hp_lo, hp_hi, hp_slowdown_max + LIMIT_TOLERANCE) or _straddles(
+        be_lo, be_hi, be_fraction_min - LIMIT_TOLERANCE
+    ):
+        return UNDECIDED
+    return verdict
+
+
+def _undecided_by_noisy_baselines(frame: pd.DataFrame) -> None:
+    """A verdict against a ``dedicated`` run whose own HP p99 is not known to within
+    ±``BASELINE_P99_TOLERANCE`` cannot be a yes or a no: the report warns that this baseline is
+    too noisy to judge the target, so a "yes" must not claim otherwise (a "no" whose whole
+    interval is out of bounds stands: the ratio's interval already carries the baseline's
+    noise)."""
+    noisy = set()
+    for row in frame[frame["is_baseline"].astype(bool)].to_dict("records"):
+        p99, lo, hi = row["hp_p99_ms"], row.get("hp_p99_ci_lo_ms"), row.get("hp_p99_ci_hi_ms")
+        if not all(isinstance(v, (int, float)) and np.isfinite(v) for v in (p99, lo, hi)):
+            continue
+        if p99 > 0 and (
+            lo < (1 - BASELINE_P99_TOLERANCE) * p99 or hi > (1 + BASELINE_P99_TOLERANCE) * p99
+        ):
+            noisy.add(row["run"])
+    for index, row in frame.iterrows():
+        if not row["is_baseline"] and row["baseline"] in noisy and row["target_met"] is True:
+            frame.at[index, "target_met"] = UNDECIDED
 
 
 def _client_intervals(

@@ -33,8 +33,10 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import FieldError, array, integer, join, load_checked, obj, string
+from orion_common.output_paths import make_folder
 from orion_common.plan_run_format import (
     PLAN_RUN_FILE,
     PLAN_RUN_FORMAT,
@@ -379,18 +381,11 @@ def write_plan_report(check: PlanCheck, out_dir: str | Path) -> Path:
     lines = plan_check_lines(check)
     if check.runs:
         return write_report(check.runs, out_dir, preface=lines)
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OrionError(f"cannot create report folder {out}: {exc.strerror or exc}") from None
+    out = make_folder(out_dir, "report folder")
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = ["# orion run report", "", f"No GPU run to report on. Generated {generated}.", ""]
     path = out / REPORT_FILE
-    try:
-        path.write_text("\n".join(head + lines).rstrip() + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise OrionError(f"cannot write {path}: {exc.strerror or exc}") from None
+    write_text_atomic(path, "\n".join(head + lines).rstrip() + "\n")
     return path
 
 

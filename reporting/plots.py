@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullLocator
 
+from orion_common.output_paths import make_folder, write_with
 from reporting.metrics import BE_FRACTION_MIN, HP_P99_SLOWDOWN_MAX
 from reporting.tail import PARTS
 
@@ -661,10 +662,9 @@ def _no_data(ax: Axes, message: str) -> None:
 
 def _save(fig: Figure, out_path: str | Path) -> Path:
     path = Path(out_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return write_with(path, lambda target: fig.savefig(target, dpi=DPI))
 
 
 def _new_figure(size: tuple[float, float]) -> Figure:

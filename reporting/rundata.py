@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from orion_common import run_format
@@ -207,8 +208,9 @@ def load_run(path: str | Path) -> RunData:
         columns = INFERENCE_COLUMNS if info.is_inference else TRAINING_COLUMNS
         relative = _relative(root, info.table_path)
         if info.table_path.is_file():
-            tables[info.name] = read_table(info.table_path, columns, notes=notes)
-            rows_ok = _check_rows(relative, len(tables[info.name]), recorded, notes, cut)
+            table = read_table(info.table_path, columns, notes=notes)
+            rows_ok = _check_rows(relative, len(table), recorded, notes, cut)
+            tables[info.name] = _without_bad_values(table, columns, relative, notes, cut)
             if rows_ok and tables[info.name].empty and status == STATUS_COMPLETE:
                 notes.append(
                     f"client {info.name!r}: {relative} has no rows although the run is "
@@ -329,11 +331,76 @@ def _read_extra_table(
     has them."""
     path = root / relative
     if not path.is_file():
+        expected = (recorded or {}).get(relative)
+        if relative == run_format.TRACE_TABLE and expected:
+            # a trace is large and often not kept (nor committed) with the run; the latencies
+            # and throughputs do not come from it, so the run stays complete without it
+            notes.append(
+                f"{relative} is missing ({expected:,} kernel launches were traced): the tail "
+                "attribution needs it; every other figure is unaffected"
+            )
+            return None
         _check_rows(relative, None, recorded, notes, cut)
         return None
     frame = read_table(path, columns, notes=notes)
+    frame.attrs.pop(_BAD_VALUES, None)
     _check_rows(relative, len(frame), recorded, notes, cut)
     return frame
+
+
+_SHOWN_BAD_ROWS = 3
+_BAD_VALUES = "orion_bad_values"
+
+
+def _without_bad_values(
+    frame: pd.DataFrame,
+    columns: Sequence[Column],
+    relative: str,
+    notes: list[str],
+    cut: list[str],
+) -> pd.DataFrame:
+    """``frame`` without the rows :func:`read_table` found bad values in (text, NaN or infinity
+    where a number belongs, a negative count or duration; an empty cell is no value, as an
+    unfinished request's end). Such a table is named with its first bad rows in ``notes`` and
+    listed in ``cut``: figures from a table its writer never wrote that way cannot be trusted,
+    so the run counts as not complete."""
+    reasons: dict[int, str] = frame.attrs.get(_BAD_VALUES, {})
+    if not reasons:
+        return frame
+    # rows numbered as data rows from 1 (the header is the file's first line)
+    listed = "; ".join(
+        f"row {index + 1}: {reason}" for index, reason in sorted(reasons.items())[:_SHOWN_BAD_ROWS]
+    )
+    more = len(reasons) - _SHOWN_BAD_ROWS
+    notes.append(
+        f"{relative} has {len(reasons):,} row(s) with bad values ({listed}"
+        + (f"; and {more:,} more" if more > 0 else "")
+        + "): they are left out and the run counts as incomplete"
+    )
+    if relative not in cut:
+        cut.append(relative)
+    kept = frame.drop(index=list(reasons)).reset_index(drop=True)
+    kept.attrs.pop(_BAD_VALUES, None)
+    return kept
+
+
+def _bad_values(frame: pd.DataFrame, columns: Sequence[Column]) -> dict[int, str]:
+    """{row index: why} for cells that hold something other than a number where the schema
+    declares one (an empty cell is a missing value, not a bad one)."""
+    reasons: dict[int, str] = {}
+    for column in columns:
+        if column.kind == "str":
+            continue
+        raw = frame[column.name]
+        numbers = pd.to_numeric(raw, errors="coerce").astype("float64").to_numpy()
+        present = (raw.notna() & (raw.astype(str).str.strip() != "")).to_numpy()
+        not_number = present & ~np.isfinite(numbers)
+        negative = present & (numbers < 0) if column.nonnegative else np.zeros(len(raw), bool)
+        for position in np.flatnonzero(not_number | negative):
+            what = "not a number" if not_number[position] else "negative"
+            text = str(raw.iloc[position]).strip()
+            reasons.setdefault(int(frame.index[position]), f"{column.name} is {text!r}, {what}")
+    return reasons
 
 
 def _or_empty(frame: pd.DataFrame | None, columns: Sequence[Column]) -> pd.DataFrame:
@@ -345,6 +412,17 @@ def _or_empty(frame: pd.DataFrame | None, columns: Sequence[Column]) -> pd.DataF
 
 def load_runs(paths: Iterable[str | Path]) -> list[RunData]:
     """Load several run directories, in the order given (that order is kept in every table)."""
+    paths = list(paths)
+    seen: dict[Path, str | Path] = {}
+    for path in paths:
+        key = Path(path).resolve()
+        if key in seen:
+            raise OrionError(
+                f"run directory {path} is given twice (also as {seen[key]}): it would be "
+                "counted twice in every comparison",
+                hint="give each run directory once",
+            )
+        seen[key] = path
     runs = [load_run(p) for p in paths]
     if not runs:
         raise OrionError("no run directories given", hint="pass one or more RUN_DIR paths")
@@ -376,7 +454,15 @@ def read_table(path: Path, columns: Sequence[Column], *, notes: list[str]) -> pd
         return empty_table(columns)
     text_dtypes = {c.name: str for c in columns if c.kind == "str"}
     try:
-        frame = pd.read_csv(io.StringIO(text), comment="#", dtype=text_dtypes)
+        # only an empty cell is a missing value: "nan", "inf" or "NA" written into a table is
+        # kept as text, so that it is found as a bad value rather than read as a gap
+        frame = pd.read_csv(
+            io.StringIO(text),
+            comment="#",
+            dtype=text_dtypes,
+            keep_default_na=False,
+            na_values=[""],
+        )
     except pd.errors.EmptyDataError:
         return empty_table(columns)
     except (pd.errors.ParserError, ValueError) as exc:
@@ -392,9 +478,13 @@ def read_table(path: Path, columns: Sequence[Column], *, notes: list[str]) -> pd
             f"{path} lacks column(s) {', '.join(missing)}",
             hint="expected columns: " + ",".join(c.name for c in columns if not c.optional),
         )
+    frame = frame.reset_index(drop=True)
+    bad = _bad_values(frame, columns)
     for column in columns:
         frame[column.name] = _typed(frame[column.name], column.kind)
-    return frame.reset_index(drop=True)
+    if bad:
+        frame.attrs[_BAD_VALUES] = bad
+    return frame
 
 
 def _typed(values: pd.Series, kind: ColumnType) -> pd.Series:
@@ -424,6 +514,11 @@ def _read_run_json(root: Path) -> dict[str, Any]:
         raise OrionError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         meta = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise OrionError(
+            f"run.json in {root} is nested too deeply to be a run record",
+            hint="the run's record is damaged (the runner only ever replaces it whole)",
+        ) from None
     except ValueError as exc:  # UnicodeDecodeError (binary) is a ValueError too
         reason = _shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 80)
         raise OrionError(
@@ -500,7 +595,7 @@ def _read_scheduler(path: Path, notes: list[str]) -> dict[str, dict[str, Any]] |
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         notes.append("scheduler.json is not readable JSON; scheduler statistics left out")
         return None
     clients = raw.get("clients") if isinstance(raw, dict) else None

@@ -19,13 +19,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
+from orion_common.output_paths import make_folder
 from reporting import plots
 from reporting.memory import memory_series, memory_summary, with_limits_text
 from reporting.metrics import (
+    BASELINE_P99_TOLERANCE,
     BE_FRACTION_MIN,
     HP_P99_SLOWDOWN_MAX,
     PERCENTILE_METHOD,
+    UNDECIDED,
     compare_runs,
     find_baseline,
     headline,
@@ -43,11 +47,7 @@ from reporting.series import (
 )
 from reporting.shares import SHARE_PERCENTILE, shares_series, shares_summary
 from reporting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
-from reporting.tail import NO_TRACE_NOTE, SLOW_PERCENTILE, slow_requests, tail_summary
-
-BASELINE_P99_TOLERANCE = 0.05
-"""The dedicated run's HP p99 must be known to within ±5 % (its 95 % interval): the target is a
-5 % slowdown, and a reference less certain than that cannot tell a 5 % slowdown from noise."""
+from reporting.tail import SLOW_PERCENTILE, slow_requests, tail_summary
 
 REPORT_FORMAT = "orion-report"
 REPORT_VERSION = 1
@@ -255,11 +255,7 @@ def write_report(
     ``preface``: Markdown lines put before the per-run sections, for what the runs were run to
     test (a plan run's "measured against predicted", ``reporting.plan_check``), which a reader
     of such a report looks for first."""
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OrionError(f"cannot create report folder {out}: {exc.strerror or exc}") from None
+    out = make_folder(out_dir, "report folder")
     tables = report_tables(runs)
     labels = tables.labels
     lines: list[str] = ["# orion run report", ""]
@@ -417,10 +413,7 @@ def write_report(
         lines.append("")
 
     report = out / REPORT_FILE
-    try:
-        report.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise OrionError(f"cannot write {report}: {exc.strerror or exc}") from None
+    write_text_atomic(report, "\n".join(lines).rstrip() + "\n")
     return report
 
 
@@ -531,7 +524,7 @@ def tail_lines(tail: pd.DataFrame, out: Path, order: Sequence[str]) -> list[str]
         )
         lines.append("")
     for row in tail[~tail["traced"].astype(bool)].to_dict("records"):
-        lines.append(f"- `{row['run']}` ({row['client']}): {NO_TRACE_NOTE}.")
+        lines.append(f"- `{row['run']}` ({row['client']}): {row['note']}.")
     if not tail["traced"].astype(bool).all():
         lines.append("")
     return lines
@@ -707,6 +700,11 @@ def _verdict(row: dict[str, Any]) -> str:
         head = "target met"
     elif row["target_met"] is False:
         head = "target missed"
+    elif row["target_met"] == UNDECIDED:
+        head = (
+            "target undecided (a 95% interval reaches across a limit, or the dedicated run "
+            "is too noisy to judge it)"
+        )
     else:
         head = "target cannot be judged"
     return f"{label}: {head}: {clauses}{caveat}."
@@ -748,9 +746,12 @@ def _target_ms(head: pd.DataFrame) -> float | None:
 
 def target_met_text(value: Any) -> str:
     """The ``target met`` cell, worded alike in the terminal and in report.md:
-    ``yes``, ``no``, or ``-`` when it cannot be judged (no dedicated baseline, no HP client)."""
+    ``yes``, ``no``, ``undecided`` (the intervals cannot tell), or ``-`` when it cannot be
+    judged (no dedicated baseline, no HP client)."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if value == UNDECIDED:
+        return UNDECIDED
     return "yes" if bool(value) else "no"
 
 

@@ -47,6 +47,18 @@ TOP_KERNELS = 3
 """How many BE kernel names ``be_running_kernels`` lists per request."""
 
 NO_TRACE_NOTE = 'no kernel trace: the tail attribution needs `"trace": true` in the run config'
+MISSING_TRACE_NOTE = (
+    "trace.csv is missing: the run traced its kernels, but the file is not in the run "
+    "directory (traces are large and often not kept); the tail attribution needs it"
+)
+
+
+def no_trace_note(run: RunData) -> str:
+    """Why a run has no tail attribution: it was not traced, or its trace file is gone."""
+    traced = (run.config.get("run") or {}).get("trace") if isinstance(run.config, dict) else None
+    return MISSING_TRACE_NOTE if traced else NO_TRACE_NOTE
+
+
 NO_REASON = "not recorded"
 """The reason shown for launches of a trace from before ``reason`` was recorded."""
 
@@ -217,7 +229,7 @@ def tail_summary(runs: Sequence[RunData], slow: pd.DataFrame | None = None) -> p
                 "note": None,
             }
             if run.trace is None:
-                row["note"] = NO_TRACE_NOTE
+                row["note"] = no_trace_note(run)
                 rows.append(row)
                 continue
             mine = slow[(slow["run"] == label) & (slow["client"] == client.name)]

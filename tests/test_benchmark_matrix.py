@@ -155,7 +155,8 @@ def test_report_of_two_rounds_gives_medians_against_each_rounds_own_dedicated_ru
     # hp_rows(scale) has latencies scale x 1..100 ms: p99 (linear) = 99.01 x scale. Round 1:
     # dedicated at scale 1, orion at 1.02 -> slowdown 1.02; BE 20 alone, 19 shared -> 0.95.
     # Round 2: dedicated at scale 2, orion at 2.2 -> slowdown 1.10; BE 20 vs 17 -> 0.85.
-    # Medians of two values are their means: 1.06 and 0.90; the target was met in round 1 only.
+    # Medians of two values are their means: 1.06 and 0.90. Round 1's 1.02 is within 1.05 but
+    # its interval (100 requests) reaches past it, so no round counts as met: round 1 undecided.
     index = {
         "cells": {
             "g": {
@@ -170,7 +171,7 @@ def test_report_of_two_rounds_gives_medians_against_each_rounds_own_dedicated_ru
     args = parse(matrix, monkeypatch, tmp_path, "--report-only")
     matrix.write_reports(args, index)
     text = (tmp_path / "README.md").read_text()
-    assert "| orion | 2 | 1.060 (1.020-1.100) | 0.900 (0.850-0.950) | 1 |" in text
+    assert "| orion | 2 | 1.060 (1.020-1.100) | 0.900 (0.850-0.950) | 0 |" in text
     assert (tmp_path / "reports" / "g" / "report.md").is_file()
     assert (tmp_path / "reports" / "g" / "round-2" / "report.md").is_file()
 

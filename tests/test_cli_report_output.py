@@ -18,7 +18,7 @@ from orion_cli.app import app
 from reporting import load_runs, report_tables
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
-EXPECTED_TARGET_MET = {"dedicated": "-", "orion": "yes", "timeslice": "no"}
+EXPECTED_TARGET_MET = {"dedicated": "-", "orion": "undecided", "timeslice": "no"}
 
 
 @pytest.fixture

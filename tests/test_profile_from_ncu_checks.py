@@ -205,4 +205,4 @@ def test_a_profile_path_the_os_refuses_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     [line] = _error_lines(result.output)
-    assert line.startswith(f"error: cannot write the profile to {out / 'profile.csv'}: ")
+    assert line.startswith(f"error: cannot write file {out / 'profile.csv'}: ")

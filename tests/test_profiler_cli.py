@@ -194,13 +194,13 @@ def test_ctrl_c_exits_130_without_a_profile(
         (
             "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
             "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
-            "at::native::vectorized_elementwise_kernel<…>",
+            "at::native::vectorized_elementwise_kernel<...>",
         ),
         (
             "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, "
             "float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, "
             "float*, long*)",
-            "at::native::max_pool_forward_nchw<…>",
+            "at::native::max_pool_forward_nchw<...>",
         ),
         ("orion_copy_f32", "orion_copy_f32"),
         ("sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tile128x128x32", None),

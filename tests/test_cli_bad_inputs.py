@@ -1,0 +1,233 @@
+"""Bad inputs a new user types, across commands: each is one `error:` line (no traceback),
+said before any work starts and before any "no GPU" (input errors first, machine problems
+after). One row per case; ``{tmp}`` is a fresh folder, ``{file}`` an existing file in it,
+``{proc}`` a path no one can create, ``{data}`` the placement fixtures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from rundir_factory import standard_runs
+from typer.testing import CliRunner
+
+from orion_cli.app import app
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "placement"
+runner = CliRunner(env={"COLUMNS": "200"})
+
+PLAN = ["plan", "{data}/fleet.json", "--matrix-dir", "{data}/pairs"]
+SIMULATE = ["simulate", "{data}/simulate/fleet.json", "--matrix-dir", "{data}/pairs"]
+REPORT = ["report", "{run}"]
+
+
+def _pairs_jobs(tmp: Path, file_name: str, **changes: dict) -> str:
+    """examples/pairs.json with some jobs' fields changed."""
+    document = json.loads((ROOT / "examples" / "pairs.json").read_text())
+    for name, fields in changes.items():
+        document["jobs"][name.replace("_", "-")].update(fields)
+    path = tmp / file_name
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def _fill(args: list[str], tmp: Path) -> list[str]:
+    values = {
+        "tmp": str(tmp),
+        "file": str(tmp / "existing.txt"),
+        "proc": "/proc/orion-cannot-create",
+        "data": str(DATA),
+        "run": str(tmp / "runs" / "run-dedicated"),
+    }
+    return [arg.format(**values) for arg in args]
+
+
+# (id, arguments, a piece of the one error line)
+OUTPUT_PATHS = [
+    ("report --json -o /proc", [*REPORT, "--json", "-o", "{proc}"], "cannot write report folder"),
+    ("report --json -o file", [*REPORT, "--json", "-o", "{file}"], "it is a file, not a folder"),
+    ("report -o /proc", [*REPORT, "-o", "{proc}"], "cannot write report folder"),
+    ("report -o file", [*REPORT, "-o", "{file}"], "it is a file, not a folder"),
+    ("plan -o /proc", [*PLAN, "-o", "{proc}"], "cannot write plan file"),
+    ("plan -o a folder", [*PLAN, "-o", "{tmp}"], "it is a folder"),
+    ("plan -o under a file", [*PLAN, "-o", "{file}/plan.json"], "is a file, not a folder"),
+    ("simulate -o /proc", [*SIMULATE, "-o", "{proc}"], "cannot write simulation folder"),
+    ("simulate -o file", [*SIMULATE, "-o", "{file}"], "it is a file, not a folder"),
+    ("pairs --out /proc", ["pairs", "examples/pairs.json", "--out", "{proc}"], "cannot write"),
+    ("colocate -o /proc", ["colocate", "examples/headline.json", "-o", "{proc}"], "cannot write"),
+]
+BEFORE_THE_GPU = [
+    (
+        "pairs: unknown workload",
+        ["pairs", "{pairs_unknown}", "--out", "{tmp}/m"],
+        "unknown workload 'nosuch'",
+    ),
+    (
+        "pairs: cuda_graph on a synthetic workload",
+        ["pairs", "{pairs_synthetic}", "--out", "{tmp}/m"],
+        "cannot be captured",
+    ),
+    (
+        "pairs: negative --time-budget",
+        ["pairs", "examples/pairs.json", "--time-budget", "-5", "--out", "{tmp}/m"],
+        "--time-budget",
+    ),
+]
+CASES = OUTPUT_PATHS + BEFORE_THE_GPU
+
+
+@pytest.mark.parametrize(("case", "args", "message"), CASES, ids=[c[0] for c in CASES])
+def test_a_bad_input_is_one_error_line_before_any_work(
+    case: str, args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "existing.txt").write_text("keep me\n")
+    standard_runs(tmp_path / "runs")
+    extra = {
+        "pairs_unknown": _pairs_jobs(
+            tmp_path, "unknown.json", resnet50_serve={"workload": "nosuch"}
+        ),
+        "pairs_synthetic": _pairs_jobs(
+            tmp_path, "synthetic.json", resnet50_serve={"workload": "synthetic-compute"}
+        ),
+    }
+    filled = [arg.format(**extra) if arg.strip("{}") in extra else arg for arg in args]
+    result = runner.invoke(app, _fill(filled, tmp_path))
+    assert not isinstance(result.exception, Exception), result.output  # no traceback
+    assert result.exit_code in (1, 2), result.output
+    assert message in result.output, result.output
+    assert "no NVIDIA GPU" not in result.output
+    assert (tmp_path / "existing.txt").read_text() == "keep me\n"
+    shutil.rmtree(tmp_path / "runs")
+
+
+# --- bad files: each row writes one file (a fixture with one field changed) ---------------------
+
+
+def _json_with(source: Path, change, tmp: Path, name: str = "input.json") -> Path:
+    document = json.loads(source.read_text())
+    change(document)
+    path = tmp / name
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _text(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _set(*keys_and_value):
+    *keys, value = keys_and_value
+
+    def change(document: dict) -> None:
+        target = document
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+
+    return change
+
+
+HEADLINE = ROOT / "examples" / "headline.json"
+FLEET = DATA / "fleet.json"
+SIM = DATA / "simulate" / "fleet.json"
+MATRIX = ["--matrix-dir", str(DATA / "pairs")]
+
+
+def _colocate(change):
+    return lambda tmp: ["colocate", str(_json_with(HEADLINE, change, tmp))]
+
+
+def _plan(change):
+    return lambda tmp: ["plan", str(_json_with(FLEET, change, tmp)), *MATRIX]
+
+
+def _simulate(change):
+    return lambda tmp: ["simulate", str(_json_with(SIM, change, tmp)), *MATRIX]
+
+
+def _empty_trace(tmp: Path) -> list[str]:
+    _text(tmp, "trace.csv", "arrival_s,job\n")
+    arrivals = {"kind": "trace", "path": "trace.csv"}
+    return [
+        "simulate",
+        str(_json_with(SIM, _set("simulation", "arrivals", arrivals), tmp)),
+        *MATRIX,
+    ]
+
+
+def _plan_rate(tmp: Path) -> list[str]:
+    fleet = ROOT / "examples" / "fleet-h100x4.json"
+    return ["plan", str(_json_with(fleet, lambda d: d["hp"][0].update(rate_per_s=800), tmp))]
+
+
+def _plan_of_another_format(tmp: Path) -> list[str]:
+    path = _text(tmp, "plan.json", json.dumps({"format": "orion-plan-2", "version": 2}))
+    return ["colocate", str(path)]
+
+
+def _huge_number(tmp: Path) -> list[str]:
+    text = HEADLINE.read_text().replace('"duration_s": 30', '"duration_s": ' + "9" * 5000)
+    return ["colocate", str(_text(tmp, "jobs.json", text))]
+
+
+def _nested_run_json(tmp: Path) -> list[str]:
+    _text(tmp, "run/run.json", "[" * 100_000 + "]" * 100_000)
+    return ["report", str(tmp / "run")]
+
+
+BAD_FILES = [
+    ("jobs: a 5000-digit duration_s", _huge_number, "a number is too long to read"),
+    (
+        "jobs: batch_size 10^30",
+        _colocate(lambda d: d["clients"][0].update(batch_size=10**30)),
+        "batch_size",
+    ),
+    ("jobs: warmup_steps 10^30", _colocate(_set("run", "warmup_steps", 10**30)), "warmup_steps"),
+    ("jobs: duration_s 1e15", _colocate(_set("run", "duration_s", 1e15)), "duration_s"),
+    ("report: deeply nested run.json", _nested_run_json, "nested too deeply"),
+    ("plan: count 1e9 GPUs", _plan(lambda d: d["gpus"][0].update(count=10**9)), "at most 4,096"),
+    ("plan: HP rate 800/s, measured at 80/s", _plan_rate, "was measured at 80/s"),
+    ("simulate: duration_s 1e15", _simulate(_set("simulation", "duration_s", 1e15)), "at most"),
+    (
+        "simulate: jobs_per_hour 1e9",
+        _simulate(_set("simulation", "arrivals", {"kind": "poisson", "jobs_per_hour": 1e9})),
+        "jobs_per_hour: must be at most",
+    ),
+    ("simulate: round_s 1e-3", _simulate(_set("simulation", "round_s", 1e-3)), "rounds over"),
+    ("simulate: an empty arrivals trace", _empty_trace, "holds no arrivals"),
+    (
+        "colocate: a plan of another format",
+        _plan_of_another_format,
+        "is a plan (format 'orion-plan-2'), not a jobs file",
+    ),
+    ("plan: BE weight 1e308", _plan(lambda d: d["be"][0].update(weight=1e308)), "weight"),
+    (
+        "plan: a GPU kind of 5000 characters",
+        _plan(lambda d: d["gpus"][0].update(kind="k" * 5000)),
+        "no pair matrix for GPU kind",
+    ),
+    (
+        "simulate: iterations 1e30",
+        _simulate(lambda d: d["simulation"]["job_mix"][0].update(iterations=1e30)),
+        "iterations: must be at most",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "message"), BAD_FILES, ids=[c[0] for c in BAD_FILES])
+def test_a_bad_file_is_one_error_line_naming_the_bound(
+    case: str, make, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, make(tmp_path))
+    assert not isinstance(result.exception, Exception), result.output  # no traceback
+    assert result.exit_code == 1, result.output
+    assert message in result.output, result.output
+    assert "no NVIDIA GPU" not in result.output
