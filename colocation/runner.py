@@ -45,6 +45,7 @@ from orion_common.runclock import RunClock
 from orion_daemon.mps import MpsDaemon, private_mps_daemon, with_sm_share
 from orion_daemon.records import SchedulerRecorder
 from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
+from orion_daemon.slots import add_profiled_client
 
 START_DELAY_S = 0.5
 """Between the last client becoming ready and the window's start: every client has the start
@@ -210,26 +211,20 @@ class _Runner:
         }
 
     def _set_up(self) -> None:
-        from postprocess import kernel_identity_table
-        from postprocess.graphs import graph_wall_time_ns, is_graph_profile
         from scheduler_core import SchedulerRun
 
         self.scheduler = self.stack.enter_context(SchedulerRun(self.plan.settings))
         for client in self.config.clients:
-            profile = self.plan.profiles.get(client.name)
-            kernels = kernel_identity_table(profile) if profile is not None else None
-            # bytes (None: no limit); the preload library counts the client's allocations
-            index = self.scheduler.add_client(
+            # memory_limit in bytes (None: no limit); the library counts the client's allocations
+            index = add_profiled_client(
+                self.scheduler,
                 client.name,
                 client.role,
-                kernels,
+                self.plan.profiles.get(client.name),
                 memory_limit=client.memory_limit,
                 min_util=client.min_util,
                 max_util=client.max_util,
             )
-            if profile is not None and is_graph_profile(profile):
-                # The graph launches as a unit: the library finds it by its kernel nodes.
-                self.scheduler.add_graph(index, profile.kernels, graph_wall_time_ns(profile))
             self.clients.append(ClientProcess(client, index, self.run_dir))
             self._spec(client).write(spec_path(self.run_dir, client.name))
         self.scheduler.publish()

@@ -31,6 +31,7 @@ from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import SchedulerRecorder
+from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import ClientSample, client_status
 
 TICK_S = 0.1
@@ -289,20 +290,23 @@ class Daemon:
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
                 hint="start it with `orion up --shares`",
             )
-        rows, kernels, graph = self._profile_tables(request.profile)
-        slot = self._scheduler.add_client(
+        profile = None
+        if request.profile is not None:
+            from postprocess import read_profile
+
+            profile = read_profile(request.profile)
+        slot = add_profiled_client(
+            self._scheduler,
             request.name,
             request.role,
-            kernels,
+            profile,
             memory_limit=request.memory_limit,
             min_util=request.min_util,
             max_util=request.max_util,
         )
         try:
-            if graph is not None:
-                self._scheduler.add_graph(slot, *graph)
-            if request.role == "hp":
-                self._set_queue_limit(rows, request.latency_target_ms)
+            if request.role == "hp" and profile is not None:
+                self._set_queue_limit(profile.kernels, request.latency_target_ms)
             self._scheduler.register(slot, pid)
         except OrionError:
             self._scheduler.release(slot)
@@ -329,20 +333,6 @@ class Daemon:
             "slot": slot,
             "environment": self._env(slot),
         }
-
-    def _profile_tables(self, path: str | None) -> tuple[Any, Any, tuple[Any, float] | None]:
-        """The profile's rows, its kernel identity table and, for a graph profile, its nodes
-        and wall time."""
-        if path is None:
-            return None, None, None
-        from postprocess import kernel_identity_table, read_profile
-        from postprocess.graphs import graph_wall_time_ns, is_graph_profile
-
-        profile = read_profile(path)
-        graph = None
-        if is_graph_profile(profile):
-            graph = (profile.kernels, graph_wall_time_ns(profile))
-        return profile.kernels, kernel_identity_table(profile), graph
 
     def _set_queue_limit(self, rows: Any, latency_target_ms: float | None) -> None:
         """The BE queue bound follows the HP client's profile and target, unless `orion up` fixed

@@ -9,6 +9,7 @@ its clients running ungated, and the next daemon cleans up after it.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -133,7 +134,10 @@ def test_a_claimer_that_ends_before_any_process_attaches_frees_its_slot(daemon):
     wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
 
 
-def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, daemon, tmp_path):
+@contextlib.contextmanager
+def be_held_behind_hp(harness, daemon, tmp_path):
+    """An HP client running a 20 s kernel and a BE client whose ten launches are all held on the
+    GPU behind the gate HP closed; yields the BE process. Both are killed if still running."""
     hp_env = daemon.join("hp", "inference")
     be_env = daemon.join("be", "trainer")
     hp = harness.start("func long 20000000 launch long 1 32 0 sync 0", env=hp_env,
@@ -149,10 +153,7 @@ def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, da
         )
         time.sleep(0.3)
         assert be.poll() is None  # held behind the gate HP's 20 s kernel closed
-        stop(0, daemon.folder)
-        assert be.wait(timeout=5) == 0
-        assert daemon.process.wait(timeout=5) == 0
-        assert state.read_record(daemon.folder) is None  # a clean stop leaves no record
+        yield be
     finally:
         for process in (hp, be):
             if process is not None and process.poll() is None:
@@ -160,33 +161,24 @@ def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, da
                 process.wait(timeout=10)
 
 
+def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, daemon, tmp_path):
+    with be_held_behind_hp(harness, daemon, tmp_path) as be:
+        stop(0, daemon.folder)
+        assert be.wait(timeout=5) == 0
+        assert daemon.process.wait(timeout=5) == 0
+        assert state.read_record(daemon.folder) is None  # a clean stop leaves no record
+
+
 def test_a_killed_daemon_leaves_clients_ungated_and_the_next_one_cleans_up(
     harness, daemon, tmp_path
 ):
-    hp_env = daemon.join("hp", "inference")
-    be_env = daemon.join("be", "trainer")
-    hp = harness.start("func long 20000000 launch long 1 32 0 sync 0", env=hp_env,
-                       log=tmp_path / "hp.log")  # fmt: skip
-    be = None
-    try:
-        wait_for(lambda: len(read_log(tmp_path / "hp.log")) > 0, what="HP's launch")
-        time.sleep(0.2)
-        be = harness.start(BE_SCRIPT, env=be_env, log=tmp_path / "be.log")
-        wait_for(
-            lambda: sum(e.kind == "launch" for e in read_log(tmp_path / "be.log")) == 10,
-            what="BE's launches",
-        )
+    with be_held_behind_hp(harness, daemon, tmp_path) as be:
         daemon.process.kill()
         daemon.process.wait(timeout=5)
         killed_at = time.monotonic()
         assert be.wait(timeout=5) == 0
         assert time.monotonic() - killed_at < 2.0  # a second of silence, then ungated
         assert "runs ungated" in be.stderr.read()
-    finally:
-        for process in (hp, be):
-            if process is not None and process.poll() is None:
-                process.kill()
-                process.wait(timeout=10)
     assert state.read_record(daemon.folder) is not None  # stale, left by SIGKILL
     assert state.live_record(daemon.folder) is None
     second = RunningDaemon(daemon.folder)
