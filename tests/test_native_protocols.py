@@ -33,3 +33,19 @@ def test_the_in_flight_ring_never_returns_a_torn_launch(tmp_path: Path) -> None:
     assert checked > 0, result.stdout
     assert torn == 0, result.stdout
     assert result.returncode == 0
+
+
+def test_the_probe_table_finds_claims_and_shares_slots_as_documented(tmp_path: Path) -> None:
+    # One probe loop serves the shared kernel and graph tables and the client's caches.
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    program = tmp_path / "probe_table_test"
+    subprocess.run(
+        [compiler, "-std=c++17", "-O2", "-pthread", f"-I{ROOT / 'scheduler_core' / 'native'}",
+         "-o", str(program), str(ROOT / "tests" / "native" / "probe_table_test.cpp")],
+        check=True,
+    )  # fmt: skip
+    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.strip() == "ok"

@@ -215,35 +215,29 @@ std::uint64_t ClientRuntime::name_hash(CUfunction function) {
         const std::uint64_t hash = hash_name(name != nullptr ? name : "");
         return hash == 0 ? 1 : hash;
     };
-    const auto bits = reinterpret_cast<std::uintptr_t>(function);
-    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
     const std::uint32_t generation = name_generation_.load(std::memory_order_acquire);
-    for (std::uint32_t probe = 0; probe < 64; ++probe) {
-        FunctionSlot& slot = functions_[(start + probe) & (kFunctionSlots - 1)];
-        CUfunction seen = slot.function.load(std::memory_order_acquire);
-        if (seen == nullptr) {
-            if (slot.function.compare_exchange_strong(seen, function, std::memory_order_acq_rel)) {
-                const std::uint64_t hash = compute();
-                slot.name_hash.store(hash, std::memory_order_release);
-                slot.generation.store(generation, std::memory_order_release);
-                return hash;
-            }
-        }
-        if (seen == function || slot.function.load(std::memory_order_acquire) == function) {
-            if (slot.generation.load(std::memory_order_acquire) != generation) {
-                // Code was unloaded since this name was read: the handle may now be another
-                // kernel's. Read it again (and let the new kernel be reported if unknown).
-                const std::uint64_t hash = compute();
-                slot.name_hash.store(hash, std::memory_order_release);
-                slot.unknown_reported.store(0, std::memory_order_release);
-                slot.generation.store(generation, std::memory_order_release);
-                return hash;
-            }
-            const std::uint64_t hash = slot.name_hash.load(std::memory_order_acquire);
-            return hash != 0 ? hash : compute();  // another thread is filling it in right now
-        }
+    bool claimed = false;
+    FunctionSlot* slot = find_or_claim_slot(functions_, kFunctionSlots, kNeighbourhood,
+                                            handle_start(function), function, function_of,
+                                            &claimed);
+    if (slot == nullptr) return compute();  // cache full in this neighbourhood: just slower
+    if (claimed) {
+        const std::uint64_t hash = compute();
+        slot->name_hash.store(hash, std::memory_order_release);
+        slot->generation.store(generation, std::memory_order_release);
+        return hash;
     }
-    return compute();  // cache full in this neighbourhood: correct, just slower
+    if (slot->generation.load(std::memory_order_acquire) != generation) {
+        // Code was unloaded since this name was read: the handle may now be another kernel's.
+        // Read it again (and let the new kernel be reported if unknown).
+        const std::uint64_t hash = compute();
+        slot->name_hash.store(hash, std::memory_order_release);
+        slot->unknown_reported.store(0, std::memory_order_release);
+        slot->generation.store(generation, std::memory_order_release);
+        return hash;
+    }
+    const std::uint64_t hash = slot->name_hash.load(std::memory_order_acquire);
+    return hash != 0 ? hash : compute();  // another thread is filling it in right now
 }
 
 std::uint64_t ClientRuntime::node_key(const CUDA_KERNEL_NODE_PARAMS_v2& params) {
@@ -282,21 +276,12 @@ std::uint64_t ClientRuntime::identify_graph(CUgraph graph, NodeKeys* nodes_out) 
 
 ClientRuntime::GraphSlot* ClientRuntime::graph_slot(CUgraphExec exec, bool claim) {
     if (exec == nullptr) return nullptr;
-    const auto bits = reinterpret_cast<std::uintptr_t>(exec);
-    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
-    for (std::uint32_t probe = 0; probe < 64; ++probe) {
-        GraphSlot& slot = graph_execs_[(start + probe) & (kGraphExecSlots - 1)];
-        CUgraphExec seen = slot.exec.load(std::memory_order_acquire);
-        if (seen == exec) return &slot;
-        if (seen == nullptr) {
-            if (!claim) return nullptr;
-            if (slot.exec.compare_exchange_strong(seen, exec, std::memory_order_acq_rel) ||
-                seen == exec) {
-                return &slot;
-            }
-        }
-    }
-    return nullptr;  // neighbourhood full: the graph stays unidentified (gated conservatively)
+    // nullptr when the neighbourhood is full: the graph stays unidentified (gated conservatively)
+    auto exec_of = [](GraphSlot& slot) -> std::atomic<CUgraphExec>& { return slot.exec; };
+    const std::uint64_t start = handle_start(exec);
+    return claim ? find_or_claim_slot(graph_execs_, kGraphExecSlots, kNeighbourhood, start, exec,
+                                      exec_of)
+                 : find_slot(graph_execs_, kGraphExecSlots, kNeighbourhood, start, exec, exec_of);
 }
 
 void ClientRuntime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
@@ -348,13 +333,10 @@ void ClientRuntime::graph_destroyed(CUgraphExec exec) {
 void ClientRuntime::report_unknown(CUfunction function, const LaunchShape& shape) {
     slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
     if (function == nullptr) return;
-    const auto bits = reinterpret_cast<std::uintptr_t>(function);
-    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
-    for (std::uint32_t probe = 0; probe < 64; ++probe) {
-        FunctionSlot& slot = functions_[(start + probe) & (kFunctionSlots - 1)];
-        if (slot.function.load(std::memory_order_acquire) != function) continue;
-        if (slot.unknown_reported.exchange(1, std::memory_order_acq_rel) != 0) return;
-        break;
+    FunctionSlot* slot = find_slot(functions_, kFunctionSlots, kNeighbourhood,
+                                   handle_start(function), function, function_of);
+    if (slot != nullptr && slot->unknown_reported.exchange(1, std::memory_order_acq_rel) != 0) {
+        return;  // reported once already
     }
     const std::uint32_t n = slot_->unknown_name_count.fetch_add(1, std::memory_order_relaxed);
     if (n >= kUnknownNames) return;
@@ -418,19 +400,10 @@ bool ClientRuntime::ensure_gate_mapped() {
 ClientRuntime::StreamBudget* ClientRuntime::stream_budget(CUstream stream) {
     // The legacy stream's handle is 0, which marks a free slot here: use its explicit handle.
     if (stream == nullptr) stream = cu_stream_legacy();
-    const auto bits = reinterpret_cast<std::uintptr_t>(stream);
-    const std::uint64_t start = (bits >> 4) * 0x9e3779b97f4a7c15ULL;
-    for (std::uint32_t probe = 0; probe < kStreamSlots; ++probe) {
-        StreamBudget& slot = stream_budgets_[(start + probe) & (kStreamSlots - 1)];
-        CUstream seen = slot.stream.load(std::memory_order_acquire);
-        if (seen == stream) return &slot;
-        if (seen == nullptr &&
-            (slot.stream.compare_exchange_strong(seen, stream, std::memory_order_acq_rel) ||
-             seen == stream)) {
-            return &slot;
-        }
-    }
-    return nullptr;  // table full: every launch on this stream gets a wait of its own
+    // nullptr when the table is full: every launch on this stream gets a wait of its own
+    auto stream_of = [](StreamBudget& slot) -> std::atomic<CUstream>& { return slot.stream; };
+    return find_or_claim_slot(stream_budgets_, kStreamSlots, kStreamSlots, handle_start(stream),
+                              stream, stream_of);
 }
 
 bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited) {

@@ -14,6 +14,7 @@
 #include "memory_ledger.h"
 #include "policy.h"
 #include "run_region.h"
+#include "probe_table.h"
 #include "shared_state.h"
 
 namespace orion {
@@ -139,6 +140,11 @@ private:
         std::atomic<std::uint32_t> generation{0};  // name_generation_ when name_hash was read
     };
     static constexpr std::uint32_t kFunctionSlots = 16384;
+    // Slots a handle-keyed cache probes before giving up (then: correct, just uncached).
+    static constexpr std::uint32_t kNeighbourhood = 64;
+    static constexpr auto function_of = [](FunctionSlot& slot) -> std::atomic<CUfunction>& {
+        return slot.function;
+    };
     // A lock-free map from an executable graph to its identity (0: not identified).
     struct GraphSlot {
         std::atomic<CUgraphExec> exec{nullptr};

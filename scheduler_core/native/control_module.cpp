@@ -306,20 +306,16 @@ public:
             throw py::value_error("a client's profile holds at most " +
                                   std::to_string(kKernelSlots / 2) + " distinct kernels");
         }
-        KernelEntry* table = view().kernels(client);
-        for (std::uint32_t probe = 0; probe < kKernelSlots; ++probe) {
-            KernelEntry& entry = table[(key + probe) & (kKernelSlots - 1)];
-            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
-            if (stored != 0 && stored != key) continue;
-            entry.duration_ns = duration_ns;
-            entry.sm_needed = sm_needed;
-            entry.kernel_class = static_cast<std::uint8_t>(parse_class(kernel_class));
-            if (stored == 0) {
-                entry.key.store(key, std::memory_order_relaxed);
-                ++slot.kernel_count;
-            }
-            return;
-        }
+        const KernelClass parsed = parse_class(kernel_class);
+        bool claimed = false;
+        KernelEntry* entry = find_or_claim_slot(view().kernels(client), kKernelSlots,
+                                                kKernelSlots, key, key, entry_key, &claimed);
+        // Never null: the table is at most half full. Nobody reads it yet (unpublished, or a
+        // reserved slot), so the payload may follow the key.
+        entry->duration_ns = duration_ns;
+        entry->sm_needed = sm_needed;
+        entry->kernel_class = static_cast<std::uint8_t>(parsed);
+        if (claimed) ++slot.kernel_count;
     }
 
     // `timeline`: (start_ns, end_ns, sm_needed, kernel_class) per kernel node on the graph's clock,
@@ -340,34 +336,32 @@ public:
             throw py::value_error("a client's profile holds at most " +
                                   std::to_string(kGraphSlots / 2) + " graphs");
         }
-        GraphEntry* table = view().graphs(client);
-        for (std::uint32_t probe = 0; probe < kGraphSlots; ++probe) {
-            GraphEntry& entry = table[(key + probe) & (kGraphSlots - 1)];
-            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
-            if (stored != 0 && stored != key) continue;
-            entry.duration_ns = duration_ns;
-            entry.sm_needed = sm_needed;
-            entry.node_count = node_count;
-            entry.kernel_class = static_cast<std::uint8_t>(parse_class(kernel_class));
-            entry.timeline_first = slot.timeline_count;
-            entry.timeline_count = static_cast<std::uint32_t>(timeline.size());
-            TimelineNode* nodes = view().timeline(client) + slot.timeline_count;
-            for (const auto& [start, end, sms, node_class] : timeline) {
-                if (end < start) throw py::value_error("a timeline node ends before it starts");
-                TimelineNode& node = *nodes++;
-                node.start_ns = start;
-                node.end_ns = end;
-                node.sm_needed = sms;
-                node.kernel_class = static_cast<std::uint8_t>(parse_class(node_class));
-                node.known = 1;
-            }
-            slot.timeline_count += entry.timeline_count;
-            if (stored == 0) {
-                entry.key.store(key, std::memory_order_relaxed);
-                ++slot.graph_count;
-            }
-            return;
+        const KernelClass parsed = parse_class(kernel_class);
+        for (const auto& [start, end, sms, node_class] : timeline) {  // checked before anything
+            if (end < start) throw py::value_error("a timeline node ends before it starts");
+            parse_class(node_class);
         }
+        bool claimed = false;
+        GraphEntry* entry = find_or_claim_slot(view().graphs(client), kGraphSlots, kGraphSlots,
+                                               key, key, entry_key, &claimed);
+        // Never null: the table is at most half full; nobody reads it yet (see add_kernel).
+        entry->duration_ns = duration_ns;
+        entry->sm_needed = sm_needed;
+        entry->node_count = node_count;
+        entry->kernel_class = static_cast<std::uint8_t>(parsed);
+        entry->timeline_first = slot.timeline_count;
+        entry->timeline_count = static_cast<std::uint32_t>(timeline.size());
+        TimelineNode* nodes = view().timeline(client) + slot.timeline_count;
+        for (const auto& [start, end, sms, node_class] : timeline) {
+            TimelineNode& node = *nodes++;
+            node.start_ns = start;
+            node.end_ns = end;
+            node.sm_needed = sms;
+            node.kernel_class = static_cast<std::uint8_t>(parse_class(node_class));
+            node.known = 1;
+        }
+        slot.timeline_count += entry->timeline_count;
+        if (claimed) ++slot.graph_count;
     }
 
     std::uint32_t graph_count(std::uint32_t client) const {

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "probe_table.h"
+
 namespace orion {
 
 constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
@@ -450,6 +452,9 @@ constexpr Layout compute_layout(std::uint32_t trace_capacity) {
     return layout;
 }
 
+// The key of a profile table's entry (KernelEntry, GraphEntry), for probe_table.h.
+constexpr auto entry_key = [](auto& entry) -> auto& { return entry.key; };
+
 // Typed access to a mapped run. Holds no state of its own beyond the base address.
 class RunView {
 public:
@@ -494,27 +499,14 @@ public:
     }
 
     // The profile entry of the graph `key`, or nullptr when the graph is unknown to this client.
+    // (Keys are hashes already: they are their own start.)
     const GraphEntry* find_graph(std::uint32_t client_index, std::uint64_t key) const {
-        const GraphEntry* table = graphs(client_index);
-        for (std::uint32_t probe = 0; probe < kGraphSlots; ++probe) {
-            const GraphEntry& entry = table[(key + probe) & (kGraphSlots - 1)];
-            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
-            if (stored == key) return &entry;
-            if (stored == 0) return nullptr;
-        }
-        return nullptr;
+        return find_slot(graphs(client_index), kGraphSlots, kGraphSlots, key, key, entry_key);
     }
 
     // The profile entry for `key`, or nullptr when the kernel is unknown to this client.
     const KernelEntry* find_kernel(std::uint32_t client_index, std::uint64_t key) const {
-        const KernelEntry* table = kernels(client_index);
-        for (std::uint32_t probe = 0; probe < kKernelSlots; ++probe) {
-            const KernelEntry& entry = table[(key + probe) & (kKernelSlots - 1)];
-            const std::uint64_t stored = entry.key.load(std::memory_order_relaxed);
-            if (stored == key) return &entry;
-            if (stored == 0) return nullptr;
-        }
-        return nullptr;
+        return find_slot(kernels(client_index), kKernelSlots, kKernelSlots, key, key, entry_key);
     }
 
 private:
