@@ -98,6 +98,8 @@ def up_command(
         # A fresh process: this one made a CUDA context reading the GPU's facts.
         sys.stdout.flush()
         arguments = daemon_arguments(settings)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chdir(folder)  # as start_detached: no source checkout shadows the installed orion
         os.execv(arguments[0], arguments)
     record = start_detached(settings)
     console.print(

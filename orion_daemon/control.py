@@ -90,6 +90,9 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            # A daemon keeps no folder of the user's busy; and `python -m` puts its working
+            # folder first on the import path, where a source checkout would shadow the install.
+            cwd=settings.folder,
         )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -30,7 +30,10 @@ class RunningDaemon:
                    "--state-dir", str(folder), "--sharing", "timeslice",
                    "--memory-bytes", str(8 * GIB), *arguments]  # fmt: skip
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            # Outside the checkout: `python -m` would import the source tree before the install.
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=folder.parent
+            )
         wait_for(self.answers, timeout_s=30, what=f"the daemon to answer ({self.output()})")
 
     def output(self) -> str:

@@ -50,6 +50,7 @@ def orion_run(harness: Harness, *arguments: str) -> subprocess.CompletedProcess[
     return subprocess.run(
         [sys.executable, "-m", "orion_cli.app", "run", *arguments],
         env=environment, capture_output=True, text=True, timeout=60, check=False,
+        cwd=harness.directory,  # outside the checkout: `-m` would import the source tree first
     )  # fmt: skip
 
 

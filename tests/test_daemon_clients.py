@@ -130,7 +130,7 @@ def test_a_claimer_that_ends_before_any_process_attaches_frees_its_slot(daemon):
         "from orion_daemon.joining import join\n"
         f"join(0, JoinRequest(role='be', name='never'), pathlib.Path({str(daemon.folder)!r}))\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30, cwd=daemon.folder)
     wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
 
 
@@ -193,7 +193,7 @@ def test_a_second_daemon_for_the_same_gpu_is_refused(daemon):
     result = subprocess.run(
         [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
          "--state-dir", str(daemon.folder), "--sharing", "timeslice"],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=30, check=False, cwd=daemon.folder.parent,
     )  # fmt: skip
     assert result.returncode == 1
     assert "an orion daemon already runs for GPU 0" in result.stderr
