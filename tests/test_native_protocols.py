@@ -18,16 +18,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_in_flight_ring_never_returns_a_torn_launch(tmp_path: Path) -> None:
+def build(tmp_path: Path, name: str) -> Path:
+    """Compiles ``tests/native/<name>.cpp`` against the library's headers."""
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         pytest.skip("no C++ compiler")
-    program = tmp_path / "seqlock_stress"
+    program = tmp_path / name
     subprocess.run(
         [compiler, "-std=c++17", "-O2", "-pthread", f"-I{ROOT / 'scheduler_core' / 'native'}",
-         "-o", str(program), str(ROOT / "tests" / "native" / "seqlock_stress.cpp")],
+         "-o", str(program), str(ROOT / "tests" / "native" / f"{name}.cpp")],
         check=True,
     )  # fmt: skip
+    return program
+
+
+def test_the_in_flight_ring_never_returns_a_torn_launch(tmp_path: Path) -> None:
+    program = build(tmp_path, "seqlock_stress")
     result = subprocess.run([str(program), "30000000"], capture_output=True, text=True, timeout=120)
     torn, checked = (int(word) for word in result.stdout.split()[1::2])
     assert checked > 0, result.stdout
@@ -37,15 +43,7 @@ def test_the_in_flight_ring_never_returns_a_torn_launch(tmp_path: Path) -> None:
 
 def test_the_probe_table_finds_claims_and_shares_slots_as_documented(tmp_path: Path) -> None:
     # One probe loop serves the shared kernel and graph tables and the client's caches.
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if compiler is None:
-        pytest.skip("no C++ compiler")
-    program = tmp_path / "probe_table_test"
-    subprocess.run(
-        [compiler, "-std=c++17", "-O2", "-pthread", f"-I{ROOT / 'scheduler_core' / 'native'}",
-         "-o", str(program), str(ROOT / "tests" / "native" / "probe_table_test.cpp")],
-        check=True,
-    )  # fmt: skip
+    program = build(tmp_path, "probe_table_test")
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout
     assert result.stdout.strip() == "ok"
