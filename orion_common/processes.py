@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -21,3 +22,13 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` ended within ``timeout_s`` (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout_s
+    while process_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
+from orion_common.processes import wait_gone
 from orion_daemon import state
 from orion_daemon.protocol import request
-from orion_daemon.server import DaemonSettings, wait_gone
+from orion_daemon.server import DaemonSettings
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0

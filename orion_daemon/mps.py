@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orion_common import prerequisites
 from orion_common.errors import OrionError
-from orion_common.processes import process_alive
+from orion_common.processes import wait_gone
 from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
@@ -68,15 +68,6 @@ class MpsDaemon:
 def require_mps_control() -> Path:
     """``nvidia-cuda-mps-control``, or a clear refusal naming the alternatives."""
     return prerequisites.require(prerequisites.check_mps_control()).found
-
-
-def _wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while process_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -171,13 +162,13 @@ def _stop(daemon: MpsDaemon, environment: dict[str, str], timeout_s: float) -> l
     servers = [int(token) for token in answer.split() if token.isdigit()]
     _control(daemon.control, "quit", environment, timeout_s)
     for pid, what in [(daemon.pid, "MPS control daemon"), *((s, "MPS server") for s in servers)]:
-        if _wait_gone(pid, timeout_s):
+        if wait_gone(pid, timeout_s):
             continue
         notes.append(f"the {what} (pid {pid}) did not quit within {timeout_s:g} s; killed it")
         for signum in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
-            if _wait_gone(pid, min(2.0, timeout_s)):
+            if wait_gone(pid, min(2.0, timeout_s)):
                 break
     return notes
 

@@ -16,7 +16,6 @@ import selectors
 import signal
 import socket
 import sys
-import time
 import traceback
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -459,15 +458,3 @@ class Daemon:
         from scheduler_core import native_module
 
         return int(native_module().MAX_CLIENTS) - len(self.clients)
-
-
-def wait_gone(pid: int, timeout_s: float) -> bool:
-    """Whether process ``pid`` ended within ``timeout_s``."""
-    from orion_common.processes import process_alive
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not process_alive(pid):
-            return True
-        time.sleep(0.05)
-    return not process_alive(pid)

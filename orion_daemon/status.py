@@ -24,23 +24,14 @@ HELD_REASONS = (
 
 @dataclass(frozen=True)
 class ClientSample:
-    """One reading of a client's cumulative counters."""
+    """One reading of a client's launch counter (what launches per second is taken from)."""
 
     time_s: float
     launches: int
-    blocked_launches: int
-    gate_waits: int
-    gpu_busy_ns: int
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
-        return cls(
-            time_s=time_s,
-            launches=int(stats.get("launches", 0)),
-            blocked_launches=int(stats.get("blocked_launches", 0)),
-            gate_waits=int(stats.get("gate_waits", 0)),
-            gpu_busy_ns=int(stats.get("gpu_busy_ns", 0)),
-        )
+        return cls(time_s=time_s, launches=int(stats.get("launches", 0)))
 
 
 class ClientLike(Protocol):
@@ -55,14 +46,12 @@ class ClientLike(Protocol):
     samples: Any
 
 
-def _rate(samples: list[ClientSample], field: str) -> float | None:
+def _launch_rate(samples: list[ClientSample]) -> float | None:
     if len(samples) < 2:
         return None
     first, last = samples[0], samples[-1]
     span = last.time_s - first.time_s
-    if span <= 0:
-        return None
-    return (getattr(last, field) - getattr(first, field)) / span
+    return (last.launches - first.launches) / span if span > 0 else None
 
 
 def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +59,7 @@ def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
     samples = list(client.samples)
     reasons = stats.get("reasons", {})
     held_by = {reason: int(reasons.get(reason, 0)) for reason in HELD_REASONS}
-    launches_per_s = _rate(samples, "launches")
+    launches_per_s = _launch_rate(samples)
     limit = int(stats.get("memory_limit", 0)) or None
     return {
         "name": client.name,
