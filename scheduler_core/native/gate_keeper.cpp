@@ -1,26 +1,20 @@
 #include "gate_keeper.h"
 
-#include <sys/prctl.h>
-#include <time.h>
-
 #include <algorithm>
 
 #include "clock.h"
 #include "futex.h"
 #include "policy.h"
 #include "tracking.h"
+#include "wait_pacer.h"
 
 namespace orion {
 namespace {
 
-// While HP work is in flight the keeper sleeps until shortly before it is expected to end, then
-// polls finely (a gate opened late leaves the GPU idle), backing off once the prediction has
-// clearly failed; while HP is idle and every gate is open it sleeps on the futex HP launches wake.
-constexpr std::uint64_t kLeadNs = 15'000;
-constexpr std::uint64_t kFinePollNs = 2'000;
-constexpr std::uint64_t kFineWindowNs = 200'000;
-constexpr std::uint64_t kMaxPollNs = 50'000;
-constexpr std::uint64_t kMaxSleepNs = 1'000'000;
+// While HP work is in flight the keeper waits by the one wait policy (wait_pacer.h), looking
+// finely with 2-us sleeps (it is a daemon thread: no spinning); while HP is idle and every gate is
+// open it sleeps on the futex HP launches wake.
+constexpr WaitPacing kKeeperPacing{15'000, 200'000, 1'000'000, 2'000, 50'000, 2'000, 0};
 constexpr std::uint64_t kIdleSleepNs = 5'000'000;  // bounds how late a dead HP is noticed
 constexpr std::uint64_t kReapIntervalNs = 2'000'000;
 // With GPU-time shares in force the keeper counts time while any client has work: it looks at
@@ -32,11 +26,6 @@ constexpr std::uint64_t kQuotaPollNs = 100'000;
 // look. Handing the GPU over at every such gap would charge each hand-over's idle look and queued
 // work to the clients; the GPU idles this long when the holder has really stopped.
 constexpr std::uint64_t kReturnGraceNs = 5 * kQuotaPollNs;
-
-void sleep_ns(std::uint64_t ns) {
-    timespec ts{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
-    nanosleep(&ts, nullptr);
-}
 
 }  // namespace
 
@@ -257,10 +246,9 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
 }
 
 void GateKeeper::run() {
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // wake when asked to (Linux defaults to 50 us)
     GateBlock& block = view_.gates();
     std::uint64_t last_reap = 0;
-    std::uint64_t poll = kFinePollNs;
+    WaitPacer pacer(kKeeperPacing, monotonic_ns());
     while (!stopping_.load(std::memory_order_acquire)) {
         const std::uint32_t activity = block.hp_activity.load(std::memory_order_seq_cst);
         std::uint64_t now = monotonic_ns();
@@ -273,7 +261,6 @@ void GateKeeper::run() {
         bool idle = false;
         const std::uint64_t expected = step(now, &idle);
         if (idle) {
-            poll = kFinePollNs;
             // Standard futex hand-shake with the HP side: announce the sleep, then sleep only if
             // no HP launch happened since this pass read `activity` (HP bumps it after closing).
             block.keeper_sleeping.store(1, std::memory_order_seq_cst);
@@ -282,19 +269,10 @@ void GateKeeper::run() {
                 futex_wait(block.hp_activity, activity, kIdleSleepNs);
             }
             block.keeper_sleeping.store(0, std::memory_order_seq_cst);
+            pacer.restart(monotonic_ns());
             continue;
         }
-        now = monotonic_ns();
-        if (expected > now + kLeadNs) {
-            sleep_ns(std::min(expected - kLeadNs - now, kMaxSleepNs));
-            poll = kFinePollNs;
-        } else if (expected != 0 && now < expected + kFineWindowNs) {
-            sleep_ns(kFinePollNs);
-        } else {
-            // Past every prediction (an unprofiled or slow HP kernel): poll, backing off.
-            sleep_ns(poll);
-            poll = std::min(poll * 2, kMaxPollNs);
-        }
+        pacer.pause(monotonic_ns(), expected);
     }
 }
 
