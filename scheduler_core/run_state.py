@@ -263,7 +263,8 @@ class SchedulerRun:
         self._trace_cursor.pop(index, None)
 
     def set_queue_limit(self, queue_limit_ns: int, unknown_duration_ns: int) -> None:
-        """An open run's BE queue bound, set when its HP client joins (see the native side)."""
+        """The BE queue bound, set when an HP client joins a daemon or once its step is learned
+        (clients read it at their next launch)."""
         self._run.set_queue_limit(queue_limit_ns, unknown_duration_ns)
 
     def heartbeat(self) -> None:
@@ -408,6 +409,12 @@ class SchedulerRun:
         stats["blocked_ms"] = stats["blocked_ns"] / 1e6
         stats["unknown_kernels"] = list(self._run.unknown_kernels(index))
         return stats
+
+    def learned(self, index: int) -> list[dict[str, Any]]:
+        """What the client in slot ``index`` learned online: one dict per kernel or graph (key,
+        graph, name, grid, block, shared_bytes, blocks_per_sm, sm_needed, samples, duration_ns
+        (0 until enough samples), launches, nodes: a graph's node kernel keys)."""
+        return [dict(entry) for entry in self._run.learned(index)]
 
     def drain_trace(self) -> pd.DataFrame:
         """Trace records written since the last call, all clients, as a table (TRACE_COLUMNS)."""

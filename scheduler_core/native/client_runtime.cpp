@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "hooked_symbols.h"
 #include "kernel_key.h"
 #include "runtime_support.h"
+#include "tracking.h"
 
 namespace orion {
 namespace {
@@ -107,12 +109,19 @@ void ClientRuntime::attach_from_environment() {
     // Under `quota` every client is a peer whose work the gate keeper grants.
     gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
                 view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
-    // Work between two gate waits: the queue limit, whose reason is HP latency; under `quota`,
-    // where none rides on it, a tenth of a slice (a wait per tiny kernel costs the GPU itself).
+    // Work between two gate waits under `quota`, where no HP latency rides on it: a tenth of a
+    // slice (a wait per tiny kernel costs the GPU itself). Otherwise the run's queue limit, read
+    // at each launch (gates.cpp): a daemon sets it when the HP client joins or is learned.
     gate_spacing_ns_ = policy_ == Policy::kQuota
                            ? quota_wait_spacing_ns(view_.header().quota_window_ns)
-                           : view_.header().queue_limit_ns;
+                           : 0;
     memory_.attach(&slot);
+    // Whoever is gated learns what its profile lacks (an offline entry always wins).
+    learning_ = tracks_;
+    if (learning_) {
+        learner_.attach(&view_.learned(index_), view_.header().sm_count);
+        sampler_.attach(&slot.stats);
+    }
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
     if (view_.header().open_slots != 0) start_daemon_watch();
@@ -178,7 +187,8 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         (stream == nullptr && variant == hooks::kPerThread) ? cu_stream_per_thread() : stream;
     ticket.enqueue_ns = monotonic_ns();
     ticket.trace = tracing_;
-    slot_->stats.launches.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t launch_count =
+        slot_->stats.launches.fetch_add(1, std::memory_order_relaxed) + 1;
     if (shape.function == nullptr) {
         slot_->stats.graph_launches.fetch_add(1, std::memory_order_relaxed);
     }
@@ -194,16 +204,26 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
     const RunHeader& header = view_.header();
     ticket.kernel.sm_needed = header.sm_count;
     ticket.kernel.duration_ns = header.unknown_duration_ns;
+    bool offline = false;
+    bool sample_to_learn = false;
     if (shape.function != nullptr && (tracks_ || tracing_ || has_profile_)) {
         ticket.key = kernel_key(name_hash(shape.function), shape.grid[0], shape.grid[1],
                                 shape.grid[2], shape.block[0], shape.block[1], shape.block[2]);
         if (const KernelEntry* entry = view_.find_kernel(index_, ticket.key)) {
+            offline = true;
             ticket.kernel.known = true;
             ticket.kernel.sm_needed = entry->sm_needed;
             ticket.kernel.kernel_class = static_cast<KernelClass>(entry->kernel_class);
             ticket.kernel.duration_ns = entry->duration_ns;
-        } else if (has_profile_) {
-            report_unknown(shape.function, shape);
+        } else {
+            if (learning_) {
+                KernelSighting sighting{ticket.key, shape.function};
+                std::copy(shape.grid, shape.grid + 3, sighting.grid);
+                std::copy(shape.block, shape.block + 3, sighting.block);
+                sighting.shared_bytes = shape.shared_bytes;
+                use_learned(learner_.kernel(sighting), &ticket, &sample_to_learn);
+            }
+            if (has_profile_) report_unknown(shape.function, shape);
         }
     } else if (shape.function == nullptr) {
         // A graph: known when its kernel nodes match a graph of the profile; it then needs the
@@ -213,14 +233,28 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         ticket.key = exec != nullptr ? exec->key.load(std::memory_order_acquire) : 0;
         const GraphEntry* entry = ticket.key != 0 ? view_.find_graph(index_, ticket.key) : nullptr;
         if (entry != nullptr) {
+            offline = true;
             ticket.kernel.known = true;
             ticket.kernel.sm_needed = entry->sm_needed;
             ticket.kernel.kernel_class = static_cast<KernelClass>(entry->kernel_class);
             ticket.kernel.duration_ns = entry->duration_ns;
-        } else if (has_profile_) {
-            slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
-            slot_->stats.unknown_graph_launches.fetch_add(1, std::memory_order_relaxed);
+        } else {
+            // Learned graphs are claimed when instantiated (graph_instantiated).
+            if (learning_ && ticket.key != 0) {
+                use_learned(learner_.find(ticket.key), &ticket, &sample_to_learn);
+            }
+            if (has_profile_) {
+                slot_->stats.unknown_launches.fetch_add(1, std::memory_order_relaxed);
+                slot_->stats.unknown_graph_launches.fetch_add(1, std::memory_order_relaxed);
+            }
         }
+    }
+    if (tracks_ && ticket.kernel.known) {
+        ClientStats& stats = slot_->stats;
+        (offline ? stats.offline_launches : stats.online_launches)
+            .fetch_add(1, std::memory_order_relaxed);
+        (offline ? stats.offline_ns : stats.online_ns)
+            .fetch_add(ticket.kernel.duration_ns, std::memory_order_relaxed);
     }
     if (may_redirect) {
         if (CUstream moved = redirect_legacy_launch()) {
@@ -258,8 +292,53 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
             header.be_gate == static_cast<std::uint32_t>(BeGate::kGpu)) {
             close_be_gates(ticket.launch_ns);
         }
+        start_sampling(&ticket, sample_to_learn, launch_count, shape.function == nullptr);
     }
     return ticket;
+}
+
+void ClientRuntime::use_learned(LearnedEntry* entry, LaunchTicket* ticket, bool* sample) {
+    if (entry == nullptr) return;
+    const std::uint64_t launches = entry->launches.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (const std::uint64_t duration = KernelLearner::duration(*entry); duration != 0) {
+        ticket->kernel.known = true;
+        ticket->kernel.sm_needed = entry->sm_needed;
+        ticket->kernel.kernel_class = KernelClass::kUnknown;  // only counters can tell
+        ticket->kernel.duration_ns = duration;
+    }
+    ticket->sample_use.entry = entry;
+    *sample = KernelLearner::wants_sample(launches);
+}
+
+void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning,
+                                   std::uint64_t launch_count, bool graph) {
+    // Besides learning, an HP client times one launch in kInterferenceEvery (graphs: each a
+    // request, so more often) of those with a duration alone to compare with.
+    constexpr std::uint64_t kInterferenceEvery = 64;
+    constexpr std::uint64_t kGraphInterferenceEvery = 4;
+    const bool for_interference =
+        role_ == Role::kHighPriority && ticket->kernel.known &&
+        launch_count % (graph ? kGraphInterferenceEvery : kInterferenceEvery) == 0;
+    if (!for_learning && !for_interference) return;
+    SampleUse& use = ticket->sample_use;
+    use.expected_ns = ticket->kernel.known ? ticket->kernel.duration_ns : 0;
+    // An HP kernel timed beside BE work would look slower than alone: it is not learned from.
+    use.learn = for_learning && (role_ != Role::kHighPriority || !be_has_work(ticket->launch_ns));
+    ticket->sample = sampler_.begin(ticket->own_stream);
+}
+
+bool ClientRuntime::be_has_work(std::uint64_t now_ns) const {
+    const std::uint32_t be_clients = view_.header().be_mask.load(std::memory_order_acquire);
+    for (std::uint32_t client = 0; client < view_.header().client_count; ++client) {
+        const ClientSlot& peer = view_.client(client);
+        const bool best_effort = view_.header().open_slots != 0
+                                     ? (be_clients & (1U << client)) != 0
+                                     : peer.role == static_cast<std::uint32_t>(Role::kBestEffort);
+        if (best_effort && client_participates(peer) && client_has_work(view_, client, now_ns)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
@@ -295,6 +374,9 @@ void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
         }
         // A failed launch never runs, so nothing on the GPU will ever mark it finished.
         if (result != CUDA_SUCCESS) mark_finished_by_cpu(ticket.seq);
+    }
+    if (ticket.sample >= 0) {
+        sampler_.end(ticket.sample, ticket.own_stream, result == CUDA_SUCCESS, ticket.sample_use);
     }
     if (ticket.redirected && result == CUDA_SUCCESS) join_legacy_stream();
     if (ticket.trace) write_trace(ticket);

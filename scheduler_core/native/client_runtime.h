@@ -9,8 +9,11 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda_api.h"
+#include "kernel_learning.h"
+#include "launch_sampler.h"
 #include "memory_ledger.h"
 #include "policy.h"
 #include "run_region.h"
@@ -23,6 +26,7 @@ struct LaunchShape {
     CUfunction function = nullptr;  // nullptr for a graph launch
     unsigned int grid[3] = {1, 1, 1};
     unsigned int block[3] = {1, 1, 1};
+    unsigned int shared_bytes = 0;  // dynamic shared memory per block
     CUgraphExec graph = nullptr;  // the executable graph of a graph launch
     bool stream_fixed = false;    // the API takes no stream (cuLaunch, cuLaunchGrid): never moved
 };
@@ -41,6 +45,8 @@ struct LaunchTicket {
     bool gpu_written = false;  // a graph whose completion the GPU writes (whatever the mode)
     bool gate_wait = false;    // a GPU-side gate wait was put on the stream before this launch
     bool redirected = false;   // an HP legacy-stream launch moved to the private stream
+    int sample = -1;           // the LaunchSampler pair timing this launch, -1 if none
+    SampleUse sample_use;      // what that timing is for
 };
 
 class ClientRuntime {
@@ -102,13 +108,24 @@ private:
     std::uint64_t name_hash(CUfunction function);
     // The identity of `graph` from its kernel nodes; 0 when the driver cannot list them. Fills
     // `nodes` with each kernel node's kernel key (for later changes to single nodes).
+    // `sightings`, when given, gets each kernel node as seen (to learn an unprofiled graph).
     using NodeKeys = std::unordered_map<CUgraphNode, std::uint64_t>;
-    std::uint64_t identify_graph(CUgraph graph, NodeKeys* nodes);
+    std::uint64_t identify_graph(CUgraph graph, NodeKeys* nodes,
+                                 std::vector<KernelSighting>* sightings = nullptr);
     std::uint64_t node_key(const CUDA_KERNEL_NODE_PARAMS_v2& params);
     // The slot remembering `exec`, claimed when `claim` is set; nullptr when there is none.
     struct GraphSlot;
     GraphSlot* graph_slot(CUgraphExec exec, bool claim);
     void report_unknown(CUfunction function, const LaunchShape& shape);
+    // A launch the offline profile does not list: its learned figures when there are enough
+    // samples (the kernel then counts as known), and whether this launch is timed for learning.
+    void use_learned(LearnedEntry* entry, LaunchTicket* ticket, bool* sample);
+    // Decides whether this launch is timed (for learning, or for the interference figure) and
+    // starts the timing on its stream: the last thing before the launch.
+    void start_sampling(LaunchTicket* ticket, bool for_learning, std::uint64_t launch_count,
+                        bool graph);
+    // Whether a BE client has unfinished work: an HP duration measured then is not one alone.
+    bool be_has_work(std::uint64_t now_ns) const;
     bool stream_is_capturing(CUstream own_stream) const;
     void ensure_completion_tracking();
     // Registers this client's completion words with the driver (once); false if it cannot.
@@ -194,7 +211,7 @@ private:
     std::atomic<bool> redirect_used_{false};
 
     bool gpu_gate_ = false;  // BE client of a gating policy with be_gate kGpu
-    std::uint64_t gate_spacing_ns_ = 0;  // profiled work between two gate waits on a stream
+    std::uint64_t gate_spacing_ns_ = 0;  // `quota`: work between two gate waits; 0: the queue limit
     static_assert(kMaxClients <= 32, "RunHeader::be_mask holds a bit per client");
     std::once_flag gate_once_;
     bool gate_mapped_ = false;
@@ -203,6 +220,10 @@ private:
     StreamBudget stream_budgets_[kStreamSlots];
 
     MemoryLedger memory_;
+
+    bool learning_ = false;  // learns kernels its profile lacks (every client whose launches are tracked)
+    KernelLearner learner_;
+    LaunchSampler sampler_;
 
     // Each identified executable's kernel nodes and their keys: set-up, not the launch path.
     std::mutex graph_nodes_mutex_;

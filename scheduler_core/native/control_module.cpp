@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <cstddef>
 #include <memory>
 #include <cstring>
 #include <stdexcept>
@@ -263,6 +264,10 @@ public:
         for (std::uint32_t i = 0; i < header().trace_capacity; ++i) {
             v.trace(client)[i].seq.store(0, std::memory_order_relaxed);
         }
+        // Nothing of the old client is shared with the new one: its learned kernels go too.
+        // (The node and name pools are reached only through entries: those need no clearing.)
+        LearnedBlock& learned = v.learned(client);
+        std::memset(static_cast<void*>(&learned), 0, offsetof(LearnedBlock, nodes));
         // Everything after the state word, as a fresh shared-memory object has it (zero), but for
         // the defaults create() writes.
         auto* body = reinterpret_cast<unsigned char*>(&slot) + sizeof(slot.state);
@@ -285,11 +290,10 @@ public:
         stop_gate_keeper();
     }
 
-    // Open runs: the BE queue bound (and the duration assumed for an unprofiled kernel), set
-    // when an HP client joins; gating decisions read it from the next one. BE clients already
-    // attached keep the gate-wait spacing they read when they attached.
+    // The BE queue bound (and the duration assumed for an unprofiled kernel), set when an HP
+    // client joins a daemon or once its step is learned; gating decisions and GPU-side gate
+    // spacing read it from the next launch on.
     void set_queue_limit(std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns) {
-        require_open();
         header().queue_limit_ns = queue_limit_ns;
         header().unknown_duration_ns = unknown_duration_ns;
     }
@@ -500,11 +504,57 @@ public:
         out["capture_launches"] = s.capture_launches.load();
         out["streams_prioritised"] = s.streams_prioritised.load();
         out["trace_records"] = slot.trace_head.load();
+        out["offline_launches"] = s.offline_launches.load();
+        out["online_launches"] = s.online_launches.load();
+        out["offline_ns"] = s.offline_ns.load();
+        out["online_ns"] = s.online_ns.load();
+        out["sampled_launches"] = s.sampled_launches.load();
+        out["sampled_ns"] = s.sampled_ns.load();
+        out["sampled_expected_ns"] = s.sampled_expected_ns.load();
         py::dict reasons;
         for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
             reasons[reason_name(static_cast<Reason>(r))] = s.reasons[r].load();
         }
         out["reasons"] = reasons;
+        return out;
+    }
+
+    // What `client` learned online (kernel_learning.h): one dict per described entry. A graph
+    // lists its kernel nodes as the keys of their own entries (`nodes`), in the order it was read.
+    py::list learned(std::uint32_t client) const {
+        check_client(client);
+        const LearnedBlock& block = view().learned(client);
+        py::list out;
+        for (std::uint32_t i = 0; i < kLearnedSlots; ++i) {
+            const LearnedEntry& entry = block.entries[i];
+            const std::uint64_t key = entry.key.load(std::memory_order_acquire);
+            if (key == 0 || entry.described.load(std::memory_order_acquire) == 0) continue;
+            py::dict row;
+            row["key"] = key;
+            row["graph"] = entry.graph != 0;
+            row["name"] = entry.name_length != 0 && entry.name_offset + entry.name_length <= kLearnedNameBytes
+                              ? std::string(block.names + entry.name_offset, entry.name_length)
+                              : std::string();
+            row["grid"] = std::make_tuple(entry.grid[0], entry.grid[1], entry.grid[2]);
+            row["block"] = std::make_tuple(entry.block[0], entry.block[1], entry.block[2]);
+            row["shared_bytes"] = entry.shared_bytes;
+            row["blocks_per_sm"] = entry.blocks_per_sm;
+            row["sm_needed"] = entry.sm_needed;
+            row["samples"] = entry.sample_count.load(std::memory_order_acquire);
+            row["duration_ns"] = entry.duration_ns.load(std::memory_order_acquire);
+            row["launches"] = entry.launches.load(std::memory_order_relaxed);
+            py::list nodes;
+            if (entry.graph != 0 && entry.node_first + entry.node_count <= kLearnedNodes) {
+                for (std::uint32_t n = 0; n < entry.node_count; ++n) {
+                    const std::uint32_t index = block.nodes[entry.node_first + n];
+                    if (index < kLearnedSlots) {
+                        nodes.append(block.entries[index].key.load(std::memory_order_acquire));
+                    }
+                }
+            }
+            row["nodes"] = nodes;
+            out.append(row);
+        }
         return out;
     }
 
@@ -804,6 +854,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("quota_window_ns", &Run::quota_window_ns)
         .def("client_stats", &Run::client_stats, py::arg("client"))
         .def("unknown_kernels", &Run::unknown_kernels, py::arg("client"))
+        .def("learned", &Run::learned, py::arg("client"))
         .def("read_trace", &Run::read_trace, py::arg("client"), py::arg("start"))
         .def("in_flight", &Run::in_flight, py::arg("client"))
         .def("unlink", &Run::unlink)

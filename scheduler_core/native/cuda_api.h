@@ -101,6 +101,7 @@ using CUstreamCaptureStatus = int;
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 
 // Special stream handles.
 inline CUstream cu_stream_legacy() { return reinterpret_cast<CUstream>(0x1); }
@@ -112,6 +113,7 @@ constexpr CUdriverProcAddressQueryResult CU_GET_PROC_ADDRESS_SUCCESS = 0;
 
 constexpr unsigned int CU_MEMHOSTREGISTER_PORTABLE = 0x01;
 constexpr unsigned int CU_MEMHOSTREGISTER_DEVICEMAP = 0x02;
+constexpr unsigned int CU_EVENT_DEFAULT = 0x0;
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned int CU_STREAM_DEFAULT = 0x0;
 constexpr unsigned int CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;
@@ -211,5 +213,13 @@ using GraphGetNodesFn = CUresult (*)(CUgraph hGraph, CUgraphNode* nodes, std::si
 using GraphNodeGetTypeFn = CUresult (*)(CUgraphNode hNode, CUgraphNodeType* type);
 using GraphKernelNodeGetParamsFn = CUresult (*)(CUgraphNode hNode,
                                                 CUDA_KERNEL_NODE_PARAMS_v2* nodeParams);
+using EventQueryFn = CUresult (*)(CUevent hEvent);
+using EventElapsedTimeFn = CUresult (*)(float* pMilliseconds, CUevent hStart, CUevent hEnd);
+using EventDestroyFn = CUresult (*)(CUevent hEvent);
+using CtxSetCurrentFn = CUresult (*)(CUcontext ctx);
+using OccupancyMaxActiveBlocksPerMultiprocessorFn = CUresult (*)(int* numBlocks, CUfunction func,
+                                                                 int blockSize,
+                                                                 std::size_t dynamicSMemSize);
+using KernelGetFunctionFn = CUresult (*)(CUfunction* pFunc, CUkernel kernel);
 
 }  // namespace orion::cuda

@@ -121,6 +121,17 @@ const Helpers& helpers() {
         // Asked for at the CUDA 12.0 ABI: the driver hands out the _v2 parameter layout.
         h.graph_kernel_node_get_params = reinterpret_cast<cuda::GraphKernelNodeGetParamsFn>(
             lookup("cuGraphKernelNodeGetParams", false));
+        h.event_query = reinterpret_cast<cuda::EventQueryFn>(lookup("cuEventQuery", false));
+        h.event_elapsed_time =
+            reinterpret_cast<cuda::EventElapsedTimeFn>(lookup("cuEventElapsedTime", false));
+        h.event_destroy = reinterpret_cast<cuda::EventDestroyFn>(lookup("cuEventDestroy", false));
+        h.ctx_set_current =
+            reinterpret_cast<cuda::CtxSetCurrentFn>(lookup("cuCtxSetCurrent", false));
+        h.occupancy_max_active_blocks =
+            reinterpret_cast<cuda::OccupancyMaxActiveBlocksPerMultiprocessorFn>(
+                lookup("cuOccupancyMaxActiveBlocksPerMultiprocessor", false));
+        h.kernel_get_function =
+            reinterpret_cast<cuda::KernelGetFunctionFn>(lookup("cuKernelGetFunction", false));
         return h;
     }();
     return resolved;
@@ -139,6 +150,32 @@ const char* kernel_name(CUfunction function) {
         return name;
     }
     return nullptr;
+}
+
+unsigned int blocks_per_sm(CUfunction function, unsigned int block_threads,
+                           unsigned int shared_bytes) {
+    const Helpers& h = helpers();
+    if (h.occupancy_max_active_blocks == nullptr || function == nullptr || block_threads == 0) {
+        return 0;
+    }
+    int blocks = 0;
+    if (h.occupancy_max_active_blocks(&blocks, function, static_cast<int>(block_threads),
+                                      shared_bytes) == CUDA_SUCCESS &&
+        blocks > 0) {
+        return static_cast<unsigned int>(blocks);
+    }
+    // A CUkernel passed as a function: ask for its function in the current context.
+    CUfunction resolved = nullptr;
+    blocks = 0;
+    if (h.kernel_get_function != nullptr &&
+        h.kernel_get_function(&resolved, reinterpret_cast<CUkernel>(function)) == CUDA_SUCCESS &&
+        resolved != nullptr &&
+        h.occupancy_max_active_blocks(&blocks, resolved, static_cast<int>(block_threads),
+                                      shared_bytes) == CUDA_SUCCESS &&
+        blocks > 0) {
+        return static_cast<unsigned int>(blocks);
+    }
+    return 0;
 }
 
 }  // namespace orion::driver

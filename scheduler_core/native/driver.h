@@ -39,6 +39,12 @@ struct Helpers {
     cuda::GraphGetNodesFn graph_get_nodes = nullptr;
     cuda::GraphNodeGetTypeFn graph_node_get_type = nullptr;
     cuda::GraphKernelNodeGetParamsFn graph_kernel_node_get_params = nullptr;
+    cuda::EventQueryFn event_query = nullptr;
+    cuda::EventElapsedTimeFn event_elapsed_time = nullptr;
+    cuda::EventDestroyFn event_destroy = nullptr;
+    cuda::CtxSetCurrentFn ctx_set_current = nullptr;
+    cuda::OccupancyMaxActiveBlocksPerMultiprocessorFn occupancy_max_active_blocks = nullptr;
+    cuda::KernelGetFunctionFn kernel_get_function = nullptr;
 };
 const Helpers& helpers();
 
@@ -47,5 +53,10 @@ const Helpers& helpers();
 // runtime hands out since 12.0 for kernels linked into a library: PyTorch, cuBLAS, cuDNN);
 // cuFuncGetName only knows the first, cuKernelGetName the second.
 const char* kernel_name(CUfunction function);
+
+// How many blocks of `function` fit on one SM at once (the driver's occupancy calculator, from
+// the function's registers and static shared memory, the block size and the dynamic shared
+// memory); 0 when the driver cannot say. Handles both kinds of launch handle, as kernel_name.
+unsigned int blocks_per_sm(CUfunction function, unsigned int block_threads, unsigned int shared_bytes);
 
 }  // namespace orion::driver

@@ -185,6 +185,7 @@ CUresult launch_kernel(int variant, CUfunction f, unsigned int gx, unsigned int 
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active()) return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
     LaunchShape shape{f, {gx, gy, gz}, {bx, by, bz}};
+    shape.shared_bytes = shared;
     const LaunchTicket ticket = runtime.before_launch(shape, stream, variant);
     const CUresult result = real(f, gx, gy, gz, bx, by, bz, shared, ticket.stream, params, extra);
     runtime.after_launch(ticket, result);
@@ -200,6 +201,7 @@ CUresult launch_kernel_ex(int variant, const CUlaunchConfig* config, CUfunction 
     LaunchShape shape{f,
                       {config->gridDimX, config->gridDimY, config->gridDimZ},
                       {config->blockDimX, config->blockDimY, config->blockDimZ}};
+    shape.shared_bytes = config->sharedMemBytes;
     const LaunchTicket ticket = runtime.before_launch(shape, config->hStream, variant);
     CUresult result;
     if (ticket.stream == config->hStream) {
@@ -221,6 +223,7 @@ CUresult launch_cooperative(int variant, CUfunction f, unsigned int gx, unsigned
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active()) return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);
     LaunchShape shape{f, {gx, gy, gz}, {bx, by, bz}};
+    shape.shared_bytes = shared;
     const LaunchTicket ticket = runtime.before_launch(shape, stream, variant);
     const CUresult result = real(f, gx, gy, gz, bx, by, bz, shared, ticket.stream, params);
     runtime.after_launch(ticket, result);

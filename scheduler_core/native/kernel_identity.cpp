@@ -51,7 +51,8 @@ std::uint64_t ClientRuntime::node_key(const CUDA_KERNEL_NODE_PARAMS_v2& params) 
                       params.blockDimX, params.blockDimY, params.blockDimZ);
 }
 
-std::uint64_t ClientRuntime::identify_graph(CUgraph graph, NodeKeys* nodes_out) {
+std::uint64_t ClientRuntime::identify_graph(CUgraph graph, NodeKeys* nodes_out,
+                                            std::vector<KernelSighting>* sightings) {
     const driver::Helpers& h = driver::helpers();
     if (graph == nullptr || h.graph_get_nodes == nullptr || h.graph_node_get_type == nullptr ||
         h.graph_kernel_node_get_params == nullptr) {
@@ -73,6 +74,19 @@ std::uint64_t ClientRuntime::identify_graph(CUgraph graph, NodeKeys* nodes_out) 
         if (key == 0) return 0;
         builder.add(key);
         (*nodes_out)[nodes[i]] = key;
+        if (sightings != nullptr) {
+            KernelSighting& seen = sightings->emplace_back();
+            seen.key = key;
+            seen.function = params.func != nullptr ? params.func
+                                                   : reinterpret_cast<CUfunction>(params.kern);
+            seen.grid[0] = params.gridDimX;
+            seen.grid[1] = params.gridDimY;
+            seen.grid[2] = params.gridDimZ;
+            seen.block[0] = params.blockDimX;
+            seen.block[1] = params.blockDimY;
+            seen.block[2] = params.blockDimZ;
+            seen.shared_bytes = params.sharedMemBytes;
+        }
     }
     return builder.key();
 }
@@ -92,7 +106,12 @@ void ClientRuntime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
     // otherwise instantiation stays exactly the program's call.
     if (!tracks_ && !has_profile_) return;
     NodeKeys nodes;
-    const std::uint64_t key = identify_graph(graph, &nodes);
+    std::vector<KernelSighting> sightings;
+    const std::uint64_t key = identify_graph(graph, &nodes, learning_ ? &sightings : nullptr);
+    // A graph the profile lacks is learned: described now, timed as it is launched.
+    if (learning_ && key != 0 && view_.find_graph(index_, key) == nullptr) {
+        learner_.graph(key, sightings);
+    }
     if (GraphSlot* slot = graph_slot(exec, true)) {
         slot->key.store(key, std::memory_order_release);
     }

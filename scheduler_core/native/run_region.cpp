@@ -91,6 +91,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->graphs_offset = layout.graphs_offset;
     header->timeline_offset = layout.timeline_offset;
     header->gate_offset = layout.gate_offset;
+    header->learned_offset = layout.learned_offset;
     header->be_gate = static_cast<std::uint32_t>(config.be_gate);
     header->quotas = config.quotas ? 1 : 0;
     header->quota_window_ns = config.quota_window_ns;

@@ -33,7 +33,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 7: ClientQuota::launch_ns (measured GPU time per launch)
 // 8: open runs (a daemon's: clients join and leave while it is published): RunHeader::open_slots,
 //    be_mask, shutdown, daemon_heartbeat_ns; ClientState::kReserved; ClientSlot::claim_pid
-constexpr std::uint32_t kLayoutVersion = 8;
+// 9: online-learned profiles (RunHeader::learned_offset, LearnedBlock, LearnedEntry); launches
+//    and GPU time by profile source, sampled durations (ClientStats)
+constexpr std::uint32_t kLayoutVersion = 9;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -42,11 +44,17 @@ constexpr std::uint32_t kTimelineNodes = 4096;  // per client: kernel nodes of a
 constexpr std::uint32_t kUnknownNames = 64;
 constexpr std::uint32_t kNameBytes = 256;
 constexpr std::uint32_t kClientNameBytes = 32;
+constexpr std::uint32_t kLearnedSlots = 2048;  // per client; power of two; kernels and graphs learned
+constexpr std::uint32_t kLearnedNodes = 8192;  // per client: kernel nodes of its learned graphs
+constexpr std::uint32_t kLearnedNameBytes = 512 * 1024;  // per client: learned kernels' names
+constexpr std::uint32_t kLearnSamples = 8;     // durations an entry keeps (its median's window)
+constexpr std::uint32_t kLearnMinSamples = 5;  // a learned entry gates from this many samples on
 constexpr std::size_t kPageBytes = 4096;
 
 static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
 static_assert((kInflightSlots & (kInflightSlots - 1)) == 0, "ring size must be a power of two");
 static_assert((kGraphSlots & (kGraphSlots - 1)) == 0, "graph table size must be a power of two");
+static_assert((kLearnedSlots & (kLearnedSlots - 1)) == 0, "learned table size must be a power of two");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
 
@@ -118,6 +126,45 @@ struct TimelineNode {
     std::uint8_t reserved[2];
 };
 static_assert(sizeof(TimelineNode) == 24);
+
+// A kernel (or a CUDA graph) a client launched that its offline profile does not list, as the
+// client learned it while running (kernel_learning.h). Only the owning client writes: it claims
+// the key on first sight, writes the description, then sets `described` (release); its sampler
+// thread adds durations. Readers (the controller, `orion status --save-profile`) take an entry
+// once `described` is set; the sample fields are single atomics, each consistent on its own.
+struct LearnedEntry {
+    std::atomic<std::uint64_t> key;        // 0 marks an empty slot; a kernel key or a graph key
+    std::atomic<std::uint32_t> described;  // 1 once the description below is written
+    std::uint8_t graph;                    // 1: `key` is a graph's identity (GraphKeyBuilder)
+    std::uint8_t reserved[3];
+    std::uint32_t grid[3];
+    std::uint32_t block[3];
+    std::uint32_t shared_bytes;   // dynamic shared memory per block at the first launch seen
+    std::uint32_t blocks_per_sm;  // the driver's occupancy calculator; 0: it could not say
+    std::uint32_t sm_needed;      // kernels: from the occupancy; graphs: their widest node
+    std::uint32_t node_first;     // graphs: their kernel nodes, LearnedBlock::nodes[first, +count)
+    std::uint32_t node_count;
+    std::atomic<std::uint32_t> sample_count;             // durations measured in all
+    std::atomic<std::uint32_t> samples[kLearnSamples];   // ns; the newest kLearnSamples, a ring
+    std::atomic<std::uint64_t> duration_ns;  // median of the kept samples; 0 below kLearnMinSamples
+    std::atomic<std::uint64_t> launches;     // launches seen
+    // Kernels: the (mangled) name, `name_length` bytes at `name_offset` of LearnedBlock::names
+    // (names of templated kernels run to kilobytes); graphs: none.
+    std::uint32_t name_offset;
+    std::uint32_t name_length;
+};
+static_assert(std::is_standard_layout_v<LearnedEntry>);
+
+// One client's learned profile. `nodes` holds, for each learned graph, the indices (into
+// `entries`) of its kernel nodes' own entries, so a saved profile can list a graph node by node.
+struct LearnedBlock {
+    std::atomic<std::uint32_t> nodes_used;
+    std::atomic<std::uint32_t> names_used;
+    std::uint32_t reserved[14];
+    LearnedEntry entries[kLearnedSlots];
+    std::uint32_t nodes[kLearnedNodes];
+    char names[kLearnedNameBytes];
+};
 
 // One tracked launch, in its owner's ring of kInflightSlots (slot = seq % kInflightSlots).
 //
@@ -249,6 +296,18 @@ struct ClientStats {
     std::atomic<std::uint64_t> graphs_identified;   // instantiations whose kernel nodes were read
     std::atomic<std::uint64_t> unknown_graph_launches;  // graph launches not found in the profile
     std::atomic<std::uint64_t> gate_waits;  // GPU-side gate waits put before this BE client's work
+    // Where each tracked launch's figures came from, and its GPU time by that source (profiled or
+    // learned durations summed at launch); unknown launches are `unknown_launches`.
+    std::atomic<std::uint64_t> offline_launches;
+    std::atomic<std::uint64_t> online_launches;
+    std::atomic<std::uint64_t> offline_ns;
+    std::atomic<std::uint64_t> online_ns;
+    // Launches timed on the GPU (a pair of events around them), and for those with a duration to
+    // compare with (profiled or learned alone), measured and expected GPU time: their ratio is how
+    // much slower this client's work ran than alone (`orion status`'s interference).
+    std::atomic<std::uint64_t> sampled_launches;
+    std::atomic<std::uint64_t> sampled_ns;
+    std::atomic<std::uint64_t> sampled_expected_ns;
     // Launch reasons count each launch once; wait reasons count each blocked launch once per
     // distinct reason it waited for.
     std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
@@ -402,7 +461,8 @@ struct alignas(64) RunHeader {
     // Monotonic ns of the daemon's latest pass (about every 100 ms); 0 without a daemon. Clients of
     // an open run stop gating when it is older than kDaemonStaleNs (a daemon killed with SIGKILL).
     std::atomic<std::uint64_t> daemon_heartbeat_ns;
-    std::uint64_t reserved[8];
+    std::uint64_t learned_offset;  // page aligned: a LearnedBlock per client
+    std::uint64_t reserved[7];
 };
 
 static_assert(std::is_standard_layout_v<RunHeader>);
@@ -422,6 +482,7 @@ struct Layout {
     std::uint64_t graphs_offset;
     std::uint64_t timeline_offset;
     std::uint64_t gate_offset;
+    std::uint64_t learned_offset;
     std::uint64_t total_bytes;
 };
 
@@ -448,7 +509,8 @@ constexpr Layout compute_layout(std::uint32_t trace_capacity) {
         align_up(layout.graphs_offset + sizeof(GraphEntry) * kGraphSlots * kMaxClients, kPageBytes);
     layout.gate_offset = align_up(
         layout.timeline_offset + sizeof(TimelineNode) * kTimelineNodes * kMaxClients, kPageBytes);
-    layout.total_bytes = layout.gate_offset + kPageBytes;
+    layout.learned_offset = layout.gate_offset + kPageBytes;
+    layout.total_bytes = layout.learned_offset + sizeof(LearnedBlock) * kMaxClients;
     return layout;
 }
 
@@ -492,6 +554,10 @@ public:
     TimelineNode* timeline(std::uint32_t index) const {
         return reinterpret_cast<TimelineNode*>(base_ + header().timeline_offset) +
                std::uint64_t{index} * kTimelineNodes;
+    }
+
+    LearnedBlock& learned(std::uint32_t index) const {
+        return reinterpret_cast<LearnedBlock*>(base_ + header().learned_offset)[index];
     }
 
     GateBlock& gates() const {

@@ -121,7 +121,8 @@ std::string stream_text(void* stream) {
 struct Op {
     // kWait: a cuStreamWaitEvent, done when its event is; kWaitValue: a cuStreamWaitValue32 with
     // CU_STREAM_WAIT_VALUE_AND, done once (*address & value) != 0 (the stream holds until then)
-    enum Kind { kKernel, kWrite, kWait, kWaitValue } kind;
+    // kRecord: a cuEventRecord; when reached, the event (`address`) gets the time (timing events)
+    enum Kind { kKernel, kWrite, kWait, kWaitValue, kRecord } kind;
     std::string name;
     std::uint64_t duration_ns;
     std::uint64_t* address;
@@ -157,9 +158,27 @@ public:
         changed_.notify_all();
     }
 
+    // The record is work in the stream, as on a real GPU: it is reached (and timestamped) once
+    // everything before it has run; waiting for the event waits for it.
     void record_event(void* event, void* stream) {
+        submit(stream, Op{Op::kRecord, "", 0, static_cast<std::uint64_t*>(event), 0});
         std::lock_guard<std::mutex> lock(mutex_);
         events_[event] = lane_for(stream).last;
+        stamps_.erase(event);
+    }
+
+    // cuEventQuery: 0 once the GPU reached the event's latest record (or it was never recorded).
+    bool event_reached(void* event) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto found = events_.find(event);
+        return found == events_.end() || done_.count(found->second) != 0;
+    }
+
+    // The time the GPU reached the event, 0 if it has not.
+    std::uint64_t event_time(void* event) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto found = stamps_.find(event);
+        return found == stamps_.end() ? 0 : found->second;
     }
 
     // Like the real driver, the wait is work in the stream: later work of the stream, and work
@@ -250,6 +269,9 @@ private:
             } else if (op.kind == Op::kWrite) {
                 __atomic_store_n(op.address, op.value, __ATOMIC_RELEASE);
                 log_line("write " + std::to_string(op.value));
+            } else if (op.kind == Op::kRecord) {
+                std::lock_guard<std::mutex> lock(mutex_);
+                stamps_[op.address] = now_ns();
             }
             {
                 std::lock_guard<std::mutex> lock(mutex_);
@@ -264,6 +286,7 @@ private:
     std::condition_variable changed_;
     std::map<void*, Lane> lanes_;  // std::map: a lane never moves while its thread runs
     std::map<void*, std::uint64_t> events_;
+    std::map<void*, std::uint64_t> stamps_;  // when each event's latest record was reached
     std::set<std::uint64_t> done_;
     std::uint64_t next_id_ = 0;
 };
@@ -662,6 +685,35 @@ CUresult cuEventRecord(void* event, void* stream) {
     log_line("event_record stream=" + stream_text(stream));
     return 0;
 }
+CUresult cuEventQuery(void* event) { return gpu().event_reached(event) ? 0 : 600; }
+CUresult cuEventElapsedTime(float* milliseconds, void* start, void* end) {
+    const std::uint64_t from = gpu().event_time(start);
+    const std::uint64_t to = gpu().event_time(end);
+    if (from == 0 || to == 0) return 600;  // CUDA_ERROR_NOT_READY
+    *milliseconds = static_cast<float>(static_cast<double>(to - from) / 1e6);
+    log_line("event_elapsed ns=" + std::to_string(to - from));
+    return 0;
+}
+CUresult cuEventDestroy(void* event) {
+    delete static_cast<int*>(event);
+    return 0;
+}
+CUresult cuCtxSetCurrent(void*) { return 0; }
+// The occupancy calculator: FAKE_BLOCKS_PER_SM blocks of any kernel fit on one SM (unset: the
+// driver cannot say, as for a handle it does not know).
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, void* function, int block_size,
+                                                     size_t shared_bytes) {
+    const char* text = std::getenv("FAKE_BLOCKS_PER_SM");
+    if (text == nullptr || function == nullptr) return 1;
+    *blocks = std::atoi(text);
+    log_line("occupancy block=" + std::to_string(block_size) +
+             " shared=" + std::to_string(shared_bytes) + " blocks=" + std::to_string(*blocks));
+    return 0;
+}
+CUresult cuKernelGetFunction(void** function, void* kernel) {
+    *function = kernel;
+    return 0;
+}
 CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int) {
     gpu().wait_event(stream, event);
     log_line("stream_wait_event stream=" + stream_text(stream));
@@ -712,6 +764,12 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuEventCreate),
     FAKE_PLAIN(cuEventRecord),
     FAKE_PLAIN(cuStreamWaitEvent),
+    FAKE_PLAIN(cuEventQuery),
+    FAKE_PLAIN(cuEventElapsedTime),
+    FAKE_PLAIN(cuEventDestroy),
+    FAKE_PLAIN(cuCtxSetCurrent),
+    FAKE_PLAIN(cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    FAKE_PLAIN(cuKernelGetFunction),
     FAKE_PLAIN(cuGraphGetNodes),
     FAKE_PLAIN(cuGraphNodeGetType),
     FAKE_PLAIN(cuGraphKernelNodeGetParams),

@@ -1,0 +1,131 @@
+#include "launch_sampler.h"
+
+#include <time.h>
+
+#include <thread>
+
+#include "driver.h"
+#include "futex.h"
+#include "kernel_learning.h"
+
+namespace orion {
+namespace {
+
+constexpr timespec kReadPeriod{0, 1'000'000};         // while samples are pending
+constexpr std::uint64_t kIdleWaitNs = 1'000'000'000;  // bounds a missed wake-up
+
+}  // namespace
+
+int LaunchSampler::begin(CUstream stream) {
+    const driver::Helpers& h = driver::helpers();
+    if (h.event_create == nullptr || h.event_record == nullptr || h.event_query == nullptr ||
+        h.event_elapsed_time == nullptr || h.ctx_get_current == nullptr) {
+        return -1;
+    }
+    std::uint32_t mask = free_mask_.load(std::memory_order_acquire);
+    int index = -1;
+    while (mask != 0) {
+        const int bit = __builtin_ctz(mask);
+        if (free_mask_.compare_exchange_weak(mask, mask & ~(1U << bit), std::memory_order_acq_rel)) {
+            index = bit;
+            break;
+        }
+    }
+    if (index < 0) return -1;
+    Pair& pair = pairs_[index];
+    CUcontext context = nullptr;
+    if (h.ctx_get_current(&context) != CUDA_SUCCESS || context == nullptr) {
+        release(index);
+        return -1;
+    }
+    if (pair.start == nullptr) {
+        // First use of this pair: its events live in the context of the launches it times.
+        if (h.event_create(&pair.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+            h.event_create(&pair.end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+            pair.start = pair.end = nullptr;
+            release(index);
+            return -1;
+        }
+        pair.context = context;
+    } else if (pair.context != context) {
+        release(index);  // a program with several contexts: times the first one's launches only
+        return -1;
+    }
+    pair.state.store(kRecording, std::memory_order_relaxed);
+    if (h.event_record(pair.start, stream) != CUDA_SUCCESS) {
+        release(index);
+        return -1;
+    }
+    return index;
+}
+
+void LaunchSampler::end(int index, CUstream stream, bool launched, const SampleUse& use) {
+    if (index < 0) return;
+    Pair& pair = pairs_[index];
+    if (!launched || driver::helpers().event_record(pair.end, stream) != CUDA_SUCCESS) {
+        release(index);
+        return;
+    }
+    pair.use = use;
+    pair.state.store(kPending, std::memory_order_release);
+    std::call_once(reader_once_, [this] { start_reader(); });
+    if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) futex_wake_all(pending_);
+}
+
+void LaunchSampler::release(int index) {
+    pairs_[index].state.store(kFree, std::memory_order_relaxed);
+    free_mask_.fetch_or(1U << index, std::memory_order_acq_rel);
+}
+
+void LaunchSampler::start_reader() {
+    std::thread([this] { read_loop(); }).detach();
+}
+
+void LaunchSampler::read_loop() {
+    CUcontext current = nullptr;  // the context made current on this thread
+    for (;;) {
+        const std::uint32_t pending = pending_.load(std::memory_order_acquire);
+        if (pending == 0) {
+            futex_wait(pending_, 0, kIdleWaitNs);
+            continue;
+        }
+        for (int i = 0; i < kPairs; ++i) {
+            Pair& pair = pairs_[i];
+            if (pair.state.load(std::memory_order_acquire) != kPending) continue;
+            if (read(pair, &current)) {
+                release(i);
+                pending_.fetch_sub(1, std::memory_order_acq_rel);
+            }
+        }
+        nanosleep(&kReadPeriod, nullptr);
+    }
+}
+
+bool LaunchSampler::read(Pair& pair, CUcontext* current) {
+    const driver::Helpers& h = driver::helpers();
+    if (pair.context != *current && h.ctx_set_current != nullptr &&
+        h.ctx_set_current(pair.context) == CUDA_SUCCESS) {
+        *current = pair.context;
+    }
+    const CUresult state = h.event_query(pair.end);
+    if (state == CUDA_ERROR_NOT_READY) return false;
+    float milliseconds = 0;
+    if (state == CUDA_SUCCESS &&
+        h.event_elapsed_time(&milliseconds, pair.start, pair.end) == CUDA_SUCCESS &&
+        milliseconds >= 0) {
+        deliver(pair.use, static_cast<std::uint64_t>(static_cast<double>(milliseconds) * 1e6));
+    }
+    return true;  // read, or unreadable (an error): either way done with
+}
+
+void LaunchSampler::deliver(const SampleUse& use, std::uint64_t duration_ns) {
+    if (use.entry != nullptr && use.learn) KernelLearner::add_sample(*use.entry, duration_ns);
+    if (stats_ == nullptr) return;
+    stats_->sampled_launches.fetch_add(1, std::memory_order_relaxed);
+    if (use.expected_ns != 0) {
+        stats_->sampled_ns.fetch_add(duration_ns, std::memory_order_relaxed);
+        stats_->sampled_expected_ns.fetch_add(use.expected_ns, std::memory_order_relaxed);
+    }
+}
+
+}  // namespace orion

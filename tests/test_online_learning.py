@@ -1,0 +1,184 @@
+"""Online profiles: the preload library learns the kernels and graphs a client's profile lacks.
+
+Driven through the stand-in driver (tests/native/fake_cuda.cpp), whose kernels run for the
+duration the launcher gives them and whose timing events are stamped when its simulated GPU
+reaches them; FAKE_BLOCKS_PER_SM is what its occupancy calculator answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from native_harness import MS, Harness, build_harness, kernel_table, launch_intervals, read_log
+
+from scheduler_core import SchedulerRun, SchedulerSettings, native_module
+
+SM_COUNT = 132
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+def settings(policy: str = "orion", queue_limit_ms: float = 5.0) -> SchedulerSettings:
+    return SchedulerSettings(
+        policy=policy,
+        sm_count=SM_COUNT,
+        queue_limit_ns=int(queue_limit_ms * MS),
+        unknown_duration_ns=int(queue_limit_ms * MS),
+        hp_completion="gpu-write",
+        be_gate="cpu",
+    )
+
+
+def key(name: str, grid: int, block: int) -> int:
+    return native_module().kernel_key(name, (grid, 1, 1), (block, 1, 1))
+
+
+def learned_by_key(run: SchedulerRun, index: int) -> dict[int, dict]:
+    return {entry["key"]: entry for entry in run.learned(index)}
+
+
+def run_client(harness, tmp_path, run, index, script, env=None):
+    log = tmp_path / f"client{index}.log"
+    result = harness.run(script, env={**run.client_environment(index), **(env or {})}, log=log)
+    assert result.returncode == 0, result.stderr
+    return log
+
+
+def test_a_kernel_is_learned_with_the_stand_ins_duration_and_its_sm_need(harness, tmp_path):
+    # 3 ms kernels of 264 blocks, 4 of which fit on an SM: 66 SMs.
+    with SchedulerRun(settings()) as run:
+        be = run.add_client("be", "be")
+        run.publish()
+        script = "func u 3000 repeat 12 launch u 264 128 0 end sync 0"
+        run_client(harness, tmp_path, run, be, script, {"FAKE_BLOCKS_PER_SM": "4"})
+        entry = learned_by_key(run, be)[key("u", 264, 128)]
+        stats = run.client_stats(be)
+    assert entry["name"] == "u"
+    assert not entry["graph"]
+    assert (entry["grid"], entry["block"]) == ((264, 1, 1), (128, 1, 1))
+    assert entry["blocks_per_sm"] == 4
+    assert entry["sm_needed"] == 66
+    assert entry["launches"] == 12
+    assert entry["samples"] >= 5
+    # The stand-in sleeps 3 ms per kernel; its events add only the simulated GPU's own delays.
+    assert 3 * MS <= entry["duration_ns"] < 6 * MS
+    # Known once enough samples were in: the later launches are gated as learned work.
+    assert stats["online_launches"] >= 1
+    assert stats["online_launches"] + stats["offline_launches"] <= 12
+    assert stats["offline_launches"] == 0
+    assert stats["online_ns"] >= stats["online_launches"] * 3 * MS
+
+
+def test_without_an_occupancy_answer_a_learned_kernel_needs_every_sm(harness, tmp_path):
+    with SchedulerRun(settings()) as run:
+        be = run.add_client("be", "be")
+        run.publish()
+        run_client(harness, tmp_path, run, be, "func u 1000 repeat 6 launch u 8 64 0 end sync 0")
+        entry = learned_by_key(run, be)[key("u", 8, 64)]
+    assert entry["blocks_per_sm"] == 0
+    assert entry["sm_needed"] == SM_COUNT
+
+
+def test_an_offline_entry_wins_over_learning(harness, tmp_path):
+    # The profile says 7 ms; the kernel runs 1 ms. It is never learned: the profile is used.
+    with SchedulerRun(settings()) as run:
+        be = run.add_client("be", "be", kernel_table(("k", 8, 64, 8, "memory", 7)))
+        run.publish()
+        run_client(harness, tmp_path, run, be, "func k 1000 repeat 10 launch k 8 64 0 end sync 0")
+        learned = learned_by_key(run, be)
+        stats = run.client_stats(be)
+    assert key("k", 8, 64) not in learned
+    assert stats["offline_launches"] == 10
+    assert stats["offline_ns"] == 10 * 7 * MS
+    assert stats["online_launches"] == 0
+
+
+def test_learned_durations_replace_the_unknown_kernel_bound(harness, tmp_path):
+    # Queue limit 5 ms; an unknown kernel counts as 5 ms, so it waits for an empty queue. Once
+    # learned at 1 ms, several are let onto the GPU at once.
+    with SchedulerRun(settings(queue_limit_ms=5.0)) as run:
+        be = run.add_client("be", "be")
+        run.publish()
+        log = run_client(
+            harness, tmp_path, run, be, "func u 1000 repeat 60 launch u 8 64 0 end sync 0"
+        )
+        stats = run.client_stats(be)
+    intervals = launch_intervals(read_log(log))
+    assert len(intervals) == 60
+
+    def queued_at(i: int) -> int:
+        launched = intervals[i].launched_ns
+        return sum(1 for j in intervals[:i] if j.finished_ns > launched + MS // 2)
+
+    assert max(queued_at(i) for i in range(5)) == 0  # unknown: one at a time
+    assert max(queued_at(i) for i in range(20, 60)) >= 2  # learned: the queue fills
+    assert stats["reasons"]["queue_full"] >= 1
+
+
+GRAPH = "func ga 2000 func gb 1000 graph_new A graph_node A ga 40 128 graph_node A gb 600 64"
+
+
+def test_a_graph_is_learned_from_its_nodes_and_its_launches(harness, tmp_path):
+    with SchedulerRun(settings()) as run:
+        be = run.add_client("be", "be")
+        run.publish()
+        script = f"{GRAPH} graph_inst A flags repeat 8 graph_run A 0 end sync 0"
+        run_client(harness, tmp_path, run, be, script, {"FAKE_BLOCKS_PER_SM": "2"})
+        learned = learned_by_key(run, be)
+        stats = run.client_stats(be)
+    node_keys = [key("ga", 40, 128), key("gb", 600, 64)]
+    graph = learned[native_module().graph_key(node_keys)]
+    assert graph["graph"]
+    assert sorted(graph["nodes"]) == sorted(node_keys)
+    assert graph["sm_needed"] == SM_COUNT  # gb: 600 blocks, 2 per SM -> 300, capped
+    assert learned[key("ga", 40, 128)]["sm_needed"] == 20
+    assert graph["launches"] == 8
+    assert 3 * MS <= graph["duration_ns"] < 6 * MS  # its two kernels back to back
+    assert stats["online_launches"] >= 1
+
+
+def test_an_hp_kernel_timed_beside_be_work_is_not_learned_from(harness, tmp_path):
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp")
+        be = run.add_client("be", "be")
+        run.publish()
+        be_process = harness.start(
+            "func long 3000000 launch long 1 32 0 say launched sync 0",
+            env=run.client_environment(be),
+            log=tmp_path / "be.log",
+        )
+        try:
+            assert be_process.stdout.readline().strip() == "launched"
+            # The BE kernel runs for 3 s: every HP sample now is beside BE work.
+            run_client(harness, tmp_path, run, hp, "func h 1000 repeat 8 launch h 8 64 0 end sync 0")
+            beside = learned_by_key(run, hp)[key("h", 8, 64)]
+            timed_beside = run.client_stats(hp)["sampled_launches"]
+        finally:
+            be_process.kill()
+            be_process.wait(timeout=10)
+    assert timed_beside >= 5  # timed (for the interference figure) ...
+    assert beside["samples"] == 0  # ... but not learned from
+    assert beside["duration_ns"] == 0
+
+
+def test_an_hp_client_alone_learns_and_measures_its_interference(harness, tmp_path):
+    # Profiled at 0.5 ms, the kernel runs 1 ms: the HP client's work runs about 2x slower than
+    # its profile says (what `orion status` shows as interference).
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("slow", 8, 64, 8, "compute", 0.5)))
+        run.publish()
+        script = "func slow 1000 func h 1000 repeat 8 launch h 4 64 0 end "
+        script += "repeat 130 launch slow 8 64 0 end sync 0"
+        run_client(harness, tmp_path, run, hp, script)
+        learned = learned_by_key(run, hp)
+        stats = run.client_stats(hp)
+    assert learned[key("h", 4, 64)]["samples"] >= 5  # alone: learned from
+    assert stats["sampled_expected_ns"] > 0
+    assert 1.8 <= stats["sampled_ns"] / stats["sampled_expected_ns"] < 4
