@@ -213,3 +213,26 @@ def test_bad_input_is_one_error_line_before_any_work(
     assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
     assert not (tmp_path / "argv.jsonl").exists()  # ncu never ran
     assert not list(tmp_path.glob("**/profile_run.json"))
+
+
+@pytest.mark.parametrize(
+    ("application_replay", "label"),
+    [(False, "profiling with ncu:"), (True, "profiling with ncu (application replay), pass 1:")],
+)
+def test_a_live_bar_without_a_total_says_application_replay_only_when_it_is(
+    application_replay: bool, label: str
+) -> None:
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from orion_cli.profile import _listener_classes
+
+    rich_listener, _ = _listener_classes()
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        listener = rich_listener(progress, application_replay)
+        listener.phase_started("ncu")  # a program's marker window: no kernel total
+        listener.ncu_pass(1)
+        listener.kernel_profiled(3, None, "kernel")
+        assert progress.tasks[0].description == label
