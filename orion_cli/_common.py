@@ -55,12 +55,6 @@ def interactive() -> bool:
     return sys.stdout.isatty()
 
 
-WorkloadArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="WORKLOAD", help="Workload name (see `orion workloads`).", show_default=False
-    ),
-]
 ModeOpt = Annotated[
     str,
     typer.Option("--mode", "-m", help="infer (one request per step) or train (one iteration)."),
@@ -80,7 +74,9 @@ CudaGraphOpt = Annotated[
     typer.Option(
         "--cuda-graph",
         help="Inference only: capture the step once as a CUDA graph and replay it per request, "
-        "as production servers do (see `orion workloads` for which workloads can).",
+        "as production servers do (see `orion workloads` for which workloads can). For a "
+        "program after --: it replays CUDA graphs; ncu profiles each kernel node "
+        "(--graph-profiling node) and the profile is a graph one.",
     ),
 ]
 DTypeOpt = Annotated[

@@ -12,7 +12,7 @@ from orion_cli.colocate import colocate_command
 from orion_cli.doctor import doctor_command
 from orion_cli.pairs import pairs_command
 from orion_cli.plan import plan_command
-from orion_cli.profile import profile_command
+from orion_cli.profile import ProfileCommand, profile_command
 from orion_cli.quota import quota_command
 from orion_cli.report import report_command
 from orion_cli.run import run_command
@@ -72,8 +72,9 @@ def _main(
     """
 
 
+# `orion profile [WORKLOAD] [-- CMD ARGS]`: what follows `--` is a program's, unparsed.
+app.command("profile", short_help=_short_help(profile_command), cls=ProfileCommand)(profile_command)
 for _name, _command in (
-    ("profile", profile_command),
     ("colocate", colocate_command),
     ("report", report_command),
     ("doctor", doctor_command),

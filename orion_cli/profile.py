@@ -1,14 +1,16 @@
-"""`orion profile`: Nsight Compute over one step of a workload -> the scheduler's profile file.
+"""`orion profile`: Nsight Compute over one step of a workload, or over a window of any program
+(`orion profile [window] -- CMD`) -> the scheduler's profile file.
 
-The work is :func:`profiler.pipeline.profile_workload` (or :func:`~profiler.pipeline.
-profile_from_ncu` for ``--from-ncu``); this module only validates the request, shows progress and
-prints the summary. The profiler is imported inside the command so that ``orion --help`` stays
-fast.
+The work is :func:`profiler.pipeline.profile_workload`, :func:`profiler.program_run.
+profile_program` (or :func:`~profiler.pipeline.profile_from_ncu` for ``--from-ncu``); this module
+only validates the request, shows progress and prints the summary. The profiler is imported inside
+the command so that ``orion --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,13 +25,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from typer.core import TyperCommand
 
 from orion_cli._common import (
     BatchSizeOpt,
     CudaGraphOpt,
     DTypeOpt,
     ModeOpt,
-    WorkloadArg,
     console,
     handle_errors,
     interactive,
@@ -44,14 +46,66 @@ if TYPE_CHECKING:
 
     from profiler.pipeline import ProfileResult, ProgressListener
 
+PROGRAM_KEY = "orion.profile.program"
+"""Where :class:`ProfileCommand` leaves the program (everything after ``--``) in ``ctx.meta``."""
+WORKLOAD_ONLY = ("mode", "batch_size", "dtype", "warmup", "from_ncu", "measured")
+PROGRAM_ONLY = ("name", "window", "skip", "count")
+
+ProfileWorkloadArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="WORKLOAD",
+        help="Workload name (see `orion workloads`); or, instead, a program after `--`.",
+        show_default=False,
+    ),
+]
+NameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="Program only: the profile's name, its folder under the profile root (default: "
+        "the program's name: serve_resnet for `python serve_resnet.py`).",
+        show_default=False,
+    ),
+]
+WindowOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--window",
+        metavar="WINDOW",
+        help="Program only, which kernels to profile: profiler-api (between the program's own "
+        "cudaProfilerStart and cudaProfilerStop: torch.cuda.profiler.start()/stop()) or "
+        "nvtx:RANGE (inside its NVTX push/pop range RANGE: torch.cuda.nvtx.range_push('step') "
+        "... range_pop()). ncu waits for the program to exit.",
+        show_default=False,
+    ),
+]
+SkipOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--skip",
+        metavar="N",
+        help="Program only, with --count: skip the first N kernel launches (default 0).",
+        show_default=False,
+    ),
+]
+CountOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--count",
+        metavar="M",
+        help="Program only: profile M kernel launches (after --skip), then ncu ends the program.",
+        show_default=False,
+    ),
+]
 OutputOpt = Annotated[
     Path | None,
     typer.Option(
         "--output",
         "-o",
         help="Folder for the profile and ncu's raw output (default: the profile folder the "
-        "scheduler searches, per GPU; with --from-ncu, the CSV's folder, where an existing "
-        "profile.csv is never replaced).",
+        "scheduler searches, per GPU, or for a program the folder of its --name beside it; "
+        "with --from-ncu, the CSV's folder, where an existing profile.csv is never replaced).",
         show_default=False,
     ),
 ]
@@ -59,8 +113,8 @@ ReplayModeOpt = Annotated[
     str | None,
     typer.Option(
         "--replay-mode",
-        help="ncu replay mode: kernel (default for infer) or application (default for train: "
-        "kernel replay saves and restores all GPU memory per kernel pass).",
+        help="ncu replay mode: kernel (default for infer and programs) or application (default "
+        "for train: kernel replay saves and restores all GPU memory per kernel pass).",
         show_default=False,
     ),
 ]
@@ -111,9 +165,26 @@ _NAME_WIDTH = 52
 _BAR_WIDTH = 30
 
 
+class ProfileCommand(TyperCommand):
+    """`orion profile`, whose arguments after ``--`` are a program's, set aside before click
+    parses the rest: the program's own options never meet orion's, and ``WORKLOAD -- CMD`` can
+    be told apart from ``-- CMD`` (click itself drops the ``--``)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[PROGRAM_KEY] = list(args[at + 1 :])
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- CMD [ARGS]...]"]
+
+
 @handle_errors
 def profile_command(
-    workload: WorkloadArg,
+    ctx: typer.Context,
+    workload: ProfileWorkloadArg = None,
     mode: ModeOpt = "infer",
     batch_size: BatchSizeOpt = 1,
     dtype: DTypeOpt = "fp32",
@@ -124,15 +195,94 @@ def profile_command(
     warmup: WarmupOpt = None,
     from_ncu: FromNcuOpt = None,
     measured: MeasuredOpt = None,
+    name: NameOpt = None,
+    window: WindowOpt = None,
+    skip: SkipOpt = None,
+    count: CountOpt = None,
 ) -> None:
-    """Profile one steady-state step of a workload with Nsight Compute.
+    """Profile one steady-state step of a workload, or a window of any program, with Nsight
+    Compute.
 
-    An un-instrumented pass times the kernels, then ncu profiles exactly one step.
+    A workload: an un-instrumented pass times the kernels, then ncu profiles exactly one step.
 
-    The result is the per-kernel profile the scheduler reads.
+    A program (after --): ncu profiles the window you choose, one of three ways, and nothing
+    else (a whole program kernel by kernel under ncu takes hours, and starts with its start-up):
+
+    \b
+      --window profiler-api    between its cudaProfilerStart and cudaProfilerStop
+      --window nvtx:RANGE      inside its NVTX push/pop range RANGE
+      --skip N --count M       kernel launches N+1 to N+M; then ncu ends it
+
+    The result is the per-kernel profile the scheduler reads (orion run --profile PATH).
+
+    \b
+    Examples:
+      orion profile resnet50 --mode infer -b 4
+      orion profile --window profiler-api -- python serve_resnet.py
+      orion profile --window nvtx:step --name web -- python serve.py --port 8000
+      orion profile --skip 2000 --count 300 -- ./my_cuda_program
+      orion profile --cuda-graph --window profiler-api -- python serve_graph.py
 
     Needs an NVIDIA GPU, ncu and GPU counter permission (not with --from-ncu).
     """
+    program = ctx.meta.get(PROGRAM_KEY)
+    if workload is not None and program is not None:
+        raise OrionError(
+            f"give a workload or a program after --, not both (got workload {workload!r})",
+            hint="orion profile resnet50 -b 4, or orion profile --window profiler-api -- CMD",
+        )
+    given = {key for key in (*WORKLOAD_ONLY, *PROGRAM_ONLY) if _typed(ctx, key)}
+    if program is not None:
+        _refuse(given, WORKLOAD_ONLY, "a workload, not to a program after --")
+        result = _profile_program(
+            program,
+            name=name,
+            window=window,
+            skip=skip,
+            count=count,
+            cuda_graph=cuda_graph,
+            output=output,
+            replay_mode=replay_mode,
+            metric_set=metric_set,
+        )
+    elif workload is None:
+        raise OrionError(
+            "nothing to profile: give a workload, or a program after --",
+            hint="orion profile resnet50 -b 4, or orion profile --window profiler-api -- CMD",
+        )
+    else:
+        _refuse(given, PROGRAM_ONLY, "a program after --; a workload's window is its one step")
+        result = _profile_workload(
+            workload,
+            mode=mode,
+            batch_size=batch_size,
+            dtype=dtype,
+            cuda_graph=cuda_graph,
+            output=output,
+            replay_mode=replay_mode,
+            metric_set=metric_set,
+            warmup=warmup,
+            from_ncu=from_ncu,
+            measured=measured,
+        )
+    show_summary(result)
+
+
+def _profile_workload(
+    workload: str,
+    *,
+    mode: str,
+    batch_size: int,
+    dtype: str,
+    cuda_graph: bool,
+    output: Path | None,
+    replay_mode: str | None,
+    metric_set: str | None,
+    warmup: int | None,
+    from_ncu: Path | None,
+    measured: Path | None,
+) -> ProfileResult:
+    """Today's workload profile: a live run, or post-processing redone from a saved CSV."""
     from workloads import WorkloadSpec
 
     spec = WorkloadSpec(
@@ -144,31 +294,99 @@ def profile_command(
     if from_ncu is None:
         if measured is not None:
             raise OrionError("--measured only applies with --from-ncu")
-        result = _profile_live(spec, output, replay_mode, warmup, metric_set)
-    else:
-        if replay_mode is not None or warmup is not None:
-            raise OrionError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
-        if cuda_graph:
-            raise OrionError(
-                "--cuda-graph applies to a live run; --from-ncu takes what the CSV recorded"
-            )
-        if metric_set is not None:
-            raise OrionError(
-                "--metric-set applies to a live run: with --from-ncu the CSV's columns decide "
-                "(SOL metrics: full, sub-metrics only: fast)"
-            )
-        from profiler.pipeline import profile_from_ncu
-
-        result = profile_from_ncu(
-            from_ncu,
-            workload=spec.name,
-            mode=spec.mode,
-            batch_size=spec.batch_size,
-            dtype=spec.dtype,
-            measured_csv=measured,
-            out_dir=output,
+        return _profile_live(spec, output, replay_mode, warmup, metric_set)
+    if replay_mode is not None or warmup is not None:
+        raise OrionError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
+    if cuda_graph:
+        raise OrionError(
+            "--cuda-graph applies to a live run; --from-ncu takes what the CSV recorded"
         )
-    show_summary(result)
+    if metric_set is not None:
+        raise OrionError(
+            "--metric-set applies to a live run: with --from-ncu the CSV's columns decide "
+            "(SOL metrics: full, sub-metrics only: fast)"
+        )
+    from profiler.pipeline import profile_from_ncu
+
+    return profile_from_ncu(
+        from_ncu,
+        workload=spec.name,
+        mode=spec.mode,
+        batch_size=spec.batch_size,
+        dtype=spec.dtype,
+        measured_csv=measured,
+        out_dir=output,
+    )
+
+
+def _typed(ctx: typer.Context, key: str) -> bool:
+    """The user gave option ``key`` on the command line (not its default)."""
+    source = ctx.get_parameter_source(key)
+    # by name: typer vendors its own click, whose enum is not click.core's
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _refuse(given: set[str], options: tuple[str, ...], to: str) -> None:
+    """One line naming the ``options`` given on the command line, which apply only ``to``."""
+    wrong = ["--" + key.replace("_", "-") for key in options if key in given]
+    if wrong:
+        verb = "applies" if len(wrong) == 1 else "apply"
+        raise OrionError(f"{', '.join(wrong)} {verb} only to {to}")
+
+
+def _profile_program(
+    program: list[str],
+    *,
+    name: str | None,
+    window: str | None,
+    skip: int | None,
+    count: int | None,
+    cuda_graph: bool,
+    output: Path | None,
+    replay_mode: str | None,
+    metric_set: str | None,
+) -> ProfileResult:
+    """Check everything the user typed, then profile: the program runs with the user's
+    environment minus orion's preload library and join variables (never gated)."""
+    from orion_cli.run import default_name
+    from orion_daemon.joining import ORION_VARIABLES, find_command
+    from profiler.ncu_runner import check_metric_set, check_replay_mode
+    from profiler.program import ProgramTarget, choose_window, program_environment
+    from profiler.program_run import DEFAULT_PROGRAM_REPLAY_MODE, profile_program
+    from scheduler_core.library import PRELOAD_LIBRARY_NAME
+
+    if not program:
+        raise OrionError(
+            "no program after --", hint="orion profile --window profiler-api -- python serve.py"
+        )
+    target = ProgramTarget(
+        tuple(program),
+        name or default_name(program),
+        choose_window(window, skip, count),
+        cuda_graph,
+    )
+    target.validate()
+    replay = check_replay_mode(replay_mode or DEFAULT_PROGRAM_REPLAY_MODE)
+    if metric_set is not None:
+        check_metric_set(metric_set)
+    if output is not None:
+        _check_output_folder(output)
+    if find_command(program) is None:
+        raise OrionError(f"{program[0]}: command not found")
+    environment = program_environment(
+        os.environ,
+        drop=ORION_VARIABLES,
+        preloads=(PRELOAD_LIBRARY_NAME, os.environ.get("ORION_PRELOAD_LIBRARY", "")),
+    )
+    with _progress_listener(application_replay=replay == "application") as listener:
+        return profile_program(
+            target,
+            output,
+            env=environment,
+            replay_mode=replay,
+            metric_set=metric_set,
+            progress=listener,
+        )
 
 
 def _check_output_folder(output: Path) -> None:
@@ -227,8 +445,9 @@ def _listener_classes() -> tuple[type[ProgressListener], type[ProgressListener]]
     class RichListener(ProgressListener):
         """A live bar per phase; kernels profiled of the total, with time remaining."""
 
-        def __init__(self, progress: Progress) -> None:
+        def __init__(self, progress: Progress, application_replay: bool) -> None:
             self.progress = progress
+            self.application_replay = application_replay
             self.task: Any = None
             self.total: int | None = None
             self.passes = 0
@@ -254,15 +473,19 @@ def _listener_classes() -> tuple[type[ProgressListener], type[ProgressListener]]
                     self.task,
                     completed=done,
                     count=f"{done} kernels",
-                    description=self._application_replay_text(),
+                    description=self._unknown_total_text(),
                 )
 
         def ncu_pass(self, number: int) -> None:
             self.passes = number
             if self.total is None:
-                self.progress.update(self.task, description=self._application_replay_text())
+                self.progress.update(self.task, description=self._unknown_total_text())
 
-        def _application_replay_text(self) -> str:
+        def _unknown_total_text(self) -> str:
+            """Without a total: which pass under application replay (a program's window under
+            kernel replay has one pass, and its length is not known in advance)."""
+            if not self.application_replay:
+                return "profiling with ncu:"
             return f"profiling with ncu (application replay), pass {max(self.passes, 1)}:"
 
         def phase_finished(self, phase: str, seconds: float) -> None:
@@ -277,7 +500,8 @@ def _listener_classes() -> tuple[type[ProgressListener], type[ProgressListener]]
     class PlainListener(ProgressListener):
         """Plain lines for logs and pipes: phase boundaries and every tenth of the kernels."""
 
-        def __init__(self) -> None:
+        def __init__(self, application_replay: bool) -> None:
+            self.application_replay = application_replay
             self.next_report = 0
             self.step = 50
 
@@ -300,7 +524,7 @@ def _listener_classes() -> tuple[type[ProgressListener], type[ProgressListener]]
                 self.next_report = done + self.step
 
         def ncu_pass(self, number: int) -> None:
-            if number > 1:
+            if number > 1 and self.application_replay:
                 console.print(f"  ncu: pass {number}", highlight=False)
                 self.next_report = self.step
 
@@ -312,10 +536,12 @@ def _listener_classes() -> tuple[type[ProgressListener], type[ProgressListener]]
 
 
 @contextmanager
-def _progress_listener() -> Iterator[ProgressListener]:
+def _progress_listener(application_replay: bool = True) -> Iterator[ProgressListener]:
+    """``application_replay``: whether a phase without a kernel total is application replay's
+    (a workload's ncu phase has a total otherwise; a program's window may not)."""
     rich_listener, plain_listener = _listener_classes()
     if not interactive():
-        yield plain_listener()
+        yield plain_listener(application_replay)
         return
     columns = (
         SpinnerColumn(),
@@ -326,7 +552,7 @@ def _progress_listener() -> Iterator[ProgressListener]:
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        yield rich_listener(progress)
+        yield rich_listener(progress, application_replay)
 
 
 # --- summary --------------------------------------------------------------------------------------
@@ -426,8 +652,9 @@ def _timings_table(result: ProfileResult) -> None:
 
 
 def _kernel_counts(result: ProfileResult) -> None:
+    where = "in the profiled step" if result.window is None else f"profiled, {result.window},"
     text = (
-        f"[bold]{result.kernel_count}[/] kernels in the profiled step "
+        f"[bold]{result.kernel_count}[/] kernels {where} "
         f"({result.summary.identity_count} distinct name/grid/block)"
     )
     if result.measured_kernels is not None:

@@ -329,9 +329,23 @@ def default_profile_path(
             f"workload name {workload!r} cannot be used in a file name",
             hint="use the workload's registered name",
         )
+    return profile_root() / _profile_relative_path(
+        workload, mode, batch_size, dtype, gpu_name, cuda_graph
+    )
+
+
+def profile_root() -> Path:
+    """``$ORION_PROFILE_DIR``, else ``~/.cache/orion/profiles``: where profiles go by default."""
     root_env = os.environ.get("ORION_PROFILE_DIR")
-    root = Path(root_env).expanduser() if root_env else Path.home() / ".cache/orion/profiles"
-    return root / _profile_relative_path(workload, mode, batch_size, dtype, gpu_name, cuda_graph)
+    return Path(root_env).expanduser() if root_env else Path.home() / ".cache/orion/profiles"
+
+
+def program_profile_path(name: str, gpu_name: str, *, cuda_graph: bool = False) -> Path:
+    """Where ``orion profile --name NAME -- CMD`` writes by default: beside the workloads'
+    profiles, ``<root>/<gpu slug>/<name>[-graph]/profile.csv`` (``name`` is a folder name the
+    caller has checked)."""
+    folder = name + ("-graph" if cuda_graph else "")
+    return profile_root() / gpu_slug(gpu_name) / folder / "profile.csv"
 
 
 def _profile_relative_path(

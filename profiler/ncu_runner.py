@@ -11,8 +11,9 @@ Choices that are not negotiable, and why:
   prints its progress line per kernel; overwritten because a folder holds one run.
 - ``--clock-control none`` (profiling run): ncu's default locks the GPU clocks; the card's
   settings must never be changed (and other jobs on the GPU would feel it).
-- ``--profile-from-start off`` (profiling run): only the step between cudaProfilerStart/Stop is
-  profiled, not the model build or the warm-up.
+- ``--profile-from-start off`` (profiling run, a workload's window): only the step between
+  cudaProfilerStart/Stop is profiled, not the model build or the warm-up. A program's window is
+  its own choice (:mod:`profiler.program`): the same, an NVTX range, or a range of launches.
 - ``--import <report> --csv --page raw`` (conversion): one row per launch, every metric a column
   (what postprocess reads).
 - ``--print-kernel-base mangled`` (conversion): the scheduler identifies a launch by the name
@@ -66,6 +67,12 @@ DEFAULT_REPLAY_MODE: dict[str, str] = {"infer": "kernel", "train": "application"
 DEFAULT_WARMUP: dict[str, int] = {"infer": 10, "train": 3}
 """Warm-up steps before the profiled one. Training is short because application replay repeats
 the whole program (warm-up included) once per metric pass."""
+
+PROFILER_API_WINDOW: tuple[str, ...] = ("--profile-from-start", "off")
+"""ncu's arguments for the window between the program's cudaProfilerStart and cudaProfilerStop."""
+NOTHING_IN_THE_STEP = (
+    "the step between cudaProfilerStart and cudaProfilerStop launched nothing ncu could see"
+)
 
 REPORT = "profile.ncu-rep"
 RAW_CSV = "ncu_raw.csv"
@@ -228,8 +235,13 @@ def build_ncu_command(
     replay_mode: str,
     metrics: Sequence[str],
     report: str | os.PathLike[str],
+    window: Sequence[str] = PROFILER_API_WINDOW,
 ) -> list[str]:
-    """The profiling run around ``target`` (itself a command line), exporting to ``report``."""
+    """The profiling run around ``target`` (itself a command line), exporting to ``report``.
+
+    ``window`` is what chooses the kernels ncu profiles (default: those between
+    cudaProfilerStart and cudaProfilerStop); :mod:`profiler.program` makes the others.
+    """
     check_replay_mode(replay_mode)
     command = [
         str(ncu),
@@ -238,8 +250,7 @@ def build_ncu_command(
         "--force-overwrite",
         "--clock-control",
         "none",
-        "--profile-from-start",
-        "off",
+        *window,
         "--metrics",
         ",".join(metrics),
         "--replay-mode",
@@ -484,6 +495,8 @@ def run_ncu(
     on_kernel: KernelCallback | None = None,
     on_pass: Callable[[int], None] | None = None,
     env: Mapping[str, str] | None = None,
+    nothing_profiled: str = NOTHING_IN_THE_STEP,
+    ends_program_after: int | None = None,
 ) -> NcuRun:
     """Run the profiling ``command`` (from :func:`build_ncu_command`), then ``import_command``
     (default: :func:`build_import_command` of the same ncu and report).
@@ -491,6 +504,10 @@ def run_ncu(
     The profiling run's stdout and stderr (ncu's lines and the profiled program's) go to
     ``ncu.log`` as they arrive, and progress lines from either to the callbacks. The import's
     stdout becomes ``ncu_raw.csv``; its stderr is appended to ``ncu.log``.
+
+    ``nothing_profiled`` says why, when ncu profiled no kernel (which window saw none).
+    ``ends_program_after``: ncu was told to end the program once it profiled that many kernels
+    (``--kill yes``), so a failing exit status after that many is ncu's doing, not an error.
 
     On failure or Ctrl-C, ncu and its program are terminated and the error (or
     KeyboardInterrupt) propagates; what was produced stays: the report if ncu wrote one, the log,
@@ -508,7 +525,10 @@ def run_ncu(
     started = time.monotonic()
     returncode, denied = _profile(command, log, counter, env)
     wall_s = time.monotonic() - started
-    _check_profiling(command, log, report, returncode, denied)
+    ended_by_ncu = ends_program_after is not None and counter.lines >= ends_program_after
+    _check_profiling(
+        command, log, report, 0 if ended_by_ncu else returncode, denied, nothing_profiled
+    )
 
     conversion = (
         list(import_command)
@@ -595,7 +615,12 @@ def _import(
 
 
 def _check_profiling(
-    command: Sequence[str], log: Path, report: Path, returncode: int, permission_denied: bool
+    command: Sequence[str],
+    log: Path,
+    report: Path,
+    returncode: int,
+    permission_denied: bool,
+    nothing_profiled: str = NOTHING_IN_THE_STEP,
 ) -> None:
     """Raise a clear OrionError for every way the profiling run can fail."""
     if permission_denied or _mentions(log, COUNTER_PERMISSION_ERROR):
@@ -616,8 +641,7 @@ def _check_profiling(
         raise OrionError(f"ncu exited with status {returncode}{detail}", hint="\n".join(hint_lines))
     if not report.is_file():
         raise OrionError(
-            "ncu profiled no kernels: the step between cudaProfilerStart and cudaProfilerStop "
-            f"launched nothing ncu could see (it wrote no report {report.name})",
+            f"ncu profiled no kernels: {nothing_profiled} (it wrote no report {report.name})",
             hint=f"check {log} for errors of the profiled program, and that the workload runs "
             "on the GPU",
         )
@@ -653,7 +677,9 @@ __all__ = [
     "DEFAULT_REPLAY_MODE",
     "DEFAULT_WARMUP",
     "NCU_LOG",
+    "NOTHING_IN_THE_STEP",
     "PARTIAL_RAW_CSV",
+    "PROFILER_API_WINDOW",
     "RAW_CSV",
     "REPLAY_MODES",
     "REPORT",

@@ -16,7 +16,11 @@ Files in the output folder (the profile's folder by default):
 - ``ncu.log``: the profiling run's output (ncu's progress lines and the profiled program's),
   then the conversion's stderr;
 - ``profile.csv``: the profile; ``profile_run.json``: timings, counts, match report, commands,
-  the metric set and how the throughputs were computed.
+  the metric set and how the throughputs were computed (format in docs/architecture.md).
+
+A program rather than a workload (``orion profile -- CMD``) goes through
+:func:`profiler.program_run.profile_program`, which shares this module's post-processing and run
+record.
 """
 
 from __future__ import annotations
@@ -77,7 +81,11 @@ SOFTWARE_JSON = "software.json"
 PROFILE_CSV = "profile.csv"
 RUN_JSON = "profile_run.json"
 RUN_FORMAT = "orion-profile-run"
-RUN_VERSION = 1
+RUN_VERSION = 2
+"""Version 2 added ``target`` (``workload`` or ``program``) and ``window``, and a program's
+``name`` and ``command``; a program's record has no workload fields (docs/architecture.md)."""
+WORKLOAD_WINDOW: dict[str, Any] = {"kind": "profiler-api"}
+"""A workload's window in the run record: its one step, between cudaProfilerStart and Stop."""
 
 PHASES: tuple[str, ...] = ("measure", "ncu", "postprocess")
 DEFAULT_MEASURE_STEPS = 5
@@ -146,6 +154,8 @@ class ProfileResult:
     replay_mode: str | None = None
     commands: dict[str, str] = field(default_factory=dict)
     metric_set: str | None = None
+    window: str | None = None
+    """How a program's profiled kernels were chosen, in words; None for a workload's one step."""
 
     @property
     def profile_path(self) -> Path:
@@ -237,8 +247,20 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _metadata(
-    spec: WorkloadSpec,
+def workload_labels(spec: WorkloadSpec) -> dict[str, Any]:
+    """What a workload's profile says it profiled (the first keys of its metadata)."""
+    return {
+        "workload": spec.name,
+        "mode": spec.mode,
+        "batch_size": spec.batch_size,
+        "dtype": spec.dtype,
+        "cuda_graph": spec.cuda_graph,
+        "options": spec.resolved_options(),
+    }
+
+
+def profile_metadata(
+    labels: Mapping[str, Any],
     software: Mapping[str, Any],
     *,
     source: str,
@@ -249,6 +271,8 @@ def _metadata(
     tensor_metrics: list[str] | None,
     tensor_metrics_error: str | None,
 ) -> dict[str, Any]:
+    """The profile's metadata: ``labels`` (:func:`workload_labels`, or a program's), versions
+    from ``software``, and how ncu ran."""
     return {
         "gpu_name": software.get("gpu_name"),
         "driver_version": software.get("driver_version"),
@@ -256,14 +280,9 @@ def _metadata(
         "torch_version": software.get("torch_version"),
         "cudnn_version": software.get("cudnn_version"),
         "ncu_version": ncu_version,
-        "workload": spec.name,
-        "mode": spec.mode,
-        "batch_size": spec.batch_size,
-        "dtype": spec.dtype,
-        "cuda_graph": spec.cuda_graph,
+        **labels,
         "source": source,
         "ncu_command": ncu_command,
-        "options": spec.resolved_options(),
         "metric_set": metric_set,
         "replay_mode": replay_mode,
         "tensor_metrics": tensor_metrics,
@@ -272,16 +291,18 @@ def _metadata(
     }
 
 
-def _postprocess(
+def make_profile(
     raw_csv: Path, measured: pd.DataFrame | None, metadata: dict[str, Any]
 ) -> tuple[Profile, MatchReport | None]:
+    """The profile of ncu's raw CSV, with the measured durations attached when there are any."""
     profile = build_profile(read_ncu_raw_csv(raw_csv), metadata)
     if measured is None:
         return profile, None
     return attach_measured_durations(profile, measured)
 
 
-def _summaries(profile: Profile) -> tuple[ProfileSummary, ProfileSummary | None]:
+def summaries(profile: Profile) -> tuple[ProfileSummary, ProfileSummary | None]:
+    """By ncu's durations, and by the measured ones when any kernel has one."""
     summary = summarize_profile(profile)
     if profile.kernels["measured_duration_ns"].notna().any():
         return summary, summarize_profile(profile, duration_column="measured_duration_ns")
@@ -378,7 +399,7 @@ def default_output_dir(spec: WorkloadSpec, gpu_name: str) -> Path:
     ).parent
 
 
-def _clear_outputs(out_dir: Path) -> None:
+def clear_outputs(out_dir: Path) -> None:
     """A folder holds one run: stale outputs of an earlier one must not mix with this run's."""
     for name in (
         PROFILE_CSV,
@@ -421,7 +442,7 @@ def profile_workload(
 
     folder = Path(out_dir) if out_dir is not None else default_output_dir(spec, found.gpu.name)
     folder.mkdir(parents=True, exist_ok=True)
-    _clear_outputs(folder)
+    clear_outputs(folder)
     env = _child_env()
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -487,8 +508,8 @@ def profile_workload(
     listener.phase_started("postprocess")
     phase_start = time.monotonic()
     software = _read_json(folder / SOFTWARE_JSON)
-    metadata = _metadata(
-        spec,
+    metadata = profile_metadata(
+        workload_labels(spec),
         software,
         source="ncu",
         ncu_version=found.ncu_version,
@@ -499,9 +520,9 @@ def profile_workload(
         tensor_metrics_error=tensor.error,
     )
     metadata["step_gpu_span_ns"] = read_span_median(folder / MEASURED_SPAN_JSON)
-    profile, report = _postprocess(ncu_run.raw_csv, measured, metadata)
+    profile, report = make_profile(ncu_run.raw_csv, measured, metadata)
     profile_path = write_profile(profile, folder / PROFILE_CSV)
-    summary, measured_summary = _summaries(profile)
+    summary, measured_summary = summaries(profile)
     warnings = quality_warnings(
         profile, report, consistency=consistency, measured_kernels=kernels_per_step
     )
@@ -523,18 +544,27 @@ def profile_workload(
         "ncu": command_text(ncu_command),
         "ncu_import": command_text(import_command),
     }
-    _write_run_record(
+    write_run_record(
         paths["run"],
-        spec=spec,
-        warmup=warm,
-        measure_steps=measure_steps,
+        {
+            "target": "workload",
+            "workload": spec.name,
+            "mode": spec.mode,
+            "batch_size": spec.batch_size,
+            "dtype": spec.dtype,
+            "options": spec.resolved_options(),
+            "warmup_steps": warm,
+            "measure_steps": measure_steps,
+        },
+        window=WORKLOAD_WINDOW,
+        cuda_graph=spec.cuda_graph,
         replay_mode=replay,
         timings=timings,
         profile=profile,
         summary=summary,
         report=report,
         consistency=consistency,
-        kernels_per_step=kernels_per_step,
+        measured_per_step=kernels_per_step,
         ncu_run=ncu_run,
         commands=commands,
         warnings=warnings,
@@ -556,7 +586,7 @@ def profile_workload(
     )
 
 
-def _report_json(report: MatchReport | None) -> dict[str, int] | None:
+def _match_json(report: MatchReport | None) -> dict[str, int] | None:
     if report is None:
         return None
     return {
@@ -567,51 +597,52 @@ def _report_json(report: MatchReport | None) -> dict[str, int] | None:
     }
 
 
-def _write_run_record(
+def write_run_record(
     path: Path,
+    target: Mapping[str, Any],
     *,
-    spec: WorkloadSpec,
-    warmup: int,
-    measure_steps: int,
+    window: Mapping[str, Any],
+    cuda_graph: bool,
     replay_mode: str,
     timings: dict[str, float],
     profile: Profile,
     summary: ProfileSummary,
     report: MatchReport | None,
     consistency: StepConsistency | None,
-    kernels_per_step: int,
+    measured_per_step: int | None,
     ncu_run: NcuRun,
     commands: dict[str, str],
     warnings: list[str],
 ) -> None:
+    """``profile_run.json`` (format ``orion-profile-run``, :data:`RUN_VERSION`), atomically.
+
+    ``target`` holds what was profiled: ``{"target": "workload", "workload": ..., ...}`` or a
+    program's ``{"target": "program", "name": ..., "command": [argv]}``; ``window`` how the
+    profiled kernels were chosen. The environment is never written.
+    """
     write_json_atomic(
         path,
         {
             "format": RUN_FORMAT,
             "version": RUN_VERSION,
             "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "workload": spec.name,
-            "mode": spec.mode,
-            "batch_size": spec.batch_size,
-            "dtype": spec.dtype,
-            "cuda_graph": spec.cuda_graph,
-            "options": spec.resolved_options(),
-            "warmup_steps": warmup,
-            "measure_steps": measure_steps,
+            **target,
+            "cuda_graph": cuda_graph,
+            "window": dict(window),
             "replay_mode": replay_mode,
             "metric_set": profile.metadata.get("metric_set"),
             "throughput_source": profile.metadata.get("throughput_source"),
             "ncu_version": profile.metadata.get("ncu_version"),
             "timings_s": {key: round(value, 3) for key, value in timings.items()},
             "kernels": {
-                "measured_per_step": kernels_per_step,
+                "measured_per_step": measured_per_step,
                 "profiled": len(profile.kernels),
                 "identities": summary.identity_count,
                 "ncu_progress_lines": ncu_run.progress_lines,
                 "ncu_passes": ncu_run.passes,
             },
             "measured_steps": consistency.to_json() if consistency is not None else None,
-            "match": _report_json(report),
+            "match": _match_json(report),
             "commands": commands,
             "warnings": warnings,
         },
@@ -632,9 +663,17 @@ def _check_ncu_labels(record: Mapping[str, Any], spec: WorkloadSpec, raw: Path) 
     """The workload, mode, batch size and dtype given for a saved CSV against its run record.
 
     A ``profile_run.json`` beside the CSV (written by the live run) that disagrees is an error:
-    the profile would be filed under the wrong workload. Without one (or without those fields)
-    nothing says what the CSV holds, so the labels are taken on trust and a warning is returned.
+    the profile would be filed under the wrong workload, and so is a record of a program's run
+    (``orion profile -- CMD``): no workload's labels fit it. Without a record (or without those
+    fields) nothing says what the CSV holds, so the labels are taken on trust and a warning is
+    returned.
     """
+    if record.get("target") == "program":
+        raise OrionError(
+            f"ncu CSV profiled the program {record.get('name')!r} ({RUN_JSON}), not a workload: "
+            "--from-ncu re-makes workload profiles",
+            hint="profile the program again with orion profile [window options] -- CMD",
+        )
     given = {
         "workload": spec.name,
         "mode": spec.mode,
@@ -747,8 +786,8 @@ def profile_from_ncu(
     if record.get("cuda_graph") is True:
         # The step was captured as a graph when ncu ran: the profile must say so.
         spec = replace(spec, cuda_graph=True)
-    metadata = _metadata(
-        spec,
+    metadata = profile_metadata(
+        workload_labels(spec),
         software,
         source="ncu-csv",
         ncu_version=record.get("ncu_version"),
@@ -760,12 +799,12 @@ def profile_from_ncu(
     )
     metadata["ncu_csv"] = str(raw)
     metadata["step_gpu_span_ns"] = read_span_median(folder / MEASURED_SPAN_JSON)
-    profile, report = _postprocess(raw, measured, metadata)
+    profile, report = make_profile(raw, measured, metadata)
     try:
         profile_path = write_profile(profile, target / PROFILE_CSV)
     except OSError as exc:
         raise _cannot_write(target / PROFILE_CSV, exc) from None
-    summary, measured_summary = _summaries(profile)
+    summary, measured_summary = summaries(profile)
     warnings = quality_warnings(
         profile, report, measured_kernels=len(measured) if measured is not None else None
     )
@@ -800,17 +839,26 @@ __all__ = [
     "PROFILE_CSV",
     "RAW_CSV",
     "REPORT",
+    "RUN_FORMAT",
     "RUN_JSON",
+    "RUN_VERSION",
     "SOFTWARE_JSON",
+    "WORKLOAD_WINDOW",
     "Prerequisites",
     "ProfileResult",
     "ProgressListener",
     "check_prerequisites",
+    "clear_outputs",
     "default_output_dir",
     "detect_gpu",
     "estimate_ncu_seconds",
+    "make_profile",
     "profile_from_ncu",
+    "profile_metadata",
     "profile_workload",
     "quality_warnings",
     "run_measure_pass",
+    "summaries",
+    "workload_labels",
+    "write_run_record",
 ]
