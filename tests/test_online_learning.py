@@ -7,8 +7,6 @@ reaches them; FAKE_BLOCKS_PER_SM is what its occupancy calculator answers.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from native_harness import MS, Harness, build_harness, kernel_table, launch_intervals, read_log
 
@@ -157,7 +155,8 @@ def test_an_hp_kernel_timed_beside_be_work_is_not_learned_from(harness, tmp_path
         try:
             assert be_process.stdout.readline().strip() == "launched"
             # The BE kernel runs for 3 s: every HP sample now is beside BE work.
-            run_client(harness, tmp_path, run, hp, "func h 1000 repeat 8 launch h 8 64 0 end sync 0")
+            hp_script = "func h 1000 repeat 8 launch h 8 64 0 end sync 0"
+            run_client(harness, tmp_path, run, hp, hp_script)
             beside = learned_by_key(run, hp)[key("h", 8, 64)]
             timed_beside = run.client_stats(hp)["sampled_launches"]
         finally:
