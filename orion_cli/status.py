@@ -29,6 +29,13 @@ def _held(client: dict[str, Any]) -> str:
     return "; ".join(part for part in (held, gates, reasons) if part)
 
 
+def _sources(client: dict[str, Any]) -> str:
+    shares = client["profile_sources"]["launch_share"]
+    if shares["offline"] is None:
+        return "-"
+    return " / ".join(f"{shares[source]:.0%}" for source in ("offline", "online", "unknown"))
+
+
 def status_table(status: dict[str, Any]) -> Table:
     """One row per client, HP first."""
     title = (
@@ -38,7 +45,8 @@ def status_table(status: dict[str, Any]) -> Table:
     )
     table = Table(title=title, title_justify="left")
     for column in ("client", "pid", "role", "launches/s", "GPU share", "memory", "limit",
-                   "BE held (why)", "unknown kernels", "command"):  # fmt: skip
+                   "BE held (why)", "launches offline/online/unknown", "slowdown",
+                   "command"):  # fmt: skip
         table.add_column(column, overflow="fold")
     for client in status["clients"]:
         rate = client["launches_per_s"]
@@ -51,10 +59,31 @@ def status_table(status: dict[str, Any]) -> Table:
             _size(client["memory_used_bytes"]),
             _size(client["memory_limit_bytes"]),
             _held(client),
-            f"{client['unknown_launches']} launches, {len(client['unknown_kernels'])} names",
+            _sources(client),
+            "-" if client["interference"] is None else f"{client['interference']:.2f}x",
             " ".join(client["command"]),
         )
     return table
+
+
+def _save_learned(learned: dict[str, Any], path: Path) -> None:
+    from postprocess.learned_profile import learned_profile
+    from postprocess.profile_format import write_profile
+
+    profile = learned_profile(
+        learned["entries"],
+        client=learned["client"],
+        gpu_name=learned.get("gpu_name"),
+        sm_count=int(learned["sm_count"]),
+        command=learned.get("command"),
+    )
+    kernels = profile.kernels
+    graphs = kernels["graph"].dropna().nunique()
+    written = write_profile(profile, path)
+    console.print(
+        f"wrote {written}: {int(kernels['graph'].isna().sum())} kernels and {graphs} graphs "
+        f"learned by {learned['client']!r} (source: online)"
+    )
 
 
 @handle_errors
@@ -66,15 +95,32 @@ def status_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object, for scripts and monitoring.")
     ] = False,
+    save_profile: Annotated[
+        tuple[str, Path] | None,
+        typer.Option(
+            "--save-profile",
+            metavar="CLIENT PATH",
+            help="Write what CLIENT learned online (its kernels' durations and SM needs) to "
+            "PATH as a profile file (source: online), for 'orion run --profile PATH' next time.",
+            show_default=False,
+        ),
+    ] = None,
     state_dir: StateDirOpt = None,
 ) -> None:
     """Show a GPU's orion daemon and its clients: per client its pid, role, kernel launches per
-    second, share of GPU time, memory and limit, best-effort launches held and why, and kernels
-    its profile does not know."""
+    second, share of GPU time, memory and limit, best-effort launches held and why, which share
+    of its launches was gated by its offline profile, by kernels learned online or as unknown
+    work, and its slowdown: how much longer its timed launches ran than alone."""
     from orion_daemon import state
     from orion_daemon.protocol import request
 
     folder = daemon_folder(gpu, state_dir)
+    if save_profile is not None:
+        client, path = save_profile
+        record = state.require_daemon(gpu, folder)
+        learned = request(Path(record["socket"]), {"op": "learned", "client": client})["learned"]
+        _save_learned(learned, path)
+        return
 
     def fetch() -> dict[str, Any]:
         record = state.require_daemon(gpu, folder)

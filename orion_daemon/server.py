@@ -271,7 +271,9 @@ class Daemon:
         if op == "down":
             self.stopping = True
             return {"ok": True, "pid": os.getpid()}
-        raise OrionError(f"unknown request {op!r} (join, status, down)")
+        if op == "learned":
+            return {"ok": True, "learned": self.learned(str(message.get("client", "")))}
+        raise OrionError(f"unknown request {op!r} (join, status, learned, down)")
 
     def _join(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         try:
@@ -452,6 +454,21 @@ class Daemon:
                 client_status(c, self._scheduler.client_stats(c.slot))
                 for c in sorted(self.clients.values(), key=lambda c: (c.role != "hp", c.slot))
             ],
+        }
+
+    def learned(self, name: str) -> dict[str, Any]:
+        """What client ``name`` learned online (``SchedulerRun.learned``), with what a saved
+        profile records of it: its command, the GPU."""
+        client = next((c for c in self.clients.values() if c.name == name), None)
+        if client is None:
+            names = ", ".join(sorted(c.name for c in self.clients.values())) or "none"
+            raise OrionError(f"no client named {name!r} (clients: {names})")
+        return {
+            "client": client.name,
+            "command": list(client.command),
+            "gpu_name": self.settings.gpu_name,
+            "sm_count": self.settings.sm_count,
+            "entries": self._scheduler.learned(client.slot),
         }
 
     def _free_slots(self) -> int:

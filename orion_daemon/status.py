@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from scheduler_core.profile_sources import interference, profile_sources
+
 HELD_REASONS = (
     "queue_full",
     "unknown_beside_hp",
@@ -24,14 +26,22 @@ HELD_REASONS = (
 
 @dataclass(frozen=True)
 class ClientSample:
-    """One reading of a client's launch counter (what launches per second is taken from)."""
+    """One reading of the counters rates are taken from: launches (launches per second), and the
+    measured and expected GPU time of timed launches (the interference)."""
 
     time_s: float
     launches: int
+    sampled_ns: int = 0
+    sampled_expected_ns: int = 0
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
-        return cls(time_s=time_s, launches=int(stats.get("launches", 0)))
+        return cls(
+            time_s=time_s,
+            launches=int(stats.get("launches", 0)),
+            sampled_ns=int(stats.get("sampled_ns", 0)),
+            sampled_expected_ns=int(stats.get("sampled_expected_ns", 0)),
+        )
 
 
 class ClientLike(Protocol):
@@ -52,6 +62,16 @@ def _launch_rate(samples: list[ClientSample]) -> float | None:
     first, last = samples[0], samples[-1]
     span = last.time_s - first.time_s
     return (last.launches - first.launches) / span if span > 0 else None
+
+
+def _interference(samples: list[ClientSample]) -> float | None:
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    slowdown = interference(
+        last.sampled_ns - first.sampled_ns, last.sampled_expected_ns - first.sampled_expected_ns
+    )
+    return None if slowdown is None else round(slowdown, 3)
 
 
 def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
@@ -88,6 +108,10 @@ def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
         "graph_launches": int(stats.get("graph_launches", 0)),
         "unknown_graph_launches": int(stats.get("unknown_graph_launches", 0)),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
+        "profile_sources": profile_sources(stats),
+        # GPU time of its timed launches over what they took alone (profiled or learned alone),
+        # over the last seconds: the slowdown the client suffers from its neighbours.
+        "interference": _interference(samples),
         "latency_target_ms": client.latency_target_ms,
         "joined_s": round(client.joined_s, 3),
     }

@@ -288,7 +288,11 @@ class SchedulerRun:
                 (int(row.grid_x), int(row.grid_y), int(row.grid_z)),
                 (int(row.block_x), int(row.block_y), int(row.block_z)),
             )
-            duration = 0 if pd.isna(row.duration_ns) else round(float(row.duration_ns))
+            if pd.isna(row.duration_ns):
+                # No duration, no profile entry: a graph node of a learned profile (only timed
+                # as part of its graph) gates as unknown if it is ever launched on its own.
+                continue
+            duration = round(float(row.duration_ns))
             sm_needed = self.settings.sm_count if pd.isna(row.sm_needed) else int(row.sm_needed)
             kernel_class = "unknown" if pd.isna(row.kernel_class) else str(row.kernel_class)
             try:
@@ -331,7 +335,18 @@ class SchedulerRun:
         sm_needed = self.settings.sm_count if needs.isna().any() else int(needs.max())
         classes = set(nodes["kernel_class"].fillna("unknown").astype(str))
         kernel_class = classes.pop() if len(classes) == 1 else "unknown"
-        timeline = graph_timeline(nodes, duration_ns, self.settings.sm_count)
+        # A graph whose nodes were not each timed (a learned one) has no timeline: it is gated
+        # as a unit, for its whole wall time.
+        node_durations = pd.to_numeric(nodes["duration_ns"], errors="coerce")
+        if "measured_duration_ns" in nodes.columns:
+            node_durations = node_durations.fillna(
+                pd.to_numeric(nodes["measured_duration_ns"], errors="coerce")
+            )
+        timeline = (
+            []
+            if node_durations.isna().any()
+            else graph_timeline(nodes, duration_ns, self.settings.sm_count)
+        )
         try:
             self._run.add_graph(
                 index, key, sm_needed, kernel_class, round(float(duration_ns)), len(keys), timeline

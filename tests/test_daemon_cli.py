@@ -23,7 +23,7 @@ STATUS_FIELDS = {
     "profiled_graphs", "launches", "launches_per_s", "gpu_share", "min_util", "max_util",
     "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes", "allocations_refused",
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
-    "graph_launches", "unknown_graph_launches",
+    "graph_launches", "unknown_graph_launches", "profile_sources", "interference",
     "latency_target_ms", "joined_s",
 }  # fmt: skip
 
@@ -120,6 +120,38 @@ def test_down_stops_the_daemon(daemon):
     assert daemon.process.wait(timeout=10) == 0
     again = CliRunner().invoke(app, ["down"])
     assert again.exit_code == 1 and "no orion daemon runs for GPU 0" in again.output
+
+
+def test_status_saves_what_a_running_client_learned_as_a_profile(harness, daemon, tmp_path):
+    from postprocess.profile_format import read_profile
+
+    script = "func u 2000 repeat 8 launch u 8 64 0 end sync 0 repeat 2 launch u 8 64 0 end sync 0"
+    script += " say learned sleep 20000000"
+    command = [sys.executable, "-m", "orion_cli.app", "run", "--be", "--name", "job", "--"]
+    process = subprocess.Popen(
+        [*command, str(harness.launcher), *script.split()],
+        env=harness.environment(None, None), stdout=subprocess.PIPE, text=True,
+        cwd=harness.directory,
+    )  # fmt: skip
+    try:
+        assert process.stdout.readline().strip() == "learned"
+        status = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
+        (job,) = status["clients"]
+        assert job["profile_sources"]["launches"]["online"] >= 1
+        path = tmp_path / "job.csv"
+        saved = CliRunner().invoke(app, ["status", "--save-profile", "job", str(path)])
+        assert saved.exit_code == 0, saved.output
+        assert "1 kernels and 0 graphs" in saved.output
+        missing = CliRunner().invoke(app, ["status", "--save-profile", "nobody", str(path)])
+        assert missing.exit_code == 1 and "no client named 'nobody'" in missing.output
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    profile = read_profile(path)
+    assert profile.metadata["source"] == "online"
+    assert profile.metadata["client"] == "job"
+    assert list(profile.kernels["kernel_name"]) == ["u"]
+    assert profile.kernels["duration_ns"].iloc[0] >= 2_000_000
 
 
 def test_status_without_a_daemon_says_how_to_start_one(tmp_path):

@@ -181,3 +181,39 @@ def test_an_hp_client_alone_learns_and_measures_its_interference(harness, tmp_pa
     assert learned[key("h", 4, 64)]["samples"] >= 5  # alone: learned from
     assert stats["sampled_expected_ns"] > 0
     assert 1.8 <= stats["sampled_ns"] / stats["sampled_expected_ns"] < 4
+
+
+def test_a_saved_online_profile_reads_back_and_gates_as_offline(harness, tmp_path):
+    from orion_daemon.slots import add_profiled_client
+    from postprocess.learned_profile import learned_profile
+    from postprocess.profile_format import read_profile, write_profile
+
+    script = f"func u 2000 {GRAPH} graph_inst A flags repeat 8 launch u 8 64 0 graph_run A 0 end"
+    script += " sync 0"
+    env = {"FAKE_BLOCKS_PER_SM": "2"}
+    with SchedulerRun(settings()) as run:
+        be = run.add_client("be", "be")
+        run.publish()
+        run_client(harness, tmp_path, run, be, script, env)
+        entries = run.learned(be)
+    profile = learned_profile(
+        entries, client="be", gpu_name="stand-in", sm_count=SM_COUNT, command=["train"]
+    )
+    path = write_profile(profile, tmp_path / "learned.csv")
+    saved = read_profile(path)
+    assert saved.metadata["source"] == "online"
+    assert saved.metadata["command"] == ["train"]
+    assert saved.metadata["cuda_graph"] is True
+    eager = saved.kernels[saved.kernels["graph"].isna()]
+    assert list(eager["kernel_name"]) == ["u"]
+    assert set(saved.kernels["kernel_class"]) == {"unknown"}
+    # Gated from the saved file alone: every launch now counts as profiled offline.
+    with SchedulerRun(settings()) as run:
+        be = add_profiled_client(run, "be", "be", saved)
+        run.publish()
+        run_client(harness, tmp_path, run, be, script, env)
+        stats = run.client_stats(be)
+        relearned = run.learned(be)
+    assert stats["offline_launches"] == 16  # 8 kernels and 8 graphs
+    assert stats["unknown_graph_launches"] == 0
+    assert not [e for e in relearned if e["launches"]]  # nothing launched needed learning

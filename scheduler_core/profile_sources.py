@@ -1,0 +1,44 @@
+"""Where a client's gating figures came from: its offline profile, what it learned online, or
+nothing (unknown work), read from the preload library's counters.
+
+The library counts every tracked launch by the source of the duration and SM need it was gated
+with (``offline_launches``, ``online_launches``; the rest of ``tracked_launches`` was unknown),
+and sums the durations of the known ones (``offline_ns``, ``online_ns``). An unknown launch has
+no duration to sum (that is what unknown means), so shares are given of launches, with the GPU
+time of the known part beside them. One reading, here, for `orion status` and `orion report`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SOURCES = ("offline", "online", "unknown")
+
+
+def profile_sources(stats: dict[str, Any]) -> dict[str, Any]:
+    """Launch shares by source (None without tracked launches) and the known GPU time in ms."""
+    tracked = int(stats.get("tracked_launches", 0))
+    offline = int(stats.get("offline_launches", 0))
+    online = int(stats.get("online_launches", 0))
+    unknown = max(tracked - offline - online, 0)
+    counts = {"offline": offline, "online": online, "unknown": unknown}
+    return {
+        "launches": counts,
+        "launch_share": {
+            source: (round(count / tracked, 4) if tracked else None)
+            for source, count in counts.items()
+        },
+        "offline_gpu_ms": round(int(stats.get("offline_ns", 0)) / 1e6, 3),
+        "online_gpu_ms": round(int(stats.get("online_ns", 0)) / 1e6, 3),
+    }
+
+
+def interference(
+    sampled_ns: int, sampled_expected_ns: int, *, minimum_expected_ns: int = 100_000
+) -> float | None:
+    """How much slower timed launches ran than their durations alone (1.0: as alone), from the
+    sums of measured and expected GPU time over some window; None when the window timed too
+    little work (under ``minimum_expected_ns``) to say."""
+    if sampled_expected_ns < minimum_expected_ns:
+        return None
+    return sampled_ns / sampled_expected_ns
