@@ -104,6 +104,10 @@ class ClientConfig(StrictModel):
     role: Literal["hp", "be"] = "be"
     arrivals: ArrivalsModel | None = Field(default=None, validate_default=True)
     profile: PathField | None = None
+    profile_source: Literal["offline", "online"] = "offline"
+    """``online``: no offline profile; the preload library learns every kernel while the client
+    runs (docs/scheduler.md, "Online profiles"). ``offline``: ``profile``, else the one found
+    for the workload."""
     options: dict[str, Any] = Field(default_factory=dict)
     cuda_graph: bool = False
     """Serve inference by replaying the step captured once as a CUDA graph."""
@@ -158,6 +162,16 @@ class ClientConfig(StrictModel):
     @classmethod
     def _profile_exists(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else existing_file(value, info)
+
+    @field_validator("profile_source")
+    @classmethod
+    def _one_source(cls, value: str, info: ValidationInfo) -> str:
+        if value == "online" and info.data.get("profile") is not None:
+            raise problem(
+                'a client learned online has no offline profile: remove "profile" or set '
+                '"profile_source" to "offline"'
+            )
+        return value
 
     @field_validator("cuda_graph")
     @classmethod

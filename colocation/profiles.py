@@ -54,7 +54,8 @@ def resolve_profiles(
     """The kernel profile of each client, by name: its ``profile``, else ``default_path(client)``.
 
     A client without either gets ``None``, which is only allowed when the policy does not gate
-    kernels by profile. When it does (``needs_profiles``), each profile's header must match the
+    kernels by profile, or when the client says ``profile_source: online`` (its kernels are
+    learned while it runs). When it does (``needs_profiles``), each profile's header must match the
     client (workload, mode, batch size, dtype); every missing or mismatched profile is reported in
     one :class:`JobsConfigError` whose hint gives the ``orion profile`` commands to run.
 
@@ -73,6 +74,9 @@ def resolve_profiles(
     commands: list[str] = []
     for i, client in enumerate(config.clients):
         where = f"clients[{i}].profile"
+        if client.profile_source == "online":
+            paths[client.name] = None  # learned while it runs: nothing to find or check
+            continue
         candidate = client.profile or Path(default_path(client))
         path = candidate if candidate.is_file() else None
         paths[client.name] = path

@@ -239,6 +239,7 @@ class Daemon:
         for slot, client in self.clients.items():
             stats = self._scheduler.client_stats(slot)
             client.samples.append(ClientSample.from_stats(now, stats))
+        self._follow_learned_hp()
         if self._recorder is not None:
             self._recorder.sample_memory()
             self._recorder.write_stats()
@@ -347,6 +348,29 @@ class Daemon:
         self._scheduler.set_queue_limit(
             self.queue_limit_ns, default_unknown_duration_ns(self.queue_limit_ns)
         )
+
+    def _follow_learned_hp(self) -> None:
+        """An HP client without an offline profile: the BE queue bound follows its step as it is
+        learned (scheduler_core.thresholds.learned_step_ns), unless `orion up` fixed it."""
+        from scheduler_core.thresholds import (
+            default_unknown_duration_ns,
+            learned_step_ns,
+            queue_limit_for_step_ns,
+        )
+
+        if self.settings.queue_limit_ns is not None:
+            return
+        hp = next((c for c in self.clients.values() if c.role == "hp"), None)
+        if hp is None or hp.profile is not None:
+            return
+        step = learned_step_ns(self._scheduler.learned(hp.slot))
+        if step <= 0:
+            return
+        target = hp.latency_target_ms * 1e6 if hp.latency_target_ms is not None else None
+        limit = queue_limit_for_step_ns(step, target)
+        if limit != self.queue_limit_ns:
+            self.queue_limit_ns = limit
+            self._scheduler.set_queue_limit(limit, default_unknown_duration_ns(limit))
 
     def _env(self, slot: int) -> dict[str, str]:
         from scheduler_core import preload_library_path

@@ -58,6 +58,7 @@ from reporting.stats import (
     ratio_over_rounds_ci,
     throughput_statistic,
 )
+from scheduler_core.profile_sources import SOURCES, profile_sources
 
 POLICY_DEDICATED = "dedicated"
 HP_P99_SLOWDOWN_MAX = 1.05
@@ -157,9 +158,14 @@ SCHEDULER_COLUMNS = [
     "client",
     "launches",
     "unknown_launches",
+    "offline_share",
+    "online_share",
+    "unknown_share",
     "blocked_launches",
     "blocked_ms",
 ]
+"""``*_share``: the share of the client's tracked launches gated with its offline profile, with
+kernels it learned online, or as unknown work (:mod:`scheduler_core.profile_sources`)."""
 
 
 def policy_label(run: RunData) -> str:
@@ -674,6 +680,9 @@ def scheduler_table(runs: Sequence[RunData]) -> pd.DataFrame:
     for run, label in zip(runs, run_labels(runs), strict=True):
         for client, stats in (run.scheduler or {}).items():
             row: dict[str, Any] = {"run": label, "policy": run.policy, "client": client}
+            if "tracked_launches" in stats:
+                shares = profile_sources(stats)["launch_share"]
+                row.update({f"{source}_share": shares[source] for source in SOURCES})
             for key, value in stats.items():
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     continue

@@ -49,11 +49,28 @@ def default_queue_limit_ns(
     """The BE queue bound for an HP client with these profiled kernels and this p99 latency
     target (None: 5% over its step's GPU time); the fixed fallback without an HP profile."""
     step = step_gpu_time_ns(hp_kernels) if hp_kernels is not None else 0.0
-    if step <= 0:
+    return queue_limit_for_step_ns(step, latency_target_ns)
+
+
+def queue_limit_for_step_ns(step_ns: float, latency_target_ns: float | None = None) -> int:
+    """The rule above for an HP step of ``step_ns`` GPU time, however it is known (an offline
+    profile, or what the client learned online); the fallback when it is not."""
+    if step_ns <= 0:
         return FALLBACK_QUEUE_LIMIT_NS
-    target = latency_target_ns if latency_target_ns is not None else step * (1 + DEFAULT_SLOWDOWN)
-    slack = max(target - step, 0.0)
-    return int(min(max(SLACK_SHARE * slack, MIN_QUEUE_LIMIT_NS), max(step, MIN_QUEUE_LIMIT_NS)))
+    target = (
+        latency_target_ns if latency_target_ns is not None else step_ns * (1 + DEFAULT_SLOWDOWN)
+    )
+    slack = max(target - step_ns, 0.0)
+    return int(min(max(SLACK_SHARE * slack, MIN_QUEUE_LIMIT_NS), max(step_ns, MIN_QUEUE_LIMIT_NS)))
+
+
+def learned_step_ns(learned: list[dict]) -> float:
+    """The GPU time of an HP step from what the client learned online: its longest learned CUDA
+    graph (a served request replayed as a graph is one step). 0 when it learned no graph with a
+    duration yet: an eager client's step has no boundary the library can see, so its queue
+    bound stays the fallback until an offline profile gives one."""
+    durations = [int(e.get("duration_ns") or 0) for e in learned if e.get("graph")]
+    return float(max(durations, default=0))
 
 
 def target_below_step_warning(hp_kernels: pd.DataFrame | None, latency_target_ns: float) -> str:

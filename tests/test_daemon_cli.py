@@ -154,6 +154,36 @@ def test_status_saves_what_a_running_client_learned_as_a_profile(harness, daemon
     assert profile.kernels["duration_ns"].iloc[0] >= 2_000_000
 
 
+def test_the_be_queue_bound_follows_an_unprofiled_hp_graph_as_it_is_learned(harness, daemon):
+    # No profile: the fallback bound (50 us) until the HP graph (3 ms of kernels) is learned,
+    # then half of 5% of its step, as an offline profile would give.
+    graph = "func ga 2000 func gb 1000 graph_new A graph_node A ga 4 128 graph_node A gb 2 64"
+    script = f"{graph} graph_inst A flags repeat 8 graph_run A 0 sync 0 end say learned"
+    script += " sleep 20000000"
+    command = [sys.executable, "-m", "orion_cli.app", "run", "--hp", "--name", "serve", "--"]
+    before = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
+    process = subprocess.Popen(
+        [*command, str(harness.launcher), *script.split()],
+        env=harness.environment(None, None), stdout=subprocess.PIPE, text=True,
+        cwd=harness.directory,
+    )  # fmt: skip
+    try:
+        assert process.stdout.readline().strip() == "learned"
+
+        def bound() -> float | None:
+            return json.loads(CliRunner().invoke(app, ["status", "--json"]).output)[
+                "queue_limit_us"
+            ]
+
+        wait_for(lambda: (bound() or 0) > 50, timeout_s=5, what="the learned bound")
+        learned_bound = bound()
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    assert before["queue_limit_us"] in (None, 50.0)
+    assert 75 <= learned_bound < 120
+
+
 def test_status_without_a_daemon_says_how_to_start_one(tmp_path):
     result = CliRunner().invoke(app, ["status", "--state-dir", str(tmp_path)])
     assert result.exit_code == 1
