@@ -3,6 +3,7 @@
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
         [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
+        [--profile-sources offline,online]
         [--repeats 3] [--trace]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
@@ -21,7 +22,9 @@ sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = deri
 profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
 in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
 --mps-share-be the BE client's SM share under mps-share (the HP
-client keeps all SMs); other policies ignore them.
+client keeps all SMs), --profile-sources whether the gated policies' clients use offline profiles
+(plain cell) or learn their kernels while they run (``profile_source: online``, cell
+``orion@online``); other policies ignore them.
 
 Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
 every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
@@ -114,6 +117,9 @@ DEDICATED = "dedicated"
 GATED_POLICIES = GATING_POLICIES
 """Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
 apply to."""
+ONLINE = "online"
+"""``--profile-sources`` value: the gated policies' clients carry no offline profile and are
+gated from what the preload library learns while they run (``profile_source: online``)."""
 SHARE_POLICY = "mps-share"
 """The policy with static SM shares, the only one --mps-share-be applies to."""
 
@@ -172,6 +178,7 @@ class Cell:
     queue_limit_us: float | None = None
     be_sm_percent: int | None = None
     be_gate: str | None = None
+    profile_source: str | None = None  # "online": both clients learned, no offline profile
 
     @property
     def name(self) -> str:
@@ -184,6 +191,8 @@ class Cell:
             name += f"@{self.be_gate}-gate"
         if self.be_sm_percent is not None:
             name += f"@be{self.be_sm_percent}"
+        if self.profile_source == ONLINE:
+            name += "@online"
         return name
 
 
@@ -205,20 +214,22 @@ def planned_cells(
     repeats: int = 1,
     mps_share_be: Sequence[int] = (),
     be_gates: Sequence[str | None] = (None,),
+    profile_sources: Sequence[str | None] = (None,),
 ) -> list[tuple[int, Cell]]:
     """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
     even when not asked for: without it a round has no reference), then the other policies in
-    the order given, the gated ones once per queue bound and BE gate, and mps-share once per BE
-    share."""
+    the order given, the gated ones once per queue bound, BE gate and profile source, and
+    mps-share once per BE share."""
     cells: list[Cell] = []
     for policy in dict.fromkeys(policies):
         if policy == DEDICATED:
             continue
         if policy in GATED_POLICIES:
             cells += [
-                Cell(policy, queue_limit_us=limit, be_gate=gate)
+                Cell(policy, queue_limit_us=limit, be_gate=gate, profile_source=source)
                 for limit in queue_limits
                 for gate in be_gates
+                for source in profile_sources
             ]
         elif policy == SHARE_POLICY and mps_share_be:
             cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
@@ -252,6 +263,8 @@ def cell_jobs(
     be_client: dict[str, Any] = {"name": "be", "role": "be", **BE_JOBS[group.be]}
     if cell.be_sm_percent is not None:
         be_client["sm_percent"] = cell.be_sm_percent
+    if cell.profile_source == ONLINE:
+        hp_client["profile_source"] = be_client["profile_source"] = ONLINE
     return {
         "run": {
             "policy": cell.policy,
@@ -280,7 +293,12 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
     for group in groups_of(args):
         duration_s = window_s(args.duration, args.min_requests, RATES[group.rate])
         for round_, cell in planned_cells(
-            args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates
+            args.policies,
+            args.queue_limits,
+            args.repeats,
+            args.mps_share_be,
+            args.be_gates,
+            args.profile_sources,
         ):
             planned.append(
                 PlannedCell(
@@ -560,6 +578,15 @@ def _shares(text: str) -> list[int]:
     return list(dict.fromkeys(shares))
 
 
+def _profile_sources(text: str) -> list[str | None]:
+    sources: list[str | None] = []
+    for word in (part.strip() for part in text.split(",")):
+        if word not in ("offline", ONLINE):
+            raise argparse.ArgumentTypeError(f"profile source must be offline or online: {word!r}")
+        sources.append(None if word == "offline" else ONLINE)
+    return list(dict.fromkeys(sources))
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
@@ -587,6 +614,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[DEFAULT_BE_GATE],
         help="where reef and orion hold BE launches, one cell each: cpu (in the launching "
         f"thread), gpu (on the GPU); default {DEFAULT_BE_GATE}, the jobs file's default",
+    )
+    parser.add_argument(
+        "--profile-sources",
+        type=_profile_sources,
+        default=[None],
+        help="where reef's and orion's clients get their kernel figures, one cell each: "
+        "offline (profiles found for the workloads, the plain cell) or online (none: learned "
+        "while they run, cell <policy>@online)",
     )
     parser.add_argument(
         "--mps-share-be",

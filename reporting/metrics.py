@@ -170,9 +170,10 @@ kernels it learned online, or as unknown work (:mod:`scheduler_core.profile_sour
 
 def policy_label(run: RunData) -> str:
     """The policy with the knob settings the run made: the BE queue bound (``orion@500us``), where
-    held BE launches wait when the jobs file says (``orion@gpu-gate``) and per-client SM shares
-    (``mps-share@be50``, client name then percent). Runs of one policy that differ only in a knob
-    are a sweep and must be told apart by it."""
+    held BE launches wait when the jobs file says (``orion@gpu-gate``), per-client SM shares
+    (``mps-share@be50``, client name then percent) and clients learned online
+    (``orion@online``). Runs of one policy that differ only in a knob are a sweep and must be
+    told apart by it."""
     run_section = run.config.get("run")
     thresholds = (run_section.get("thresholds") if isinstance(run_section, dict) else None) or {}
     limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
@@ -190,6 +191,11 @@ def policy_label(run: RunData) -> str:
     ]
     if shares:
         label += "@" + "+".join(shares)
+    if any(
+        isinstance(client, dict) and client.get("profile_source") == "online"
+        for client in (clients if isinstance(clients, list) else [])
+    ):
+        label += "@online"
     return label
 
 

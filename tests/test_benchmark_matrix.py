@@ -72,6 +72,39 @@ def test_be_gates_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_path) -
     assert default.be_gates == ["gpu"]
 
 
+def test_profile_sources_give_online_cells_whose_clients_carry_no_profile(
+    matrix, monkeypatch, tmp_path
+) -> None:
+    from reporting.metrics import policy_label
+    from reporting.rundata import RunData
+
+    args = parse(
+        matrix, monkeypatch, tmp_path, "--policies", "mps,orion", "--profile-sources",
+        "offline,online", "--repeats", "2",
+    )  # fmt: skip
+    scenario = ("--scenario", "headline-graph", "--policies", "orion")
+    sources = ("--profile-sources", "offline,online")
+    planned = matrix.planned_runs(parse(matrix, monkeypatch, tmp_path, *scenario, *sources))
+    cells = matrix.planned_cells(
+        args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates,
+        args.profile_sources,
+    )  # fmt: skip
+    assert [matrix.cell_key(cell, round_) for round_, cell in cells] == [
+        "dedicated", "mps", "orion@gpu-gate", "orion@gpu-gate@online",
+        "dedicated#2", "mps#2", "orion@gpu-gate#2", "orion@gpu-gate@online#2",
+    ]  # fmt: skip
+    online = next(cell.jobs for cell in planned if cell.key.endswith("@online"))
+    offline = next(cell.jobs for cell in planned if cell.key == "orion@gpu-gate")
+    assert {c["profile_source"] for c in online["clients"]} == {"online"}
+    assert all("profile_source" not in c for c in offline["clients"])
+    run = RunData.__new__(RunData)
+    object.__setattr__(run, "config", online)
+    object.__setattr__(run, "policy", "orion")
+    assert policy_label(run) == "orion@gpu-gate@online"  # the report names it as the matrix does
+    with pytest.raises(SystemExit):
+        parse(matrix, monkeypatch, tmp_path, "--profile-sources", "learned")
+
+
 def test_a_cell_runs_with_its_queue_bound(matrix, tmp_path) -> None:
     group = matrix.Group("resnet50", "low", "resnet50-train")
     jobs = matrix.cell_jobs(group, matrix.Cell("orion", queue_limit_us=500.0), 15.0, tmp_path)

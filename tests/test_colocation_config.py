@@ -401,8 +401,8 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         [edit("clients.1.priority", 1)],
         [
             "clients[1].priority: unknown field; allowed: name, workload, mode, batch_size, "
-            "dtype, role, arrivals, profile, options, cuda_graph, sm_percent, min_util, "
-            "max_util, latency_target_ms, memory_limit"
+            "dtype, role, arrivals, profile, profile_source, options, cuda_graph, sm_percent, "
+            "min_util, max_util, latency_target_ms, memory_limit"
         ],
     ),
     (
@@ -881,6 +881,24 @@ def test_missing_profiles_are_fine_when_the_policy_does_not_use_them(
     data["run"]["policy"] = policy
     config = parse_jobs(data, DATA)
     assert resolve_profiles(config, None, _default_in(tmp_path)).paths == {"hp": None, "be": None}
+
+
+def test_clients_learned_online_need_no_profile_under_a_gating_policy(tmp_path: Path) -> None:
+    data = base()
+    for client in data["clients"]:
+        client["profile_source"] = "online"
+        client.pop("profile", None)
+    config = parse_jobs(data, DATA)
+    assert config.policy.needs_profiles
+    assert resolve_profiles(config, None, _default_in(tmp_path)).paths == {"hp": None, "be": None}
+
+
+def test_a_client_learned_online_cannot_also_name_a_profile() -> None:
+    data = base()
+    data["clients"][0]["profile"] = "profiles/hp.profile.csv"
+    data["clients"][0]["profile_source"] = "online"
+    (message,) = problems(data)
+    assert message.startswith("clients[0].profile_source: a client learned online has no offline")
 
 
 def test_profile_that_does_not_fit_the_client(tmp_path: Path) -> None:
