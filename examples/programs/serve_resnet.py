@@ -6,6 +6,12 @@ so time spent queueing behind earlier requests counts. Nothing here knows about 
 alone, or under `orion run --hp -- python serve_resnet.py ...`.
 
     python serve_resnet.py --rate 80 --duration 60 --out latencies.csv
+
+One request (``--mark-request``, the 50th by default) is marked for profilers, as services often
+do: it runs between ``torch.cuda.profiler.start()`` and ``stop()`` (cudaProfilerStart/Stop) and
+inside an NVTX range named ``request``; both cost nothing when no profiler is attached. So
+``orion profile --window profiler-api`` or ``--window nvtx:request`` profiles one steady-state
+request of the running service.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="CSV of per-request latencies")
+    parser.add_argument(
+        "--mark-request", type=int, default=50, help="the request marked for profilers (-1: none)"
+    )
     args = parser.parse_args()
 
     graph, static_input, _ = build(args.batch)
@@ -63,9 +72,16 @@ def main() -> None:
             while time.perf_counter() - start < arrival:
                 pass
         begin = time.perf_counter() - start
+        marked = index == args.mark_request
+        if marked:
+            torch.cuda.profiler.start()
+            torch.cuda.nvtx.range_push("request")
         static_input.copy_(requests[index % len(requests)])
         graph.replay()
         torch.cuda.current_stream().synchronize()
+        if marked:
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.profiler.stop()
         end = time.perf_counter() - start
         rows.append((index, arrival, begin, end, (end - arrival) * 1e3))
 
