@@ -97,6 +97,7 @@ struct CUlaunchConfig {
 
 using CUdriverProcAddressQueryResult = int;
 using CUstreamCaptureStatus = int;
+using CUstreamCaptureMode = int;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
@@ -119,6 +120,7 @@ constexpr unsigned int CU_STREAM_DEFAULT = 0x0;
 constexpr unsigned int CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;
 constexpr unsigned int CU_STREAM_WAIT_VALUE_AND = 0x2;  // until (*addr & value) != 0
 constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_NONE = 0;
+constexpr CUstreamCaptureMode CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
 // Hooked entry points (the preload library defines functions with these exact signatures).
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
@@ -221,5 +223,6 @@ using OccupancyMaxActiveBlocksPerMultiprocessorFn = CUresult (*)(int* numBlocks,
                                                                  int blockSize,
                                                                  std::size_t dynamicSMemSize);
 using KernelGetFunctionFn = CUresult (*)(CUfunction* pFunc, CUkernel kernel);
+using ThreadExchangeStreamCaptureModeFn = CUresult (*)(CUstreamCaptureMode* mode);
 
 }  // namespace orion::cuda

@@ -132,6 +132,9 @@ const Helpers& helpers() {
                 lookup("cuOccupancyMaxActiveBlocksPerMultiprocessor", false));
         h.kernel_get_function =
             reinterpret_cast<cuda::KernelGetFunctionFn>(lookup("cuKernelGetFunction", false));
+        h.thread_exchange_stream_capture_mode =
+            reinterpret_cast<cuda::ThreadExchangeStreamCaptureModeFn>(
+                lookup("cuThreadExchangeStreamCaptureMode", false));
         return h;
     }();
     return resolved;

@@ -45,6 +45,7 @@ struct Helpers {
     cuda::CtxSetCurrentFn ctx_set_current = nullptr;
     cuda::OccupancyMaxActiveBlocksPerMultiprocessorFn occupancy_max_active_blocks = nullptr;
     cuda::KernelGetFunctionFn kernel_get_function = nullptr;
+    cuda::ThreadExchangeStreamCaptureModeFn thread_exchange_stream_capture_mode = nullptr;
 };
 const Helpers& helpers();
 

@@ -82,6 +82,13 @@ void LaunchSampler::start_reader() {
 }
 
 void LaunchSampler::read_loop() {
+    // Reading an event is one of the calls CUDA forbids while any thread of the process captures
+    // a graph in the global mode (PyTorch's default): it would invalidate the program's capture.
+    // This thread's calls are orion's own and never part of a capture: relaxed mode exempts them.
+    if (const auto exchange = driver::helpers().thread_exchange_stream_capture_mode) {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        exchange(&mode);
+    }
     CUcontext current = nullptr;  // the context made current on this thread
     for (;;) {
         const std::uint32_t pending = pending_.load(std::memory_order_acquire);

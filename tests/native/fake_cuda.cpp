@@ -710,6 +710,11 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, void* function
              " shared=" + std::to_string(shared_bytes) + " blocks=" + std::to_string(*blocks));
     return 0;
 }
+CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+    log_line("capture_mode " + std::to_string(*mode));
+    *mode = 0;  // the previous mode: global
+    return 0;
+}
 CUresult cuKernelGetFunction(void** function, void* kernel) {
     *function = kernel;
     return 0;
@@ -770,6 +775,7 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuCtxSetCurrent),
     FAKE_PLAIN(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     FAKE_PLAIN(cuKernelGetFunction),
+    FAKE_PLAIN(cuThreadExchangeStreamCaptureMode),
     FAKE_PLAIN(cuGraphGetNodes),
     FAKE_PLAIN(cuGraphNodeGetType),
     FAKE_PLAIN(cuGraphKernelNodeGetParams),
