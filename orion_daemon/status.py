@@ -87,6 +87,8 @@ def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
         "unknown_launches": int(stats.get("unknown_launches", 0)),
         "graph_launches": int(stats.get("graph_launches", 0)),
         "unknown_graph_launches": int(stats.get("unknown_graph_launches", 0)),
+        "graphs_gated": int(stats.get("graphs_gated", 0)),
+        "graphs_ungated": int(stats.get("graphs_ungated", 0)),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
         "latency_target_ms": client.latency_target_ms,
         "joined_s": round(client.joined_s, 3),

@@ -23,7 +23,7 @@ STATUS_FIELDS = {
     "profiled_graphs", "launches", "launches_per_s", "gpu_share", "min_util", "max_util",
     "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes", "allocations_refused",
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
-    "graph_launches", "unknown_graph_launches",
+    "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
     "latency_target_ms", "joined_s",
 }  # fmt: skip
 

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda_api.h"
 #include "memory_ledger.h"
@@ -70,6 +72,15 @@ public:
     // A kernel node of `exec` got new parameters (nullptr: unreadable ones): its identity changes.
     void graph_node_changed(CUgraphExec exec, CUgraphNode node,
                             const CUDA_KERNEL_NODE_PARAMS_v2* params);
+
+    // CUDA graphs gated inside (graph_gating.cpp). `instantiate` is the program's real
+    // instantiation call; for a client gated on the GPU it runs with gate wait nodes added to the
+    // graph (taken out again afterwards), then the executable is identified. `update` is the real
+    // cuGraphExecUpdate: a gated executable is updated from the graph with the same waits.
+    CUresult instantiate_graph(CUgraphExec* exec, CUgraph graph,
+                               const std::function<CUresult()>& instantiate);
+    CUresult update_graph(CUgraphExec exec, CUgraph graph, const std::function<CUresult()>& update);
+    void forget_gated_graph(CUgraphExec exec);
 
     // Code was unloaded: cached kernel names may belong to handles that will be reused.
     void forget_kernel_names() { name_generation_.fetch_add(1, std::memory_order_acq_rel); }
@@ -203,6 +214,20 @@ private:
     StreamBudget stream_budgets_[kStreamSlots];
 
     MemoryLedger memory_;
+
+    // CUDA graphs gated inside (graph_gating.cpp): whether this client's graphs get gate waits;
+    // the waits for `graph` (at `fixed` positions, else from the profile), nullptr or why not;
+    // taking them out again; counting a graph left ungated (warned once).
+    bool gates_graphs();
+    const char* gate_graph(CUgraph graph, const std::vector<std::uint32_t>* fixed,
+                           std::vector<std::uint32_t>* positions, std::vector<CUgraphNode>* waits);
+    void restore_graph(const std::vector<CUgraphNode>& waits);
+    void count_ungated_graph(const char* why);
+    std::mutex gated_graphs_mutex_;
+    // Each executable instantiated with waits: before which kernel nodes (walk order).
+    std::unordered_map<CUgraphExec, std::vector<std::uint32_t>> gated_graphs_;
+    std::atomic<bool> graph_gate_warned_{false};
+    std::atomic<bool> graph_restore_warned_{false};
 
     // Each identified executable's kernel nodes and their keys: set-up, not the launch path.
     std::mutex graph_nodes_mutex_;

@@ -121,6 +121,15 @@ const Helpers& helpers() {
         // Asked for at the CUDA 12.0 ABI: the driver hands out the _v2 parameter layout.
         h.graph_kernel_node_get_params = reinterpret_cast<cuda::GraphKernelNodeGetParamsFn>(
             lookup("cuGraphKernelNodeGetParams", false));
+        // At the CUDA 12.0 ABI: the forms without edge data (graph_gating.cpp).
+        h.graph_get_edges =
+            reinterpret_cast<cuda::GraphGetEdgesFn>(lookup("cuGraphGetEdges", false));
+        h.graph_add_dependencies = reinterpret_cast<cuda::GraphAddDependenciesFn>(
+            lookup("cuGraphAddDependencies", false));
+        h.graph_add_batch_mem_op_node = reinterpret_cast<cuda::GraphAddBatchMemOpNodeFn>(
+            lookup("cuGraphAddBatchMemOpNode", false));
+        h.graph_destroy_node =
+            reinterpret_cast<cuda::GraphDestroyNodeFn>(lookup("cuGraphDestroyNode", false));
         return h;
     }();
     return resolved;

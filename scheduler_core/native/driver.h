@@ -39,6 +39,10 @@ struct Helpers {
     cuda::GraphGetNodesFn graph_get_nodes = nullptr;
     cuda::GraphNodeGetTypeFn graph_node_get_type = nullptr;
     cuda::GraphKernelNodeGetParamsFn graph_kernel_node_get_params = nullptr;
+    cuda::GraphGetEdgesFn graph_get_edges = nullptr;
+    cuda::GraphAddDependenciesFn graph_add_dependencies = nullptr;
+    cuda::GraphAddBatchMemOpNodeFn graph_add_batch_mem_op_node = nullptr;
+    cuda::GraphDestroyNodeFn graph_destroy_node = nullptr;
 };
 const Helpers& helpers();
 
