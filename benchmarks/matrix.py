@@ -3,7 +3,7 @@
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
         [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
-        [--repeats 3] [--trace]
+        [--sharings mps,timeslice] [--repeats 3] [--trace]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
 
@@ -20,8 +20,10 @@ Cells. Every cell is one `orion colocate` run of a policy with its knob settings
 sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = derived from the HP
 profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
 in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
---mps-share-be the BE client's SM share under mps-share (the HP
-client keeps all SMs); other policies ignore them.
+--sharings how the clients of the policies that run either way (reef, orion, quota) share the GPU
+(``run.sharing``: ``mps``, the default, or ``timeslice``: separate contexts the driver switches
+between; cell ``orion@gpu-gate@timeslice``), --mps-share-be the BE client's SM share under
+mps-share (the HP client keeps all SMs); other policies ignore them.
 
 Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
 every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
@@ -60,7 +62,7 @@ from typing import Any
 
 import pandas as pd
 
-from colocation.policies import POLICY_NAMES
+from colocation.policies import POLICIES, POLICY_NAMES
 from orion_common.atomic_io import write_json_atomic
 from orion_common.run_format import GATING_POLICIES
 from orion_common.sysinfo import gpu_facts, software_summary
@@ -84,6 +86,7 @@ from reporting.benchmark import (
 )
 from reporting.rundata import RunData
 from scheduler_core.run_state import BE_GATES, DEFAULT_BE_GATE
+from scheduler_core.sharing import SHARINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,6 +117,8 @@ DEDICATED = "dedicated"
 GATED_POLICIES = GATING_POLICIES
 """Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
 apply to."""
+SHARING_POLICIES = tuple(name for name in POLICY_NAMES if len(POLICIES[name].sharings) > 1)
+"""Policies that run under MPS or time-sliced, the only ones --sharings applies to."""
 SHARE_POLICY = "mps-share"
 """The policy with static SM shares, the only one --mps-share-be applies to."""
 
@@ -166,22 +171,27 @@ SCENARIOS = {
 @dataclass(frozen=True)
 class Cell:
     """A policy with its knob settings: the BE queue bound and where held BE launches wait (gated
-    policies) or the BE client's SM share (mps-share). ``None`` leaves the knob at its default."""
+    policies), how clients share the GPU (policies that run either way) or the BE client's SM
+    share (mps-share). ``None`` leaves the knob at its default."""
 
     policy: str
     queue_limit_us: float | None = None
     be_sm_percent: int | None = None
     be_gate: str | None = None
+    sharing: str | None = None
 
     @property
     def name(self) -> str:
-        """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``mps-share@be50``: the same as
-        the report's run label."""
+        """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``orion@gpu-gate@timeslice``,
+        ``mps-share@be50``: the same as the report's run label (MPS, the policies' default
+        sharing, is not named)."""
         name = self.policy
         if self.queue_limit_us is not None:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
+        if self.sharing == "timeslice":
+            name += "@timeslice"
         if self.be_sm_percent is not None:
             name += f"@be{self.be_sm_percent}"
         return name
@@ -205,21 +215,25 @@ def planned_cells(
     repeats: int = 1,
     mps_share_be: Sequence[int] = (),
     be_gates: Sequence[str | None] = (None,),
+    sharings: Sequence[str | None] = (None,),
 ) -> list[tuple[int, Cell]]:
     """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
     even when not asked for: without it a round has no reference), then the other policies in
-    the order given, the gated ones once per queue bound and BE gate, and mps-share once per BE
-    share."""
+    the order given, the gated ones once per queue bound, BE gate and sharing mode, quota once
+    per sharing mode, and mps-share once per BE share."""
     cells: list[Cell] = []
     for policy in dict.fromkeys(policies):
         if policy == DEDICATED:
             continue
         if policy in GATED_POLICIES:
             cells += [
-                Cell(policy, queue_limit_us=limit, be_gate=gate)
+                Cell(policy, queue_limit_us=limit, be_gate=gate, sharing=sharing)
                 for limit in queue_limits
                 for gate in be_gates
+                for sharing in sharings
             ]
+        elif policy in SHARING_POLICIES:
+            cells += [Cell(policy, sharing=sharing) for sharing in sharings]
         elif policy == SHARE_POLICY and mps_share_be:
             cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
         else:
@@ -261,6 +275,7 @@ def cell_jobs(
             "output_dir": str(out / "runs" / group.name),
             "thresholds": {"queue_limit_us": cell.queue_limit_us},
             **({"be_gate": cell.be_gate} if cell.be_gate is not None else {}),
+            **({"sharing": cell.sharing} if cell.sharing is not None else {}),
             **({"trace": True} if trace else {}),
         },
         "clients": [hp_client, be_client],
@@ -280,7 +295,12 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
     for group in groups_of(args):
         duration_s = window_s(args.duration, args.min_requests, RATES[group.rate])
         for round_, cell in planned_cells(
-            args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates
+            args.policies,
+            args.queue_limits,
+            args.repeats,
+            args.mps_share_be,
+            args.be_gates,
+            args.sharings,
         ):
             planned.append(
                 PlannedCell(
@@ -587,6 +607,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[DEFAULT_BE_GATE],
         help="where reef and orion hold BE launches, one cell each: cpu (in the launching "
         f"thread), gpu (on the GPU); default {DEFAULT_BE_GATE}, the jobs file's default",
+    )
+    parser.add_argument(
+        "--sharings",
+        type=_names(SHARINGS),
+        default=["mps"],
+        help="how the clients of reef, orion and quota share the GPU, one cell each: mps (one "
+        "MPS daemon, their default) or timeslice (separate contexts the driver switches between)",
     )
     parser.add_argument(
         "--mps-share-be",

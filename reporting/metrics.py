@@ -162,11 +162,20 @@ SCHEDULER_COLUMNS = [
 ]
 
 
+def time_sliced(run: RunData) -> bool:
+    """The run's jobs file asked a policy that shares through MPS by default to run time-sliced
+    instead (``run.sharing: "timeslice"``; the ``timeslice`` policy is time-sliced by name)."""
+    run_section = run.config.get("run")
+    sharing = run_section.get("sharing") if isinstance(run_section, dict) else None
+    return sharing == "timeslice" and run.policy != "timeslice"
+
+
 def policy_label(run: RunData) -> str:
     """The policy with the knob settings the run made: the BE queue bound (``orion@500us``), where
-    held BE launches wait when the jobs file says (``orion@gpu-gate``) and per-client SM shares
-    (``mps-share@be50``, client name then percent). Runs of one policy that differ only in a knob
-    are a sweep and must be told apart by it."""
+    held BE launches wait when the jobs file says (``orion@gpu-gate``), time-sliced contexts
+    instead of MPS (``orion@timeslice``) and per-client SM shares (``mps-share@be50``, client
+    name then percent). Runs of one policy that differ only in a knob are a sweep and must be
+    told apart by it."""
     run_section = run.config.get("run")
     thresholds = (run_section.get("thresholds") if isinstance(run_section, dict) else None) or {}
     limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
@@ -176,6 +185,8 @@ def policy_label(run: RunData) -> str:
     gate = run_section.get("be_gate") if isinstance(run_section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         label += f"@{gate}-gate"
+    if time_sliced(run):
+        label += "@timeslice"
     clients = run.config.get("clients")
     shares = [
         f"{client.get('name')}{client['sm_percent']:g}"
