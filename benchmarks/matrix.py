@@ -112,7 +112,18 @@ BE_JOBS: dict[str, dict[str, Any]] = {
         "batch_size": 4,
         "arrivals": {"kind": "poisson", "rate_per_s": RATES["high"]},
     },
+    # The HP graph's model replayed as a CUDA graph as fast as it goes: a BE client whose every
+    # launch is a graph (gated inside, docs/scheduler.md).
+    "resnet50-graph-infer": {
+        "workload": "resnet50",
+        "mode": "infer",
+        "batch_size": 4,
+        "cuda_graph": True,
+        "arrivals": {"kind": "closed"},
+    },
 }
+OPT_IN_BE_JOBS = ("resnet50-graph-infer",)
+"""BE jobs run only when named (``--be``, or a scenario): not part of the default groups."""
 DEDICATED = "dedicated"
 GATED_POLICIES = GATING_POLICIES
 """Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
@@ -154,6 +165,13 @@ SCENARIOS = {
             Group("resnet50-graph", "low", "resnet50-train"),
             "HP ResNet-50 inference, batch 4, fp32, replayed as a CUDA graph, Poisson 80/s, "
             "beside BE ResNet-50 training, batch 32, fp32.",
+        ),
+        Scenario(
+            "be-graph",
+            Group("resnet50-graph", "low", "resnet50-graph-infer"),
+            "HP ResNet-50 inference, batch 4, fp32, replayed as a CUDA graph, Poisson 80/s, "
+            "beside BE ResNet-50 inference, batch 4, fp32, replayed as a CUDA graph in a closed "
+            "loop.",
         ),
         Scenario(
             "host-bound-hp",
@@ -649,7 +667,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"--scenario picks the HP job, rate and BE job: leave out {given[0]}")
     args.hp = args.hp if args.hp is not None else list(HP_JOBS)
     args.rates = args.rates if args.rates is not None else list(RATES)
-    args.be = args.be if args.be is not None else list(BE_JOBS)
+    args.be = args.be if args.be is not None else [b for b in BE_JOBS if b not in OPT_IN_BE_JOBS]
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.duration <= 0:
