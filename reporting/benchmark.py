@@ -41,7 +41,7 @@ from reporting.metrics import (
     POLICY_DEDICATED,
     latency_sample,
     policy_label,
-    time_sliced,
+    sharing_setting,
     work_sample,
 )
 from reporting.rundata import ClientInfo, RunData
@@ -408,8 +408,8 @@ def run_settings(run: RunData) -> dict[str, Any]:
     gate = section.get("be_gate") if isinstance(section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         settings["be_gate"] = gate
-    if time_sliced(run):
-        settings["sharing"] = "timeslice"
+    if sharing_setting(run) is not None:
+        settings["sharing"] = sharing_setting(run)
     clients = run.config.get("clients")
     for client in clients if isinstance(clients, list) else []:
         if isinstance(client, dict) and _is_number(client.get("sm_percent")):

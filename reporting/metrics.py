@@ -163,11 +163,17 @@ SCHEDULER_COLUMNS = [
 
 
 def time_sliced(run: RunData) -> bool:
-    """The run's jobs file asked a policy that shares through MPS by default to run time-sliced
-    instead (``run.sharing: "timeslice"``; the ``timeslice`` policy is time-sliced by name)."""
+    """The run's clients had contexts of their own that the driver switched the GPU between:
+    the ``timeslice`` policy, or a policy told ``run.sharing: "timeslice"``."""
     run_section = run.config.get("run")
     sharing = run_section.get("sharing") if isinstance(run_section, dict) else None
-    return sharing == "timeslice" and run.policy != "timeslice"
+    return run.policy == "timeslice" or sharing == "timeslice"
+
+
+def sharing_setting(run: RunData) -> str | None:
+    """``"timeslice"`` when a policy that shares through MPS by default ran time-sliced: a knob
+    of the run, named in its label; None otherwise (the ``timeslice`` policy is so by name)."""
+    return "timeslice" if time_sliced(run) and run.policy != "timeslice" else None
 
 
 def policy_label(run: RunData) -> str:
@@ -185,8 +191,8 @@ def policy_label(run: RunData) -> str:
     gate = run_section.get("be_gate") if isinstance(run_section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         label += f"@{gate}-gate"
-    if time_sliced(run):
-        label += "@timeslice"
+    if sharing_setting(run) is not None:
+        label += f"@{sharing_setting(run)}"
     clients = run.config.get("clients")
     shares = [
         f"{client.get('name')}{client['sm_percent']:g}"
