@@ -70,7 +70,9 @@ class Policy:
         problem = self.sharing_problem(sharing)
         if problem is not None:
             raise OrionError(problem, hint="set run.sharing to a mode the policy runs in")
-        return self if sharing is None or sharing == self.sharing else replace(self, sharing=sharing)
+        if sharing is None or sharing == self.sharing:
+            return self
+        return replace(self, sharing=sharing)
 
 
 _POLICY_LIST: tuple[Policy, ...] = (

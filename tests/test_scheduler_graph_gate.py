@@ -253,9 +253,7 @@ def test_a_graph_orion_cannot_rewrite_runs_whole_counted_and_warned_once(
     assert stats["graph_launches"] == 2
 
 
-def test_an_hp_arrival_finds_at_most_one_queue_limit_of_a_be_graph_let_through(
-    harness, tmp_path
-):
+def test_an_hp_arrival_finds_at_most_one_queue_limit_of_a_be_graph_let_through(harness, tmp_path):
     # BE replays one graph of ten 20 ms kernels; with a 25 ms queue limit every kernel has a wait
     # of its own. HP arrives once the graph runs and keeps the GPU 300 ms: the BE kernel running
     # then may finish, the next waits for HP. Admitted whole, the graph's remaining 150+ ms would
