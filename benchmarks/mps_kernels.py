@@ -99,15 +99,11 @@ def variants(pinned_limit: str) -> dict[str, Variant]:
 
 
 def kernels_from_trace(trace: Mapping[str, Any]) -> pd.DataFrame:
-    """The kernel records of a torch.profiler Chrome trace (``cat`` "kernel"), by start time:
-    ``name``, ``start_us``, ``duration_us``."""
-    rows = [
-        {"name": str(e.get("name", "")), "start_us": float(e["ts"]), "duration_us": float(e["dur"])}
-        for e in trace.get("traceEvents", [])
-        if isinstance(e, dict) and str(e.get("cat", "")).lower() == "kernel" and "ts" in e
-    ]
-    frame = pd.DataFrame(rows, columns=["name", "start_us", "duration_us"])
-    return frame.sort_values("start_us", kind="stable").reset_index(drop=True)
+    """The kernel records of a torch.profiler Chrome trace, by start time: ``name``,
+    ``start_us``, ``duration_us`` (the profiler's own reading of the trace)."""
+    from profiler.measure import kernel_times_from_trace
+
+    return pd.DataFrame(kernel_times_from_trace(trace), columns=["name", "start_us", "duration_us"])
 
 
 def split_replays(kernels: pd.DataFrame, replays: int) -> pd.DataFrame:
