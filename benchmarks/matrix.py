@@ -3,7 +3,7 @@
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
         [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
-        [--profile-sources offline,online]
+        [--sharings mps,timeslice] [--profile-sources offline,online]
         [--repeats 3] [--trace]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
@@ -21,10 +21,12 @@ Cells. Every cell is one `orion colocate` run of a policy with its knob settings
 sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = derived from the HP
 profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
 in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
---mps-share-be the BE client's SM share under mps-share (the HP
-client keeps all SMs), --profile-sources whether the gated policies' clients use offline profiles
-(plain cell) or learn their kernels while they run (``profile_source: online``, cell
-``orion@online``); other policies ignore them.
+--sharings how the clients of the policies that run either way (reef, orion, quota) share the GPU
+(``run.sharing``: ``mps``, the default, or ``timeslice``: separate contexts the driver switches
+between; cell ``orion@gpu-gate@timeslice``), --profile-sources whether the gated policies' clients
+use offline profiles (plain cell) or learn their kernels while they run (``profile_source:
+online``, cell ``orion@gpu-gate@online``), --mps-share-be the BE client's SM share under
+mps-share (the HP client keeps all SMs); other policies ignore them.
 
 Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
 every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
@@ -63,7 +65,7 @@ from typing import Any
 
 import pandas as pd
 
-from colocation.policies import POLICY_NAMES
+from colocation.policies import POLICIES, POLICY_NAMES
 from orion_common.atomic_io import write_json_atomic
 from orion_common.run_format import GATING_POLICIES
 from orion_common.sysinfo import gpu_facts, software_summary
@@ -87,6 +89,7 @@ from reporting.benchmark import (
 )
 from reporting.rundata import RunData
 from scheduler_core.run_state import BE_GATES, DEFAULT_BE_GATE
+from scheduler_core.sharing import SHARINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +115,18 @@ BE_JOBS: dict[str, dict[str, Any]] = {
         "batch_size": 4,
         "arrivals": {"kind": "poisson", "rate_per_s": RATES["high"]},
     },
+    # The HP graph's model replayed as a CUDA graph as fast as it goes: a BE client whose every
+    # launch is a graph (gated inside, docs/scheduler.md).
+    "resnet50-graph-infer": {
+        "workload": "resnet50",
+        "mode": "infer",
+        "batch_size": 4,
+        "cuda_graph": True,
+        "arrivals": {"kind": "closed"},
+    },
 }
+OPT_IN_BE_JOBS = ("resnet50-graph-infer",)
+"""BE jobs run only when named (``--be``, or a scenario): not part of the default groups."""
 DEDICATED = "dedicated"
 GATED_POLICIES = GATING_POLICIES
 """Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
@@ -120,6 +134,8 @@ apply to."""
 ONLINE = "online"
 """``--profile-sources`` value: the gated policies' clients carry no offline profile and are
 gated from what the preload library learns while they run (``profile_source: online``)."""
+SHARING_POLICIES = tuple(name for name in POLICY_NAMES if len(POLICIES[name].sharings) > 1)
+"""Policies that run under MPS or time-sliced, the only ones --sharings applies to."""
 SHARE_POLICY = "mps-share"
 """The policy with static SM shares, the only one --mps-share-be applies to."""
 
@@ -157,6 +173,13 @@ SCENARIOS = {
             "beside BE ResNet-50 training, batch 32, fp32.",
         ),
         Scenario(
+            "be-graph",
+            Group("resnet50-graph", "low", "resnet50-graph-infer"),
+            "HP ResNet-50 inference, batch 4, fp32, replayed as a CUDA graph, Poisson 80/s, "
+            "beside BE ResNet-50 inference, batch 4, fp32, replayed as a CUDA graph in a closed "
+            "loop.",
+        ),
+        Scenario(
             "host-bound-hp",
             Group("resnet50", "low", "resnet50-train"),
             "HP ResNet-50 inference, batch 4, fp32, launched eagerly, Poisson 80/s, beside BE "
@@ -172,23 +195,28 @@ SCENARIOS = {
 @dataclass(frozen=True)
 class Cell:
     """A policy with its knob settings: the BE queue bound and where held BE launches wait (gated
-    policies) or the BE client's SM share (mps-share). ``None`` leaves the knob at its default."""
+    policies), how clients share the GPU (policies that run either way) or the BE client's SM
+    share (mps-share). ``None`` leaves the knob at its default."""
 
     policy: str
     queue_limit_us: float | None = None
     be_sm_percent: int | None = None
     be_gate: str | None = None
     profile_source: str | None = None  # "online": both clients learned, no offline profile
+    sharing: str | None = None
 
     @property
     def name(self) -> str:
-        """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``mps-share@be50``: the same as
-        the report's run label."""
+        """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``orion@gpu-gate@timeslice``,
+        ``mps-share@be50``: the same as the report's run label (MPS, the policies' default
+        sharing, is not named)."""
         name = self.policy
         if self.queue_limit_us is not None:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
+        if self.sharing == "timeslice":
+            name += "@timeslice"
         if self.be_sm_percent is not None:
             name += f"@be{self.be_sm_percent}"
         if self.profile_source == ONLINE:
@@ -214,23 +242,33 @@ def planned_cells(
     repeats: int = 1,
     mps_share_be: Sequence[int] = (),
     be_gates: Sequence[str | None] = (None,),
+    sharings: Sequence[str | None] = (None,),
     profile_sources: Sequence[str | None] = (None,),
 ) -> list[tuple[int, Cell]]:
     """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
     even when not asked for: without it a round has no reference), then the other policies in
-    the order given, the gated ones once per queue bound, BE gate and profile source, and
-    mps-share once per BE share."""
+    the order given, the gated ones once per queue bound, BE gate, sharing mode and profile
+    source, quota once per sharing mode, and mps-share once per BE share."""
     cells: list[Cell] = []
     for policy in dict.fromkeys(policies):
         if policy == DEDICATED:
             continue
         if policy in GATED_POLICIES:
             cells += [
-                Cell(policy, queue_limit_us=limit, be_gate=gate, profile_source=source)
+                Cell(
+                    policy,
+                    queue_limit_us=limit,
+                    be_gate=gate,
+                    sharing=sharing,
+                    profile_source=source,
+                )
                 for limit in queue_limits
                 for gate in be_gates
+                for sharing in sharings
                 for source in profile_sources
             ]
+        elif policy in SHARING_POLICIES:
+            cells += [Cell(policy, sharing=sharing) for sharing in sharings]
         elif policy == SHARE_POLICY and mps_share_be:
             cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
         else:
@@ -274,6 +312,7 @@ def cell_jobs(
             "output_dir": str(out / "runs" / group.name),
             "thresholds": {"queue_limit_us": cell.queue_limit_us},
             **({"be_gate": cell.be_gate} if cell.be_gate is not None else {}),
+            **({"sharing": cell.sharing} if cell.sharing is not None else {}),
             **({"trace": True} if trace else {}),
         },
         "clients": [hp_client, be_client],
@@ -298,6 +337,7 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
             args.repeats,
             args.mps_share_be,
             args.be_gates,
+            args.sharings,
             args.profile_sources,
         ):
             planned.append(
@@ -616,6 +656,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         f"thread), gpu (on the GPU); default {DEFAULT_BE_GATE}, the jobs file's default",
     )
     parser.add_argument(
+        "--sharings",
+        type=_names(SHARINGS),
+        default=["mps"],
+        help="how the clients of reef, orion and quota share the GPU, one cell each: mps (one "
+        "MPS daemon, their default) or timeslice (separate contexts the driver switches between)",
+    )
+    parser.add_argument(
         "--profile-sources",
         type=_profile_sources,
         default=[None],
@@ -657,7 +704,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"--scenario picks the HP job, rate and BE job: leave out {given[0]}")
     args.hp = args.hp if args.hp is not None else list(HP_JOBS)
     args.rates = args.rates if args.rates is not None else list(RATES)
-    args.be = args.be if args.be is not None else list(BE_JOBS)
+    args.be = args.be if args.be is not None else [b for b in BE_JOBS if b not in OPT_IN_BE_JOBS]
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.duration <= 0:

@@ -36,6 +36,7 @@ from colocation.policies import POLICIES, POLICY_NAMES, SHARE_POLICIES, Policy
 from orion_common.errors import OrionError
 from orion_common.sizes import parse_size
 from scheduler_core.run_state import DEFAULT_BE_GATE
+from scheduler_core.sharing import SHARINGS, Sharing
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -75,6 +76,9 @@ class RunConfig(StrictModel):
     be_gate: Literal["cpu", "gpu"] = DEFAULT_BE_GATE
     # The sliding window over which clients' min_util / max_util shares of GPU time hold.
     quota_window_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # How the clients share the GPU: "mps" (one private MPS daemon) or "timeslice" (separate
+    # contexts the driver switches between). None: the policy's default (colocation.policies).
+    sharing: Sharing | None = None
     gpu: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("policy")
@@ -225,7 +229,9 @@ class JobsConfig(StrictModel):
 
     @property
     def policy(self) -> Policy:
-        return POLICIES[self.run.policy]
+        """The run's policy, carried out with the run's sharing mode (``run.sharing``, else the
+        policy's default): what the runner starts (an MPS daemon or not) follows from it."""
+        return POLICIES[self.run.policy].with_sharing(self.run.sharing)
 
     @property
     def hp_client(self) -> ClientConfig | None:
@@ -411,6 +417,12 @@ def cross_field_problems(data: Any) -> list[Problem]:
         )
 
     problems += _share_problems(run, clients, policy)
+
+    sharing = run.get("sharing")
+    if policy is not None and sharing in SHARINGS:  # any other value: the field check says so
+        reason = policy.sharing_problem(sharing)
+        if reason is not None:
+            problems.append(Problem("run.sharing", reason))
 
     if policy is not None and not policy.sm_partitions:
         for i, client in clients:

@@ -2,15 +2,18 @@
 
 This table is the single place that says how a policy is carried out (MPS or not, which policy
 the preload library runs, whether profiles and an HP client are needed). The config validator,
-the runner and the report all read it, so adding a policy means adding one row here.
+the runner and the report all read it, so adding a policy means adding one row here. The gating
+policies run under MPS or time-sliced (``run.sharing``); which modes each native policy allows,
+and its default, come from :mod:`scheduler_core.sharing`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from orion_common.errors import OrionError
+from scheduler_core.sharing import NATIVE_SHARINGS, SHARING_REASONS, Sharing, sharing_problem
 
 NativePolicy = Literal["passthrough", "priority", "reef", "orion", "quota"]
 
@@ -25,7 +28,10 @@ class Policy:
 
     name: str
     description: str
-    uses_mps: bool
+    sharings: tuple[Sharing, ...]
+    """How its clients may share the GPU (``run.sharing``), the default first: ``"mps"`` (one MPS
+    daemon) or ``"timeslice"`` (contexts the driver switches between); empty when clients run
+    alone and nothing is shared."""
     native_policy: NativePolicy
     needs_hp: bool
     """The policy treats one client differently, so exactly one client must have role ``hp``."""
@@ -39,13 +45,41 @@ class Policy:
     sm_partitions: bool = False
     """Clients may carry ``sm_percent``: a static share of the SMs through MPS's
     ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (a spatial partition, as GLET uses)."""
+    sharing_reason: str = ""
+    """Why the policy shares the GPU in one way only (said when another is asked for)."""
+    sharing: Sharing | None = None
+    """The mode this run uses (:meth:`with_sharing`); the table's rows hold their default."""
+
+    def __post_init__(self) -> None:
+        if self.sharing is None and self.sharings:
+            object.__setattr__(self, "sharing", self.sharings[0])
+
+    @property
+    def uses_mps(self) -> bool:
+        """Clients run under a private MPS daemon the runner starts."""
+        return self.sharing == "mps"
+
+    def sharing_problem(self, sharing: str | None) -> str | None:
+        """Why this policy cannot share the GPU as ``sharing`` says (None: it can, or unset)."""
+        if sharing is None:
+            return None
+        return sharing_problem(self.name, self.sharings, sharing, self.sharing_reason)
+
+    def with_sharing(self, sharing: str | None) -> Policy:
+        """This policy carried out with ``sharing`` (None: its default)."""
+        problem = self.sharing_problem(sharing)
+        if problem is not None:
+            raise OrionError(problem, hint="set run.sharing to a mode the policy runs in")
+        if sharing is None or sharing == self.sharing:
+            return self
+        return replace(self, sharing=sharing)
 
 
 _POLICY_LIST: tuple[Policy, ...] = (
     Policy(
         name="dedicated",
         description="each client alone on the GPU, one after another (the reference)",
-        uses_mps=False,
+        sharings=(),
         native_policy="passthrough",
         needs_hp=False,
         needs_profiles=False,
@@ -55,32 +89,35 @@ _POLICY_LIST: tuple[Policy, ...] = (
     Policy(
         name="timeslice",
         description="separate processes without MPS: the driver time-slices the GPU",
-        uses_mps=False,
+        sharings=("timeslice",),
         native_policy="passthrough",
         needs_hp=False,
         needs_profiles=False,
         hp_stream_priority_by_client=False,
         sequential=False,
+        sharing_reason="it is the driver's time-slicing of separate contexts, without MPS",
     ),
     Policy(
         name="mps",
         description="separate processes under a private MPS daemon, no scheduling",
-        uses_mps=True,
+        sharings=("mps",),
         native_policy="passthrough",
         needs_hp=False,
         needs_profiles=False,
         hp_stream_priority_by_client=False,
         sequential=False,
+        sharing_reason="it is MPS sharing by definition",
     ),
     Policy(
         name="mps-priority",
         description="MPS; the HP client puts its work on a high-priority CUDA stream itself",
-        uses_mps=True,
+        sharings=("mps",),
         native_policy="passthrough",
         needs_hp=True,
         needs_profiles=False,
         hp_stream_priority_by_client=True,
         sequential=False,
+        sharing_reason="it is MPS sharing by definition (priorities order MPS clients' work)",
     ),
     Policy(
         name="mps-share",
@@ -88,30 +125,33 @@ _POLICY_LIST: tuple[Policy, ...] = (
             "MPS with static SM shares: each client's sm_percent caps the SMs it may use; "
             "the HP client uses a high-priority stream as in mps-priority"
         ),
-        uses_mps=True,
+        sharings=("mps",),
         native_policy="passthrough",
         needs_hp=True,
         needs_profiles=False,
         hp_stream_priority_by_client=True,
         sequential=False,
         sm_partitions=True,
+        sharing_reason="its SM shares are MPS's (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)",
     ),
     Policy(
         name="priority",
         description="MPS; orion's preload library sets stream priorities (HP highest, BE lowest)",
-        uses_mps=True,
+        sharings=NATIVE_SHARINGS["priority"],
         native_policy="priority",
         needs_hp=True,
         needs_profiles=False,
         hp_stream_priority_by_client=False,
         sequential=False,
+        sharing_reason=SHARING_REASONS["priority"],
     ),
     Policy(
         name="reef",
         description=(
-            "MPS; BE kernels run only while no HP kernel is in flight, with a bounded BE queue"
+            "BE kernels run only while no HP kernel is in flight, with a bounded BE queue "
+            "(under MPS, or time-sliced with run.sharing 'timeslice')"
         ),
-        uses_mps=True,
+        sharings=NATIVE_SHARINGS["reef"],
         native_policy="reef",
         needs_hp=True,
         needs_profiles=True,
@@ -120,8 +160,11 @@ _POLICY_LIST: tuple[Policy, ...] = (
     ),
     Policy(
         name="orion",
-        description="MPS; the full Orion interference-aware policy",
-        uses_mps=True,
+        description=(
+            "the full Orion interference-aware policy (under MPS, or time-sliced with "
+            "run.sharing 'timeslice')"
+        ),
+        sharings=NATIVE_SHARINGS["orion"],
         native_policy="orion",
         needs_hp=True,
         needs_profiles=True,
@@ -131,10 +174,11 @@ _POLICY_LIST: tuple[Policy, ...] = (
     Policy(
         name="quota",
         description=(
-            "MPS; every client a peer, GPU time granted one client at a time by min_util "
-            "(promised) and max_util (cap) shares, the rest to whoever has work"
+            "every client a peer, GPU time granted one client at a time by min_util "
+            "(promised) and max_util (cap) shares, the rest to whoever has work (under MPS, "
+            "or time-sliced with run.sharing 'timeslice')"
         ),
-        uses_mps=True,
+        sharings=NATIVE_SHARINGS["quota"],
         native_policy="quota",
         needs_hp=False,
         needs_profiles=False,

@@ -93,6 +93,8 @@ _TAIL_VIEW = [
     ("mean_latency_ms", "mean slow ms", "{:.2f}"),
     ("be_outstanding_ms", "BE at arrival ms", "{:.2f}"),
     ("share_be_outstanding", "share", "{:.0%}"),
+    ("context_switch_ms", "switch wait ms", "{:.2f}"),
+    ("share_context_switch", "share", "{:.0%}"),
     ("be_admitted_ms", "BE beside ms", "{:.2f}"),
     ("share_be_admitted", "share", "{:.0%}"),
     ("queue_ms", "HP queue ms", "{:.2f}"),

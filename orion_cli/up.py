@@ -25,13 +25,16 @@ def up_command(
         ),
     ] = "orion",
     sharing: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--sharing",
             help="mps: the clients share the GPU through an MPS daemon this daemon starts; "
-            "timeslice: separate contexts that the driver switches between.",
+            "timeslice: separate contexts that the driver switches between (orion's GPU gates "
+            "still hold BE work while HP has work). Default: the policy's (mps; priority runs "
+            "under mps only).",
+            show_default=False,
         ),
-    ] = "mps",
+    ] = None,
     shares: Annotated[
         bool,
         typer.Option(
@@ -80,20 +83,20 @@ def up_command(
             f"no NVIDIA GPU {gpu} that CUDA can use on this machine",
             hint="`orion doctor` shows what is missing",
         )
-    if sharing == "mps":
-        prerequisites.require(prerequisites.check_mps_control())
     settings = DaemonSettings(
         gpu=gpu,
         sm_count=facts.sm_count,
         folder=folder,
         policy=policy,
-        sharing=sharing,
+        sharing=sharing or "",
         gpu_uuid=sysinfo.gpu_uuid(gpu),
         gpu_name=facts.name,
         memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
         queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
         shares=shares,
     )
+    if settings.sharing == "mps":
+        prerequisites.require(prerequisites.check_mps_control())
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.
         sys.stdout.flush()
@@ -104,7 +107,7 @@ def up_command(
     record = start_detached(settings)
     console.print(
         f"orion daemon for GPU {gpu} ({facts.name}) running: pid {record['pid']}, policy "
-        f"{policy}, sharing {sharing}\nstate folder {folder} (log: {record['log']})\n"
+        f"{policy}, sharing {settings.sharing}\nstate folder {folder} (log: {record['log']})\n"
         f"join it with `orion run --gpu {gpu} --hp|--be -- COMMAND`",
         highlight=False,
         soft_wrap=True,

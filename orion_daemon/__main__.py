@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from orion_common.errors import OrionError
-from orion_daemon.server import POLICIES, SHARINGS, Daemon, DaemonSettings
+from orion_daemon.server import POLICIES, Daemon, DaemonSettings
+from scheduler_core.sharing import SHARINGS
 
 
 def parse(argv: list[str]) -> DaemonSettings:
@@ -20,7 +21,7 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--sm-count", type=int, required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--policy", choices=POLICIES, default="orion")
-    parser.add_argument("--sharing", choices=SHARINGS, default="mps")
+    parser.add_argument("--sharing", choices=SHARINGS, default="")
     parser.add_argument("--gpu-uuid")
     parser.add_argument("--gpu-name")
     parser.add_argument("--memory-bytes", type=int)

@@ -32,12 +32,12 @@ from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import ClientSample, client_status
+from scheduler_core.sharing import default_sharing, native_sharing_problem
 
 TICK_S = 0.1
 """How often the daemon beats and looks for gone clients: a slot comes back well within a
 second of its process's end, and the clients' one-second silence bound is never near."""
 SAMPLE_S = 0.5
-SHARINGS = ("mps", "timeslice")
 POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
 
 
@@ -49,7 +49,7 @@ class DaemonSettings:
     sm_count: int
     folder: Path
     policy: str = "orion"
-    sharing: str = "mps"
+    sharing: str = ""  # "mps" or "timeslice"; empty: the policy's default (scheduler_core.sharing)
     gpu_uuid: str | None = None
     gpu_name: str | None = None
     memory_bytes: int | None = None
@@ -61,8 +61,11 @@ class DaemonSettings:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise OrionError(f"policy must be one of {', '.join(POLICIES)} (got {self.policy!r})")
-        if self.sharing not in SHARINGS:
-            raise OrionError(f"sharing must be one of {', '.join(SHARINGS)} (got {self.sharing!r})")
+        if not self.sharing:
+            object.__setattr__(self, "sharing", default_sharing(self.policy))
+        problem = native_sharing_problem(self.policy, self.sharing)
+        if problem is not None:
+            raise OrionError(problem)
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
 

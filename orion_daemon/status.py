@@ -107,6 +107,8 @@ def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
         "unknown_launches": int(stats.get("unknown_launches", 0)),
         "graph_launches": int(stats.get("graph_launches", 0)),
         "unknown_graph_launches": int(stats.get("unknown_graph_launches", 0)),
+        "graphs_gated": int(stats.get("graphs_gated", 0)),
+        "graphs_ungated": int(stats.get("graphs_ungated", 0)),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
         "profile_sources": profile_sources(stats),
         # GPU time of its timed launches over what they took alone (profiled or learned alone),

@@ -72,6 +72,29 @@ def _dim3(value: Any) -> tuple[int, int, int] | None:
     return dims[0], dims[1], dims[2]
 
 
+def _kernel_events(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The GPU kernel records of a Chrome trace: Kineto's complete events (``ph`` "X") with
+    ``cat`` "kernel" (memcpy, memset and runtime calls are other categories)."""
+    events = trace.get("traceEvents", []) if isinstance(trace, Mapping) else []
+    return [
+        event
+        for event in events
+        if isinstance(event, Mapping) and event.get("cat") == "kernel" and event.get("ph") == "X"
+    ]
+
+
+def kernel_times_from_trace(trace: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """Each kernel record of a Chrome trace as (name, start, duration), in microseconds on the
+    trace's clock, by start time: when kernels ran, for gaps between them (the kernels of one
+    CUDA graph replay share one launch, so launch order cannot order them)."""
+    times = [
+        (str(event.get("name", "")), float(event["ts"]), float(event.get("dur", 0.0)))
+        for event in _kernel_events(trace)
+        if isinstance(event.get("ts"), (int, float))
+    ]
+    return sorted(times, key=lambda time: time[1])
+
+
 def kernel_rows_from_trace(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Kernel launches of one Chrome trace (``torch.profiler`` export), in launch order.
 
@@ -80,11 +103,8 @@ def kernel_rows_from_trace(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     start time; on one stream both agree. Memcpy and memset records are not kernels and ncu does
     not profile them, so they are left out.
     """
-    events = trace.get("traceEvents", []) if isinstance(trace, Mapping) else []
     kernels = []
-    for event in events:
-        if not isinstance(event, Mapping) or event.get("cat") != "kernel" or event.get("ph") != "X":
-            continue
+    for event in _kernel_events(trace):
         args = event.get("args") or {}
         grid, block = _dim3(args.get("grid")), _dim3(args.get("block"))
         if grid is None or block is None:

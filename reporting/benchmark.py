@@ -41,6 +41,7 @@ from reporting.metrics import (
     POLICY_DEDICATED,
     latency_sample,
     policy_label,
+    sharing_setting,
     work_sample,
 )
 from reporting.rundata import ClientInfo, RunData
@@ -396,7 +397,8 @@ def _cell_row(
 
 def run_settings(run: RunData) -> dict[str, Any]:
     """The knob settings a run made: ``queue_limit_us`` when set, ``be_gate`` of a gating policy,
-    ``sm_percent_<client>`` per client with an SM share."""
+    ``sharing`` when time-sliced instead of MPS, ``sm_percent_<client>`` per client with an SM
+    share."""
     settings: dict[str, Any] = {}
     section = run.config.get("run")
     thresholds = (section.get("thresholds") if isinstance(section, dict) else None) or {}
@@ -406,6 +408,8 @@ def run_settings(run: RunData) -> dict[str, Any]:
     gate = section.get("be_gate") if isinstance(section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         settings["be_gate"] = gate
+    if sharing_setting(run) is not None:
+        settings["sharing"] = sharing_setting(run)
     clients = run.config.get("clients")
     for client in clients if isinstance(clients, list) else []:
         if isinstance(client, dict) and _is_number(client.get("sm_percent")):

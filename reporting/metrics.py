@@ -168,11 +168,26 @@ SCHEDULER_COLUMNS = [
 kernels it learned online, or as unknown work (:mod:`scheduler_core.profile_sources`)."""
 
 
+def time_sliced(run: RunData) -> bool:
+    """The run's clients had contexts of their own that the driver switched the GPU between:
+    the ``timeslice`` policy, or a policy told ``run.sharing: "timeslice"``."""
+    run_section = run.config.get("run")
+    sharing = run_section.get("sharing") if isinstance(run_section, dict) else None
+    return run.policy == "timeslice" or sharing == "timeslice"
+
+
+def sharing_setting(run: RunData) -> str | None:
+    """``"timeslice"`` when a policy that shares through MPS by default ran time-sliced: a knob
+    of the run, named in its label; None otherwise (the ``timeslice`` policy is so by name)."""
+    return "timeslice" if time_sliced(run) and run.policy != "timeslice" else None
+
+
 def policy_label(run: RunData) -> str:
     """The policy with the knob settings the run made: the BE queue bound (``orion@500us``), where
-    held BE launches wait when the jobs file says (``orion@gpu-gate``), per-client SM shares
-    (``mps-share@be50``, client name then percent) and clients learned online
-    (``orion@online``). Runs of one policy that differ only in a knob are a sweep and must be
+    held BE launches wait when the jobs file says (``orion@gpu-gate``), time-sliced contexts
+    instead of MPS (``orion@timeslice``), per-client SM shares (``mps-share@be50``, client
+    name then percent) and clients learned online (``orion@online``). Runs of one policy that
+    differ only in a knob are a sweep and must be
     told apart by it."""
     run_section = run.config.get("run")
     thresholds = (run_section.get("thresholds") if isinstance(run_section, dict) else None) or {}
@@ -183,6 +198,8 @@ def policy_label(run: RunData) -> str:
     gate = run_section.get("be_gate") if isinstance(run_section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         label += f"@{gate}-gate"
+    if sharing_setting(run) is not None:
+        label += f"@{sharing_setting(run)}"
     clients = run.config.get("clients")
     shares = [
         f"{client.get('name')}{client['sm_percent']:g}"

@@ -603,6 +603,7 @@ def plot_tail_attribution(
         return _save(fig, out_path)
     colours = {
         "be_outstanding_ms": "tab:red",
+        "context_switch_ms": "tab:purple",
         "be_admitted_ms": "tab:orange",
         "queue_ms": "tab:blue",
         "rest_ms": "tab:gray",

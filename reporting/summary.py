@@ -109,6 +109,8 @@ _TAIL_VIEW = [
     ("mean_latency_ms", "mean slow ms"),
     ("be_outstanding_ms", "BE outstanding at arrival ms"),
     ("share_be_outstanding", "share"),
+    ("context_switch_ms", "context switch wait ms"),
+    ("share_context_switch", "share"),
     ("be_admitted_ms", "BE admitted beside ms"),
     ("share_be_admitted", "share"),
     ("queue_ms", "HP queueing ms"),
@@ -138,7 +140,13 @@ _SHARES_VIEW = [
     ("max_util", "max_util at end"),
     ("share_changes", "changes"),
 ]
-_SHARE_COLUMNS = ("share_be_outstanding", "share_be_admitted", "share_queue", "share_rest")
+_SHARE_COLUMNS = (
+    "share_be_outstanding",
+    "share_context_switch",
+    "share_be_admitted",
+    "share_queue",
+    "share_rest",
+)
 # Value columns shown as `value [lo, hi]` in the Markdown tables: value -> (lo, hi) columns.
 _INTERVAL_COLUMNS = {
     "hp_p99_ms": ("hp_p99_ci_lo_ms", "hp_p99_ci_hi_ms"),

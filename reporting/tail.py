@@ -12,6 +12,14 @@ around it:
 - **BE kernels admitted beside it**: BE launches with ``arrival_s <= launch_s < end_s``, i.e. the
   policy let them go while the request was being served; their ``reason`` says why
   (``fits_beside``, ``hp_idle``, ...), which is what to tune.
+- **Waiting for the GPU to switch context** (time-sliced runs only: the ``timeslice`` policy,
+  or ``run.sharing: "timeslice"``): the clients have contexts of their own and the driver runs
+  one at a time, so BE work running at the arrival is not beside the request but in its way,
+  holding the GPU until the driver switches to HP's context. The wait is counted from the arrival
+  to the latest profiled end of that BE work, capped by the driver's timeslice, plus the switch
+  itself (:data:`DRIVER_TIMESLICE_MS`, :data:`CONTEXT_SWITCH_MS`; docs/scheduler.md, "Sharing
+  without MPS", says what is measured of them). In such a run it takes the place of "BE work
+  already running" (0 there); under MPS it is 0.
 - **HP-side time**: the rest. ``start_s - arrival_s`` is queueing behind earlier HP requests;
   what is left is the request's own service.
 
@@ -20,9 +28,9 @@ so they are not added up as measured. Each slow request's latency is split inste
 (:func:`split_latency`): its *delay* is the latency minus an estimate of its service alone (the
 median latency of the run's requests below p50: requests that met no interference), and the delay
 is given, in this order and never more than is left, to HP queueing (measured by timestamps, so
-trusted first), BE outstanding at arrival, BE admitted beside; whatever the delay does not cover
-plus the service alone is the rest. The four parts add up to the latency, which is what the
-stacked bar shows.
+trusted first), the wait for a context switch, BE outstanding at arrival, BE admitted beside;
+whatever the delay does not cover plus the service alone is the rest. The five parts add up to
+the latency, which is what the stacked bar shows.
 
 Everything here is pure: DataFrames in, DataFrames out; nothing reads files or prints.
 """
@@ -36,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reporting.metrics import PERCENTILE_METHOD, run_labels, window_rows
+from reporting.metrics import PERCENTILE_METHOD, run_labels, time_sliced, window_rows
 from reporting.rundata import ClientInfo, RunData
 
 SLOW_PERCENTILE = 95.0
@@ -45,6 +53,13 @@ ALONE_PERCENTILE = 50.0
 """Requests strictly below this percentile are taken as served without interference."""
 TOP_KERNELS = 3
 """How many BE kernel names ``be_running_kernels`` lists per request."""
+DRIVER_TIMESLICE_MS: float | None = None
+"""How long the driver lets a context hold the GPU while another context has work: caps the
+wait for a context switch. None until measured (docs/scheduler.md, "Sharing without MPS"): the
+wait then lasts until the BE work's profiled end."""
+CONTEXT_SWITCH_MS = 0.0
+"""What one switch of the GPU between contexts costs, added to each wait for one. 0 until
+measured (docs/scheduler.md, "Sharing without MPS")."""
 
 NO_TRACE_NOTE = 'no kernel trace: the tail attribution needs `"trace": true` in the run config'
 MISSING_TRACE_NOTE = (
@@ -71,6 +86,7 @@ SLOW_REQUEST_COLUMNS = [
     "queue_ms",
     "be_running_at_arrival_count",
     "be_outstanding_at_arrival_ms",
+    "context_switch_ms",
     "be_admitted_count",
     "be_admitted_ms",
     "top_be_kernel",
@@ -78,6 +94,7 @@ SLOW_REQUEST_COLUMNS = [
     "reasons",
     "service_alone_ms",
     "part_be_outstanding_ms",
+    "part_context_switch_ms",
     "part_be_admitted_ms",
     "part_queue_ms",
     "part_rest_ms",
@@ -93,10 +110,12 @@ TAIL_SUMMARY_COLUMNS = [
     "slow_requests",
     "mean_latency_ms",
     "be_outstanding_ms",
+    "context_switch_ms",
     "be_admitted_ms",
     "queue_ms",
     "rest_ms",
     "share_be_outstanding",
+    "share_context_switch",
     "share_be_admitted",
     "share_queue",
     "share_rest",
@@ -106,6 +125,7 @@ TAIL_SUMMARY_COLUMNS = [
 ]
 PARTS = (
     ("be_outstanding_ms", "BE outstanding at arrival"),
+    ("context_switch_ms", "waiting for the GPU to switch context"),
     ("be_admitted_ms", "BE admitted beside"),
     ("queue_ms", "HP queueing"),
     ("rest_ms", "rest (HP service, unexplained)"),
@@ -115,12 +135,13 @@ PARTS = (
 
 @dataclass(frozen=True)
 class LatencySplit:
-    """One slow request's latency in four parts that add up to it (ms)."""
+    """One slow request's latency in five parts that add up to it (ms)."""
 
     be_outstanding_ms: float
     be_admitted_ms: float
     queue_ms: float
     rest_ms: float
+    context_switch_ms: float = 0.0
 
 
 def split_latency(
@@ -129,27 +150,50 @@ def split_latency(
     queue_ms: float,
     be_outstanding_ms: float,
     be_admitted_ms: float,
+    context_switch_ms: float = 0.0,
 ) -> LatencySplit:
     """Split ``latency_ms`` into parts that add up to it, so a stacked bar can show it.
 
     The delay (latency minus the service alone, at least 0) goes first to HP queueing (measured),
-    then to BE outstanding at arrival, then to BE admitted beside (both estimates from profiled
-    durations, possibly of kernels that ran side by side, so each is capped by what is left);
-    the rest is the service alone plus any delay no cause covers. Missing inputs count as 0."""
+    then to the wait for a context switch, then to BE outstanding at arrival, then to BE admitted
+    beside (estimates from profiled durations, possibly of kernels that ran side by side, so each
+    is capped by what is left); the rest is the service alone plus any delay no cause covers.
+    Missing inputs count as 0."""
     latency = max(_num(latency_ms), 0.0)
     left = max(latency - max(_num(service_alone_ms), 0.0), 0.0)
     parts = []
-    for amount in (queue_ms, be_outstanding_ms, be_admitted_ms):
+    for amount in (queue_ms, context_switch_ms, be_outstanding_ms, be_admitted_ms):
         taken = min(max(_num(amount), 0.0), left)
         parts.append(taken)
         left -= taken
-    queue, outstanding, admitted = parts
+    queue, switch, outstanding, admitted = parts
     return LatencySplit(
         be_outstanding_ms=outstanding,
         be_admitted_ms=admitted,
         queue_ms=queue,
-        rest_ms=latency - queue - outstanding - admitted,
+        rest_ms=latency - queue - switch - outstanding - admitted,
+        context_switch_ms=switch,
     )
+
+
+def context_switch_wait_ms(
+    running_ends_s: np.ndarray,
+    arrival_s: float,
+    timeslice_ms: float | None = DRIVER_TIMESLICE_MS,
+    switch_ms: float = CONTEXT_SWITCH_MS,
+) -> float:
+    """How long a request arriving at ``arrival_s`` waits for the GPU to switch to its context,
+    when BE work expected to end at ``running_ends_s`` holds it in another context: until the
+    latest of those ends (the BE context keeps the GPU while it has work), at most one timeslice
+    when that is known, plus the switch itself. 0 when no BE work holds the GPU."""
+    ends = np.asarray(running_ends_s, dtype=float)
+    ends = ends[np.isfinite(ends) & (ends > arrival_s)]
+    if not ends.size:
+        return 0.0
+    hold_ms = (float(ends.max()) - arrival_s) * 1e3
+    if timeslice_ms is not None:
+        hold_ms = min(hold_ms, timeslice_ms)
+    return hold_ms + switch_ms
 
 
 def service_alone_ms(latencies_ms: np.ndarray) -> float:
@@ -210,7 +254,7 @@ def slow_requests(runs: Sequence[RunData]) -> pd.DataFrame:
 
 def tail_summary(runs: Sequence[RunData], slow: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run and HP client: how many requests are slow, the mean of each part of their latency
-    (ms; the four add up to ``mean_latency_ms``) and each cause's mean share of a slow request's
+    (ms; the five add up to ``mean_latency_ms``) and each cause's mean share of a slow request's
     latency. A run without a trace gets one row with ``traced`` false and :data:`NO_TRACE_NOTE`.
     ``slow`` is ``slow_requests(runs)`` when the caller has it already."""
     slow = slow if slow is not None else slow_requests(runs)
@@ -289,6 +333,8 @@ def _client_slow_requests(
     # Only launches this far before an arrival can still be running at it.
     longest_s = float((end - launch).max()) if launch.size else 0.0
 
+    # Time-sliced contexts: BE work running at the arrival holds the GPU in its own context.
+    sliced = time_sliced(run)
     rows = []
     for record in slow.to_dict("records"):
         arrival = float(record["arrival_s"])
@@ -312,7 +358,10 @@ def _client_slow_requests(
         admitted = np.arange(a_lo, max(a_hi, a_lo))
         admitted_ms = float(duration_ms[admitted].sum())
 
-        split = split_latency(latency, alone, queue, outstanding_ms, admitted_ms)
+        switch_ms = context_switch_wait_ms(end[running], arrival) if sliced else 0.0
+        split = split_latency(
+            latency, alone, queue, 0.0 if sliced else outstanding_ms, admitted_ms, switch_ms
+        )
         rows.append(
             {
                 "run": label,
@@ -323,6 +372,7 @@ def _client_slow_requests(
                 "queue_ms": queue,
                 "be_running_at_arrival_count": len(running),
                 "be_outstanding_at_arrival_ms": outstanding_ms,
+                "context_switch_ms": switch_ms,
                 "be_admitted_count": len(admitted),
                 "be_admitted_ms": admitted_ms,
                 # The kernel that held the GPU longest after the arrival.
@@ -337,6 +387,7 @@ def _client_slow_requests(
                 "reasons": format_counts(Counter(reasons[admitted].tolist())),
                 "service_alone_ms": alone,
                 "part_be_outstanding_ms": split.be_outstanding_ms,
+                "part_context_switch_ms": split.context_switch_ms,
                 "part_be_admitted_ms": split.be_admitted_ms,
                 "part_queue_ms": split.queue_ms,
                 "part_rest_ms": split.rest_ms,

@@ -218,3 +218,43 @@ def test_a_traced_matrix_traces_every_cell_alike(matrix, monkeypatch, tmp_path) 
         jobs = matrix.cell_jobs(group, cell, 15.0, tmp_path, args.trace)
         assert jobs["run"]["trace"] is True
     assert "trace" not in matrix.cell_jobs(group, matrix.Cell("orion"), 15.0, tmp_path)["run"]
+
+
+def test_sharings_sweep_the_policies_that_run_either_way(matrix, monkeypatch, tmp_path) -> None:
+    args = parse(
+        matrix,
+        monkeypatch,
+        tmp_path,
+        "--policies",
+        "mps,orion,quota",
+        "--sharings",
+        "mps,timeslice",
+    )
+    cells = matrix.planned_cells(
+        args.policies,
+        args.queue_limits,
+        args.repeats,
+        args.mps_share_be,
+        args.be_gates,
+        args.sharings,
+    )
+    # MPS is their default and not named, as the report labels a run.
+    assert [matrix.cell_key(cell) for _, cell in cells] == [
+        "dedicated",
+        "mps",
+        "orion@gpu-gate",
+        "orion@gpu-gate@timeslice",
+        "quota",
+        "quota@timeslice",
+    ]
+    group = matrix.Group("resnet50", "low", "resnet50-train")
+    runs = [matrix.cell_jobs(group, cell, 15.0, tmp_path)["run"] for _, cell in cells]
+    assert [run.get("sharing") for run in runs] == [
+        None,
+        None,
+        "mps",
+        "timeslice",
+        "mps",
+        "timeslice",
+    ]
+    assert parse(matrix, monkeypatch, tmp_path).sharings == ["mps"]

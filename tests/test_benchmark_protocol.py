@@ -253,3 +253,17 @@ def test_report_only_writes_the_scenario_summary_and_readme(matrix, tmp_path) ->
     assert figure < table < command_at < device < software
     assert command in readme and "torch_version: 2.11.0+cu130" in readme
     assert (tmp_path / "reports" / group / "round-2" / "report.md").is_file()
+
+
+def test_the_be_graph_scenario_replays_a_be_graph_in_a_closed_loop(matrix, tmp_path) -> None:
+    args = parse(matrix, tmp_path, "--scenario", "be-graph", "--policies", "orion")
+    (group,) = matrix.groups_of(args)
+    assert group.name == "resnet50-graph-low__resnet50-graph-infer"
+    _, cell = matrix.planned_cells(args.policies)[1]
+    be = matrix.cell_jobs(group, cell, 15.0, tmp_path)["clients"][1]
+    assert (be["role"], be["mode"], be["cuda_graph"], be["arrivals"]) == (
+        "be",
+        "infer",
+        True,
+        {"kind": "closed"},
+    )

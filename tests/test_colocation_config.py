@@ -551,6 +551,53 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         [edit("clients.1.options", [])],
         ["clients[1].options: must be a JSON object (got [])"],
     ),
+    (
+        "sharing unknown",
+        [edit("run.sharing", "mig")],
+        ["run.sharing: must be one of mps, timeslice (got 'mig')"],
+    ),
+    (
+        "timeslice sharing under mps-share",
+        [edit("run.policy", "mps-share"), edit("run.sharing", "timeslice")],
+        [
+            "run.sharing: policy 'mps-share' runs under 'mps' only: its SM shares are MPS's "
+            "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)"
+        ],
+    ),
+    (
+        "timeslice sharing under mps-priority",
+        [edit("run.policy", "mps-priority"), edit("run.sharing", "timeslice")],
+        [
+            "run.sharing: policy 'mps-priority' runs under 'mps' only: it is MPS sharing by "
+            "definition (priorities order MPS clients' work)"
+        ],
+    ),
+    (
+        "timeslice sharing under mps",
+        [edit("run.policy", "mps"), edit("run.sharing", "timeslice")],
+        ["run.sharing: policy 'mps' runs under 'mps' only: it is MPS sharing by definition"],
+    ),
+    (
+        "timeslice sharing under priority",
+        [edit("run.policy", "priority"), edit("run.sharing", "timeslice")],
+        [
+            "run.sharing: policy 'priority' runs under 'mps' only: stream priorities order work "
+            "inside one context or between MPS clients, not between contexts the driver switches"
+        ],
+    ),
+    (
+        "mps sharing under timeslice",
+        [edit("run.policy", "timeslice"), edit("run.sharing", "mps")],
+        [
+            "run.sharing: policy 'timeslice' runs under 'timeslice' only: it is the driver's "
+            "time-slicing of separate contexts, without MPS"
+        ],
+    ),
+    (
+        "sharing under dedicated",
+        [edit("run.policy", "dedicated"), edit("run.sharing", "mps")],
+        ["run.sharing: policy 'dedicated' runs each client alone: nothing is shared"],
+    ),
 ]
 
 
@@ -644,6 +691,54 @@ def test_hp_completion_modes(mode: str) -> None:
     config = parse_jobs(data, DATA)
     assert config.run.hp_completion == mode
     assert config.to_json_dict()["run"]["hp_completion"] == mode  # as run.json records it
+
+
+@pytest.mark.parametrize("policy", ["reef", "orion", "quota"])
+@pytest.mark.parametrize("sharing", ["mps", "timeslice"])
+def test_gating_policies_run_under_mps_or_time_sliced(policy: str, sharing: str) -> None:
+    data = base()
+    data["run"].update(policy=policy, sharing=sharing)
+    config = parse_jobs(data, DATA)
+    assert config.policy.name == policy
+    assert config.policy.sharing == sharing
+    assert config.policy.uses_mps == (sharing == "mps")  # what the runner starts
+    assert config.to_json_dict()["run"]["sharing"] == sharing  # as run.json records it
+
+
+@pytest.mark.parametrize(
+    ("policy", "sharing"),
+    [
+        ("dedicated", None),
+        ("timeslice", "timeslice"),
+        ("mps", "mps"),
+        ("mps-priority", "mps"),
+        ("mps-share", "mps"),
+        ("priority", "mps"),
+        ("reef", "mps"),
+        ("orion", "mps"),
+        ("quota", "mps"),
+    ],
+)
+def test_each_policy_shares_the_gpu_its_default_way(policy: str, sharing: str | None) -> None:
+    data = base()
+    data["run"]["policy"] = policy
+    if policy == "mps-share":
+        data["clients"][1]["sm_percent"] = 50
+    config = parse_jobs(data, DATA)
+    assert config.run.sharing is None
+    assert config.policy.sharing == sharing
+
+
+def test_a_policy_override_keeps_an_explicit_sharing_and_checks_it(tmp_path: Path) -> None:
+    from colocation.overrides import with_overrides
+
+    data = base()
+    data["run"]["sharing"] = "timeslice"
+    config = parse_jobs(data, DATA)
+    source = tmp_path / "jobs.json"
+    assert with_overrides(config, source=source, policy="reef").policy.sharing == "timeslice"
+    with pytest.raises(JobsConfigError, match="policy 'mps' runs under 'mps' only"):
+        with_overrides(config, source=source, policy="mps")
 
 
 @pytest.mark.parametrize("policy", ["dedicated", "timeslice", "mps"])

@@ -308,6 +308,38 @@ def test_a_profile_from_another_gpu_is_a_warning(
     assert set(plan.profiles) == {"hp", "be"}
 
 
+def test_a_time_sliced_gating_run_starts_no_mps_daemon_and_still_gates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MPS is not on this machine (an MPS run is refused: test above), and run.sharing
+    # "timeslice" does not need it: the run starts no MPS daemon (nothing in run.json, no mps/
+    # folder) and
+    # the preload library still runs orion's gates (the native tests show them holding BE work;
+    # how contexts share the GPU does not reach the library).
+    monkeypatch.setattr(sysinfo, "find_mps_control", lambda: None)
+    monkeypatch.setattr(
+        sysinfo, "software_summary", lambda gpu=0: {"gpu_name": "NVIDIA H200", "sm_count": None}
+    )
+    data = jobs_data(tmp_path, policy="orion", sharing="timeslice")
+    for client in data["clients"]:
+        client["profile"] = str(make_profile(tmp_path / f"{client['name']}.csv", client))
+    config = parse_jobs(data, tmp_path)
+    plan = prepare_run(config)
+    assert plan.mps_control is None
+    assert (plan.settings.policy, plan.settings.be_gate) == ("orion", "gpu")
+    outcome = run_jobs(plan)
+    assert outcome.status == "complete", outcome
+    meta = run_json(outcome.run_dir)
+    assert meta.get("mps") is None
+    assert meta["config"]["run"]["sharing"] == "timeslice"
+    assert not (outcome.run_dir / "mps").exists()
+    stats = json.loads((outcome.run_dir / "scheduler.json").read_text())
+    assert stats["settings"]["policy"] == "orion"
+    assert stats["settings"]["be_gate"] == "gpu"
+    assert "gate_keeper" in stats  # the keeper that opens BE gates ran with the run
+    assert not own_shared_memory()
+
+
 def test_the_hp_latency_target_sets_the_be_queue_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

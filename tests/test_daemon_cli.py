@@ -23,7 +23,8 @@ STATUS_FIELDS = {
     "profiled_graphs", "launches", "launches_per_s", "gpu_share", "min_util", "max_util",
     "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes", "allocations_refused",
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
-    "graph_launches", "unknown_graph_launches", "profile_sources", "interference",
+    "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
+    "profile_sources", "interference",
     "latency_target_ms", "joined_s",
 }  # fmt: skip
 
@@ -175,7 +176,7 @@ def test_the_be_queue_bound_follows_an_unprofiled_hp_graph_as_it_is_learned(harn
                 "queue_limit_us"
             ]
 
-        wait_for(lambda: (bound() or 0) > 50, timeout_s=5, what="the learned bound")
+        wait_for(lambda: (bound() or 0) > 50, timeout_s=20, what="the learned bound")
         learned_bound = bound()
     finally:
         process.kill()

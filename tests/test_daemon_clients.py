@@ -10,6 +10,7 @@ its clients running ungated, and the next daemon cleans up after it.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -208,3 +209,28 @@ def test_an_hp_joining_with_its_profile_sets_the_be_queue_bound(daemon):
     (client,) = status["clients"]
     assert client["profiled_graphs"] == 1 and client["profiled_kernels"] > 0
     assert status["queue_limit_us"] > 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "sharing", "expected"),
+    [("orion", "", "mps"), ("reef", "timeslice", "timeslice"), ("quota", "timeslice", "timeslice")],
+)
+def test_the_sharing_mode_defaults_to_the_policys(tmp_path, policy, sharing, expected):
+    from orion_daemon.server import DaemonSettings
+
+    settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, policy=policy, sharing=sharing)
+    assert settings.sharing == expected
+
+
+@pytest.mark.parametrize(
+    ("sharing", "message"),
+    [
+        ("timeslice", "policy 'priority' runs under 'mps' only: stream priorities order work"),
+        ("mig", "sharing must be one of mps, timeslice (got 'mig')"),
+    ],
+)
+def test_a_sharing_mode_the_policy_cannot_run_under_is_refused(tmp_path, sharing, message):
+    from orion_daemon.server import DaemonSettings
+
+    with pytest.raises(OrionError, match=re.escape(message)):
+        DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, policy="priority", sharing=sharing)

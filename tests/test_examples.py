@@ -61,6 +61,23 @@ def test_a_profile_of_the_users_own_wins_over_the_reference(
     assert default_profile_for("NVIDIA H100 80GB HBM3")(config.clients[1]) == own
 
 
+def test_the_be_graph_example_replays_a_graph_in_a_closed_loop_beside_the_graph_headline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The BE client replays the same ResNet-50 bs4 inference graph as fast as it can: each of
+    # its graphs is gated inside (docs/scheduler.md), with the reference graph profile's
+    # per-kernel durations where the wait nodes go.
+    monkeypatch.setenv("ORION_PROFILE_DIR", str(tmp_path))
+    config = load_jobs(ROOT / "examples" / "be-graph.json")
+    headline = load_jobs(ROOT / "examples" / "headline.json")
+    hp, be = config.clients
+    assert hp == headline.clients[0]
+    assert (be.role, be.mode, be.cuda_graph, be.arrivals.kind) == ("be", "infer", True, "closed")
+    profile = default_profile_for("NVIDIA H100 80GB HBM3")(be)
+    assert profile.parent.name == "resnet50-infer-bs4-fp32-graph"
+    assert read_profile(profile).metadata["cuda_graph"] is True
+
+
 def test_the_quota_example_splits_the_gpu_by_caps() -> None:
     config = load_jobs(ROOT / "examples" / "quota.json")
     assert config.run.policy == "quota"

@@ -19,6 +19,7 @@ from profiler.measure import (
     STEP_COLUMNS,
     check_steps,
     kernel_rows_from_trace,
+    kernel_times_from_trace,
     median_per_position,
     read_measured,
     steps_table,
@@ -58,6 +59,20 @@ def test_trace_gives_kernels_in_launch_order_with_shapes_and_ns() -> None:
     assert rows[0]["duration_ns"] == pytest.approx(12345.0)
     assert (rows[0]["grid_x"], rows[0]["grid_y"], rows[0]["block_x"]) == (4, 1, 128)
     assert set(rows[0]) == set(MEASURED_COLUMNS)
+
+
+def test_kernel_times_are_by_start_and_keep_the_graphs_shared_launch_apart() -> None:
+    # Two kernel nodes of one graph replay share one launch (correlation): only their start
+    # times order them. Memset and runtime records are not kernels.
+    trace = _trace(12.0, 3.0)
+    trace["traceEvents"] += [_kernel("node_b", ts=40.0, dur=2.0, correlation=7)]
+    trace["traceEvents"] += [_kernel("node_a", ts=35.0, dur=4.0, correlation=7)]
+    assert kernel_times_from_trace(trace) == [
+        (GEMM, 10.0, 12.0),
+        (RELU, 20.0, 3.0),
+        ("node_a", 35.0, 4.0),
+        ("node_b", 40.0, 2.0),
+    ]
 
 
 def test_launch_order_follows_correlation_not_start_time() -> None:

@@ -38,6 +38,8 @@ from reporting import (
     run_labels,
     scheduler_table,
 )
+from reporting.benchmark import run_settings
+from reporting.metrics import policy_label
 
 HP_P50, HP_P95, HP_P99 = 50.5, 95.05, 99.01
 
@@ -309,6 +311,28 @@ def test_runs_of_one_policy_with_different_queue_bounds_are_labelled_by_the_boun
         "orion@100us",
         "orion@2500.5us",
     ]
+
+
+def test_a_gating_policy_run_time_sliced_is_labelled_apart_from_its_mps_run(
+    tmp_path: Path, runs
+) -> None:
+    # run.sharing "timeslice" on orion is a knob of the sweep; "mps" is orion's default (no
+    # suffix), and the timeslice policy is time-sliced by name.
+    made = []
+    for name, policy, sharing in (
+        ("orion-ts", "orion", "timeslice"),
+        ("orion-mps", "orion", "mps"),
+        ("ts", "timeslice", "timeslice"),
+    ):
+        run_dir = write_run(
+            tmp_path, name, policy=policy, clients=[ClientSpec("hp", "hp", "infer", [])]
+        )
+        meta = json.loads((run_dir / "run.json").read_text())
+        meta["config"]["run"]["sharing"] = sharing
+        (run_dir / "run.json").write_text(json.dumps(meta))
+        made.append(load_run(run_dir))
+    assert [policy_label(run) for run in made] == ["orion@timeslice", "orion", "timeslice"]
+    assert [run_settings(run) for run in made] == [{"sharing": "timeslice"}, {}, {}]
 
 
 def test_compare_runs_puts_one_client_side_by_side(runs) -> None:

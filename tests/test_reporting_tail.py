@@ -9,9 +9,11 @@ Request 100 is changed to start 20 ms after it arrived (20 ms of HP queueing).
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from rundir_factory import ClientSpec, be_train_rows, hp_rows, write_run
@@ -29,7 +31,7 @@ from reporting import (
     tail_summary,
     write_report,
 )
-from reporting.tail import NO_TRACE_NOTE
+from reporting.tail import NO_TRACE_NOTE, PARTS, context_switch_wait_ms
 
 
 def _arrival(request: int) -> float:
@@ -251,3 +253,53 @@ def test_the_figure_without_slow_requests_says_so(untraced: Path, tmp_path: Path
     summary = tail_summary(load_runs([untraced]))
     path = plot_tail_attribution(summary, tmp_path / "tail.png")
     assert path.is_file() and path.stat().st_size > 1_000
+
+
+def _time_sliced(path: Path) -> Path:
+    """The run as if its jobs file had said run.sharing "timeslice"."""
+    meta = json.loads((path / "run.json").read_text())
+    meta["config"]["run"]["sharing"] = "timeslice"
+    (path / "run.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_in_a_time_sliced_run_be_work_at_arrival_is_a_wait_for_a_context_switch(
+    tmp_path: Path, traced: Path
+) -> None:
+    # The same trace with the contexts time-sliced: the BE work running when request 96 arrived
+    # (two gemms, ending 20 and 5 ms later) holds the GPU in its own context until the later
+    # ends: a 20 ms wait for the switch, not 25 ms of work beside the request. Request 99 waits
+    # the 50 ms attn_be has left. Under MPS (the fixture's own run) there is no such wait.
+    sliced = _time_sliced(
+        write_run(
+            tmp_path / "sliced", "run-orion-ts", policy="orion", clients=_clients(), trace=TRACE
+        )
+    )
+    slow = slow_requests([load_run(sliced)])
+    by = {int(r["request"]): r for r in slow.to_dict("records")}
+    assert by[96]["context_switch_ms"] == pytest.approx(20.0)
+    assert by[96]["be_outstanding_at_arrival_ms"] == pytest.approx(25.0)  # still reported
+    assert by[96]["part_context_switch_ms"] == pytest.approx(20.0)
+    assert by[96]["part_be_outstanding_ms"] == 0.0
+    assert by[96]["part_be_admitted_ms"] == pytest.approx(6.0)
+    assert by[99]["part_context_switch_ms"] == pytest.approx(50.0)
+    assert by[97]["context_switch_ms"] == 0.0  # nothing ran at its arrival
+    parts = [f"part_{column}" for column, _ in PARTS]
+    assert slow[parts].sum(axis=1).tolist() == pytest.approx(slow["latency_ms"].tolist())
+
+    summary = tail_summary([load_run(sliced)]).iloc[0]
+    assert summary["run"] == "orion@timeslice"
+    assert summary["context_switch_ms"] == pytest.approx((20 + 50) / 5)
+    assert summary["share_context_switch"] == pytest.approx((20 / 96 + 50 / 99) / 5)
+    assert summary["be_outstanding_ms"] == 0.0
+
+    under_mps = slow_requests([load_run(traced)])
+    assert (under_mps["part_context_switch_ms"] == 0.0).all()
+
+
+def test_a_context_switch_wait_is_capped_by_the_timeslice_and_adds_the_switch() -> None:
+    ends = np.array([10.030, 10.010, 9.990])  # 30 and 10 ms after an arrival at 10.0
+    assert context_switch_wait_ms(ends, 10.0, None, 0.0) == pytest.approx(30.0)
+    assert context_switch_wait_ms(ends, 10.0, 2.0, 0.05) == pytest.approx(2.05)
+    assert context_switch_wait_ms(np.array([9.5]), 10.0, 2.0, 0.05) == 0.0  # nothing holds it
+    assert context_switch_wait_ms(np.array([]), 10.0) == 0.0

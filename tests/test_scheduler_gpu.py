@@ -161,6 +161,24 @@ def test_a_captured_graph_is_identified_and_its_completions_are_written(tmp_path
     assert stats["completion_mode"] == "estimate"  # its kernels: the HP default
 
 
+@pytest.mark.parametrize("case", ["resnet50-graph", "compiled-graph"])
+def test_a_be_graph_is_gated_inside_with_unchanged_outputs(case: str, tmp_path: Path) -> None:
+    # A BE client replaying a CUDA graph under orion with the GPU gate: at instantiation the
+    # driver takes a wait node before every kernel node (the decoy profile knows none of them),
+    # nothing is left ungated, every replay runs (the keeper opens the gate, HP being idle) and
+    # the outputs are those of the same graph without the library.
+    plain = _probe(case, tmp_path, dict(os.environ), "plain")
+    gated = _with_library(case, tmp_path, "orion", "be", be_gate="gpu")
+    stats = gated["stats"]
+    assert gated["output_sha256"] == plain["output_sha256"]
+    assert stats["graphs_ungated"] == 0
+    assert stats["graphs_gated"] >= 1
+    if case == "resnet50-graph":  # one graph: a wait per kernel node, as the profiler counts them
+        assert stats["graphs_gated"] == 1
+        assert stats["graph_gate_waits"] == gated["profiler_kernels"] > 100
+    assert stats["graph_launches"] >= 1
+
+
 def test_a_torch_compile_reduce_overhead_graph_is_identified_and_written(tmp_path: Path) -> None:
     # Held-out check of graph identity: inductor's own graphs (torch.compile
     # mode="reduce-overhead"), instantiated by PyTorch, are read at instantiation like orion's

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +77,15 @@ public:
     // A kernel node of `exec` got new parameters (nullptr: unreadable ones): its identity changes.
     void graph_node_changed(CUgraphExec exec, CUgraphNode node,
                             const CUDA_KERNEL_NODE_PARAMS_v2* params);
+
+    // CUDA graphs gated inside (graph_gating.cpp). `instantiate` is the program's real
+    // instantiation call; for a client gated on the GPU it runs with gate wait nodes added to the
+    // graph (taken out again afterwards), then the executable is identified. `update` is the real
+    // cuGraphExecUpdate: a gated executable is updated from the graph with the same waits.
+    CUresult instantiate_graph(CUgraphExec* exec, CUgraph graph,
+                               const std::function<CUresult()>& instantiate);
+    CUresult update_graph(CUgraphExec exec, CUgraph graph, const std::function<CUresult()>& update);
+    void forget_gated_graph(CUgraphExec exec);
 
     // Code was unloaded: cached kernel names may belong to handles that will be reused.
     void forget_kernel_names() { name_generation_.fetch_add(1, std::memory_order_acq_rel); }
@@ -212,6 +222,11 @@ private:
 
     bool gpu_gate_ = false;  // BE client of a gating policy with be_gate kGpu
     std::uint64_t gate_spacing_ns_ = 0;  // `quota`: work between two gate waits; 0: the queue limit
+    // Profiled work between two gate waits on a stream or in a graph: under `quota` the fixed
+    // spacing, otherwise the run's queue limit as it is now (a daemon sets it as HP joins).
+    std::uint64_t gate_spacing() const {
+        return gate_spacing_ns_ != 0 ? gate_spacing_ns_ : view_.header().queue_limit_ns;
+    }
     static_assert(kMaxClients <= 32, "RunHeader::be_mask holds a bit per client");
     std::once_flag gate_once_;
     bool gate_mapped_ = false;
@@ -224,6 +239,19 @@ private:
     bool learning_ = false;  // learns kernels its profile lacks (every client whose launches are tracked)
     KernelLearner learner_;
     LaunchSampler sampler_;
+    // CUDA graphs gated inside (graph_gating.cpp): whether this client's graphs get gate waits;
+    // the waits for `graph` (at `fixed` positions, else from the profile), nullptr or why not;
+    // taking them out again; counting a graph left ungated (warned once).
+    bool gates_graphs();
+    const char* gate_graph(CUgraph graph, const std::vector<std::uint32_t>* fixed,
+                           std::vector<std::uint32_t>* positions, std::vector<CUgraphNode>* waits);
+    void restore_graph(const std::vector<CUgraphNode>& waits);
+    void count_ungated_graph(const char* why);
+    std::mutex gated_graphs_mutex_;
+    // Each executable instantiated with waits: before which kernel nodes (walk order).
+    std::unordered_map<CUgraphExec, std::vector<std::uint32_t>> gated_graphs_;
+    std::atomic<bool> graph_gate_warned_{false};
+    std::atomic<bool> graph_restore_warned_{false};
 
     // Each identified executable's kernel nodes and their keys: set-up, not the launch path.
     std::mutex graph_nodes_mutex_;

@@ -487,6 +487,9 @@ public:
         out["graphs_identified"] = s.graphs_identified.load();
         out["unknown_graph_launches"] = s.unknown_graph_launches.load();
         out["gate_waits"] = s.gate_waits.load();
+        out["graphs_gated"] = s.graphs_gated.load();
+        out["graph_gate_waits"] = s.graph_gate_waits.load();
+        out["graphs_ungated"] = s.graphs_ungated.load();
         out["memory_limit"] = slot.memory.limit.load();
         out["memory_used"] = slot.memory.used.load();
         out["memory_peak"] = slot.memory.peak.load();

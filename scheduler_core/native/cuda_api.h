@@ -41,6 +41,9 @@ using CUmemoryPool = CUmemPoolHandle_st*;
 struct CUmemAllocationProp_st;  // passed through untouched
 using CUmemAllocationProp = CUmemAllocationProp_st;
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_KERNEL = 0;
+constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10;
+constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_MEM_FREE = 11;
+constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_BATCH_MEM_OP = 12;
 
 // A kernel node's parameters (CUDA 12's CUDA_KERNEL_NODE_PARAMS_v2, what cuGraphKernelNodeGetParams
 // fills when fetched for CUDA 12.0 or later). `func` may be a CUkernel, as for launches; `kern`,
@@ -58,6 +61,38 @@ struct CUDA_KERNEL_NODE_PARAMS_v2 {
     void** extra;
     CUkernel kern;
     CUcontext ctx;
+};
+
+// One operation of a batch memory-operation node (CUstreamBatchMemOpParams, a 48-byte union whose
+// first member is the operation). orion only writes the wait-value member: the same wait as
+// cuStreamWaitValue32, as a node of a graph.
+using CUstreamBatchMemOpType = int;
+constexpr CUstreamBatchMemOpType CU_STREAM_MEM_OP_WAIT_VALUE_32 = 1;
+union CUstreamBatchMemOpParams {
+    CUstreamBatchMemOpType operation;
+    struct CUstreamMemOpWaitValueParams_st {
+        CUstreamBatchMemOpType operation;
+        CUdeviceptr address;
+        union {
+            cuuint32_t value;
+            cuuint64_t value64;
+        };
+        unsigned int flags;
+        CUdeviceptr alias;  // for the driver's internal use
+    } waitValue;
+    cuuint64_t pad[6];
+};
+static_assert(sizeof(CUstreamBatchMemOpParams) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+static_assert(offsetof(CUstreamBatchMemOpParams, waitValue.address) == 8, "ABI layout");
+static_assert(offsetof(CUstreamBatchMemOpParams, waitValue.flags) == 24, "ABI layout");
+
+// A batch memory-operation node's parameters (CUDA_BATCH_MEM_OP_NODE_PARAMS, the v1 layout that
+// cuGraphAddBatchMemOpNode takes).
+struct CUDA_BATCH_MEM_OP_NODE_PARAMS {
+    CUcontext ctx;
+    unsigned int count;
+    CUstreamBatchMemOpParams* paramArray;
+    unsigned int flags;
 };
 
 // One device's launch of cuLaunchCooperativeKernelMultiDevice.
@@ -103,6 +138,7 @@ constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+constexpr CUresult CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910;
 
 // Special stream handles.
 inline CUstream cu_stream_legacy() { return reinterpret_cast<CUstream>(0x1); }
@@ -224,5 +260,17 @@ using OccupancyMaxActiveBlocksPerMultiprocessorFn = CUresult (*)(int* numBlocks,
                                                                  std::size_t dynamicSMemSize);
 using KernelGetFunctionFn = CUresult (*)(CUfunction* pFunc, CUkernel kernel);
 using ThreadExchangeStreamCaptureModeFn = CUresult (*)(CUstreamCaptureMode* mode);
+// Rewriting a BE graph with gate waits (graph_gating.cpp), at the ABI versions orion asks for:
+// cuGraphGetEdges and cuGraphAddDependencies as in CUDA 10.0 (no edge data; cuGetProcAddress at
+// 12.0 hands these out), cuGraphAddBatchMemOpNode as in CUDA 11.7, cuGraphDestroyNode.
+using GraphGetEdgesFn = CUresult (*)(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
+                                     std::size_t* numEdges);
+using GraphAddDependenciesFn = CUresult (*)(CUgraph hGraph, const CUgraphNode* from,
+                                            const CUgraphNode* to, std::size_t numDependencies);
+using GraphAddBatchMemOpNodeFn = CUresult (*)(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies,
+                                              std::size_t numDependencies,
+                                              const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams);
+using GraphDestroyNodeFn = CUresult (*)(CUgraphNode hNode);
 
 }  // namespace orion::cuda

@@ -135,6 +135,15 @@ const Helpers& helpers() {
         h.thread_exchange_stream_capture_mode =
             reinterpret_cast<cuda::ThreadExchangeStreamCaptureModeFn>(
                 lookup("cuThreadExchangeStreamCaptureMode", false));
+        // At the CUDA 12.0 ABI: the forms without edge data (graph_gating.cpp).
+        h.graph_get_edges =
+            reinterpret_cast<cuda::GraphGetEdgesFn>(lookup("cuGraphGetEdges", false));
+        h.graph_add_dependencies = reinterpret_cast<cuda::GraphAddDependenciesFn>(
+            lookup("cuGraphAddDependencies", false));
+        h.graph_add_batch_mem_op_node = reinterpret_cast<cuda::GraphAddBatchMemOpNodeFn>(
+            lookup("cuGraphAddBatchMemOpNode", false));
+        h.graph_destroy_node =
+            reinterpret_cast<cuda::GraphDestroyNodeFn>(lookup("cuGraphDestroyNode", false));
         return h;
     }();
     return resolved;

@@ -46,6 +46,10 @@ struct Helpers {
     cuda::OccupancyMaxActiveBlocksPerMultiprocessorFn occupancy_max_active_blocks = nullptr;
     cuda::KernelGetFunctionFn kernel_get_function = nullptr;
     cuda::ThreadExchangeStreamCaptureModeFn thread_exchange_stream_capture_mode = nullptr;
+    cuda::GraphGetEdgesFn graph_get_edges = nullptr;
+    cuda::GraphAddDependenciesFn graph_add_dependencies = nullptr;
+    cuda::GraphAddBatchMemOpNodeFn graph_add_batch_mem_op_node = nullptr;
+    cuda::GraphDestroyNodeFn graph_destroy_node = nullptr;
 };
 const Helpers& helpers();
 

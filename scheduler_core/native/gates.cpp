@@ -70,8 +70,7 @@ bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, b
     // the spacing (the queue limit under reef and orion), waits on the gate: an HP request never
     // finds more than the limit of BE work let through by one opening (the same bound the CPU
     // gate keeps).
-    const std::uint64_t spacing =
-        gate_spacing_ns_ != 0 ? gate_spacing_ns_ : view_.header().queue_limit_ns;
+    const std::uint64_t spacing = gate_spacing();
     StreamBudget* budget = stream_budget(own_stream);
     // Threads may share a stream. A launch decides in one compare-and-swap, so no two launches
     // decide from the same count, and the one that will put a wait marks the count until the wait

@@ -360,20 +360,17 @@ ORION_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int 
     return real(stream, flags, priority);
 }
 
-// Graph instantiation: the call goes through unchanged; on success the runtime reads the graph's
-// kernel nodes, so that a later cuGraphLaunch of the executable finds its profile entry.
+// Graph instantiation: the call goes through (for a client gated on the GPU, with gate wait nodes
+// inside the graph: graph_gating.cpp); on success the runtime reads the graph's kernel nodes, so
+// that a later cuGraphLaunch of the executable finds its profile entry.
 namespace {
 
-// Instantiates through `real`; on success the runtime reads the graph's kernel nodes.
 template <typename Real, typename Options>
 CUresult instantiate(Real real, CUgraphExec* exec, CUgraph graph, Options options) {
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(exec, graph, options);
     ClientRuntime& runtime = ClientRuntime::instance();
-    if (result == CUDA_SUCCESS && exec != nullptr && runtime.active()) {
-        runtime.graph_instantiated(*exec, graph);
-    }
-    return result;
+    if (!runtime.active()) return real(exec, graph, options);
+    return runtime.instantiate_graph(exec, graph, [&] { return real(exec, graph, options); });
 }
 
 }  // namespace
@@ -394,7 +391,10 @@ ORION_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
     auto real = hooks::real_cuGraphExecDestroy(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
     ClientRuntime& runtime = ClientRuntime::instance();
-    if (runtime.active()) runtime.graph_destroyed(exec);
+    if (runtime.active()) {
+        runtime.graph_destroyed(exec);
+        runtime.forget_gated_graph(exec);
+    }
     return real(exec);
 }
 
@@ -404,10 +404,10 @@ ORION_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph,
                                            CUgraphExecUpdateResultInfo* info) {
     auto real = hooks::real_cuGraphExecUpdate(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(exec, graph, info);
     ClientRuntime& runtime = ClientRuntime::instance();
-    if (result == CUDA_SUCCESS && runtime.active()) runtime.graph_instantiated(exec, graph);
-    return result;
+    if (!runtime.active()) return real(exec, graph, info);
+    // A gated executable is updated from the graph with its waits (graph_gating.cpp).
+    return runtime.update_graph(exec, graph, [&] { return real(exec, graph, info); });
 }
 
 ORION_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,

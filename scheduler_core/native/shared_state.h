@@ -34,7 +34,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 8: open runs (a daemon's: clients join and leave while it is published): RunHeader::open_slots,
 //    be_mask, shutdown, daemon_heartbeat_ns; ClientState::kReserved; ClientSlot::claim_pid
 // 9: online-learned profiles (RunHeader::learned_offset, LearnedBlock, LearnedEntry); launches
-//    and GPU time by profile source, sampled durations (ClientStats)
+//    and GPU time by profile source, sampled durations (ClientStats); CUDA graphs gated inside:
+//    ClientStats::graphs_gated, graph_gate_waits, graphs_ungated
 constexpr std::uint32_t kLayoutVersion = 9;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
@@ -312,6 +313,10 @@ struct ClientStats {
     // distinct reason it waited for.
     std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
     std::atomic<std::uint64_t> reserved[2];
+    // CUDA graphs gated inside (graph_gating.cpp; layout 9):
+    std::atomic<std::uint64_t> graphs_gated;      // instantiations given gate wait nodes
+    std::atomic<std::uint64_t> graph_gate_waits;  // the wait nodes they were given
+    std::atomic<std::uint64_t> graphs_ungated;    // graphs orion could not rewrite (run whole)
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the

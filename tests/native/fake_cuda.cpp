@@ -59,18 +59,44 @@ struct FakeStream {
 constexpr unsigned int kCaptureFlag = 0x40;  // test-only flag: the stream reports capturing
 constexpr unsigned int kBrokenFlag = 0x80;   // test-only flag: asking whether it captures fails
 
-// A CUDA graph of kernel nodes (made by the launcher with fake_graph_create/fake_graph_add_kernel)
-// and its executables: launching one runs its kernels back to back.
+// A CUDA graph (made by the launcher with fake_graph_create and fake_graph_add_*) and its
+// executables. Nodes are kernels, empty nodes, memory-allocation nodes (only to be refused) and
+// batch memory-operation nodes holding one wait-value operation, with dependencies; the
+// launcher's nodes form a chain, as one captured stream makes. Instantiation fixes the graph's
+// nodes in a topological order (creation order where free); launching the executable runs its
+// kernels back to back, and a wait node holds the rest of the graph on the GPU until its word
+// says so, as cuStreamWaitValue32 holds a stream.
+constexpr int kKernelNode = 0;
+constexpr int kEmptyNode = 5;
+constexpr int kMemAllocNode = 10;
+constexpr int kBatchMemOpNode = 12;
+struct FakeGraph;
 struct FakeNode {
-    FakeFunction* function;
+    int type;
+    FakeFunction* function;  // kernel nodes
     unsigned int grid;
     unsigned int block;
+    std::uint64_t* wait_address;  // batch memory-operation nodes: the wait's word and value
+    std::uint32_t wait_value;
+    std::vector<FakeNode*> deps;
+    FakeGraph* graph;
 };
 struct FakeGraph {
-    std::vector<FakeNode> nodes;
+    std::vector<FakeNode*> nodes;  // alive nodes, in creation order
+    FakeNode* last = nullptr;      // the launcher's newest node: the next one depends on it
+};
+// One step of an executable, in run order: a kernel node or a wait.
+struct ExecOp {
+    int type;
+    std::string name;
+    std::uint64_t duration_ns;
+    std::uint64_t* wait_address;
+    std::uint32_t wait_value;
+    std::vector<std::size_t> deps;      // positions of its dependencies in run order
+    std::vector<FakeNode*> origins;     // the graph nodes it was made from (and updated from)
 };
 struct FakeExec {
-    std::uint64_t duration_ns;
+    std::vector<ExecOp> ops;
 };
 std::mutex g_exec_mutex;
 std::set<void*> g_execs;  // live executables; any other handle launches FAKE_GRAPH_NS
@@ -296,26 +322,106 @@ Gpu& gpu() {
     return *instance;
 }
 
-std::uint64_t graph_duration(void* exec) {
+// The graph's nodes in a topological order, creation order where the dependencies leave a choice.
+std::vector<FakeNode*> run_order(const FakeGraph& graph) {
+    std::vector<FakeNode*> order;
+    std::set<FakeNode*> placed;
+    while (order.size() < graph.nodes.size()) {
+        bool progressed = false;
+        for (FakeNode* node : graph.nodes) {
+            if (placed.count(node) != 0) continue;
+            const bool ready = std::all_of(node->deps.begin(), node->deps.end(),
+                                           [&](FakeNode* dep) { return placed.count(dep) != 0; });
+            if (!ready) continue;
+            order.push_back(node);
+            placed.insert(node);
+            progressed = true;
+            break;
+        }
+        if (!progressed) break;  // a cycle: cannot happen through the API the launcher uses
+    }
+    return order;
+}
+
+std::vector<ExecOp> exec_ops(const FakeGraph& graph) {
+    const std::vector<FakeNode*> order = run_order(graph);
+    std::vector<ExecOp> ops;
+    for (FakeNode* node : order) {
+        ExecOp op{node->type, "", 0, node->wait_address, node->wait_value, {}, {node}};
+        if (node->type == kKernelNode) {
+            op.name = node->function->name;
+            op.duration_ns = node->function->duration_ns;
+        }
+        for (FakeNode* dep : node->deps) {
+            op.deps.push_back(std::find(order.begin(), order.end(), dep) - order.begin());
+        }
+        ops.push_back(std::move(op));
+    }
+    return ops;
+}
+
+// "wait,ga,gb": the executable's steps, for the log.
+std::string ops_text(const std::vector<ExecOp>& ops) {
+    std::string text;
+    for (const ExecOp& op : ops) {
+        if (op.type != kKernelNode && op.type != kBatchMemOpNode) continue;
+        if (!text.empty()) text += ",";
+        text += op.type == kKernelNode ? op.name : "wait";
+    }
+    return text.empty() ? "-" : text;
+}
+
+// Launching an executable: consecutive kernels run as one piece of work named "graph", and each
+// wait is a wait on the stream, so a graph without waits is one "graph" on the GPU. A handle that
+// is no executable runs FAKE_GRAPH_NS (default 100 us).
+void submit_graph(void* stream, void* exec) {
+    std::vector<ExecOp> ops;
+    bool known = false;
     {
         std::lock_guard<std::mutex> lock(g_exec_mutex);
-        if (g_execs.count(exec) != 0) return static_cast<FakeExec*>(exec)->duration_ns;
+        known = g_execs.count(exec) != 0;
+        if (known) ops = static_cast<FakeExec*>(exec)->ops;
     }
-    const char* text = std::getenv("FAKE_GRAPH_NS");
-    return text != nullptr ? std::strtoull(text, nullptr, 10) : 100000;
+    if (!known) {
+        const char* text = std::getenv("FAKE_GRAPH_NS");
+        const std::uint64_t ns = text != nullptr ? std::strtoull(text, nullptr, 10) : 100000;
+        gpu().submit(stream, Op{Op::kKernel, "graph", ns, nullptr, 0});
+        return;
+    }
+    std::uint64_t pending = 0;
+    bool any = false;
+    for (const ExecOp& op : ops) {
+        if (op.type == kKernelNode) {
+            pending += op.duration_ns;
+            any = true;
+        } else if (op.type == kBatchMemOpNode) {
+            if (any) gpu().submit(stream, Op{Op::kKernel, "graph", pending, nullptr, 0});
+            pending = 0;
+            any = false;
+            gpu().submit(stream, Op{Op::kWaitValue, "", 0, op.wait_address, op.wait_value});
+        }
+    }
+    if (any || ops.empty()) gpu().submit(stream, Op{Op::kKernel, "graph", pending, nullptr, 0});
 }
 
 CUresult instantiate(const char* api, void** exec, void* graph) {
     auto* fake = static_cast<FakeGraph*>(graph);
-    auto* made = new FakeExec{0};
-    for (const FakeNode& node : fake->nodes) made->duration_ns += node.function->duration_ns;
+    const char* refuse = std::getenv("FAKE_GRAPH_WAIT_REFUSED");
+    for (const FakeNode* node : fake->nodes) {
+        if (node->type == kBatchMemOpNode && refuse != nullptr &&
+            std::strcmp(refuse, "instantiate") == 0) {
+            log_line(std::string("graph_instantiate_refused ") + api);
+            return 801;  // CUDA_ERROR_NOT_SUPPORTED
+        }
+    }
+    auto* made = new FakeExec{exec_ops(*fake)};
     {
         std::lock_guard<std::mutex> lock(g_exec_mutex);
         g_execs.insert(made);
     }
     *exec = made;
     log_line(std::string("graph_instantiate ") + api + " nodes=" +
-             std::to_string(fake->nodes.size()));
+             std::to_string(fake->nodes.size()) + " ops=" + ops_text(made->ops));
     return 0;
 }
 
@@ -409,13 +515,12 @@ CUresult cuLaunchCooperativeKernelMultiDevice(LaunchParams* list, unsigned int d
 }
 CUresult cuGraphLaunch(void* exec, void* stream) {
     log_line("launch cuGraphLaunch graph stream=" + stream_text(stream));
-    gpu().submit(stream, Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
+    submit_graph(stream, exec);
     return 0;
 }
 CUresult cuGraphLaunch_ptsz(void* exec, void* stream) {
     log_line("launch cuGraphLaunch_ptsz graph stream=" + stream_text(stream));
-    gpu().submit(stream == nullptr ? reinterpret_cast<void*>(0x2) : stream,
-                 Op{Op::kKernel, "graph", graph_duration(exec), nullptr, 0});
+    submit_graph(stream == nullptr ? reinterpret_cast<void*>(0x2) : stream, exec);
     return 0;
 }
 
@@ -436,10 +541,40 @@ CUresult cuLibraryUnload(void*) {
     log_line("library_unload");
     return 0;
 }
+}  // extern "C"
+namespace {
+FakeNode* add_node(FakeGraph* graph, FakeNode node, const std::vector<FakeNode*>& deps) {
+    auto* made = new FakeNode(std::move(node));  // never freed: executables remember origins
+    made->deps = deps;
+    made->graph = graph;
+    graph->nodes.push_back(made);
+    return made;
+}
+// A node of the launcher's chain: it depends on the node added before it.
+void add_chained(void* graph, FakeNode node) {
+    auto* fake = static_cast<FakeGraph*>(graph);
+    std::vector<FakeNode*> deps;
+    if (fake->last != nullptr) deps.push_back(fake->last);
+    fake->last = add_node(fake, std::move(node), deps);
+}
+}  // namespace
+extern "C" {
+
 __attribute__((visibility("default"))) void fake_graph_add_kernel(void* graph, void* function,
                                                                   unsigned grid, unsigned block) {
-    static_cast<FakeGraph*>(graph)->nodes.push_back(
-        FakeNode{static_cast<FakeFunction*>(function), grid, block});
+    add_chained(graph, FakeNode{kKernelNode, static_cast<FakeFunction*>(function), grid, block,
+                                nullptr, 0, {}, nullptr});
+}
+// A node of another type (5: empty, 10: memory allocation) in the chain.
+__attribute__((visibility("default"))) void fake_graph_add_other(void* graph, int type) {
+    add_chained(graph, FakeNode{type, nullptr, 0, 0, nullptr, 0, {}, nullptr});
+}
+// Kernel node `index` (0: the first kernel node added) of a graph.
+__attribute__((visibility("default"))) void* fake_graph_node(void* graph, unsigned index) {
+    for (FakeNode* node : static_cast<FakeGraph*>(graph)->nodes) {
+        if (node->type == kKernelNode && index-- == 0) return node;
+    }
+    return nullptr;
 }
 
 CUresult cuGraphGetNodes(void* graph, void** nodes, size_t* count) {
@@ -447,17 +582,104 @@ CUresult cuGraphGetNodes(void* graph, void** nodes, size_t* count) {
     if (nodes != nullptr) {
         // Listed last to first: the driver promises no order, and orion must not rely on one.
         const size_t n = std::min(*count, fake->nodes.size());
-        for (size_t i = 0; i < n; ++i) nodes[i] = &fake->nodes[fake->nodes.size() - 1 - i];
+        for (size_t i = 0; i < n; ++i) nodes[i] = fake->nodes[fake->nodes.size() - 1 - i];
     }
     *count = fake->nodes.size();
     return 0;
 }
-CUresult cuGraphNodeGetType(void*, int* type) {
-    *type = 0;  // CU_GRAPH_NODE_TYPE_KERNEL
+// The CUDA 10.0 ABI (what cuGetProcAddress hands out for 12.0): no edge data.
+CUresult cuGraphGetEdges(void* graph, void** from, void** to, size_t* count) {
+    auto* fake = static_cast<FakeGraph*>(graph);
+    size_t edges = 0;
+    for (auto it = fake->nodes.rbegin(); it != fake->nodes.rend(); ++it) {
+        for (FakeNode* dep : (*it)->deps) {
+            if (from != nullptr && to != nullptr && edges < *count) {
+                from[edges] = dep;
+                to[edges] = *it;
+            }
+            ++edges;
+        }
+    }
+    *count = edges;
+    return 0;
+}
+CUresult cuGraphAddDependencies(void* graph, void* const* from, void* const* to, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+        auto* node = static_cast<FakeNode*>(to[i]);
+        auto* dep = static_cast<FakeNode*>(from[i]);
+        if (node->graph != graph || dep->graph != graph) return 1;  // CUDA_ERROR_INVALID_VALUE
+        if (std::find(node->deps.begin(), node->deps.end(), dep) != node->deps.end()) return 1;
+        node->deps.push_back(dep);
+    }
+    return 0;
+}
+struct BatchMemOpParams {  // CUstreamBatchMemOpParams' wait-value member, padded to 48 bytes
+    int operation;
+    unsigned long long address;
+    std::uint64_t value;
+    unsigned int flags;
+    unsigned long long alias;
+    std::uint64_t pad;
+};
+struct BatchMemOpNodeParams {  // CUDA_BATCH_MEM_OP_NODE_PARAMS
+    void* ctx;
+    unsigned int count;
+    BatchMemOpParams* paramArray;
+    unsigned int flags;
+};
+static_assert(sizeof(BatchMemOpParams) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+CUresult cuGraphAddBatchMemOpNode(void** node, void* graph, void* const* deps, size_t count,
+                                  const BatchMemOpNodeParams* params) {
+    const char* refuse = std::getenv("FAKE_GRAPH_WAIT_REFUSED");
+    if (refuse != nullptr && std::strcmp(refuse, "add") == 0) return 801;  // NOT_SUPPORTED
+    // Only one 32-bit wait-value with CU_STREAM_WAIT_VALUE_AND is simulated, in a context.
+    if (params == nullptr || params->ctx == nullptr || params->count != 1 ||
+        params->paramArray == nullptr || params->paramArray[0].operation != 1 ||
+        params->paramArray[0].flags != 0x2 || params->flags != 0) {
+        return 1;
+    }
+    auto* fake = static_cast<FakeGraph*>(graph);
+    std::vector<FakeNode*> dependencies;
+    for (size_t i = 0; i < count; ++i) {
+        auto* dep = static_cast<FakeNode*>(deps[i]);
+        if (dep->graph != fake) return 1;
+        dependencies.push_back(dep);
+    }
+    const BatchMemOpParams& wait = params->paramArray[0];
+    *node = add_node(fake,
+                     FakeNode{kBatchMemOpNode, nullptr, 0, 0,
+                              reinterpret_cast<std::uint64_t*>(wait.address),
+                              static_cast<std::uint32_t>(wait.value), {}, nullptr},
+                     dependencies);
+    log_line("graph_add_wait deps=" + std::to_string(count));
+    return 0;
+}
+// Removes a node and every edge to and from it, as the driver does; a graph holding a
+// memory-allocation node refuses, as the driver's does.
+CUresult cuGraphDestroyNode(void* node) {
+    auto* fake = static_cast<FakeNode*>(node);
+    FakeGraph* graph = fake->graph;
+    if (graph == nullptr) return 1;
+    for (FakeNode* other : graph->nodes) {
+        if (other->type == kMemAllocNode) return 1;
+    }
+    graph->nodes.erase(std::find(graph->nodes.begin(), graph->nodes.end(), fake));
+    for (FakeNode* other : graph->nodes) {
+        other->deps.erase(std::remove(other->deps.begin(), other->deps.end(), fake),
+                          other->deps.end());
+    }
+    if (graph->last == fake) graph->last = nullptr;
+    fake->graph = nullptr;
+    log_line("graph_destroy_node");
+    return 0;
+}
+CUresult cuGraphNodeGetType(void* node, int* type) {
+    *type = static_cast<FakeNode*>(node)->type;
     return 0;
 }
 CUresult cuGraphKernelNodeGetParams(void* node, KernelNodeParams* params) {
     const auto* fake = static_cast<FakeNode*>(node);
+    if (fake->type != kKernelNode) return 1;
     *params = KernelNodeParams{};
     params->func = fake->function;
     params->gridDimX = fake->grid;
@@ -472,21 +694,54 @@ CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long lon
 CUresult cuGraphInstantiateWithParams(void** exec, void* graph, void*) {
     return instantiate("cuGraphInstantiateWithParams", exec, graph);
 }
-__attribute__((visibility("default"))) void* fake_graph_node(void* graph, unsigned index) {
-    return &static_cast<FakeGraph*>(graph)->nodes.at(index);
-}
-// In-place changes of an executable: logged (the simulated GPU keeps the executable's duration).
+// An update takes a graph of the executable's topology (node types and dependencies, in run
+// order) and its nodes' parameters; any other graph is refused, as by the driver.
 CUresult cuGraphExecUpdate_v2(void* exec, void* graph, void*) {
-    log_line("graph_exec_update nodes=" + std::to_string(static_cast<FakeGraph*>(graph)->nodes.size()));
-    return g_execs.count(exec) != 0 ? 0 : kInvalidHandle;
+    if (g_execs.count(exec) == 0) return kInvalidHandle;
+    auto* fake = static_cast<FakeExec*>(exec);
+    std::vector<ExecOp> from = exec_ops(*static_cast<FakeGraph*>(graph));
+    bool same = from.size() == fake->ops.size();
+    for (std::size_t i = 0; same && i < from.size(); ++i) {
+        same = from[i].type == fake->ops[i].type && from[i].deps == fake->ops[i].deps;
+    }
+    if (!same) {
+        log_line("graph_exec_update_refused ops=" + ops_text(from));
+        return 910;  // CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+    }
+    for (std::size_t i = 0; i < from.size(); ++i) {
+        from[i].origins.insert(from[i].origins.end(), fake->ops[i].origins.begin(),
+                               fake->ops[i].origins.end());
+    }
+    fake->ops = std::move(from);
+    log_line("graph_exec_update nodes=" + std::to_string(static_cast<FakeGraph*>(graph)->nodes.size()) +
+             " ops=" + ops_text(fake->ops));
+    return 0;
 }
-CUresult cuGraphExecKernelNodeSetParams_v2(void* exec, void*, const KernelNodeParams* params) {
-    log_line(std::string("graph_exec_set_kernel ") + static_cast<FakeFunction*>(params->func)->name);
-    return g_execs.count(exec) != 0 ? 0 : kInvalidHandle;
+}  // extern "C"
+namespace {
+// A node of the graph the executable was made (or updated) from; anything else is refused.
+ExecOp* exec_op(void* exec, void* node) {
+    if (g_execs.count(exec) == 0) return nullptr;
+    for (ExecOp& op : static_cast<FakeExec*>(exec)->ops) {
+        if (std::find(op.origins.begin(), op.origins.end(), node) != op.origins.end()) return &op;
+    }
+    return nullptr;
 }
-CUresult cuGraphExecNodeSetParams(void* exec, void*, void*) {
+}  // namespace
+extern "C" {
+CUresult cuGraphExecKernelNodeSetParams_v2(void* exec, void* node, const KernelNodeParams* params) {
+    ExecOp* op = exec_op(exec, node);
+    if (op == nullptr || op->type != kKernelNode) return 1;  // CUDA_ERROR_INVALID_VALUE
+    const auto* function = static_cast<FakeFunction*>(params->func);
+    op->name = function->name;
+    op->duration_ns = function->duration_ns;
+    log_line(std::string("graph_exec_set_kernel ") + function->name);
+    return 0;
+}
+CUresult cuGraphExecNodeSetParams(void* exec, void* node, void*) {
+    if (exec_op(exec, node) == nullptr) return 1;
     log_line("graph_exec_set_node");
-    return g_execs.count(exec) != 0 ? 0 : kInvalidHandle;
+    return 0;
 }
 CUresult cuGraphExecDestroy(void* exec) {
     {
@@ -779,6 +1034,10 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuGraphGetNodes),
     FAKE_PLAIN(cuGraphNodeGetType),
     FAKE_PLAIN(cuGraphKernelNodeGetParams),
+    FAKE_PLAIN(cuGraphGetEdges),
+    FAKE_PLAIN(cuGraphAddDependencies),
+    FAKE_SINCE(cuGraphAddBatchMemOpNode, 11070),
+    FAKE_PLAIN(cuGraphDestroyNode),
     FAKE_PLAIN(cuGraphInstantiateWithFlags),
     FAKE_SINCE(cuGraphInstantiateWithParams, 12000),
     FAKE_PLAIN(cuGraphExecDestroy),

@@ -51,6 +51,7 @@ using GetProcV1 = CUresult (*)(const char*, void**, int, std::uint64_t);
 using MakeFn = void* (*)(const char*, std::uint64_t);
 using GraphCreateFn = void* (*)();
 using GraphAddFn = void (*)(void*, void*, unsigned, unsigned);
+using GraphAddOtherFn = void (*)(void*, int);
 using InstantiateFlagsFn = CUresult (*)(void**, void*, unsigned long long);
 using InstantiateParamsFn = CUresult (*)(void**, void*, void*);
 using ExecDestroyFn = CUresult (*)(void*);
@@ -372,6 +373,11 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                 std::strtoul(t[pos + 3].c_str(), nullptr, 10),
                 std::strtoul(t[pos + 4].c_str(), nullptr, 10));
             pos += 5;
+        } else if (cmd == "graph_other") {  // graph_other G TYPE: 5 empty, 10 memory allocation
+            need(3);
+            reinterpret_cast<GraphAddOtherFn>(dlsym(g_handle, "fake_graph_add_other"))(
+                g_graphs.at(t[pos + 1]), std::atoi(t[pos + 2].c_str()));
+            pos += 3;
         } else if (cmd == "graph_inst") {  // graph_inst G flags|params
             need(3);
             void* exec = nullptr;

@@ -1,0 +1,75 @@
+"""How the clients of one GPU share it: as clients of one MPS daemon, or in contexts of their own.
+
+- ``"mps"``: every client process is a client of one (private) MPS daemon, so kernels of
+  different processes run on the GPU at the same time. MPS itself costs a lone client time on
+  the GPU: a ResNet-50 bs4 CUDA graph took 1.30 ms without MPS and 1.39-1.43 ms as the only
+  client of an MPS daemon (H100, ``docs/scheduler.md``, "Sharing without MPS").
+- ``"timeslice"``: every client has its own CUDA context and the driver switches the GPU between
+  contexts, so kernels of different processes never run at the same time. orion's GPU-side gates
+  still hold BE work while HP has work; what an HP arrival can find is the BE context holding the
+  GPU until the driver switches (``docs/scheduler.md``).
+
+The rule of which native policy runs in which mode is here, once: the daemon
+(:mod:`orion_daemon.server`) and the jobs file's policy table (:mod:`colocation.policies`) both
+read it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Sharing = Literal["mps", "timeslice"]
+SHARINGS: tuple[Sharing, ...] = ("mps", "timeslice")
+
+NATIVE_SHARINGS: dict[str, tuple[Sharing, ...]] = {
+    "passthrough": ("mps", "timeslice"),
+    "priority": ("mps",),
+    "reef": ("mps", "timeslice"),
+    "orion": ("mps", "timeslice"),
+    "quota": ("mps", "timeslice"),
+}
+"""The modes each native policy runs in, its default first.
+
+The gating policies (reef, orion, quota) hold BE work with gates on the GPU, which work across
+contexts as across MPS clients. Their default stays MPS until the benchmark protocol
+(``benchmarks/matrix.py``, ``docs/scheduler.md``) has compared the two: a first probe (graph
+headline, 20 s runs, 2 rounds on a noisy host) gave HP p99 1.08-1.12x of dedicated for reef
+time-sliced at BE 0.86, and 1.13-1.51x for orion time-sliced against 1.44-1.54x under MPS.
+``priority`` orders work by stream priority alone, which holds between streams of one context or
+of MPS's clients, never between contexts the driver time-slices."""
+
+SHARING_REASONS: dict[str, str] = {
+    "priority": "stream priorities order work inside one context or between MPS clients, not "
+    "between contexts the driver switches",
+}
+"""Why a native policy runs in one mode only."""
+
+
+def sharing_problem(
+    policy: str, allowed: tuple[str, ...], sharing: str, reason: str = ""
+) -> str | None:
+    """Why ``policy``, which runs in the ``allowed`` modes, cannot run with ``sharing`` (None: it
+    can). ``reason`` says why the modes are restricted."""
+    if sharing not in SHARINGS:
+        return f"sharing must be one of {', '.join(SHARINGS)} (got {sharing!r})"
+    if sharing in allowed:
+        return None
+    if not allowed:
+        return f"policy {policy!r} runs each client alone: nothing is shared"
+    only = " or ".join(repr(mode) for mode in allowed)
+    return f"policy {policy!r} runs under {only} only" + (f": {reason}" if reason else "")
+
+
+def native_sharing_problem(native_policy: str, sharing: str) -> str | None:
+    """Why the library's ``native_policy`` cannot run with ``sharing`` (None: it can)."""
+    return sharing_problem(
+        native_policy,
+        NATIVE_SHARINGS[native_policy],
+        sharing,
+        SHARING_REASONS.get(native_policy, ""),
+    )
+
+
+def default_sharing(native_policy: str) -> Sharing:
+    """The mode ``native_policy`` runs in when none is asked for."""
+    return NATIVE_SHARINGS[native_policy][0]
