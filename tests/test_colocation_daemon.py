@@ -1,0 +1,157 @@
+"""`orion colocate` as a client of the GPU's daemon (CPU clients, the preload library passing
+through): its clients join the daemon the way `orion run` does, so the daemon's clients.csv
+shows each one joining and leaving; a running `orion up` daemon that schedules otherwise is
+refused in one line before anything starts; a matching one is used, records the run into its
+run directory and is left running; the daemon a run starts for itself is that run's alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import RunningDaemon
+
+from colocation.config import JobsConfig, parse_jobs
+from colocation.preflight import prepare_run
+from colocation.runner import run_jobs
+from orion_common.errors import OrionError
+from orion_daemon import state
+from orion_daemon.admission import JoinRequest
+from orion_daemon.control import stop
+from orion_daemon.embedded import daemon_thread
+from orion_daemon.joining import join
+from orion_daemon.server import DaemonSettings
+from reporting import client_summary, load_run
+
+BERT = {"workload": "bert", "batch_size": 1, "options": {"seq_len": 8}}
+
+
+@pytest.fixture(autouse=True)
+def cpu_clients(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ORION_CLIENT_DEVICE", "cpu")
+    monkeypatch.setenv("ORION_PROFILE_DIR", str(tmp_path / "profiles"))
+
+
+def gpu0_folder() -> Path:
+    """GPU 0's state folder (the test's own: tests/conftest.py)."""
+    return state.state_dir(0)
+
+
+def jobs(tmp_path: Path, policy: str = "timeslice") -> JobsConfig:
+    data: dict[str, Any] = {
+        "run": {
+            "policy": policy,
+            "requests": 8,
+            "warmup_steps": 1,
+            "output_dir": str(tmp_path / "runs"),
+        },
+        "clients": [
+            {**BERT, "name": "hp", "role": "hp", "mode": "infer",
+             "arrivals": {"kind": "uniform", "rate_per_s": 4}},
+            {**BERT, "name": "be", "mode": "train"},
+        ],
+    }  # fmt: skip
+    return parse_jobs(data, tmp_path)
+
+
+def events(folder: Path) -> list[dict[str, str]]:
+    with (folder / state.CLIENTS_TABLE).open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def own_shared_memory() -> list[Path]:
+    return list(Path("/dev/shm").glob(f"orion-{os.getpid()}-*"))
+
+
+def assert_recorded(run_dir: Path) -> None:
+    """The run's records, written by the daemon into the run directory, read by the report."""
+    stats = json.loads((run_dir / "scheduler.json").read_text())
+    assert {name: s["state"] for name, s in stats["clients"].items()} == {
+        "hp": "exited",
+        "be": "exited",
+    }
+    assert stats["settings"]["policy"] == "passthrough"
+    assert (run_dir / "memory.csv").is_file()
+    run = load_run(run_dir)
+    assert run.complete
+    assert run.scheduler is not None and set(run.scheduler) == {"hp", "be"}
+    summary = client_summary(run).set_index("client")
+    assert summary.loc["hp", "count"] == 8 and summary.loc["be", "count"] > 0
+
+
+def test_a_runs_clients_join_the_daemon_it_starts_for_itself(tmp_path: Path) -> None:
+    outcome = run_jobs(jobs(tmp_path))
+    assert outcome.status == "complete", outcome
+    rows = events(gpu0_folder())
+    # Each client joined (the HP client first) and left: the daemon saw them come and go.
+    assert [(r["event"], r["client"]) for r in rows[:2]] == [("join", "hp"), ("join", "be")]
+    assert sorted((r["event"], r["client"]) for r in rows[2:]) == [("leave", "be"), ("leave", "hp")]
+    assert all(str(outcome.run_dir) in r["command"] for r in rows)
+    assert_recorded(outcome.run_dir)
+    meta = json.loads((outcome.run_dir / "run.json").read_text())
+    assert meta["scheduler"]["controller_pid"] == os.getpid()  # it ran inside the runner
+    # ... and stopped with the run: no record, no socket, no shared memory left.
+    assert state.read_record(gpu0_folder()) is None
+    assert not (gpu0_folder() / state.SOCKET).exists()
+    assert not own_shared_memory()
+
+
+def test_a_running_daemon_with_another_policy_is_refused_in_one_line(tmp_path: Path) -> None:
+    daemon = RunningDaemon(gpu0_folder(), "--policy", "reef")
+    try:
+        with pytest.raises(OrionError) as info:
+            run_jobs(jobs(tmp_path))
+        pid = daemon.process.pid
+        assert info.value.message == (
+            f"the orion daemon running on GPU 0 (pid {pid}) has policy 'reef' where this run "
+            "needs 'passthrough' (run policy 'timeslice')"
+        )
+        assert "`orion down --gpu 0`" in (info.value.hint or "")
+        assert not (tmp_path / "runs").exists()  # refused before anything started
+        assert daemon.names() == [] and daemon.process.poll() is None
+    finally:
+        daemon.close()
+
+
+def test_a_matching_running_daemon_is_used_and_left_running(tmp_path: Path) -> None:
+    daemon = RunningDaemon(gpu0_folder(), "--policy", "passthrough")
+    try:
+        outcome = run_jobs(jobs(tmp_path))
+        assert outcome.status == "complete", outcome
+        assert daemon.process.poll() is None and daemon.names() == []  # still there, free
+        joined = [(e["event"], e["client"]) for e in daemon.events()]
+        assert sorted(joined) == [("join", "be"), ("join", "hp"), ("leave", "be"), ("leave", "hp")]
+        assert_recorded(outcome.run_dir)
+        meta = json.loads((outcome.run_dir / "run.json").read_text())
+        assert meta["scheduler"]["controller_pid"] == daemon.process.pid
+        assert any("joined the orion daemon running on GPU 0" in n for n in meta["notes"])
+        assert "mps" not in meta
+    finally:
+        daemon.close()
+
+
+def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    settings = DaemonSettings(
+        gpu=0, sm_count=132, folder=gpu0_folder(), sharing="timeslice", owner=str(run_dir)
+    )
+    notes: list[str] = []
+    with daemon_thread(settings, notes) as serving:
+        belongs = f"the orion daemon of GPU 0 belongs to the `orion colocate` run in {run_dir}"
+        with pytest.raises(OrionError, match="belongs to the `orion colocate` run") as info:
+            join(0, JoinRequest(role="be", name="stranger"), gpu0_folder())
+        assert info.value.message.startswith(belongs)
+        with pytest.raises(OrionError) as info:
+            stop(0, gpu0_folder())  # `orion down`: the run's process is not signalled
+        assert info.value.message.startswith(belongs)
+        with pytest.raises(OrionError) as info:
+            prepare_run(jobs(tmp_path))  # a second run on the GPU
+        assert info.value.message.startswith(belongs)
+        serving.check()  # still serving
+    assert state.read_record(gpu0_folder()) is None
+    assert [e["event"] for e in events(gpu0_folder())] == ["refused"]
