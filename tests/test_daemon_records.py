@@ -171,7 +171,7 @@ def test_a_runs_records_hold_its_clients_only_with_the_final_statistics_of_those
                 0,
             ),
             ([launch("hp", 2, "relu", 2.0, 2.0, "high_priority")], 0),
-        ],  # fmt: skip
+        ],
         stats={
             "hp": {"state": "exited", "launches": 2, "memory_used": 4096},
             "other": {"state": "attached", "launches": 1, "memory_used": 0},
