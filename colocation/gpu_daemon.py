@@ -87,7 +87,7 @@ class DaemonNeeds:
     settings: DaemonSettings
     """How it must schedule; for a daemon of the run's own, what it starts with."""
     clients: tuple[JoinRequest, ...]
-    """Each client's join, as far as admission looks at it (name, role, limits)."""
+    """Each client's join (the runner adds its command line when it starts it)."""
     policy: str
     """The run's policy, as its jobs file names it."""
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from colocation.arrivals import derive_seed
 from colocation.config import JobsConfig
-from colocation.gpu_daemon import RunDaemon, join_request, run_daemon
+from colocation.gpu_daemon import RunDaemon, run_daemon
 from colocation.gpu_monitor import GpuMonitor
 from colocation.preflight import RunPlan, prepare_run
 from colocation.processes import FINISHED, READY, RUNNING, WAITING, WARMING_UP, ClientProcess
@@ -250,16 +250,15 @@ class _Runner:
             self.record.note(f"the daemon did not write the run's last records: {error.message}")
 
     def _join(self, client: Any) -> dict[str, Any]:
-        """The client's join (spec.join): the same request `orion run` makes."""
+        """The client's join (spec.join): the request the plan checked, with its command line
+        (what the daemon's clients.csv and `orion status` show)."""
         assert self.daemon is not None
-        profile = (
-            self.plan.profile_paths.get(client.name) if client.name in self.plan.profiles else None
-        )
+        request = next(r for r in self.plan.daemon.clients if r.name == client.name)
         command = [sys.executable, "-m", "colocation.client", str(self.run_dir), client.name]
         return {
             "gpu": self.daemon.gpu,
             "state_dir": str(self.daemon.folder),
-            "request": dataclasses.asdict(join_request(client, profile, command)),
+            "request": dataclasses.asdict(dataclasses.replace(request, command=command)),
         }
 
     def _spec(self, client: Any) -> ClientSpec:

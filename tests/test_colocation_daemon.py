@@ -41,9 +41,10 @@ def gpu0_folder() -> Path:
     return state.state_dir(0)
 
 
-def jobs(tmp_path: Path, policy: str = "timeslice") -> JobsConfig:
+def jobs(tmp_path: Path, policy: str = "timeslice", **run: Any) -> JobsConfig:
     data: dict[str, Any] = {
         "run": {
+            **run,
             "policy": policy,
             "requests": 8,
             "warmup_steps": 1,
@@ -94,7 +95,7 @@ def assert_recorded(run_dir: Path) -> None:
 
 
 def test_a_runs_clients_join_the_daemon_it_starts_for_itself(tmp_path: Path) -> None:
-    outcome = run_jobs(jobs(tmp_path))
+    outcome = run_jobs(jobs(tmp_path, trace=True))
     assert outcome.status == "complete", outcome
     assert outcome.failed_clients == ()
     rows = events(gpu0_folder())
@@ -106,6 +107,9 @@ def test_a_runs_clients_join_the_daemon_it_starts_for_itself(tmp_path: Path) -> 
     assert_recorded(outcome.run_dir)
     meta = json.loads((outcome.run_dir / "run.json").read_text())
     assert meta["scheduler"]["controller_pid"] == os.getpid()  # it ran inside the runner
+    # The trace the daemon drained for the run (empty: CPU clients launch no kernels).
+    assert meta["table_rows"]["trace.csv"] == 0
+    assert json.loads((outcome.run_dir / "scheduler.json").read_text())["trace_records_lost"] == 0
     # ... and stopped with the run: no record, no socket, no shared memory left.
     assert state.read_record(gpu0_folder()) is None
     assert not (gpu0_folder() / state.SOCKET).exists()
