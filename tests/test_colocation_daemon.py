@@ -14,16 +14,19 @@ from typing import Any
 
 import pytest
 from daemon_harness import RunningDaemon
+from typer.testing import CliRunner
 
 from colocation.config import JobsConfig, parse_jobs
 from colocation.preflight import prepare_run
 from colocation.runner import run_jobs
+from orion_cli.app import app
 from orion_common.errors import OrionError
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.control import stop
 from orion_daemon.embedded import daemon_thread
 from orion_daemon.joining import join
+from orion_daemon.protocol import request
 from orion_daemon.server import DaemonSettings
 from reporting import client_summary, load_run
 
@@ -42,7 +45,11 @@ def gpu0_folder() -> Path:
 
 
 def jobs(tmp_path: Path, policy: str = "timeslice", **run: Any) -> JobsConfig:
-    data: dict[str, Any] = {
+    return parse_jobs(jobs_data(tmp_path, policy, **run), tmp_path)
+
+
+def jobs_data(tmp_path: Path, policy: str = "timeslice", **run: Any) -> dict[str, Any]:
+    return {
         "run": {
             **run,
             "policy": policy,
@@ -56,7 +63,6 @@ def jobs(tmp_path: Path, policy: str = "timeslice", **run: Any) -> JobsConfig:
             {**BERT, "name": "be", "mode": "train"},
         ],
     }  # fmt: skip
-    return parse_jobs(data, tmp_path)
 
 
 def events(folder: Path) -> list[dict[str, str]]:
@@ -127,6 +133,14 @@ def test_a_running_daemon_with_another_policy_is_refused_in_one_line(tmp_path: P
             "needs 'passthrough' (run policy 'timeslice')"
         )
         assert "`orion down --gpu 0`" in (info.value.hint or "")
+        # `orion colocate` says it in one line (and its hint), and starts nothing.
+        path = tmp_path / "jobs.json"
+        path.write_text(json.dumps(jobs_data(tmp_path)))
+        result = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["colocate", str(path)])
+        assert result.exit_code == 1
+        lines = result.output.strip().splitlines()
+        assert lines[0] == f"error: {info.value.message}"
+        assert len(lines) == 2 and lines[1].startswith("hint: stop it with `orion down --gpu 0`")
         assert not (tmp_path / "runs").exists()  # refused before anything started
         assert daemon.names() == [] and daemon.process.poll() is None
     finally:
@@ -171,5 +185,7 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
             prepare_run(jobs(tmp_path))  # a second run on the GPU
         assert info.value.message.startswith(belongs)
         serving.check()  # still serving
+        status = request(gpu0_folder() / state.SOCKET, {"op": "status"})["status"]
+        assert status["owner"] == str(run_dir)  # `orion status` says whose it is
     assert state.read_record(gpu0_folder()) is None
     assert [e["event"] for e in events(gpu0_folder())] == ["refused"]
