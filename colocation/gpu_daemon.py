@@ -57,8 +57,12 @@ _LABELS = {
 
 
 def _shown(field: str, value: Any) -> str:
+    if value is None and field == "queue_limit_ns":
+        return "from the HP client's profile"
+    if value is None and field == "unknown_duration_ns":
+        return "the queue limit"
     if field in ("queue_limit_ns", "unknown_duration_ns"):
-        return "from the HP client's profile" if value is None else f"{value / 1e3:g} us"
+        return f"{value / 1e3:g} us"
     if field == "quota_window_ns":
         return f"{value / 1e9:g} s"
     if isinstance(value, bool):

@@ -17,6 +17,7 @@ from daemon_harness import RunningDaemon
 from typer.testing import CliRunner
 
 from colocation.config import JobsConfig, parse_jobs
+from colocation.gpu_daemon import settings_difference
 from colocation.preflight import prepare_run
 from colocation.runner import run_jobs
 from orion_cli.app import app
@@ -189,3 +190,35 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
         assert status["owner"] == str(run_dir)  # `orion status` says whose it is
     assert state.read_record(gpu0_folder()) is None
     assert [e["event"] for e in events(gpu0_folder())] == ["refused"]
+
+
+@pytest.mark.parametrize(
+    ("running", "wanted", "said"),
+    [
+        ({}, {}, None),
+        ({"sharing": "mps"}, {}, "sharing 'mps' where this run needs 'timeslice'"),
+        (
+            {"queue_limit_ns": 200_000},
+            {},
+            "BE queue limit 200 us where this run needs from the HP client's profile",
+        ),
+        ({}, {"unknown_duration_ns": 5_000}, "unprofiled kernel duration the queue limit where "
+         "this run needs 5 us"),
+        ({}, {"trace": True}, "kernel trace off where this run needs on"),
+        ({"quota_window_ns": 2 * 10**9}, {}, None),  # no shares: the window changes nothing
+        (
+            {"quota_window_ns": 2 * 10**9, "shares": True},
+            {"shares": True},
+            "quota window 2 s where this run needs 1 s",
+        ),
+        ({"gpu_name": "another", "memory_bytes": 1}, {}, None),  # facts, not scheduling
+    ],
+)  # fmt: skip
+def test_what_a_run_needs_of_a_running_daemon(
+    running: dict[str, Any], wanted: dict[str, Any], said: str | None
+) -> None:
+    base = {"gpu": 0, "sm_count": 132, "folder": Path("/x"), "sharing": "timeslice"}
+    difference = settings_difference(
+        DaemonSettings(**{**base, **running}), DaemonSettings(**{**base, **wanted})
+    )
+    assert difference == said
