@@ -1,4 +1,5 @@
-"""Co-location runs: ``jobs.json`` validation, client processes, MPS, the run directory.
+"""Co-location runs: ``jobs.json`` validation, the daemon a run's clients join, client processes,
+the run directory.
 
 Entry points: :func:`colocation.config.load_jobs` (validate),
 :func:`colocation.preflight.prepare_run` (check the machine) and

@@ -1,9 +1,12 @@
 """One co-located job: ``python -m colocation.client RUN_DIR CLIENT_NAME``.
 
-Started by the runner with orion's preload library in ``LD_PRELOAD``, it builds its workload,
-puts all of its GPU work on one stream of its own, warms up, says ``ready`` and waits for
-``start`` (protocol in :mod:`colocation.protocol`). Then it serves requests or runs training
-iterations inside the measurement window and appends one table row per request or iteration.
+Started by the runner, it first takes its slot in the GPU's daemon the way `orion run` does
+(:func:`orion_daemon.joining.join`) and replaces itself with itself started in the environment
+the daemon gave (orion's preload library in ``LD_PRELOAD``, its slot), so the daemon's claimer
+and the client are one process. Then it builds its workload, puts all of its GPU work on one
+stream of its own, warms up, says ``ready`` and waits for ``start`` (protocol in
+:mod:`colocation.protocol`). Then it serves requests or runs training iterations inside the
+measurement window and appends one table row per request or iteration.
 
 Inference latency is measured from the request's *arrival*, not from when the client got to it:
 with open-loop arrivals a request that waits behind earlier ones (because best-effort work slowed
@@ -395,13 +398,57 @@ def _log(text: str) -> None:
     print(f"orion client {text}", file=sys.stderr, flush=True)
 
 
+_JOINED = "--joined"
+"""The argument of the client restarted in its daemon's environment (it joins no more)."""
+
+
+def _join_and_restart(run_dir: Path, name: str, events: Events) -> None:
+    """Takes the client's slot (``spec.join``) and replaces this process with the client in the
+    environment the daemon returned; returns only when the spec says not to join."""
+    spec = ClientSpec.read(spec_path(run_dir, name))
+    if spec.join is None:
+        return
+    from orion_daemon.admission import JoinRequest
+    from orion_daemon.joining import join, program_environment
+    from orion_daemon.mps import with_sm_share
+
+    joined = join(
+        int(spec.join["gpu"]),
+        JoinRequest.from_message(spec.join["request"]),
+        Path(spec.join["state_dir"]),
+    )
+    events.send({"type": "joined", "slot": int(joined["ORION_CLIENT"])})
+    environment = with_sm_share(program_environment(os.environ, joined), spec.sm_percent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The control pipes are inheritable still: the restarted client keeps them.
+    os.execve(
+        sys.executable,
+        [sys.executable, "-m", "colocation.client", str(run_dir), name, _JOINED],
+        environment,
+    )
+
+
+def _failed(error: OrionError, events: Events) -> int:
+    print(f"error: {error.message}", file=sys.stderr)
+    if error.hint:
+        print(f"hint: {error.hint}", file=sys.stderr)
+    events.send({"type": "error", "message": error.message})
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
+    if len(args) not in (2, 3) or args[2:] not in ([], [_JOINED]):
         print("usage: python -m colocation.client RUN_DIR CLIENT_NAME", file=sys.stderr)
         return 2
     run_dir, name = Path(args[0]), args[1]
     command_fd, event_fd = control_fds_from_environment()
+    if _JOINED not in args:
+        try:
+            _join_and_restart(run_dir, name, Events(event_fd))
+        except OrionError as exc:
+            return _failed(exc, Events(event_fd))
     for fd in (command_fd, event_fd):
         os.set_inheritable(fd, False)  # not for the workload's own subprocesses
     commands = Commands(command_fd)
@@ -410,11 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = ClientSpec.read(spec_path(run_dir, name))
         return Client(spec, run_dir, commands, events).run()
     except OrionError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        events.send({"type": "error", "message": exc.message})
-        return 1
+        return _failed(exc, events)
     except Exception as exc:
         traceback.print_exc()
         events.send({"type": "error", "message": f"{type(exc).__name__}: {exc}"})

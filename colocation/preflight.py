@@ -3,8 +3,9 @@
 A colocation run holds the GPU for minutes and starts an MPS daemon; finding out after all that
 that MPS is missing, a profile is stale or torchvision is not installed wastes the user's time
 and can leave state behind. :func:`prepare_run` has no side effects: it checks the machine, the
-workloads, the preload library and the profiles, and either refuses with every reason at once
-or returns a :class:`RunPlan` the runner carries out.
+workloads, the preload library, the profiles and the GPU's running orion daemon, if any (it must
+schedule as the run needs: :mod:`colocation.gpu_daemon`), and either refuses with every reason
+at once or returns a :class:`RunPlan` the runner carries out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from colocation.config import JobsConfig, JobsConfigError, Problem
+from colocation.gpu_daemon import DaemonNeeds, join_request, other_clients_warning, running_daemon
 from colocation.policies import Policy
 from colocation.profiles import default_profile_for, load_profiles, resolve_profiles
 from orion_common import prerequisites, sysinfo
@@ -45,8 +47,10 @@ class RunPlan:
     profiles: dict[str, Any]
     """Client name -> :class:`postprocess.Profile`, loaded when the policy gates by profile."""
     settings: Any
-    """:class:`scheduler_core.SchedulerSettings` for the run's shared state."""
-    mps_control: Path | None
+    """:class:`scheduler_core.SchedulerSettings`: how the run's clients are scheduled (its
+    thresholds derived as the daemon derives them when the HP client joins)."""
+    daemon: DaemonNeeds
+    """What the run needs of the daemon its clients join."""
     warnings: tuple[str, ...]
 
     @property
@@ -230,6 +234,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         default_queue_limit_ns,
         default_unknown_duration_ns,
     )
+    from scheduler_core.run_state import TRACE_CAPACITY
 
     thresholds = config.run.thresholds
     if thresholds.queue_limit_us is not None:
@@ -247,7 +252,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         sm_count=sm_count,
         queue_limit_ns=queue_limit_ns,
         unknown_duration_ns=unknown_ns,
-        trace_capacity=65536 if config.run.trace else 0,
+        trace_capacity=TRACE_CAPACITY if config.run.trace else 0,
         hp_completion=config.run.hp_completion,
         be_gate=config.run.be_gate,
         quotas=any((c.min_util, c.max_util) != (0.0, 1.0) for c in config.clients),
@@ -255,23 +260,63 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
     )
 
 
+def _nanoseconds(microseconds: float | None) -> int | None:
+    return None if microseconds is None else round(microseconds * 1000)
+
+
+def _daemon_needs(
+    config: JobsConfig,
+    environment: Mapping[str, Any],
+    settings: Any,
+    profile_paths: Mapping[str, Path | None],
+    profiles: Mapping[str, Any],
+) -> DaemonNeeds:
+    """The daemon the run needs: the scheduling ``settings`` say, with the thresholds the jobs
+    file fixes (None: derived from the HP client's profile and target when it joins)."""
+    from orion_daemon import state
+    from orion_daemon.server import DaemonSettings
+
+    thresholds = config.run.thresholds
+    memory_mib = environment.get("gpu_memory_mib")
+    daemon = DaemonSettings(
+        gpu=config.run.gpu,
+        sm_count=settings.sm_count,
+        folder=state.state_dir(config.run.gpu),
+        policy=settings.policy,
+        sharing="mps" if config.policy.uses_mps else "timeslice",
+        gpu_name=environment.get("gpu_name"),
+        memory_bytes=memory_mib << 20 if isinstance(memory_mib, int) and memory_mib > 0 else None,
+        queue_limit_ns=_nanoseconds(thresholds.queue_limit_us),
+        unknown_duration_ns=_nanoseconds(thresholds.unknown_kernel_us),
+        shares=settings.quotas,
+        quota_window_ns=settings.quota_window_ns,
+        be_gate=settings.be_gate,
+        hp_completion=settings.hp_completion,
+        trace=settings.trace_capacity > 0,
+    )
+    clients = tuple(
+        join_request(c, profile_paths.get(c.name) if c.name in profiles else None, [])
+        for c in config.clients
+    )
+    return DaemonNeeds(daemon, clients, config.policy.name)
+
+
 def prepare_run(config: JobsConfig) -> RunPlan:
     """Check every prerequisite of ``config`` and derive the run's settings; no side effects.
 
     Refuses with one :class:`OrionError` listing every missing prerequisite (GPU, workload
     modules, MPS, preload library), then with the clients' memory limits that exceed the GPU's
-    memory and with the profile problems (each a :class:`colocation.config.JobsConfigError`), so
-    nothing starts that cannot finish.
+    memory and with the profile problems (each a :class:`colocation.config.JobsConfigError`),
+    then with a running daemon of the GPU the run cannot use, so nothing starts that cannot
+    finish.
     """
     policy = config.policy
     device = client_device(config)
     environment = sysinfo.software_summary(config.run.gpu)
     problems = _gpu_problems(device, environment, config.run.gpu)
     problems += _workload_problems(config, device)
-    mps_control: Path | None = None
     if policy.uses_mps:
         mps = prerequisites.check_mps_control()
-        mps_control = mps.found
         if not mps.ok:
             problems.append(f"policy {policy.name!r} runs under MPS: {mps.problem} ({mps.hint})")
     problems += _preload_problems()
@@ -289,18 +334,22 @@ def prepare_run(config: JobsConfig) -> RunPlan:
     )
     profiles = load_profiles(resolved.paths) if policy.needs_profiles else {}
     sm_count = _sm_count(environment, config, profiles)
+    settings = _settings(config, sm_count, profiles)
+    daemon = _daemon_needs(config, environment, settings, resolved.paths, profiles)
+    running = running_daemon(daemon)
     return RunPlan(
         config=config,
         device=device,
         environment=environment,
         profile_paths=resolved.paths,
         profiles=profiles,
-        settings=_settings(config, sm_count, profiles),
-        mps_control=mps_control,
+        settings=settings,
+        daemon=daemon,
         warnings=tuple(
             _system_mps_warning(policy)
             + memory_warnings
             + resolved.warnings
             + _target_warnings(config, profiles)
+            + other_clients_warning(running)
         ),
     )

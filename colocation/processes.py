@@ -24,7 +24,7 @@ from colocation.config import ClientConfig
 from colocation.protocol import CONTROL_FDS_ENV, LineReader, Message, send
 
 LOG_TAIL_LINES = 12
-# Exit status of a client whose preload library could not join the run (ORION_STRICT).
+# Exit status of a client whose preload library could not attach to its slot (ORION_STRICT).
 _PRELOAD_EXIT = 70
 
 WAITING = "waiting"
@@ -86,9 +86,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
 class ClientProcess:
     """One client as the runner tracks it: process, pipes, state and what it reported."""
 
-    def __init__(self, config: ClientConfig, index: int, run_dir: Path) -> None:
+    def __init__(self, config: ClientConfig, run_dir: Path) -> None:
         self.config = config
-        self.index = index
+        self.slot: int | None = None
+        """Its slot in the daemon's shared state, once it has joined."""
         self.run_dir = run_dir
         self.log_path = run_dir / "logs" / f"{config.name}.log"
         self.state = WAITING
@@ -203,7 +204,9 @@ class ClientProcess:
 
     def _apply(self, message: Message) -> None:
         kind = message.get("type")
-        if kind == "ready":
+        if kind == "joined":
+            self.slot = int(message.get("slot", -1))
+        elif kind == "ready":
             self.ready_info = message
             if self.state == WARMING_UP:
                 self.state = READY

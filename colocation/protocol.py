@@ -6,6 +6,7 @@ private pipes the runner hands over with ``pass_fds``; their numbers travel in
 line:
 
 client -> runner (events)
+    ``joined``    the daemon gave the client its slot: ``slot`` (before the workload is built)
     ``ready``     warm-up done: ``pid``, ``device``, ``stream_priority``, ``warmup_s``
     ``progress``  about every 0.5 s: ``done`` (requests or iterations so far) and ``latencies_ms``
                   (requests that arrived inside the window and finished since the last message)
@@ -71,8 +72,12 @@ class ClientSpec:
     cuda_graph: bool = False
     """Serve inference by replaying the step captured as a CUDA graph."""
     sm_percent: int | None = None
-    """The client's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (policy ``mps-share``); for the
-    record: the runner sets the variable in the client's environment."""
+    """The client's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (policy ``mps-share``), set in its
+    environment when it joins."""
+    join: dict[str, Any] | None = None
+    """How the client takes its slot in the GPU's daemon: ``gpu``, ``state_dir`` and
+    ``request`` (the fields of :class:`orion_daemon.admission.JoinRequest`); None: it runs
+    without joining (tests of the client alone)."""
 
     def write(self, path: Path) -> None:
         write_json_atomic(path, {"format": SPEC_FORMAT, "version": SPEC_VERSION, **asdict(self)})

@@ -1,23 +1,30 @@
 """``orion colocate``: run the clients of a jobs config under one sharing policy, record it all.
 
 The order matters and is fixed: check every prerequisite (:mod:`colocation.preflight`), create
-the run directory, set up the scheduler's shared state, the private MPS daemon (MPS policies) and
-the GPU monitor, then start the clients, wait until all have warmed up, and give them one common
-measurement window starting half a second later. Under ``dedicated`` each client runs alone, one
-after another, each in its own window of the same length.
+the run directory, start the GPU's daemon for the run or take the running one
+(:mod:`colocation.gpu_daemon`: the shared state, the gate keeper, the MPS daemon under MPS
+policies) and have it record the run's clients into the run directory, start the GPU monitor,
+then start the clients, each of which joins the daemon as `orion run` does (the HP client
+first, so the BE queue bound it sets holds from the first BE launch), wait until all have warmed
+up, and give them one common measurement window starting half a second later. Under
+``dedicated`` each client runs alone, one after another, each in its own window of the same
+length.
 
-However the run ends (the window is over, a client crashes, Ctrl-C, SIGTERM, ``stop_event``),
-the clients are stopped first (they hold the GPU and the MPS server), then the monitor, the MPS
-daemon and the shared memory go, and ``run.json`` gets its final state: ``complete``,
-``incomplete`` (interrupted) or ``failed`` (every client failed). An interrupt is re-raised as
-``KeyboardInterrupt`` afterwards, so callers still see it.
+However the run ends (the window is over, a client crashes, Ctrl-C, SIGTERM, ``stop_event``,
+the daemon stopping under it), the clients are stopped first (they hold the GPU and the MPS
+server), then the monitor goes, the daemon writes the run's last records and, if the run
+started it, stops (MPS and the shared memory with it), and ``run.json`` gets its final state:
+``complete``, ``incomplete`` (interrupted) or ``failed`` (every client failed). An interrupt is
+re-raised as ``KeyboardInterrupt`` afterwards, so callers still see it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +36,7 @@ import numpy as np
 
 from colocation.arrivals import derive_seed
 from colocation.config import JobsConfig
+from colocation.gpu_daemon import RunDaemon, run_daemon
 from colocation.gpu_monitor import GpuMonitor
 from colocation.preflight import RunPlan, prepare_run
 from colocation.processes import FINISHED, READY, RUNNING, WAITING, WARMING_UP, ClientProcess
@@ -41,11 +49,10 @@ from colocation.rundir import (
 )
 from orion_common import run_format
 from orion_common.csv_table import table_rows
+from orion_common.errors import OrionError
 from orion_common.runclock import RunClock
-from orion_daemon.mps import MpsDaemon, private_mps_daemon, with_sm_share
-from orion_daemon.records import SchedulerRecorder
+from orion_daemon.joining import ungated_environment
 from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
-from orion_daemon.slots import add_profiled_client
 
 START_DELAY_S = 0.5
 """Between the last client becoming ready and the window's start: every client has the start
@@ -55,8 +62,6 @@ DRAIN_S = 5.0
 _DRAIN_GRACE_S = 5.0
 _TICK_S = 0.1
 _PROGRESS_INTERVAL_S = 0.5
-_TRACE_INTERVAL_S = 0.5
-_STATS_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -149,18 +154,16 @@ class _Runner:
         self.stop_timeout_s = stop_timeout_s
         self.clients: list[ClientProcess] = []
         self.stack = contextlib.ExitStack()
-        self.scheduler: Any = None
-        self.recorder: SchedulerRecorder | None = None
+        self.daemon: RunDaemon | None = None
+        self.device = plan.device
         self.monitor: GpuMonitor | None = None
-        self.mps: MpsDaemon | None = None
-        self.mps_notes: list[str] = []
+        self.daemon_notes: list[str] = []
         self.phase = 0
         self.phases = 1
         self.state = "starting"
         self.window: tuple[float, float | None] | None = None
-        self._gone: set[int] = set()
         self._closing = False
-        self._last_progress = self._last_trace = self._last_stats = 0.0
+        self._last_progress = 0.0
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -211,49 +214,52 @@ class _Runner:
         }
 
     def _set_up(self) -> None:
-        from scheduler_core import SchedulerRun
-
-        self.scheduler = self.stack.enter_context(SchedulerRun(self.plan.settings))
+        self.daemon = self.stack.enter_context(
+            run_daemon(self.plan.daemon, self.run_dir, self.daemon_notes)
+        )
+        self.device = self.daemon.client_device(self.plan.device)
         for client in self.config.clients:
-            # memory_limit in bytes (None: no limit); the library counts the client's allocations
-            index = add_profiled_client(
-                self.scheduler,
-                client.name,
-                client.role,
-                self.plan.profiles.get(client.name),
-                memory_limit=client.memory_limit,
-                min_util=client.min_util,
-                max_util=client.max_util,
-            )
-            self.clients.append(ClientProcess(client, index, self.run_dir))
+            self.clients.append(ClientProcess(client, self.run_dir))
             self._spec(client).write(spec_path(self.run_dir, client.name))
-        self.scheduler.publish()
         # Where `orion quota` finds the live run's shared state (and the run clock's origin).
-        self.record.data["scheduler"] = {
-            "shm": self.scheduler.name,
-            "controller_pid": os.getpid(),
-            "clock_origin_ns": self.clock.origin_ns,
-        }
+        self.record.data["scheduler"] = self.daemon.scheduler_entry(self.clock.origin_ns)
+        mps = self.daemon.record.get("mps")
+        if mps is not None:
+            self.record.data["mps"] = mps
         self.record.save()
-        self.recorder = SchedulerRecorder(self.scheduler, self.run_dir, self.clock)
-        self.stack.callback(self.recorder.close)  # before the shared state is removed
-        if self.policy.uses_mps:
-            self.mps = self.stack.enter_context(
-                private_mps_daemon(
-                    self.run_dir, control=self.plan.mps_control, notes=self.mps_notes
-                )
-            )
-            self.record.data["mps"] = {
-                "pid": self.mps.pid,
-                "pipe_dir": str(self.mps.pipe_dir),
-                "log_dir": str(self.mps.log_dir),
-            }
+        self.daemon.start_recording(
+            self.run_dir,
+            [client.name for client in self.config.clients],
+            self.clock.origin_ns,
+            trace=self.plan.daemon.settings.trace,
+        )
+        self.stack.callback(self._end_recording)  # before the daemon stops
         self.monitor = GpuMonitor(self.run_dir / "gpu.csv", self.clock, self.config.run.gpu)
         if not self.monitor.start() and self.monitor.note:
             self.record.note(self.monitor.note)
         self.stack.callback(self.monitor.stop)
         self.phases = len(self._phase_plan())
         self.record.save()
+
+    def _end_recording(self) -> None:
+        """The run's last records (trace, statistics, samples), written by the daemon now."""
+        assert self.daemon is not None
+        try:
+            self.daemon.end_recording(self.run_dir)
+        except OrionError as error:  # the daemon is gone: what it wrote so far stays
+            self.record.note(f"the daemon did not write the run's last records: {error.message}")
+
+    def _join(self, client: Any) -> dict[str, Any]:
+        """The client's join (spec.join): the request the plan checked, with its command line
+        (what the daemon's clients.csv and `orion status` show)."""
+        assert self.daemon is not None
+        request = next(r for r in self.plan.daemon.clients if r.name == client.name)
+        command = [sys.executable, "-m", "colocation.client", str(self.run_dir), client.name]
+        return {
+            "gpu": self.daemon.gpu,
+            "state_dir": str(self.daemon.folder),
+            "request": dataclasses.asdict(dataclasses.replace(request, command=command)),
+        }
 
     def _spec(self, client: Any) -> ClientSpec:
         run = self.config.run
@@ -265,7 +271,7 @@ class _Runner:
             mode=client.mode,
             batch_size=client.batch_size,
             dtype=client.dtype,
-            device=self.plan.device,
+            device=self.device,
             table=f"clients/{client.name}.csv",
             clock_origin_ns=self.clock.origin_ns,
             seed=derive_seed(run.seed, client.name),
@@ -277,6 +283,7 @@ class _Runner:
             options=dict(client.options),
             cuda_graph=client.cuda_graph,
             sm_percent=client.sm_percent,
+            join=self._join(client),
         )
 
     def _phase_plan(self) -> list[list[ClientProcess]]:
@@ -315,17 +322,10 @@ class _Runner:
         ``length`` is the window in seconds; ``None`` with ``requests_hp``: the window lasts
         until that client has served its requests (``run.requests``).
         """
-        base = dict(os.environ)
-        if self.mps is not None:
-            base.update(self.mps.environment)
-        for client in phase:
-            environment = self.scheduler.client_environment(client.index, base=base)
-            client.spawn(with_sm_share(environment, client.config.sm_percent))
-        self._save()  # pids, so an operator can find (and kill) a client right away
-
         self.state = "warming up"
         self.window = None
         deadline = time.monotonic() + self.ready_timeout_s
+        self._spawn(phase, deadline)
         while any(c.state == WARMING_UP for c in phase):
             self._tick(phase)
             if time.monotonic() >= deadline:
@@ -369,6 +369,22 @@ class _Runner:
             self.window = (start, measured_end)
         self._stop_phase(phase)
 
+    def _spawn(self, phase: list[ClientProcess], deadline: float) -> None:
+        """Start ``phase``'s clients, the HP client first: the others start once it has its slot
+        (or has failed), so that the BE queue bound its join sets is in place when they attach.
+        Each joins the daemon itself; it inherits no join of this process."""
+        base = ungated_environment(os.environ)
+        hp = [c for c in phase if c.config.is_hp]
+        for client in hp:
+            client.spawn(base)
+        self._save()  # pids, so an operator can find (and kill) a client right away
+        while any(c.alive and c.slot is None for c in hp) and time.monotonic() < deadline:
+            self._tick(phase)
+        for client in phase:
+            if client not in hp:
+                client.spawn(base)
+        self._save()
+
     def _stop_phase(self, phase: list[ClientProcess]) -> None:
         """Stop every client of ``phase``: ask, wait, then kill what is left."""
         self.state = "stopping"
@@ -388,7 +404,6 @@ class _Runner:
                 client.fail(f"did not exit within {self.stop_timeout_s:.0f} s of stop; killed")
                 client.kill()
                 client.wait(5.0)
-            self._ended(client)
         self._save()
 
     # -- while running --------------------------------------------------------------------
@@ -405,24 +420,10 @@ class _Runner:
             was_alive = client.alive
             client.poll()
             if was_alive and not client.alive:
-                self._ended(client)
                 self._save()
-        now = time.monotonic()
-        if self.recorder is not None and now - self._last_trace >= _TRACE_INTERVAL_S:
-            self._last_trace = now
-            self.recorder.drain_trace()
-            self.recorder.sample_memory()
-        if self.recorder is not None and now - self._last_stats >= _STATS_INTERVAL_S:
-            self._last_stats = now
-            self.recorder.write_stats()
+        if check_stop and self.daemon is not None:
+            self.daemon.check()  # gone: the clients run ungated, the measurement is spoilt
         self._emit()
-
-    def _ended(self, client: ClientProcess) -> None:
-        """Tell the scheduler nobody need wait on a client that is gone (crashed or not)."""
-        if client.process is None or client.alive or client.index in self._gone:
-            return
-        self._gone.add(client.index)
-        self.scheduler.mark_gone(client.index, client.failed)
 
     def _emit(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -490,7 +491,7 @@ class _Runner:
                 self._stop_phase(alive)
         finally:
             try:
-                self.stack.close()  # trace + stats, GPU monitor, MPS daemon, shared memory
+                self.stack.close()  # GPU monitor, the run's last records, the run's daemon
             finally:
                 for client in self.clients:
                     client.close_pipes()
@@ -498,7 +499,7 @@ class _Runner:
                     self.record.note(self.monitor.note)
                 if self.monitor is not None and self.monitor.clock_note:
                     self.record.note(self.monitor.clock_note)
-                for note in self.mps_notes:
+                for note in self.daemon_notes:
                     self.record.note(note)
                 self._record_table_rows()
                 self._save()

@@ -43,6 +43,8 @@ def status_table(status: dict[str, Any]) -> Table:
         f"sharing {status['sharing']}, daemon pid {status['pid']}, up {status['uptime_s']:.0f} s, "
         f"{status['free_slots']} free slots"
     )
+    if status.get("owner"):
+        title += f"; started by the `orion colocate` run in {status['owner']}"
     table = Table(title=title, title_justify="left")
     for column in ("client", "pid", "role", "launches/s", "GPU share", "memory", "limit",
                    "BE held (why)", "launches offline/online/unknown", "slowdown",

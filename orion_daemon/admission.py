@@ -29,6 +29,10 @@ class JoinRequest:
     min_util: float = 0.0
     max_util: float = 1.0
     latency_target_ms: float | None = None
+    strict: bool = False
+    """The program must run as a client or not at all (a benchmark run's: its library attaches
+    as the program starts and exits with status 70 when it cannot); otherwise it attaches when
+    it first reaches the driver and runs ungated when it cannot."""
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> JoinRequest:
@@ -51,6 +55,9 @@ class JoinRequest:
         profile = message.get("profile")
         if profile is not None and not isinstance(profile, str):
             raise OrionError("join: profile must be a path")
+        strict = message.get("strict", False)
+        if not isinstance(strict, bool):
+            raise OrionError(f"join: strict must be true or false (got {strict!r})")
         return cls(
             role=str(message.get("role", "")),
             name=str(message.get("name", "")),
@@ -60,6 +67,7 @@ class JoinRequest:
             min_util=number("min_util", 0.0) or 0.0,
             max_util=number("max_util", 1.0) if message.get("max_util") is not None else 1.0,
             latency_target_ms=number("latency_target_ms", None),
+            strict=strict,
         )
 
 

@@ -120,8 +120,11 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
 
 def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, Any]:
     """Stops the daemon of ``gpu``: asks it, then SIGTERM, then SIGKILL if it will not go.
-    Its clients run on ungated. Returns its record as it was."""
+    Its clients run on ungated. Returns its record as it was. A daemon an `orion colocate` run
+    started for itself is refused: it runs inside the run's process and stops with the run."""
     record = state.require_daemon(gpu, folder)
+    if record.get("owner"):
+        raise state.owned_refusal(record)  # a run's own: signalling it would stop the run
     pid = int(record["pid"])
     try:
         request(Path(record["socket"]), {"op": "down"}, timeout_s=5.0)

@@ -8,7 +8,10 @@ from the socket itself (``SO_PEERCRED``), never from the message.
 
 Requests: ``join`` (the fields of :class:`orion_daemon.admission.JoinRequest`; answer: ``run``,
 ``slot``, ``environment``), ``status`` (answer: ``status``, see :mod:`orion_daemon.status`),
-``down`` (answer once the daemon has opened every gate and is stopping).
+``down`` (answer once the daemon has opened every gate and is stopping), ``record`` (a run's
+records: ``folder``, ``clients``, ``clock_origin_ns``, ``trace``; see
+:class:`orion_daemon.records.Recordings`) and ``record_end`` (``folder``; answered once the
+run's last records are written).
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The daemon itself: one loop that admits clients, finds the ones that are gone, and records.
 
 Started by `orion up` (detached, or in the foreground for systemd and containers) as
-``python -m orion_daemon``. Everything it owns is released on every way out: SIGTERM, Ctrl-C and
-`orion down` set the shared state's shutdown flag (clients pass through from then on), stop the
-gate keeper (which opens every gate), stop MPS, remove the shared memory's name, the socket and
-the record. A daemon killed with SIGKILL leaves a stale record, which the next one removes; its
-clients notice the silence within a second and run ungated.
+``python -m orion_daemon`` (:meth:`Daemon.serve`), or by `orion colocate` for the length of a
+run on a thread of its own process (:mod:`orion_daemon.embedded`). Everything it owns is
+released on every way out: SIGTERM, Ctrl-C and `orion down` set the shared state's shutdown
+flag (clients pass through from then on), stop the gate keeper (which opens every gate), stop
+MPS, remove the shared memory's name, the socket and the record. A daemon killed with SIGKILL
+leaves a stale record, which the next one removes; its clients notice the silence within a
+second and run ungated.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import socket
 import sys
 import traceback
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ from orion_common.runclock import RunClock, utc_now
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.protocol import answer, peer_pid, read_request
-from orion_daemon.records import SchedulerRecorder
+from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import ClientSample, client_status
 from scheduler_core.sharing import default_sharing, native_sharing_problem
@@ -43,7 +46,10 @@ POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
 
 @dataclass(frozen=True)
 class DaemonSettings:
-    """What one daemon runs with; `orion up` fills the GPU's facts in."""
+    """What one daemon runs with; `orion up` (or `orion colocate`) fills the GPU's facts in.
+
+    Kept in ``daemon.json`` (``settings``), so a run can tell whether a running daemon schedules
+    the way it needs (:data:`SCHEDULING`)."""
 
     gpu: int
     sm_count: int
@@ -54,9 +60,16 @@ class DaemonSettings:
     gpu_name: str | None = None
     memory_bytes: int | None = None
     queue_limit_ns: int | None = None  # None: from the HP client's profile when it joins
+    unknown_duration_ns: int | None = None  # None: the queue limit
     shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
+    quota_window_ns: int = 1_000_000_000  # the window GPU-time shares are counted over
     be_gate: str = "gpu"
     hp_completion: str = "estimate"
+    trace: bool = False  # the library keeps a kernel trace, which a run's records copy out
+    mps_folder: Path | None = None  # where the MPS daemon's folders go (None: the state folder)
+    owner: str | None = None
+    """The run directory of the `orion colocate` run that started this daemon for itself (None:
+    `orion up`): it admits that run's clients only, and `orion down` leaves it to the run."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -68,6 +81,40 @@ class DaemonSettings:
             raise OrionError(problem)
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DaemonSettings | None:
+        """The settings a ``daemon.json`` holds; None when it holds none that read (a daemon of
+        an older orion)."""
+        if not isinstance(data, dict):
+            return None
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        for key in ("folder", "mps_folder"):
+            if isinstance(values.get(key), str):
+                values[key] = Path(values[key])
+        try:
+            return cls(**values)
+        except (TypeError, OrionError):
+            return None
+
+
+SCHEDULING = (
+    "policy",
+    "sharing",
+    "be_gate",
+    "hp_completion",
+    "shares",
+    "quota_window_ns",
+    "queue_limit_ns",
+    "unknown_duration_ns",
+    "trace",
+)
+"""The settings that decide how clients are scheduled and recorded: a run uses a running daemon
+only when these are what it needs."""
 
 
 @dataclass
@@ -108,12 +155,38 @@ class Daemon:
         self._mps: Any = None
         self._events: CsvTable | None = None
         self._recorder: SchedulerRecorder | None = None
+        self._recordings: Recordings | None = None
         self._next_sample = 0.0
-        self._notes: list[str] = []
+        self.notes: list[str] = []
+        """What happened that the one who started the daemon should know (printed at the end
+        of :meth:`serve`)."""
 
     # -- life cycle ------------------------------------------------------------------------
     def serve(self) -> int:
-        """Runs until SIGTERM, Ctrl-C or `orion down`; 0 on a clean stop."""
+        """Runs until SIGTERM, Ctrl-C or `orion down`; 0 on a clean stop (the main thread of a
+        process of its own: ``python -m orion_daemon``)."""
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            with self.running():
+                for note in self.notes:
+                    print(note, flush=True)
+                self.notes.clear()
+                print(self._started_line(), flush=True)
+                self.loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        for note in self.notes:
+            print(note, flush=True)
+        print("orion daemon stopped: every gate open, clients run on ungated", flush=True)
+        return 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Daemon]:
+        """Everything the daemon owns, set up for the block (refused while another daemon runs
+        for the GPU) and released on every way out of it; :meth:`loop` serves meanwhile."""
         from scheduler_core.run_state import remove_stale_runs
 
         running = state.live_record(self.folder)
@@ -125,58 +198,50 @@ class Daemon:
             )
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         for removed in state.remove_stale(self.folder):
-            print(f"removed {removed} left by a daemon that died", flush=True)
+            self.notes.append(f"removed {removed} left by a daemon that died")
         remove_stale_runs()
-        previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
-        try:
-            with contextlib.ExitStack() as stack:
-                stack.callback(self._remove_own_files)
-                self._start(stack)
-                print(self._started_line(), flush=True)
-                self._loop()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        for note in self._notes:
-            print(note, flush=True)
-        print("orion daemon stopped: every gate open, clients run on ungated", flush=True)
-        return 0
+        with contextlib.ExitStack() as stack:
+            stack.callback(self._remove_own_files)
+            self._start(stack)
+            yield self
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
 
     def _start(self, stack: contextlib.ExitStack) -> None:
         from scheduler_core import SchedulerRun, SchedulerSettings
-        from scheduler_core.thresholds import FALLBACK_QUEUE_LIMIT_NS, default_unknown_duration_ns
+        from scheduler_core.run_state import TRACE_CAPACITY
+        from scheduler_core.thresholds import FALLBACK_QUEUE_LIMIT_NS
 
+        s = self.settings
         queue_limit = self.queue_limit_ns or FALLBACK_QUEUE_LIMIT_NS
         self._scheduler = stack.enter_context(
             SchedulerRun(
                 SchedulerSettings(
-                    policy=self.settings.policy,
-                    sm_count=self.settings.sm_count,
+                    policy=s.policy,
+                    sm_count=s.sm_count,
                     queue_limit_ns=queue_limit,
-                    unknown_duration_ns=default_unknown_duration_ns(queue_limit),
-                    be_gate=self.settings.be_gate,
-                    hp_completion=self.settings.hp_completion,
-                    quotas=self.settings.shares,
+                    unknown_duration_ns=self._unknown_duration_ns(queue_limit),
+                    trace_capacity=TRACE_CAPACITY if s.trace else 0,
+                    be_gate=s.be_gate,
+                    hp_completion=s.hp_completion,
+                    quotas=s.shares,
+                    quota_window_ns=s.quota_window_ns,
                     open_slots=True,
                 )
             )
         )
         self._scheduler.heartbeat()
         self._scheduler.publish()
-        if self.settings.sharing == "mps":
+        if s.sharing == "mps":
             from orion_daemon.mps import private_mps_daemon
 
-            if self.settings.gpu_uuid:
-                os.environ["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
+            if s.gpu_uuid:
+                os.environ["CUDA_VISIBLE_DEVICES"] = s.gpu_uuid
             self._mps = stack.enter_context(
                 private_mps_daemon(
-                    self.folder / f"mps-{os.getpid()}",
-                    notes=self._notes,
+                    s.mps_folder or self.folder / f"mps-{os.getpid()}",
+                    notes=self.notes,
                     keep_running=self._clients_attached,
                 )
             )
@@ -185,8 +250,10 @@ class Daemon:
         self._events = stack.enter_context(
             CsvTable(self.folder / state.CLIENTS_TABLE, state.CLIENT_EVENT_COLUMNS)
         )
-        self._recorder = SchedulerRecorder(self._scheduler, self.folder, self.clock)
+        self._recorder = SchedulerRecorder(self._scheduler, self.folder, self.clock, trace=False)
         stack.callback(self._recorder.close)
+        self._recordings = Recordings(self._scheduler)
+        stack.callback(self._recordings.close)  # the runs' last records, before the state goes
         self._listener = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
         socket_path = self.folder / state.SOCKET
         with contextlib.suppress(FileNotFoundError):
@@ -195,6 +262,12 @@ class Daemon:
         self._listener.listen(32)
         self._listener.setblocking(False)
         self._write_record()
+
+    def _unknown_duration_ns(self, queue_limit_ns: int) -> int:
+        from scheduler_core.thresholds import default_unknown_duration_ns
+
+        fixed = self.settings.unknown_duration_ns
+        return fixed if fixed is not None else default_unknown_duration_ns(queue_limit_ns)
 
     def _clients_attached(self) -> bool:
         """Whether a client process still runs (asked when the daemon stops)."""
@@ -216,7 +289,9 @@ class Daemon:
                 (self.folder / name).unlink()
 
     # -- the loop --------------------------------------------------------------------------
-    def _loop(self) -> None:
+    def loop(self) -> None:
+        """Serves requests, beats, reaps and records until :attr:`stopping` (inside
+        :meth:`running`)."""
         selector = selectors.DefaultSelector()
         selector.register(self._listener, selectors.EVENT_READ)
         try:
@@ -231,8 +306,7 @@ class Daemon:
 
     def _tick(self) -> None:
         self._scheduler.heartbeat()
-        for slot in self._scheduler.reap():
-            self._client_gone(slot)
+        self._reap()
         now = self.clock.now()
         if now >= self._next_sample:
             self._next_sample = now + SAMPLE_S
@@ -246,6 +320,8 @@ class Daemon:
         if self._recorder is not None:
             self._recorder.sample_memory()
             self._recorder.write_stats()
+        if self._recordings is not None:
+            self.notes.extend(self._recordings.sample())
         if self._events is not None:
             self._events.flush_if_due()
 
@@ -273,11 +349,24 @@ class Daemon:
         if op == "status":
             return {"ok": True, "status": self.status()}
         if op == "down":
+            if self.settings.owner is not None:
+                raise state.owned_refusal(self._record())
             self.stopping = True
             return {"ok": True, "pid": os.getpid()}
         if op == "learned":
             return {"ok": True, "learned": self.learned(str(message.get("client", "")))}
-        raise OrionError(f"unknown request {op!r} (join, status, learned, down)")
+        if op == "record":
+            assert self._recordings is not None
+            self._recordings.start(message, peer_pid(connection))
+            return {"ok": True}
+        if op == "record_end":
+            assert self._recordings is not None
+            self._reap()  # a client that has just ended is recorded as gone
+            self._recordings.end(message.get("folder"))
+            return {"ok": True}
+        raise OrionError(
+            f"unknown request {op!r} (join, status, learned, down, record, record_end)"
+        )
 
     def _join(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         try:
@@ -290,6 +379,8 @@ class Daemon:
     def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         live = [LiveClient(c.name, c.role, c.min_util) for c in self.clients.values()]
         check_join(request, live, self.settings.memory_bytes)
+        if self.settings.owner is not None and request.name not in self._recorded_names():
+            raise state.owned_refusal(self._record())
         if (request.min_util, request.max_util) != (0.0, 1.0) and not self.settings.shares:
             raise OrionError(
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
@@ -336,20 +427,23 @@ class Daemon:
             "ok": True,
             "run": self._scheduler.name,
             "slot": slot,
-            "environment": self._env(slot),
+            "environment": self._env(slot, request.strict),
         }
+
+    def _recorded_names(self) -> frozenset[str]:
+        return self._recordings.names() if self._recordings is not None else frozenset()
 
     def _set_queue_limit(self, rows: Any, latency_target_ms: float | None) -> None:
         """The BE queue bound follows the HP client's profile and target, unless `orion up` fixed
         it (``--queue-limit-us``)."""
-        from scheduler_core.thresholds import default_queue_limit_ns, default_unknown_duration_ns
+        from scheduler_core.thresholds import default_queue_limit_ns
 
         if self.settings.queue_limit_ns is not None:
             return
         target = latency_target_ms * 1e6 if latency_target_ms is not None else None
         self.queue_limit_ns = default_queue_limit_ns(rows, target)
         self._scheduler.set_queue_limit(
-            self.queue_limit_ns, default_unknown_duration_ns(self.queue_limit_ns)
+            self.queue_limit_ns, self._unknown_duration_ns(self.queue_limit_ns)
         )
 
     def _follow_learned_hp(self) -> None:
@@ -375,15 +469,16 @@ class Daemon:
             self.queue_limit_ns = limit
             self._scheduler.set_queue_limit(limit, default_unknown_duration_ns(limit))
 
-    def _env(self, slot: int) -> dict[str, str]:
+    def _env(self, slot: int, strict: bool) -> dict[str, str]:
         from scheduler_core import preload_library_path
 
         environment = {
             "ORION_RUN": self._scheduler.name,
             "ORION_CLIENT": str(slot),
             # A client that cannot join (the daemon stopped meanwhile) runs ungated, as it would
-            # have without orion; a benchmark run is strict instead.
-            "ORION_STRICT": "0",
+            # have without orion; a benchmark run's is strict instead: it attaches as it starts
+            # and exits rather than spoil a measurement.
+            "ORION_STRICT": "1" if strict else "0",
             "ORION_PRELOAD": str(preload_library_path()),
         }
         if self.settings.gpu_uuid:
@@ -393,7 +488,13 @@ class Daemon:
         return environment
 
     # -- clients that are gone ---------------------------------------------------------------
+    def _reap(self) -> None:
+        for slot in self._scheduler.reap():
+            self._client_gone(slot)
+
     def _client_gone(self, slot: int) -> None:
+        if self._recordings is not None:
+            self._recordings.client_gone(slot)  # its last trace and statistics, for its run
         stats = self._scheduler.client_stats(slot)
         client = self.clients.pop(slot, None)
         if client is not None:
@@ -426,8 +527,11 @@ class Daemon:
         self._events.flush()
 
     def _write_record(self) -> None:
+        write_json_atomic(self.folder / state.RECORD, self._record())
+
+    def _record(self) -> dict[str, Any]:
         s = self.settings
-        record = {
+        return {
             "format": state.FORMAT,
             "version": state.VERSION,
             "status": "running",
@@ -463,8 +567,9 @@ class Daemon:
                 "log_dir": str(self._mps.log_dir),
             },
             "clients": [c.record() for c in self.clients.values()],
+            "settings": s.to_json(),
+            "owner": s.owner,
         }
-        write_json_atomic(self.folder / state.RECORD, record)
 
     def status(self) -> dict[str, Any]:
         """What `orion status` shows (see :mod:`orion_daemon.status`)."""
@@ -477,6 +582,7 @@ class Daemon:
             "uptime_s": round(self.clock.now(), 3),
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
             "free_slots": self._free_slots(),
+            "owner": self.settings.owner,
             "clients": [
                 client_status(c, self._scheduler.client_stats(c.slot))
                 for c in sorted(self.clients.values(), key=lambda c: (c.role != "hp", c.slot))

@@ -1,4 +1,5 @@
-"""Loading a client's profile into its slot: one way for a daemon's clients and a run's.
+"""Loading a client's profile into its slot: the one place a profiled client is written (every
+client joins a daemon, `orion colocate`'s included).
 
 A profile gives the slot its kernel identity table; a CUDA-graph profile also the graph, which
 the library recognises by its kernel nodes when the program instantiates it and gates as a unit.

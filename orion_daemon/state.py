@@ -95,6 +95,20 @@ def require_daemon(gpu: int, folder: Path | None = None) -> dict[str, Any]:
     return record
 
 
+def owned_refusal(record: dict[str, Any]) -> OrionError:
+    """Why a daemon that an `orion colocate` run started for itself (its record's ``owner``, the
+    run's directory) neither admits other programs nor stops on `orion down`: it is the run's,
+    and goes when the run ends."""
+    gpu = record.get("gpu", {}).get("index") if isinstance(record.get("gpu"), dict) else None
+    return OrionError(
+        f"the orion daemon of GPU {gpu} belongs to the `orion colocate` run in "
+        f"{record.get('owner')} (pid {record.get('pid')}): it serves that run's clients and "
+        "stops when the run ends",
+        hint=f"wait for the run to end, or stop it (Ctrl-C in its terminal, or kill -TERM "
+        f"{record.get('pid')})",
+    )
+
+
 def remove_stale(folder: Path) -> list[str]:
     """Removes what a daemon that died (SIGKILL) left in ``folder``: its record and socket.
     Its shared memory is removed by :func:`scheduler_core.run_state.remove_stale_runs`; logs

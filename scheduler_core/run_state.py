@@ -9,9 +9,11 @@ the object at the end, also when the controller itself stops early.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,8 @@ DEFAULT_BE_GATE = "gpu"
 """Measured on an H100 with the CUDA-graph headline (benchmarks/results/nvidia-h100-80gb-hbm3/
 headline-graph-gate): BE kept 0.63 of its throughput alone with the CPU gate and 0.87 with the
 GPU gate, at the same HP p99 within the runs' intervals."""
+TRACE_CAPACITY = 65536
+"""Trace records per client kept between two drains when a run records a kernel trace."""
 _SHM_PREFIX = "orion-"
 _SHM_DIR = Path("/dev/shm")
 
@@ -264,8 +268,12 @@ class SchedulerRun:
 
     def set_queue_limit(self, queue_limit_ns: int, unknown_duration_ns: int) -> None:
         """The BE queue bound, set when an HP client joins a daemon or once its step is learned
-        (clients read it at their next launch)."""
+        (clients read it at their next launch); :attr:`settings` says the new figures from then
+        on, as the run's records do."""
         self._run.set_queue_limit(queue_limit_ns, unknown_duration_ns)
+        self.settings = dataclasses.replace(
+            self.settings, queue_limit_ns=queue_limit_ns, unknown_duration_ns=unknown_duration_ns
+        )
 
     def heartbeat(self) -> None:
         """The daemon's pulse: clients of an open run stop gating when it falls silent."""
@@ -431,13 +439,18 @@ class SchedulerRun:
         (0 until enough samples), launches, nodes: a graph's node kernel keys)."""
         return [dict(entry) for entry in self._run.learned(index)]
 
-    def drain_trace(self) -> pd.DataFrame:
-        """Trace records written since the last call, all clients, as a table (TRACE_COLUMNS)."""
+    def drain_trace(self, indices: Iterable[int] | None = None) -> pd.DataFrame:
+        """Trace records written since the last call, as a table (TRACE_COLUMNS): of the clients
+        in slots ``indices`` (None: every client). ``attrs["records_lost"]`` counts the records
+        the ring overwrote before this call could read them."""
         rows = []
-        for index, client in self._clients.items():
+        lost_now = 0
+        chosen = self._clients if indices is None else {i: self._clients[i] for i in indices}
+        for index, client in chosen.items():
             records, cursor, lost = self._run.read_trace(index, self._trace_cursor[index])
             self._trace_cursor[index] = cursor
             self._trace_lost += lost
+            lost_now += lost
             names = self._names_by_key[index]
             for seq, key, enqueue, launch, duration, sm, kernel_class, reason, known in records:
                 rows.append(
@@ -454,7 +467,9 @@ class SchedulerRun:
                         launch,
                     )
                 )
-        return pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+        frame = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+        frame.attrs["records_lost"] = lost_now
+        return frame
 
     # -- teardown -------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""Skip GPU tests cleanly on machines without CUDA, and torchvision tests where it cannot import."""
+"""Skip GPU tests cleanly on machines without CUDA, and torchvision tests where it cannot import;
+keep every test's daemons (a colocate run's own included) out of the user's state folder."""
 
 from __future__ import annotations
 
@@ -34,3 +35,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
         if item.get_closest_marker("torchvision") is not None and not torchvision_works():
             item.add_marker(skip_tv)
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A state folder per test (short: daemon sockets have 107 bytes for their path), so a
+    daemon running on this machine is never joined and nothing is left in its folder."""
+    monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path_factory.mktemp("state")))

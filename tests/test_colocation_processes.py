@@ -37,7 +37,7 @@ def test_a_client_that_cannot_build_its_workload_reports_why(tmp_path: Path) -> 
         options={"seq_len": 0},  # what the config validator would have refused
     )
     spec.write(spec_path(run_dir, "be"))
-    client = ClientProcess(config.clients[0], 0, run_dir)
+    client = ClientProcess(config.clients[0], run_dir)
     client.spawn(dict(os.environ))
     assert client.wait(60)
     assert client.state == FAILED

@@ -325,7 +325,7 @@ def test_a_time_sliced_gating_run_starts_no_mps_daemon_and_still_gates(
         client["profile"] = str(make_profile(tmp_path / f"{client['name']}.csv", client))
     config = parse_jobs(data, tmp_path)
     plan = prepare_run(config)
-    assert plan.mps_control is None
+    assert plan.daemon.settings.sharing == "timeslice"  # the run's daemon starts no MPS
     assert (plan.settings.policy, plan.settings.be_gate) == ("orion", "gpu")
     outcome = run_jobs(plan)
     assert outcome.status == "complete", outcome
@@ -338,6 +338,28 @@ def test_a_time_sliced_gating_run_starts_no_mps_daemon_and_still_gates(
     assert stats["settings"]["be_gate"] == "gpu"
     assert "gate_keeper" in stats  # the keeper that opens BE gates ran with the run
     assert not own_shared_memory()
+
+
+def test_a_gating_run_of_clients_learned_online_needs_no_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # profile_source "online": no profile file anywhere, under a policy that gates by profiles;
+    # the clients join with none and the library learns their kernels (tests/test_online_learning
+    # shows the learning); the run's records carry the launch counts by source.
+    monkeypatch.setattr(sysinfo, "find_mps_control", lambda: None)
+    monkeypatch.setattr(
+        sysinfo, "software_summary", lambda gpu=0: {"gpu_name": "NVIDIA H200", "sm_count": None}
+    )
+    data = jobs_data(tmp_path, policy="orion", sharing="timeslice")
+    for client in data["clients"]:
+        client.pop("profile", None)
+        client["profile_source"] = "online"
+    plan = prepare_run(parse_jobs(data, tmp_path))
+    assert all(request.profile is None for request in plan.daemon.clients)
+    outcome = run_jobs(plan)
+    assert outcome.status == "complete", outcome
+    stats = json.loads((outcome.run_dir / "scheduler.json").read_text())
+    assert {"offline_launches", "online_launches"} <= set(stats["clients"]["hp"])
 
 
 def test_the_hp_latency_target_sets_the_be_queue_bound(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -20,22 +19,37 @@ ORIGIN_NS = 5_000_000_000
 
 
 class FakeScheduler:
-    """What SchedulerRun hands the recorder: settings, trace batches, statistics."""
+    """What SchedulerRun hands the recorder: settings, its clients by slot, their statistics,
+    trace batches (with the records the ring lost before each drain)."""
 
-    def __init__(self, batches: list[list[tuple[Any, ...]]]) -> None:
-        self.settings = SchedulerSettings("orion", 132, 50_000, 50_000, trace_capacity=1024)
-        self._batches = batches
-
-    def drain_trace(self) -> pd.DataFrame:
-        rows = self._batches.pop(0) if self._batches else []
-        return pd.DataFrame(rows, columns=list(NATIVE_TRACE_COLUMNS))
-
-    def stats(self) -> dict[str, Any]:
-        return {
+    def __init__(
+        self,
+        batches: list[tuple[list[tuple[Any, ...]], int]] = (),
+        stats: dict[str, dict[str, Any]] | None = None,
+        settings: SchedulerSettings | None = None,
+    ) -> None:
+        self.settings = settings or SchedulerSettings(
+            "orion", 132, 50_000, 50_000, trace_capacity=1024
+        )
+        self._batches = list(batches)
+        self._stats = stats or {
             "hp": {"state": "exited", "launches": 3, "blocked_ms": 0.0},
             "be": {"state": "dead", "launches": 1, "blocked_ms": 1.5},
-            "_run": {"trace_records_lost": 2},
         }
+        self.slots = dict(enumerate(self._stats))
+
+    def client_indices(self) -> dict[int, str]:
+        return dict(self.slots)
+
+    def client_stats(self, slot: int) -> dict[str, Any]:
+        return dict(self._stats[self.slots[slot]])
+
+    def drain_trace(self, indices: list[int]) -> pd.DataFrame:
+        rows, lost = self._batches.pop(0) if self._batches else ([], 0)
+        names = {self.slots[i] for i in indices}
+        frame = pd.DataFrame([r for r in rows if r[0] in names], columns=NATIVE_TRACE_COLUMNS)
+        frame.attrs["records_lost"] = lost
+        return frame
 
     def gate_stats(self) -> dict[str, Any]:
         return {"keeper_running": True, "opens": 4, "closes": 1}
@@ -53,15 +67,21 @@ def launch(
 def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
     scheduler = FakeScheduler(
         [
-            [
-                launch("hp", 1, "gemm", 1.0, 1.0, "high_priority"),
-                launch("be", 1, "conv<#1>, x", 1.1, 1.25, "fits_beside"),
-            ],
+            (
+                [
+                    launch("hp", 1, "gemm", 1.0, 1.0, "high_priority"),
+                    launch("be", 1, "conv<#1>, x", 1.1, 1.25, "fits_beside"),
+                ],
+                0,
+            ),
             # be's record 2 was overwritten in the ring before it was drained: its number is gone
-            [
-                launch("hp", 2, "relu", 2.0, 2.0, "high_priority"),
-                launch("be", 3, "bn", 2.1, None, "hp_idle"),
-            ],
+            (
+                [
+                    launch("hp", 2, "relu", 2.0, 2.0, "high_priority"),
+                    launch("be", 3, "bn", 2.1, None, "hp_idle"),
+                ],
+                1,
+            ),
         ]
     )
     recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
@@ -81,16 +101,16 @@ def test_trace_and_statistics_are_copied_out(tmp_path: Path) -> None:
     assert stats["settings"]["policy"] == "orion"
     assert stats["settings"]["trace_capacity"] == 1024
     assert stats["settings"]["hp_completion"] == "estimate"
-    assert stats["trace_records_lost"] == 2
+    assert stats["trace_records_lost"] == 1
     # BE launches held on the GPU (the default): what the controller's gate keeper did.
     assert stats["settings"]["be_gate"] == "gpu"
     assert stats["gate_keeper"] == {"keeper_running": True, "opens": 4, "closes": 1}
 
 
 def test_no_trace_file_without_tracing(tmp_path: Path) -> None:
-    scheduler = SimpleNamespace(
+    scheduler = FakeScheduler(
+        stats={"hp": {"state": "exited"}},
         settings=SchedulerSettings("passthrough", 132, 50_000, 50_000),
-        stats=lambda: {"hp": {"state": "exited"}},
     )
     recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
     assert recorder.drain_trace() == 0
@@ -108,10 +128,8 @@ def test_memory_and_gpu_shares_are_sampled_per_client(tmp_path: Path) -> None:
         "b": {"memory_used": 0, "memory_limit": 0, "allocations_refused": 0,
               "gpu_share": 0.69, "min_util": 0.0, "max_util": 1.0},
     }  # fmt: skip
-    scheduler = SimpleNamespace(
-        settings=SchedulerSettings("quota", 132, 50_000, 50_000, quotas=True),
-        stats=lambda: stats,
-        gate_stats=lambda: {},
+    scheduler = FakeScheduler(
+        stats=stats, settings=SchedulerSettings("quota", 132, 50_000, 50_000, quotas=True)
     )
     recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
     recorder.sample_memory()
@@ -128,12 +146,47 @@ def test_memory_and_gpu_shares_are_sampled_per_client(tmp_path: Path) -> None:
 
 
 def test_no_shares_table_without_shares(tmp_path: Path) -> None:
-    scheduler = SimpleNamespace(
+    scheduler = FakeScheduler(
+        stats={"a": {"memory_used": 0, "memory_limit": 0}},
         settings=SchedulerSettings("orion", 132, 50_000, 50_000),
-        stats=lambda: {"a": {"memory_used": 0, "memory_limit": 0}},
-        gate_stats=lambda: {},
     )
     recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS))
     recorder.close()
     assert (tmp_path / "memory.csv").exists()
     assert not (tmp_path / "shares.csv").exists()
+
+
+def test_a_runs_records_hold_its_clients_only_with_the_final_statistics_of_those_gone(
+    tmp_path: Path,
+) -> None:
+    # A daemon serving a run ("hp") and another program ("other"): the run's folder gets hp's
+    # trace, samples and statistics, also those hp left when its slot was given back.
+    scheduler = FakeScheduler(
+        [
+            (
+                [
+                    launch("hp", 1, "gemm", 1.0, 1.0, "high_priority"),
+                    launch("other", 1, "copy", 1.0, 1.0, "hp_idle"),
+                ],
+                0,
+            ),
+            ([launch("hp", 2, "relu", 2.0, 2.0, "high_priority")], 0),
+        ],
+        stats={
+            "hp": {"state": "exited", "launches": 2, "memory_used": 4096},
+            "other": {"state": "attached", "launches": 1, "memory_used": 0},
+        },
+    )
+    recorder = SchedulerRecorder(scheduler, tmp_path, RunClock(ORIGIN_NS), names=["hp"])
+    assert recorder.drain_trace() == 1
+    recorder.sample_memory()
+    recorder.client_gone(0)  # hp's process is gone: its last records, before the slot goes
+    del scheduler.slots[0]
+    recorder.close()
+    trace = read_table(tmp_path / "trace.csv", TRACE_COLUMNS, notes=[])
+    assert trace["client"].tolist() == ["hp", "hp"]
+    assert trace["seq"].tolist() == [1, 2]
+    stats = json.loads((tmp_path / "scheduler.json").read_text())
+    assert stats["clients"] == {"hp": {"state": "exited", "launches": 2, "memory_used": 4096}}
+    memory = pd.read_csv(tmp_path / "memory.csv")
+    assert memory["client"].tolist() == ["hp"]  # sampled while it ran; nothing once gone
