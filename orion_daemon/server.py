@@ -17,8 +17,7 @@ import signal
 import socket
 import sys
 import traceback
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
-from orion_daemon.status import ClientSample, client_status
+from orion_daemon.status import Client, ClientSample, client_status
 
 TICK_S = 0.1
 """How often the daemon beats and looks for gone clients: a slot comes back well within a
@@ -65,29 +64,6 @@ class DaemonSettings:
             raise OrionError(f"sharing must be one of {', '.join(SHARINGS)} (got {self.sharing!r})")
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
-
-
-@dataclass
-class Client:
-    """A client holding a slot, as the daemon knows it."""
-
-    slot: int
-    name: str
-    role: str
-    claim_pid: int
-    command: list[str]
-    profile: str | None
-    memory_limit: int | None
-    min_util: float
-    max_util: float
-    latency_target_ms: float | None
-    joined_s: float
-    samples: deque[ClientSample] = field(default_factory=lambda: deque(maxlen=8))
-
-    def record(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("samples")
-        return data
 
 
 class Daemon:
