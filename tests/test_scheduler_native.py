@@ -17,7 +17,6 @@ from native_harness import (
     MS,
     Harness,
     Interval,
-    build_harness,
     kernel_table,
     launch_intervals,
     read_log,
@@ -31,14 +30,6 @@ from scheduler_core.run_state import remove_stale_runs
 # Scheduling decisions and the log line of the launch they allow are a few microseconds apart;
 # allow generously for a loaded 2-core CI machine descheduling a process in between.
 TOLERANCE_NS = 3 * MS
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 def settings(
