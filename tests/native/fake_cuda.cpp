@@ -30,16 +30,6 @@
 #include <thread>
 #include <vector>
 
-extern "C" {
-using CUresult = int;
-struct CUlaunchConfig {
-    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    void* hStream;
-    void* attrs;
-    unsigned int numAttrs;
-};
-}
-
 namespace {
 
 struct FakeFunction {
