@@ -2,7 +2,9 @@
 //
 // The Python side creates a run, registers clients, loads their kernel tables, publishes the run,
 // and later reads statistics and the trace. It shares the layout, hash and policy code with the
-// preload library, so there is no second description of any of them in Python.
+// preload library, so there is no second description of any of them in Python. Every write into
+// the run's shared memory is a function of run_region.h: this module converts Python values to
+// C++ ones, calls them, and converts what it reads back.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -21,35 +23,40 @@
 #include "shared_state.h"
 #include "tracking.h"
 #include "clock.h"
+#include "enum_names.h"
 
 namespace py = pybind11;
 
 namespace orion {
 namespace {
 
-KernelClass parse_class(const std::string& name) {
-    if (name == "compute") return KernelClass::kCompute;
-    if (name == "memory") return KernelClass::kMemory;
-    if (name == "unknown") return KernelClass::kUnknown;
-    throw py::value_error("kernel class must be 'compute', 'memory' or 'unknown', not '" + name + "'");
+// The names Python uses for the layout's enums, indexed by value (enum_names.h).
+const char* const kClassNames[] = {"unknown", "compute", "memory"};
+const char* const kRoleNames[] = {"hp", "be"};
+const char* const kCompletionNames[] = {"none", "gpu-write", "estimate"};
+const char* const kBeGateNames[] = {"cpu", "gpu"};
+
+// `name` as a value of `names`, from the value `first` on; a ValueError saying `what` must be one
+// of `choices` otherwise.
+template <typename Enum, std::size_t N>
+Enum parse_name(const char* const (&names)[N], const std::string& name, const char* what,
+                const char* choices, std::size_t first = 0) {
+    Enum value;
+    if (!value_named(names, name.c_str(), &value, first)) {
+        throw py::value_error(std::string(what) + " must be " + choices + ", not '" + name + "'");
+    }
+    return value;
 }
 
-const char* class_name(std::uint8_t value) {
-    switch (static_cast<KernelClass>(value)) {
-        case KernelClass::kCompute:
-            return "compute";
-        case KernelClass::kMemory:
-            return "memory";
-        case KernelClass::kUnknown:
-            break;
-    }
-    return "unknown";
+KernelClass parse_class(const std::string& name) {
+    return parse_name<KernelClass>(kClassNames, name, "kernel class",
+                                   "'compute', 'memory' or 'unknown'");
 }
+
+const char* class_name(std::uint8_t value) { return name_of(kClassNames, value); }
 
 Role parse_role(const std::string& name) {
-    if (name == "hp") return Role::kHighPriority;
-    if (name == "be") return Role::kBestEffort;
-    throw py::value_error("role must be 'hp' or 'be', not '" + name + "'");
+    return parse_name<Role>(kRoleNames, name, "role", "'hp' or 'be'");
 }
 
 Policy policy_from(const std::string& name) {
@@ -61,30 +68,21 @@ Policy policy_from(const std::string& name) {
     return policy;
 }
 
-// The HP client's completion tracking, as named in jobs.json and SchedulerSettings.
+// The HP client's completion tracking, as named in jobs.json and SchedulerSettings ("none", the
+// state before a client chose, is no choice).
 CompletionMode hp_completion_from(const std::string& name) {
-    if (name == "estimate") return CompletionMode::kEstimate;
-    if (name == "gpu-write") return CompletionMode::kGpuWrite;
-    throw py::value_error("hp_completion must be 'estimate' or 'gpu-write', not '" + name + "'");
+    return parse_name<CompletionMode>(kCompletionNames, name, "hp_completion",
+                                      "'estimate' or 'gpu-write'",
+                                      static_cast<std::size_t>(CompletionMode::kGpuWrite));
 }
 
 // Where held BE launches wait, as named in jobs.json and SchedulerSettings.
 BeGate be_gate_from(const std::string& name) {
-    if (name == "cpu") return BeGate::kCpu;
-    if (name == "gpu") return BeGate::kGpu;
-    throw py::value_error("be_gate must be 'cpu' or 'gpu', not '" + name + "'");
+    return parse_name<BeGate>(kBeGateNames, name, "be_gate", "'cpu' or 'gpu'");
 }
 
 const char* completion_mode_name(std::uint32_t mode) {
-    switch (static_cast<CompletionMode>(mode)) {
-        case CompletionMode::kGpuWrite:
-            return "gpu-write";
-        case CompletionMode::kEstimate:
-            return "estimate";
-        case CompletionMode::kNone:
-            break;
-    }
-    return "none";
+    return name_of(kCompletionNames, mode, "none");
 }
 
 class Run {

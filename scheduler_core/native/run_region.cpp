@@ -7,10 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <utility>
 
 #include "clock.h"
+#include "enum_names.h"
 #include "policy.h"
 #include "tracking.h"
 
@@ -208,21 +210,10 @@ bool RunMapping::unlink(const std::string& name, std::string* error) {
 }
 
 const char* state_name(std::uint32_t state) {
-    switch (static_cast<ClientState>(state)) {
-        case ClientState::kFree:
-            return "free";
-        case ClientState::kRegistered:
-            return "registered";
-        case ClientState::kAttached:
-            return "attached";
-        case ClientState::kExited:
-            return "exited";
-        case ClientState::kDead:
-            return "dead";
-        case ClientState::kReserved:
-            return "reserved";
-    }
-    return "unknown";
+    static const char* const kNames[] = {"free",   "registered", "attached",
+                                         "exited", "dead",       "reserved"};
+    static_assert(std::size(kNames) == static_cast<std::size_t>(ClientState::kReserved) + 1);
+    return name_of(kNames, state);
 }
 
 void check_client(const RunMapping& run, std::uint32_t client) {
