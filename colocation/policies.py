@@ -17,7 +17,8 @@ NativePolicy = Literal["passthrough", "priority", "reef", "orion", "quota"]
 
 @dataclass(frozen=True)
 class Policy:
-    """One sharing policy.
+    """One sharing policy. A row names what sets it apart; the defaults are the common case: MPS,
+    every client a peer, no profiles, no stream priorities chosen by the client, clients at once.
 
     ``native_policy`` is the name the preload library knows; ``passthrough`` means the library
     forwards every call untouched (the sharing then comes from the driver or MPS alone).
@@ -25,16 +26,16 @@ class Policy:
 
     name: str
     description: str
-    uses_mps: bool
     native_policy: NativePolicy
-    needs_hp: bool
+    uses_mps: bool = True
+    needs_hp: bool = False
     """The policy treats one client differently, so exactly one client must have role ``hp``."""
-    needs_profiles: bool
+    needs_profiles: bool = False
     """The library gates kernels by profiled durations and SM needs, so every client needs a
     kernel profile."""
-    hp_stream_priority_by_client: bool
+    hp_stream_priority_by_client: bool = False
     """The HP client itself submits its work on a high-priority CUDA stream."""
-    sequential: bool
+    sequential: bool = False
     """Clients run alone, one after another (the no-interference reference)."""
     sm_partitions: bool = False
     """Clients may carry ``sm_percent``: a static share of the SMs through MPS's
@@ -45,42 +46,27 @@ _POLICY_LIST: tuple[Policy, ...] = (
     Policy(
         name="dedicated",
         description="each client alone on the GPU, one after another (the reference)",
-        uses_mps=False,
         native_policy="passthrough",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
+        uses_mps=False,
         sequential=True,
     ),
     Policy(
         name="timeslice",
         description="separate processes without MPS: the driver time-slices the GPU",
-        uses_mps=False,
         native_policy="passthrough",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
+        uses_mps=False,
     ),
     Policy(
         name="mps",
         description="separate processes under a private MPS daemon, no scheduling",
-        uses_mps=True,
         native_policy="passthrough",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
     Policy(
         name="mps-priority",
         description="MPS; the HP client puts its work on a high-priority CUDA stream itself",
-        uses_mps=True,
         native_policy="passthrough",
         needs_hp=True,
-        needs_profiles=False,
         hp_stream_priority_by_client=True,
-        sequential=False,
     ),
     Policy(
         name="mps-share",
@@ -88,45 +74,32 @@ _POLICY_LIST: tuple[Policy, ...] = (
             "MPS with static SM shares: each client's sm_percent caps the SMs it may use; "
             "the HP client uses a high-priority stream as in mps-priority"
         ),
-        uses_mps=True,
         native_policy="passthrough",
         needs_hp=True,
-        needs_profiles=False,
         hp_stream_priority_by_client=True,
-        sequential=False,
         sm_partitions=True,
     ),
     Policy(
         name="priority",
         description="MPS; orion's preload library sets stream priorities (HP highest, BE lowest)",
-        uses_mps=True,
         native_policy="priority",
         needs_hp=True,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
     Policy(
         name="reef",
         description=(
             "MPS; BE kernels run only while no HP kernel is in flight, with a bounded BE queue"
         ),
-        uses_mps=True,
         native_policy="reef",
         needs_hp=True,
         needs_profiles=True,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
     Policy(
         name="orion",
         description="MPS; the full Orion interference-aware policy",
-        uses_mps=True,
         native_policy="orion",
         needs_hp=True,
         needs_profiles=True,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
     Policy(
         name="quota",
@@ -134,12 +107,7 @@ _POLICY_LIST: tuple[Policy, ...] = (
             "MPS; every client a peer, GPU time granted one client at a time by min_util "
             "(promised) and max_util (cap) shares, the rest to whoever has work"
         ),
-        uses_mps=True,
         native_policy="quota",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
 )
 
