@@ -63,6 +63,27 @@ void require_configurable(const RunMapping& run, std::uint32_t client) {
     }
 }
 
+// A client's name fits its slot, terminator included.
+void check_client_name(const std::string& name) {
+    if (name.empty() || name.size() >= kClientNameBytes) {
+        throw std::invalid_argument("client name must have 1 to " +
+                                    std::to_string(kClientNameBytes - 1) + " characters");
+    }
+}
+
+// Moves `slot` from `from` to `end` (exited or dead) unless its state changed meanwhile, then
+// zeroes its memory use: its allocations died with its process. Returns the state it saw (`from`
+// when this call moved it).
+ClientState end_slot(ClientSlot& slot, ClientState from, ClientState end) {
+    auto expected = static_cast<std::uint32_t>(from);
+    if (!slot.state.compare_exchange_strong(expected, static_cast<std::uint32_t>(end),
+                                            std::memory_order_acq_rel)) {
+        return static_cast<ClientState>(expected);
+    }
+    slot.memory.used.store(0, std::memory_order_release);
+    return from;
+}
+
 void name_slot(ClientSlot& slot, const std::string& name, Role role) {
     slot.role = static_cast<std::uint32_t>(role);
     std::memcpy(slot.name, name.data(), name.size());
@@ -223,13 +244,6 @@ void check_client(const RunMapping& run, std::uint32_t client) {
     }
 }
 
-void check_client_name(const std::string& name) {
-    if (name.empty() || name.size() >= kClientNameBytes) {
-        throw std::invalid_argument("client name must have 1 to " +
-                                    std::to_string(kClientNameBytes - 1) + " characters");
-    }
-}
-
 void publish(const RunMapping& run) {
     run.view().header().ready.store(1, std::memory_order_release);
 }
@@ -302,16 +316,6 @@ void register_slot(const RunMapping& run, std::uint32_t client, std::int32_t cla
         mark_best_effort(run.view().header(), client);
     }
     set_state(slot, ClientState::kRegistered);
-}
-
-ClientState end_slot(ClientSlot& slot, ClientState from, ClientState end) {
-    auto expected = static_cast<std::uint32_t>(from);
-    if (!slot.state.compare_exchange_strong(expected, static_cast<std::uint32_t>(end),
-                                            std::memory_order_acq_rel)) {
-        return static_cast<ClientState>(expected);
-    }
-    slot.memory.used.store(0, std::memory_order_release);
-    return from;
 }
 
 std::vector<std::uint32_t> reap_slots(const RunMapping& run) {

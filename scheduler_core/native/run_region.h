@@ -81,8 +81,6 @@ const char* state_name(std::uint32_t state);
 // ---- Checks (each throws as the module comment says) ----
 // `client` is a slot the run counts (every slot of an open run).
 void check_client(const RunMapping& run, std::uint32_t client);
-// A client's name fits its slot.
-void check_client_name(const std::string& name);
 
 // ---- Run-wide words ----
 // Makes the run visible to clients (release: everything written before is seen by an attacher).
@@ -113,10 +111,6 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run);
 void release_slot(const RunMapping& run, std::uint32_t client);
 // The controller saw the process of an attached client end (crashed: killed).
 void mark_gone(const RunMapping& run, std::uint32_t client, bool crashed);
-// Moves `slot` from `from` to `end` (exited or dead) unless its state changed meanwhile, and then
-// zeroes its memory use: its allocations died with its process. Returns the state it saw (`from`
-// when this call moved it). Peers that find a dead process end its slot the same way.
-ClientState end_slot(ClientSlot& slot, ClientState from, ClientState end);
 
 // ---- A client's profile and limits ----
 // Loaded before publication, or into a slot its daemon has reserved.

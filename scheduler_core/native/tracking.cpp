@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "run_region.h"
-
 namespace orion {
 namespace {
 
@@ -244,7 +242,12 @@ void reap_dead_peers(const RunView& view, std::uint32_t self) {
         ClientSlot& slot = view.client(client);
         if (!client_participates(slot)) continue;
         if (process_is_gone(slot.pid.load(std::memory_order_relaxed))) {
-            end_slot(slot, ClientState::kAttached, ClientState::kDead);
+            auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
+            if (slot.state.compare_exchange_strong(expected,
+                                                   static_cast<std::uint32_t>(ClientState::kDead),
+                                                   std::memory_order_acq_rel)) {
+                slot.memory.used.store(0, std::memory_order_release);  // died with it
+            }
         }
     }
 }
