@@ -273,8 +273,11 @@ HP_REQUESTS = f"func hpk 8000 repeat {HP_REQUEST_COUNT} launch hpk 4 128 0 sleep
 
 
 def wait_until_launched(run: SchedulerRun, client: str, timeout_s: float = 20) -> None:
+    """Until a launch of ``client`` is in its in-flight ring, where its peers' decisions see it.
+    (The launch counter goes up as the launch call begins, before that: a peer deciding in
+    between would find the client idle.)"""
     deadline = time.monotonic() + timeout_s
-    while run.stats()[client]["launches"] == 0:
+    while run.stats()[client]["tracked_launches"] == 0:
         assert time.monotonic() < deadline, f"{client} never launched"
         time.sleep(0.005)
 
