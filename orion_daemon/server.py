@@ -19,9 +19,8 @@ import signal
 import socket
 import sys
 import traceback
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
-from orion_daemon.status import ClientSample, client_status
+from orion_daemon.status import Client, ClientSample, client_status
 from scheduler_core.sharing import default_sharing, native_sharing_problem
 
 TICK_S = 0.1
@@ -115,29 +114,6 @@ SCHEDULING = (
 )
 """The settings that decide how clients are scheduled and recorded: a run uses a running daemon
 only when these are what it needs."""
-
-
-@dataclass
-class Client:
-    """A client holding a slot, as the daemon knows it."""
-
-    slot: int
-    name: str
-    role: str
-    claim_pid: int
-    command: list[str]
-    profile: str | None
-    memory_limit: int | None
-    min_util: float
-    max_util: float
-    latency_target_ms: float | None
-    joined_s: float
-    samples: deque[ClientSample] = field(default_factory=lambda: deque(maxlen=8))
-
-    def record(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("samples")
-        return data
 
 
 class Daemon:

@@ -1,4 +1,4 @@
-"""What `orion status` shows of each client, from the preload library's own counters.
+"""The daemon's clients and what `orion status` shows of each, from the library's own counters.
 
 Rates come from the daemon's samples of those counters (every half second, the last few
 kept), so they describe the last seconds, not the client's whole life. Field names carry their
@@ -7,8 +7,9 @@ units; ``--json`` prints exactly these dictionaries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from scheduler_core.profile_sources import interference, profile_sources
 
@@ -44,16 +45,27 @@ class ClientSample:
         )
 
 
-class ClientLike(Protocol):
+@dataclass
+class Client:
+    """A client holding a slot, as the daemon knows it."""
+
     slot: int
     name: str
     role: str
     claim_pid: int
     command: list[str]
     profile: str | None
+    memory_limit: int | None
+    min_util: float
+    max_util: float
     latency_target_ms: float | None
     joined_s: float
-    samples: Any
+    samples: deque[ClientSample] = field(default_factory=lambda: deque(maxlen=8))
+
+    def record(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("samples")
+        return data
 
 
 def _launch_rate(samples: list[ClientSample]) -> float | None:
@@ -74,7 +86,7 @@ def _interference(samples: list[ClientSample]) -> float | None:
     return None if slowdown is None else round(slowdown, 3)
 
 
-def client_status(client: ClientLike, stats: dict[str, Any]) -> dict[str, Any]:
+def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     """One client's row of `orion status` (also its ``--json`` object)."""
     samples = list(client.samples)
     reasons = stats.get("reasons", {})

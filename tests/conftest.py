@@ -1,11 +1,16 @@
 """Skip GPU tests cleanly on machines without CUDA, and torchvision tests where it cannot import;
-keep every test's daemons (a colocate run's own included) out of the user's state folder."""
+keep every test's daemons (a colocate run's own included) out of the user's state folder; build
+the stand-in driver every native test drives, compiled once."""
 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from native_harness import Harness
 
 
 @functools.cache
@@ -24,6 +29,18 @@ def torchvision_works() -> bool:
     except Exception:  # a CPU torch with a mismatched torchvision fails at import
         return False
     return True
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    """The stand-in driver and its launcher (tests/native_harness.py), built once per session;
+    the tests that need them skip where no C++ compiler is."""
+    from native_harness import build_harness  # only for the sessions that run native tests
+
+    try:
+        return build_harness(tmp_path_factory.mktemp("fake_cuda"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from daemon_harness import RunningDaemon
-from native_harness import Harness, build_harness, wait_for
+from native_harness import Harness, wait_for
 from typer.testing import CliRunner
 
 from orion_cli.app import app
@@ -27,14 +27,6 @@ STATUS_FIELDS = {
     "profile_sources", "interference",
     "latency_target_ms", "joined_s",
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda_daemon_cli"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 @pytest.fixture

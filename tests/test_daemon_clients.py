@@ -19,21 +19,13 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import GIB, RunningDaemon
-from native_harness import Harness, build_harness, read_log, wait_for
+from native_harness import read_log, wait_for
 
 from orion_common.errors import OrionError
 from orion_daemon import state
 from orion_daemon.control import stop
 
 BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda_daemon"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 @pytest.fixture

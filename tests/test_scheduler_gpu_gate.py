@@ -13,20 +13,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from native_harness import MS, Harness, build_harness, kernel_table, read_log, wait_for
+from native_harness import MS, Harness, kernel_table, read_log, wait_for
 
 from orion_common.errors import OrionError
 from scheduler_core import SchedulerRun, SchedulerSettings
 
 BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda_gate"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 def gate_settings(policy: str = "reef", queue_limit_ms: float = 2.5) -> SchedulerSettings:

@@ -9,7 +9,7 @@ holds from its next allocation, and a killed client's use goes back to zero.
 from __future__ import annotations
 
 import pytest
-from native_harness import Harness, build_harness, read_log, wait_for
+from native_harness import read_log, wait_for
 
 from orion_common.errors import OrionError
 from scheduler_core import SchedulerRun, SchedulerSettings
@@ -23,14 +23,6 @@ EVERY_KIND = (
     "alloc vmm 5000"
 )
 EVERY_KIND_BYTES = 1000 + 2000 + 2048 + 3000 + 4000 + 5000
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda_memory"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 def settings(policy: str = "orion") -> SchedulerSettings:

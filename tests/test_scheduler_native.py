@@ -17,7 +17,6 @@ from native_harness import (
     MS,
     Harness,
     Interval,
-    build_harness,
     kernel_table,
     launch_intervals,
     read_log,
@@ -31,14 +30,6 @@ from scheduler_core.run_state import remove_stale_runs
 # Scheduling decisions and the log line of the launch they allow are a few microseconds apart;
 # allow generously for a loaded 2-core CI machine descheduling a process in between.
 TOLERANCE_NS = 3 * MS
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 def settings(
@@ -282,8 +273,11 @@ HP_REQUESTS = f"func hpk 8000 repeat {HP_REQUEST_COUNT} launch hpk 4 128 0 sleep
 
 
 def wait_until_launched(run: SchedulerRun, client: str, timeout_s: float = 20) -> None:
+    """Until a launch of ``client`` is in its in-flight ring, where its peers' decisions see it.
+    (The launch counter goes up as the launch call begins, before that: a peer deciding in
+    between would find the client idle.)"""
     deadline = time.monotonic() + timeout_s
-    while run.stats()[client]["launches"] == 0:
+    while run.stats()[client]["tracked_launches"] == 0:
         assert time.monotonic() < deadline, f"{client} never launched"
         time.sleep(0.005)
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from native_harness import MS, Harness, build_harness, kernel_table, read_log
+from native_harness import MS, kernel_table, read_log
 
 from orion_common.errors import OrionError
 from orion_common.runclock import monotonic_ns
@@ -74,14 +74,6 @@ def test_quota_verdict(state, verdict):
 )
 def test_quota_holder(clients, current, slice_left, holder):
     assert native_module().quota_holder(clients, WINDOW_NS, current, slice_left) == holder
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    try:
-        return build_harness(tmp_path_factory.mktemp("fake_cuda_quota"))
-    except RuntimeError as error:
-        pytest.skip(str(error))
 
 
 WINDOW_MS = 400

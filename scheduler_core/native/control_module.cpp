@@ -2,7 +2,9 @@
 //
 // The Python side creates a run, registers clients, loads their kernel tables, publishes the run,
 // and later reads statistics and the trace. It shares the layout, hash and policy code with the
-// preload library, so there is no second description of any of them in Python.
+// preload library, so there is no second description of any of them in Python. Every write into
+// the run's shared memory is a function of run_region.h: this module converts Python values to
+// C++ ones, calls them, and converts what it reads back.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -22,35 +24,40 @@
 #include "shared_state.h"
 #include "tracking.h"
 #include "clock.h"
+#include "enum_names.h"
 
 namespace py = pybind11;
 
 namespace orion {
 namespace {
 
-KernelClass parse_class(const std::string& name) {
-    if (name == "compute") return KernelClass::kCompute;
-    if (name == "memory") return KernelClass::kMemory;
-    if (name == "unknown") return KernelClass::kUnknown;
-    throw py::value_error("kernel class must be 'compute', 'memory' or 'unknown', not '" + name + "'");
+// The names Python uses for the layout's enums, indexed by value (enum_names.h).
+const char* const kClassNames[] = {"unknown", "compute", "memory"};
+const char* const kRoleNames[] = {"hp", "be"};
+const char* const kCompletionNames[] = {"none", "gpu-write", "estimate"};
+const char* const kBeGateNames[] = {"cpu", "gpu"};
+
+// `name` as a value of `names`, from the value `first` on; a ValueError saying `what` must be one
+// of `choices` otherwise.
+template <typename Enum, std::size_t N>
+Enum parse_name(const char* const (&names)[N], const std::string& name, const char* what,
+                const char* choices, std::size_t first = 0) {
+    Enum value;
+    if (!value_named(names, name.c_str(), &value, first)) {
+        throw py::value_error(std::string(what) + " must be " + choices + ", not '" + name + "'");
+    }
+    return value;
 }
 
-const char* class_name(std::uint8_t value) {
-    switch (static_cast<KernelClass>(value)) {
-        case KernelClass::kCompute:
-            return "compute";
-        case KernelClass::kMemory:
-            return "memory";
-        case KernelClass::kUnknown:
-            break;
-    }
-    return "unknown";
+KernelClass parse_class(const std::string& name) {
+    return parse_name<KernelClass>(kClassNames, name, "kernel class",
+                                   "'compute', 'memory' or 'unknown'");
 }
+
+const char* class_name(std::uint8_t value) { return name_of(kClassNames, value); }
 
 Role parse_role(const std::string& name) {
-    if (name == "hp") return Role::kHighPriority;
-    if (name == "be") return Role::kBestEffort;
-    throw py::value_error("role must be 'hp' or 'be', not '" + name + "'");
+    return parse_name<Role>(kRoleNames, name, "role", "'hp' or 'be'");
 }
 
 Policy policy_from(const std::string& name) {
@@ -62,48 +69,21 @@ Policy policy_from(const std::string& name) {
     return policy;
 }
 
-// The HP client's completion tracking, as named in jobs.json and SchedulerSettings.
+// The HP client's completion tracking, as named in jobs.json and SchedulerSettings ("none", the
+// state before a client chose, is no choice).
 CompletionMode hp_completion_from(const std::string& name) {
-    if (name == "estimate") return CompletionMode::kEstimate;
-    if (name == "gpu-write") return CompletionMode::kGpuWrite;
-    throw py::value_error("hp_completion must be 'estimate' or 'gpu-write', not '" + name + "'");
+    return parse_name<CompletionMode>(kCompletionNames, name, "hp_completion",
+                                      "'estimate' or 'gpu-write'",
+                                      static_cast<std::size_t>(CompletionMode::kGpuWrite));
 }
 
 // Where held BE launches wait, as named in jobs.json and SchedulerSettings.
 BeGate be_gate_from(const std::string& name) {
-    if (name == "cpu") return BeGate::kCpu;
-    if (name == "gpu") return BeGate::kGpu;
-    throw py::value_error("be_gate must be 'cpu' or 'gpu', not '" + name + "'");
+    return parse_name<BeGate>(kBeGateNames, name, "be_gate", "'cpu' or 'gpu'");
 }
 
 const char* completion_mode_name(std::uint32_t mode) {
-    switch (static_cast<CompletionMode>(mode)) {
-        case CompletionMode::kGpuWrite:
-            return "gpu-write";
-        case CompletionMode::kEstimate:
-            return "estimate";
-        case CompletionMode::kNone:
-            break;
-    }
-    return "none";
-}
-
-const char* state_name(std::uint32_t state) {
-    switch (static_cast<ClientState>(state)) {
-        case ClientState::kFree:
-            return "free";
-        case ClientState::kRegistered:
-            return "registered";
-        case ClientState::kAttached:
-            return "attached";
-        case ClientState::kExited:
-            return "exited";
-        case ClientState::kDead:
-            return "dead";
-        case ClientState::kReserved:
-            return "reserved";
-    }
-    return "unknown";
+    return name_of(kCompletionNames, mode, "none");
 }
 
 class Run {
@@ -151,142 +131,40 @@ public:
     bool ready() const { return header().ready.load(std::memory_order_acquire) != 0; }
 
     int add_client(const std::string& client_name, const std::string& role) {
-        require_unpublished();
-        RunHeader& h = header();
-        if (h.open_slots != 0) throw std::runtime_error("an open run's clients join with reserve_client");
-        if (h.client_count >= kMaxClients) {
-            throw py::value_error("a run holds at most " + std::to_string(kMaxClients) + " clients");
-        }
-        const Role parsed = parse_role(role);
-        check_client_name(client_name);
-        const std::uint32_t index = h.client_count;
-        ClientSlot& slot = view().client(index);
-        name_slot(slot, client_name, parsed);
-        slot.state.store(static_cast<std::uint32_t>(ClientState::kRegistered),
-                         std::memory_order_release);
-        if (parsed == Role::kBestEffort) h.be_mask.fetch_or(1U << index, std::memory_order_acq_rel);
-        h.client_count = index + 1;
-        return static_cast<int>(index);
+        return static_cast<int>(orion::add_client(run(), client_name, parse_role(role)));
     }
 
     // Open runs: takes a free slot for a client that is about to join, -1 when every slot is
     // taken. The slot stays invisible to every process (kReserved) while its kernel table and
     // limits are loaded; register_client then makes it attachable.
     int reserve_client(const std::string& client_name, const std::string& role) {
-        require_open();
-        const Role parsed = parse_role(role);
-        check_client_name(client_name);
-        for (std::uint32_t index = 0; index < kMaxClients; ++index) {
-            ClientSlot& slot = view().client(index);
-            auto expected = static_cast<std::uint32_t>(ClientState::kFree);
-            if (!slot.state.compare_exchange_strong(
-                    expected, static_cast<std::uint32_t>(ClientState::kReserved),
-                    std::memory_order_acq_rel)) {
-                continue;
-            }
-            name_slot(slot, client_name, parsed);
-            return static_cast<int>(index);
-        }
-        return -1;
+        return reserve_slot(run(), client_name, parse_role(role));
     }
 
     // Open runs: a reserved slot becomes attachable by the process tree of `claim_pid`; the
     // daemon watches that pid until a process attaches, then the attached one.
     void register_client(std::uint32_t client, std::int32_t claim_pid) {
-        require_state(client, ClientState::kReserved, "register");
-        ClientSlot& slot = view().client(client);
-        slot.claim_pid.store(claim_pid, std::memory_order_release);
-        slot.pid.store(0, std::memory_order_release);
-        if (slot.role == static_cast<std::uint32_t>(Role::kBestEffort)) {
-            header().be_mask.fetch_or(1U << client, std::memory_order_acq_rel);
-        }
-        slot.state.store(static_cast<std::uint32_t>(ClientState::kRegistered),
-                         std::memory_order_release);
+        register_slot(run(), client, claim_pid);
     }
 
     // Open runs: slots whose process is gone, found here and now (the owner exited or died, or
     // the process that claimed the slot ended before any process attached). Each is marked
     // exited or dead, its memory count zeroed; the caller reads its statistics, then releases it.
-    std::vector<std::uint32_t> reap() {
-        require_open();
-        std::vector<std::uint32_t> gone;
-        for (std::uint32_t index = 0; index < kMaxClients; ++index) {
-            ClientSlot& slot = view().client(index);
-            const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
-            if (state == ClientState::kExited || state == ClientState::kDead) {
-                gone.push_back(index);
-                continue;
-            }
-            std::int32_t watched = 0;
-            if (state == ClientState::kAttached) watched = slot.pid.load(std::memory_order_acquire);
-            if (state == ClientState::kRegistered) {
-                watched = slot.claim_pid.load(std::memory_order_acquire);
-            }
-            if (watched <= 0 || !process_is_gone(watched)) continue;
-            // An attached process that is gone without detaching was killed; a claimer that ended
-            // before any process attached simply ended (a program that never used the GPU).
-            const ClientState end =
-                state == ClientState::kAttached ? ClientState::kDead : ClientState::kExited;
-            auto expected = static_cast<std::uint32_t>(state);
-            if (slot.state.compare_exchange_strong(expected, static_cast<std::uint32_t>(end),
-                                                   std::memory_order_acq_rel)) {
-                slot.memory.used.store(0, std::memory_order_release);
-                gone.push_back(index);
-            } else if (expected == static_cast<std::uint32_t>(ClientState::kExited)) {
-                gone.push_back(index);  // it detached in the meantime
-            }
-        }
-        return gone;
-    }
+    std::vector<std::uint32_t> reap() { return reap_slots(run()); }
 
     // Open runs: empties a slot whose process is gone (or that was never registered) so a new
     // client can take it: its kernel and graph tables, launch ring, completion words, trace,
-    // statistics and limits. Readers skip it from the first store on (no longer attached).
-    void release_client(std::uint32_t client) {
-        require_open();
-        check_client(client);
-        ClientSlot& slot = view().client(client);
-        const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
-        if (state == ClientState::kAttached || state == ClientState::kFree) {
-            throw std::runtime_error("client slot " + std::to_string(client) + " is " +
-                                     state_name(static_cast<std::uint32_t>(state)) +
-                                     ": only a slot whose process is gone can be released");
-        }
-        slot.state.store(static_cast<std::uint32_t>(ClientState::kReserved), std::memory_order_release);
-        header().be_mask.fetch_and(~(1U << client), std::memory_order_acq_rel);
-        const RunView v = view();
-        for (std::uint32_t i = 0; i < kKernelSlots; ++i) v.kernels(client)[i].key.store(0, std::memory_order_relaxed);
-        for (std::uint32_t i = 0; i < kGraphSlots; ++i) v.graphs(client)[i].key.store(0, std::memory_order_relaxed);
-        for (std::uint32_t i = 0; i < kInflightSlots; ++i) {
-            v.inflight(client)[i].seq.store(0, std::memory_order_relaxed);
-            v.completion(client)[i].store(0, std::memory_order_relaxed);
-        }
-        for (std::uint32_t i = 0; i < header().trace_capacity; ++i) {
-            v.trace(client)[i].seq.store(0, std::memory_order_relaxed);
-        }
-        // Nothing of the old client is shared with the new one: its learned kernels go too.
-        // (The node and name pools are reached only through entries: those need no clearing.)
-        LearnedBlock& learned = v.learned(client);
-        std::memset(static_cast<void*>(&learned), 0, offsetof(LearnedBlock, nodes));
-        // Everything after the state word, as a fresh shared-memory object has it (zero), but for
-        // the defaults create() writes.
-        auto* body = reinterpret_cast<unsigned char*>(&slot) + sizeof(slot.state);
-        std::memset(static_cast<void*>(body), 0, sizeof(ClientSlot) - sizeof(slot.state));
-        slot.quota.max_ppm.store(kFullShare, std::memory_order_relaxed);
-        v.gates().gates[client].word.store(kGateOpen, std::memory_order_release);
-        slot.state.store(static_cast<std::uint32_t>(ClientState::kFree), std::memory_order_release);
-    }
+    // statistics and limits.
+    void release_client(std::uint32_t client) { release_slot(run(), client); }
 
     // The daemon's pulse (every pass of its loop): clients of an open run stop gating when it
     // is older than kDaemonStaleNs.
-    void heartbeat() {
-        header().daemon_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
-    }
+    void heartbeat() { orion::heartbeat(run()); }
 
     // `orion down`, SIGTERM: every client passes through from now on (each notices within
     // 200 ms); the gate keeper stops and opens every gate.
     void shut_down() {
-        header().shutdown.store(1, std::memory_order_release);
+        orion::shut_down(run());
         stop_gate_keeper();
     }
 
@@ -294,8 +172,7 @@ public:
     // client joins a daemon or once its step is learned; gating decisions and GPU-side gate
     // spacing read it from the next launch on.
     void set_queue_limit(std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns) {
-        header().queue_limit_ns = queue_limit_ns;
-        header().unknown_duration_ns = unknown_duration_ns;
+        orion::set_queue_limit(run(), queue_limit_ns, unknown_duration_ns);
     }
 
     bool open_slots() const { return header().open_slots != 0; }
@@ -303,23 +180,11 @@ public:
 
     void add_kernel(std::uint32_t client, std::uint64_t key, std::uint32_t sm_needed,
                     const std::string& kernel_class, std::uint64_t duration_ns) {
-        require_configurable(client);
-        if (key == 0) throw py::value_error("kernel key 0 is reserved");
-        ClientSlot& slot = view().client(client);
-        if (slot.kernel_count >= kKernelSlots / 2) {
-            throw py::value_error("a client's profile holds at most " +
-                                  std::to_string(kKernelSlots / 2) + " distinct kernels");
-        }
-        const KernelClass parsed = parse_class(kernel_class);
-        bool claimed = false;
-        KernelEntry* entry = find_or_claim_slot(view().kernels(client), kKernelSlots,
-                                                kKernelSlots, key, key, entry_key, &claimed);
-        // Never null: the table is at most half full. Nobody reads it yet (unpublished, or a
-        // reserved slot), so the payload may follow the key.
-        entry->duration_ns = duration_ns;
-        entry->sm_needed = sm_needed;
-        entry->kernel_class = static_cast<std::uint8_t>(parsed);
-        if (claimed) ++slot.kernel_count;
+        ProfileEntry kernel;
+        kernel.sm_needed = sm_needed;
+        kernel.kernel_class = parse_class(kernel_class);
+        kernel.duration_ns = duration_ns;
+        load_kernel(run(), client, key, kernel);
     }
 
     // `timeline`: (start_ns, end_ns, sm_needed, kernel_class) per kernel node on the graph's clock,
@@ -329,43 +194,22 @@ public:
                    std::uint32_t node_count,
                    const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint32_t,
                                                 std::string>>& timeline) {
-        require_configurable(client);
-        if (key == 0) throw py::value_error("graph key 0 is reserved");
-        ClientSlot& slot = view().client(client);
-        if (slot.timeline_count + timeline.size() > kTimelineNodes) {
-            throw py::value_error("a client's graphs hold at most " +
-                                  std::to_string(kTimelineNodes) + " kernel nodes in all");
-        }
-        if (slot.graph_count >= kGraphSlots / 2) {
-            throw py::value_error("a client's profile holds at most " +
-                                  std::to_string(kGraphSlots / 2) + " graphs");
-        }
-        const KernelClass parsed = parse_class(kernel_class);
-        for (const auto& [start, end, sms, node_class] : timeline) {  // checked before anything
-            if (end < start) throw py::value_error("a timeline node ends before it starts");
-            parse_class(node_class);
-        }
-        bool claimed = false;
-        GraphEntry* entry = find_or_claim_slot(view().graphs(client), kGraphSlots, kGraphSlots,
-                                               key, key, entry_key, &claimed);
-        // Never null: the table is at most half full; nobody reads it yet (see add_kernel).
-        entry->duration_ns = duration_ns;
-        entry->sm_needed = sm_needed;
-        entry->node_count = node_count;
-        entry->kernel_class = static_cast<std::uint8_t>(parsed);
-        entry->timeline_first = slot.timeline_count;
-        entry->timeline_count = static_cast<std::uint32_t>(timeline.size());
-        TimelineNode* nodes = view().timeline(client) + slot.timeline_count;
+        ProfileEntry graph;
+        graph.sm_needed = sm_needed;
+        graph.kernel_class = parse_class(kernel_class);
+        graph.duration_ns = duration_ns;
+        graph.node_count = node_count;
+        std::vector<TimelineNode> nodes;
+        nodes.reserve(timeline.size());
         for (const auto& [start, end, sms, node_class] : timeline) {
-            TimelineNode& node = *nodes++;
+            TimelineNode node{};
             node.start_ns = start;
             node.end_ns = end;
             node.sm_needed = sms;
             node.kernel_class = static_cast<std::uint8_t>(parse_class(node_class));
-            node.known = 1;
+            nodes.push_back(node);
         }
-        slot.timeline_count += entry->timeline_count;
-        if (claimed) ++slot.graph_count;
+        load_graph(run(), client, key, graph, nodes);
     }
 
     std::uint32_t graph_count(std::uint32_t client) const {
@@ -381,11 +225,8 @@ public:
     // Makes the run visible to clients; under be_gate "gpu" also starts the gate keeper, the
     // thread that opens BE gates (this process is outside every gated one).
     void publish() {
-        header().ready.store(1, std::memory_order_release);
-        if (header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) &&
-            (policy_tracks_launches(static_cast<Policy>(header().policy)) ||
-             header().quotas != 0) &&
-            !keeper_) {
+        orion::publish(run());
+        if (needs_gate_keeper(run()) && !keeper_) {
             keeper_ = std::make_unique<GateKeeper>(view());
             keeper_->start();
         }
@@ -423,38 +264,18 @@ public:
     }
 
     // The controller saw the process end: nobody should wait on its launches any more.
-    void mark_gone(std::uint32_t client, bool crashed) {
-        check_client(client);
-        ClientSlot& slot = view().client(client);
-        auto expected = static_cast<std::uint32_t>(ClientState::kAttached);
-        slot.state.compare_exchange_strong(
-            expected,
-            static_cast<std::uint32_t>(crashed ? ClientState::kDead : ClientState::kExited),
-            std::memory_order_acq_rel);
-        // Its allocations died with its process.
-        slot.memory.used.store(0, std::memory_order_release);
-    }
+    void mark_gone(std::uint32_t client, bool crashed) { orion::mark_gone(run(), client, crashed); }
 
     // The client's memory limit in bytes (0: none). Takes effect at its next allocation, also
     // while the run is live; a limit below the current use refuses new allocations, frees nothing.
     void set_memory_limit(std::uint32_t client, std::uint64_t bytes) {
-        check_client(client);
-        view().client(client).memory.limit.store(bytes, std::memory_order_release);
+        orion::set_memory_limit(run(), client, bytes);
     }
 
     // The client's GPU-time shares (fractions 0-1 of the quota window), also while the run is
     // live: the gate keeper applies them at its next pass.
     void set_quota(std::uint32_t client, double min_util, double max_util) {
-        check_client(client);
-        if (!(min_util >= 0 && min_util <= 1 && max_util >= 0 && max_util <= 1)) {
-            throw py::value_error("min_util and max_util must be between 0 and 1");
-        }
-        if (min_util > max_util) throw py::value_error("min_util must not exceed max_util");
-        ClientQuota& quota = view().client(client).quota;
-        quota.min_ppm.store(static_cast<std::uint32_t>(min_util * kFullShare + 0.5),
-                            std::memory_order_release);
-        quota.max_ppm.store(static_cast<std::uint32_t>(max_util * kFullShare + 0.5),
-                            std::memory_order_release);
+        orion::set_quota(run(), client, min_util, max_util);
     }
 
     bool quotas() const { return header().quotas != 0; }
@@ -656,52 +477,14 @@ public:
 private:
     Run(std::string name, RunMapping mapping) : name_(std::move(name)), mapping_(std::move(mapping)) {}
 
-    RunView view() const {
+    // The open mapping, which the region's functions write through.
+    const RunMapping& run() const {
         if (!mapping_.valid()) throw std::runtime_error("run '" + name_ + "' is closed");
-        return mapping_.view();
+        return mapping_;
     }
+    RunView view() const { return run().view(); }
     RunHeader& header() const { return view().header(); }
-    void check_client(std::uint32_t client) const {
-        if (client >= header().client_count) {
-            throw py::index_error("no client " + std::to_string(client) + " in run '" + name_ + "'");
-        }
-    }
-    void require_unpublished() const {
-        if (ready()) throw std::runtime_error("run '" + name_ + "' is already published");
-    }
-    void require_open() const {
-        if (header().open_slots == 0) {
-            throw std::runtime_error("run '" + name_ + "' is not an open run (its clients are fixed)");
-        }
-    }
-    void require_state(std::uint32_t client, ClientState state, const char* what) const {
-        check_client(client);
-        const std::uint32_t seen = view().client(client).state.load(std::memory_order_acquire);
-        if (seen != static_cast<std::uint32_t>(state)) {
-            throw std::runtime_error(std::string("cannot ") + what + " client slot " +
-                                     std::to_string(client) + ": it is " + state_name(seen));
-        }
-    }
-    // A kernel table is loaded before publication, or into a slot its daemon has reserved.
-    void require_configurable(std::uint32_t client) const {
-        check_client(client);
-        if (header().open_slots != 0) {
-            require_state(client, ClientState::kReserved, "load the profile of");
-        } else {
-            require_unpublished();
-        }
-    }
-    static void check_client_name(const std::string& client_name) {
-        if (client_name.empty() || client_name.size() >= kClientNameBytes) {
-            throw py::value_error("client name must have 1 to " +
-                                  std::to_string(kClientNameBytes - 1) + " characters");
-        }
-    }
-    static void name_slot(ClientSlot& slot, const std::string& client_name, Role role) {
-        slot.role = static_cast<std::uint32_t>(role);
-        std::memcpy(slot.name, client_name.data(), client_name.size());
-        slot.name[client_name.size()] = '\0';
-    }
+    void check_client(std::uint32_t client) const { orion::check_client(run(), client); }
 
     std::string name_;
     RunMapping mapping_;
@@ -737,8 +520,8 @@ QuotaClient quota_client_from(const py::dict& d) {
     client.used_ns = d.contains("used_ns") ? d["used_ns"].cast<std::uint64_t>() : 0;
     const double min_util = d.contains("min_util") ? d["min_util"].cast<double>() : 0.0;
     const double max_util = d.contains("max_util") ? d["max_util"].cast<double>() : 1.0;
-    client.min_ppm = static_cast<std::uint32_t>(min_util * kFullShare + 0.5);
-    client.max_ppm = static_cast<std::uint32_t>(max_util * kFullShare + 0.5);
+    client.min_ppm = share_ppm(min_util);
+    client.max_ppm = share_ppm(max_util);
     return client;
 }
 

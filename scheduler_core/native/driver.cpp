@@ -14,13 +14,24 @@ namespace {
 // looked up again with the installed driver's own version.
 constexpr int kCudaAbiVersion = 12000;
 
+// The real driver's exported `symbol`, through the real dlsym (nullptr without a driver).
+template <typename Fn>
+Fn libcuda_symbol(const char* symbol) {
+    void* handle = libcuda_handle();
+    DlsymFn sym = real_dlsym();
+    return reinterpret_cast<Fn>(handle != nullptr && sym != nullptr ? sym(handle, symbol)
+                                                                    : nullptr);
+}
+
+// `fn` set to the driver's `symbol` as a legacy-stream caller gets it (nullptr where it has none).
+template <typename Fn>
+void resolve(Fn& fn, const char* symbol) {
+    fn = reinterpret_cast<Fn>(lookup(symbol, false));
+}
+
 int installed_driver_version() {
     static const int version = [] {
-        using DriverGetVersionFn = CUresult (*)(int*);
-        void* handle = libcuda_handle();
-        DlsymFn sym = real_dlsym();
-        auto get = reinterpret_cast<DriverGetVersionFn>(
-            handle != nullptr && sym != nullptr ? sym(handle, "cuDriverGetVersion") : nullptr);
+        auto get = libcuda_symbol<CUresult (*)(int*)>("cuDriverGetVersion");
         int found = 0;
         return get != nullptr && get(&found) == CUDA_SUCCESS ? found : 0;
     }();
@@ -65,22 +76,12 @@ void* libcuda_handle() {
 }
 
 decltype(&::cuGetProcAddress_v2) real_get_proc_address_v2() {
-    static const auto fn = [] {
-        void* handle = libcuda_handle();
-        DlsymFn sym = real_dlsym();
-        return reinterpret_cast<decltype(&::cuGetProcAddress_v2)>(
-            handle != nullptr && sym != nullptr ? sym(handle, "cuGetProcAddress_v2") : nullptr);
-    }();
+    static const auto fn = libcuda_symbol<decltype(&::cuGetProcAddress_v2)>("cuGetProcAddress_v2");
     return fn;
 }
 
 decltype(&::cuGetProcAddress) real_get_proc_address_v1() {
-    static const auto fn = [] {
-        void* handle = libcuda_handle();
-        DlsymFn sym = real_dlsym();
-        return reinterpret_cast<decltype(&::cuGetProcAddress)>(
-            handle != nullptr && sym != nullptr ? sym(handle, "cuGetProcAddress") : nullptr);
-    }();
+    static const auto fn = libcuda_symbol<decltype(&::cuGetProcAddress)>("cuGetProcAddress");
     return fn;
 }
 
@@ -93,57 +94,34 @@ void* lookup(const char* symbol, bool per_thread) {
 const Helpers& helpers() {
     static const Helpers resolved = [] {
         Helpers h;
-        h.func_get_name = reinterpret_cast<cuda::FuncGetNameFn>(lookup("cuFuncGetName", false));
-        h.kernel_get_name =
-            reinterpret_cast<cuda::KernelGetNameFn>(lookup("cuKernelGetName", false));
-        h.ctx_get_current =
-            reinterpret_cast<cuda::CtxGetCurrentFn>(lookup("cuCtxGetCurrent", false));
-        h.ctx_get_stream_priority_range = reinterpret_cast<cuda::CtxGetStreamPriorityRangeFn>(
-            lookup("cuCtxGetStreamPriorityRange", false));
-        h.stream_is_capturing =
-            reinterpret_cast<cuda::StreamIsCapturingFn>(lookup("cuStreamIsCapturing", false));
-        h.stream_write_value64 =
-            reinterpret_cast<cuda::StreamWriteValue64Fn>(lookup("cuStreamWriteValue64", false));
-        h.stream_wait_value32 =
-            reinterpret_cast<cuda::StreamWaitValue32Fn>(lookup("cuStreamWaitValue32", false));
-        h.mem_host_register =
-            reinterpret_cast<cuda::MemHostRegisterFn>(lookup("cuMemHostRegister", false));
-        h.mem_host_get_device_pointer = reinterpret_cast<cuda::MemHostGetDevicePointerFn>(
-            lookup("cuMemHostGetDevicePointer", false));
-        h.event_create = reinterpret_cast<cuda::EventCreateFn>(lookup("cuEventCreate", false));
-        h.event_record = reinterpret_cast<cuda::EventRecordFn>(lookup("cuEventRecord", false));
-        h.stream_wait_event =
-            reinterpret_cast<cuda::StreamWaitEventFn>(lookup("cuStreamWaitEvent", false));
-        h.graph_get_nodes =
-            reinterpret_cast<cuda::GraphGetNodesFn>(lookup("cuGraphGetNodes", false));
-        h.graph_node_get_type =
-            reinterpret_cast<cuda::GraphNodeGetTypeFn>(lookup("cuGraphNodeGetType", false));
+        resolve(h.func_get_name, "cuFuncGetName");
+        resolve(h.kernel_get_name, "cuKernelGetName");
+        resolve(h.ctx_get_current, "cuCtxGetCurrent");
+        resolve(h.ctx_get_stream_priority_range, "cuCtxGetStreamPriorityRange");
+        resolve(h.stream_is_capturing, "cuStreamIsCapturing");
+        resolve(h.stream_write_value64, "cuStreamWriteValue64");
+        resolve(h.stream_wait_value32, "cuStreamWaitValue32");
+        resolve(h.mem_host_register, "cuMemHostRegister");
+        resolve(h.mem_host_get_device_pointer, "cuMemHostGetDevicePointer");
+        resolve(h.event_create, "cuEventCreate");
+        resolve(h.event_record, "cuEventRecord");
+        resolve(h.stream_wait_event, "cuStreamWaitEvent");
+        resolve(h.graph_get_nodes, "cuGraphGetNodes");
+        resolve(h.graph_node_get_type, "cuGraphNodeGetType");
         // Asked for at the CUDA 12.0 ABI: the driver hands out the _v2 parameter layout.
-        h.graph_kernel_node_get_params = reinterpret_cast<cuda::GraphKernelNodeGetParamsFn>(
-            lookup("cuGraphKernelNodeGetParams", false));
-        h.event_query = reinterpret_cast<cuda::EventQueryFn>(lookup("cuEventQuery", false));
-        h.event_elapsed_time =
-            reinterpret_cast<cuda::EventElapsedTimeFn>(lookup("cuEventElapsedTime", false));
-        h.event_destroy = reinterpret_cast<cuda::EventDestroyFn>(lookup("cuEventDestroy", false));
-        h.ctx_set_current =
-            reinterpret_cast<cuda::CtxSetCurrentFn>(lookup("cuCtxSetCurrent", false));
-        h.occupancy_max_active_blocks =
-            reinterpret_cast<cuda::OccupancyMaxActiveBlocksPerMultiprocessorFn>(
-                lookup("cuOccupancyMaxActiveBlocksPerMultiprocessor", false));
-        h.kernel_get_function =
-            reinterpret_cast<cuda::KernelGetFunctionFn>(lookup("cuKernelGetFunction", false));
-        h.thread_exchange_stream_capture_mode =
-            reinterpret_cast<cuda::ThreadExchangeStreamCaptureModeFn>(
-                lookup("cuThreadExchangeStreamCaptureMode", false));
+        resolve(h.graph_kernel_node_get_params, "cuGraphKernelNodeGetParams");
+        resolve(h.event_query, "cuEventQuery");
+        resolve(h.event_elapsed_time, "cuEventElapsedTime");
+        resolve(h.event_destroy, "cuEventDestroy");
+        resolve(h.ctx_set_current, "cuCtxSetCurrent");
+        resolve(h.occupancy_max_active_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+        resolve(h.kernel_get_function, "cuKernelGetFunction");
+        resolve(h.thread_exchange_stream_capture_mode, "cuThreadExchangeStreamCaptureMode");
         // At the CUDA 12.0 ABI: the forms without edge data (graph_gating.cpp).
-        h.graph_get_edges =
-            reinterpret_cast<cuda::GraphGetEdgesFn>(lookup("cuGraphGetEdges", false));
-        h.graph_add_dependencies = reinterpret_cast<cuda::GraphAddDependenciesFn>(
-            lookup("cuGraphAddDependencies", false));
-        h.graph_add_batch_mem_op_node = reinterpret_cast<cuda::GraphAddBatchMemOpNodeFn>(
-            lookup("cuGraphAddBatchMemOpNode", false));
-        h.graph_destroy_node =
-            reinterpret_cast<cuda::GraphDestroyNodeFn>(lookup("cuGraphDestroyNode", false));
+        resolve(h.graph_get_edges, "cuGraphGetEdges");
+        resolve(h.graph_add_dependencies, "cuGraphAddDependencies");
+        resolve(h.graph_add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
+        resolve(h.graph_destroy_node, "cuGraphDestroyNode");
         return h;
     }();
     return resolved;

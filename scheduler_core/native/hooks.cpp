@@ -247,9 +247,11 @@ bool is_legacy(CUstream stream, int variant) {
     return stream == cu_stream_legacy() || (stream == nullptr && variant == hooks::kLegacy);
 }
 
-// Work moved off the legacy stream must still be covered when the program waits on that stream.
-CUresult stream_synchronize(int variant, CUstream stream) {
-    auto real = hooks::real_cuStreamSynchronize(variant);
+// Work moved off the legacy stream must still be covered when the program waits on that stream
+// or asks whether it is done: `real` (cuStreamSynchronize, cuStreamQuery) is asked of the stream
+// the work moved to as well.
+template <typename Real>
+CUresult also_on_moved_work(Real real, int variant, CUstream stream) {
     if (real == nullptr) return kNotFound;
     CUresult result = real(stream);
     CUstream moved = ClientRuntime::instance().redirect_stream();
@@ -259,15 +261,12 @@ CUresult stream_synchronize(int variant, CUstream stream) {
     return result;
 }
 
+CUresult stream_synchronize(int variant, CUstream stream) {
+    return also_on_moved_work(hooks::real_cuStreamSynchronize(variant), variant, stream);
+}
+
 CUresult stream_query(int variant, CUstream stream) {
-    auto real = hooks::real_cuStreamQuery(variant);
-    if (real == nullptr) return kNotFound;
-    CUresult result = real(stream);
-    CUstream moved = ClientRuntime::instance().redirect_stream();
-    if (result == CUDA_SUCCESS && moved != nullptr && is_legacy(stream, variant)) {
-        result = real(moved);
-    }
-    return result;
+    return also_on_moved_work(hooks::real_cuStreamQuery(variant), variant, stream);
 }
 
 }  // namespace

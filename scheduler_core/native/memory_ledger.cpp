@@ -3,6 +3,19 @@
 #include <algorithm>
 
 namespace orion {
+namespace {
+
+// The size remembered for `key`, forgotten; 0 for a key never recorded (nothing to give back).
+template <typename Key>
+std::uint64_t take_size(std::unordered_map<Key, std::uint64_t>& sizes, Key key) {
+    const auto found = sizes.find(key);
+    if (found == sizes.end()) return 0;
+    const std::uint64_t bytes = found->second;
+    sizes.erase(found);
+    return bytes;
+}
+
+}  // namespace
 
 bool MemoryLedger::reserve(std::uint64_t bytes) {
     const std::uint64_t limit = slot_->memory.limit.load(std::memory_order_acquire);
@@ -34,26 +47,16 @@ void MemoryLedger::record_handle(CUmemGenericAllocationHandle handle, std::uint6
 }
 
 void MemoryLedger::forget_pointer(CUdeviceptr pointer) {
-    std::uint64_t bytes = 0;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        const auto found = pointers_.find(pointer);
-        if (found == pointers_.end()) return;
-        bytes = found->second;
-        pointers_.erase(found);
-    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t bytes = take_size(pointers_, pointer);
+    lock.unlock();
     unreserve(bytes);
 }
 
 void MemoryLedger::forget_handle(CUmemGenericAllocationHandle handle) {
-    std::uint64_t bytes = 0;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        const auto found = handles_.find(handle);
-        if (found == handles_.end()) return;
-        bytes = found->second;
-        handles_.erase(found);
-    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t bytes = take_size(handles_, handle);
+    lock.unlock();
     unreserve(bytes);
 }
 

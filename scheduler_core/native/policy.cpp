@@ -1,7 +1,8 @@
 #include "policy.h"
 
-#include <cstring>
-#include <initializer_list>
+#include <iterator>
+
+#include "enum_names.h"
 
 namespace orion {
 namespace {
@@ -101,42 +102,28 @@ int quota_holder(const QuotaClient* clients, std::uint32_t count, std::uint64_t 
     return owed >= 0 ? owed : least;
 }
 
+namespace {
+
+const char* const kPolicyNames[] = {"passthrough", "priority", "reef", "orion", "quota"};
+static_assert(std::size(kPolicyNames) == static_cast<std::size_t>(Policy::kQuota) + 1);
+
+const char* const kReasonNames[] = {
+    "high_priority", "not_gated",       "hp_idle",         "fits_beside",
+    "queue_full",    "unknown_beside_hp", "hp_kernel_unknown", "not_enough_sms",
+    "class_clash",   "hp_backlog",      "hp_busy",         "gpu_gate",
+};
+static_assert(std::size(kReasonNames) == static_cast<std::size_t>(Reason::kCount));
+
+}  // namespace
+
 const char* policy_name(Policy policy) {
-    switch (policy) {
-        case Policy::kPassthrough:
-            return "passthrough";
-        case Policy::kPriority:
-            return "priority";
-        case Policy::kReef:
-            return "reef";
-        case Policy::kOrion:
-            return "orion";
-        case Policy::kQuota:
-            return "quota";
-    }
-    return "unknown";
+    return name_of(kPolicyNames, static_cast<std::uint32_t>(policy));
 }
 
-bool parse_policy(const char* name, Policy* out) {
-    for (Policy policy : {Policy::kPassthrough, Policy::kPriority, Policy::kReef, Policy::kOrion,
-                          Policy::kQuota}) {
-        if (std::strcmp(name, policy_name(policy)) == 0) {
-            *out = policy;
-            return true;
-        }
-    }
-    return false;
-}
+bool parse_policy(const char* name, Policy* out) { return value_named(kPolicyNames, name, out); }
 
 const char* reason_name(Reason reason) {
-    static const char* const kNames[] = {
-        "high_priority", "not_gated",       "hp_idle",         "fits_beside",
-        "queue_full",    "unknown_beside_hp", "hp_kernel_unknown", "not_enough_sms",
-        "class_clash",   "hp_backlog",      "hp_busy",         "gpu_gate",
-    };
-    static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Reason::kCount));
-    const auto index = static_cast<unsigned>(reason);
-    return index < static_cast<unsigned>(Reason::kCount) ? kNames[index] : "unknown";
+    return name_of(kReasonNames, static_cast<std::uint32_t>(reason));
 }
 
 }  // namespace orion

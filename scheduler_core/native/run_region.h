@@ -1,8 +1,17 @@
-// Creating, attaching to and removing one run's POSIX shared-memory object.
+// Creating, attaching to, writing and removing one run's POSIX shared-memory object.
+//
+// Every store the controller makes into a run's region is a function of this module, so the rules
+// of the layout (which slot may be configured when, what a profile table holds, what releasing a
+// slot resets) live in one place; `_native` (control_module.cpp) only converts Python values and
+// calls them. Plain C++ for a C++ test of its own: a bad value is thrown as std::invalid_argument,
+// a client the run does not have as std::out_of_range, and a call the run's or the slot's state
+// forbids as std::runtime_error.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shared_state.h"
 
@@ -42,11 +51,79 @@ public:
     bool valid() const { return base_ != nullptr; }
     RunView view() const { return RunView(base_); }
     std::uint64_t size() const { return size_; }
+    // The shared-memory name the run was created or attached under (for error messages).
+    const std::string& name() const { return name_; }
 
 private:
-    RunMapping(void* base, std::uint64_t size) : base_(base), size_(size) {}
+    RunMapping(void* base, std::uint64_t size, std::string name)
+        : base_(base), size_(size), name_(std::move(name)) {}
     void* base_ = nullptr;
     std::uint64_t size_ = 0;
+    std::string name_;
 };
+
+// A share of GPU time (0-1 of the quota window) in the parts per million ClientQuota holds.
+inline std::uint32_t share_ppm(double share) {
+    return static_cast<std::uint32_t>(share * kFullShare + 0.5);
+}
+
+// One kernel or graph of a client's profile, as its table entry holds it.
+struct ProfileEntry {
+    std::uint32_t sm_needed = 0;
+    KernelClass kernel_class = KernelClass::kUnknown;
+    std::uint64_t duration_ns = 0;
+    std::uint32_t node_count = 0;  // graphs: kernel nodes
+};
+
+// The name of a ClientState, as client_state() and errors print it.
+const char* state_name(std::uint32_t state);
+
+// ---- Checks (each throws as the module comment says) ----
+// `client` is a slot the run counts (every slot of an open run).
+void check_client(const RunMapping& run, std::uint32_t client);
+
+// ---- Run-wide words ----
+// Makes the run visible to clients (release: everything written before is seen by an attacher).
+void publish(const RunMapping& run);
+// Whether the published run needs a gate keeper: held BE launches wait on the GPU, under a policy
+// that holds work back or with GPU-time shares.
+bool needs_gate_keeper(const RunMapping& run);
+// The BE queue bound and the duration assumed for an unprofiled kernel (a daemon sets them when
+// an HP client joins or once its step is learned; clients read them at each launch).
+void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
+                     std::uint64_t unknown_duration_ns);
+// The daemon's pulse: now, on the monotonic clock.
+void heartbeat(const RunMapping& run);
+// Every client passes through from now on.
+void shut_down(const RunMapping& run);
+
+// ---- Client slots ----
+// Closed runs, before publication: the next slot, registered at once. Returns its index.
+std::uint32_t add_client(const RunMapping& run, const std::string& name, Role role);
+// Open runs: takes a free slot (kReserved, invisible to every process while it is configured);
+// -1 when every slot is taken.
+int reserve_slot(const RunMapping& run, const std::string& name, Role role);
+// Open runs: a reserved slot becomes attachable by the process tree of `claim_pid`.
+void register_slot(const RunMapping& run, std::uint32_t client, std::int32_t claim_pid);
+// Open runs: the slots whose process is gone, found now (marked exited or dead, memory use zeroed)
+// or before; the caller reads their statistics, then releases them.
+std::vector<std::uint32_t> reap_slots(const RunMapping& run);
+// Open runs: empties a slot whose process is gone (or that was never registered) for reuse.
+void release_slot(const RunMapping& run, std::uint32_t client);
+// The controller saw the process of an attached client end (crashed: killed).
+void mark_gone(const RunMapping& run, std::uint32_t client, bool crashed);
+
+// ---- A client's profile and limits ----
+// Loaded before publication, or into a slot its daemon has reserved.
+void load_kernel(const RunMapping& run, std::uint32_t client, std::uint64_t key,
+                 const ProfileEntry& kernel);
+// `timeline`: the graph's kernel nodes on its own clock, in the order they run; empty: the graph
+// is gated as a unit only.
+void load_graph(const RunMapping& run, std::uint32_t client, std::uint64_t key,
+                const ProfileEntry& graph, const std::vector<TimelineNode>& timeline);
+// Bytes (0: none); also while the run is live.
+void set_memory_limit(const RunMapping& run, std::uint32_t client, std::uint64_t bytes);
+// GPU-time shares (fractions 0-1 of the quota window); also while the run is live.
+void set_quota(const RunMapping& run, std::uint32_t client, double min_util, double max_util);
 
 }  // namespace orion

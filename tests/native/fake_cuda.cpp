@@ -30,16 +30,6 @@
 #include <thread>
 #include <vector>
 
-extern "C" {
-using CUresult = int;
-struct CUlaunchConfig {
-    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    void* hStream;
-    void* attrs;
-    unsigned int numAttrs;
-};
-}
-
 namespace {
 
 struct FakeFunction {
@@ -187,10 +177,14 @@ public:
     // The record is work in the stream, as on a real GPU: it is reached (and timestamped) once
     // everything before it has run; waiting for the event waits for it.
     void record_event(void* event, void* stream) {
+        {
+            // The old stamp goes before the record is queued: its lane may reach it at once.
+            std::lock_guard<std::mutex> lock(mutex_);
+            stamps_.erase(event);
+        }
         submit(stream, Op{Op::kRecord, "", 0, static_cast<std::uint64_t*>(event), 0});
         std::lock_guard<std::mutex> lock(mutex_);
         events_[event] = lane_for(stream).last;
-        stamps_.erase(event);
     }
 
     // cuEventQuery: 0 once the GPU reached the event's latest record (or it was never recorded).

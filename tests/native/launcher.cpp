@@ -30,13 +30,6 @@
 #include <vector>
 
 extern "C" {
-using CUresult = int;
-struct CUlaunchConfig {
-    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    void* hStream;
-    void* attrs;
-    unsigned int numAttrs;
-};
 using LaunchFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, void*, void**, void**);
 using LaunchExFn = CUresult (*)(const CUlaunchConfig*, void*, void**, void**);

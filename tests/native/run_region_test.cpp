@@ -1,0 +1,203 @@
+// run_region's writers on their own: a closed run and an open (daemon's) run are configured through
+// them, then read back through RunView the way a client process reads them: the slots, the BE
+// mask, the profile tables and timelines, the shares and limits, what publishing forbids, and
+// what releasing a slot resets. Prints "ok" or the first failure; exits 1 on one.
+#include "run_region.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace orion;
+
+int failures = 0;
+void check(bool ok, const char* what) {
+    if (!ok && failures++ == 0) std::printf("FAILED: %s\n", what);
+}
+
+// Whether `call` throws exactly an `Error` (the module's promise about its errors).
+template <typename Error, typename Call>
+bool throws(Call call) {
+    try {
+        call();
+    } catch (const Error&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+    return false;
+}
+
+std::uint32_t state_of(const RunView& view, std::uint32_t client) {
+    return view.client(client).state.load();
+}
+constexpr auto as_word = [](ClientState state) { return static_cast<std::uint32_t>(state); };
+
+RunMapping make_run(const std::string& name, bool open_slots) {
+    RunConfig config;
+    config.policy = Policy::kOrion;
+    config.sm_count = 108;
+    config.trace_capacity = 3;  // rounded up to 4
+    config.be_gate = BeGate::kGpu;
+    config.open_slots = open_slots;
+    std::string error;
+    RunMapping run = RunMapping::create(name, config, &error);
+    if (!run.valid()) std::printf("FAILED: %s\n", error.c_str());
+    return run;
+}
+
+void closed_run(const std::string& name) {
+    const RunMapping run = make_run(name, false);
+    if (!run.valid()) return ++failures, void();
+    const RunView view = run.view();
+    check(view.header().client_count == 0 && view.header().trace_capacity == 4,
+          "a new closed run counts no client and a power-of-two trace");
+    check(add_client(run, "service", Role::kHighPriority) == 0, "the first client takes slot 0");
+    check(add_client(run, "trainer", Role::kBestEffort) == 1, "the second takes slot 1");
+    check(view.header().client_count == 2 && view.header().be_mask.load() == 0b10,
+          "the run counts both; only the BE slot is in the mask");
+    check(std::strcmp(view.client(1).name, "trainer") == 0 &&
+              view.client(1).role == static_cast<std::uint32_t>(Role::kBestEffort) &&
+              state_of(view, 1) == as_word(ClientState::kRegistered),
+          "a client's name, role and state are read back");
+    check(view.client(0).quota.max_ppm.load() == kFullShare &&
+              (view.gates().gates[1].word.load() & kGateOpen) != 0,
+          "a slot starts uncapped with its gate open");
+
+    load_kernel(run, 0, 77, ProfileEntry{40, KernelClass::kCompute, 1000, 0});
+    load_kernel(run, 0, 77, ProfileEntry{41, KernelClass::kCompute, 1200, 0});
+    const KernelEntry* kernel = view.find_kernel(0, 77);
+    check(kernel != nullptr && kernel->sm_needed == 41 && kernel->duration_ns == 1200 &&
+              kernel->kernel_class == static_cast<std::uint8_t>(KernelClass::kCompute),
+          "a kernel loaded twice is found with its latest figures");
+    check(view.client(0).kernel_count == 1 && view.find_kernel(1, 77) == nullptr,
+          "it counts once, in its own client's table only");
+
+    std::vector<TimelineNode> nodes(2);
+    nodes[0] = TimelineNode{0, 300, 20, static_cast<std::uint8_t>(KernelClass::kMemory), 0, {}};
+    nodes[1] = TimelineNode{300, 900, 80, static_cast<std::uint8_t>(KernelClass::kCompute), 0, {}};
+    load_graph(run, 1, 500, ProfileEntry{80, KernelClass::kUnknown, 900, 2}, nodes);
+    load_graph(run, 1, 600, ProfileEntry{10, KernelClass::kMemory, 50, 1}, {nodes[0]});
+    const GraphEntry* graph = view.find_graph(1, 600);
+    check(graph != nullptr && graph->node_count == 1 && graph->timeline_first == 2 &&
+              graph->timeline_count == 1,
+          "a graph's timeline follows the nodes of the graphs loaded before it");
+    const TimelineNode& second = view.timeline(1)[1];
+    check(second.start_ns == 300 && second.end_ns == 900 && second.sm_needed == 80 &&
+              second.known == 1,
+          "timeline nodes are read back as loaded, marked known");
+    check(view.client(1).graph_count == 2 && view.client(1).timeline_count == 3,
+          "the client counts its graphs and timeline nodes");
+
+    check(throws<std::invalid_argument>([&] { load_kernel(run, 0, 0, ProfileEntry{}); }),
+          "key 0 (the empty slot) is refused");
+    check(throws<std::out_of_range>([&] { load_kernel(run, 2, 9, ProfileEntry{}); }),
+          "a client the run does not have is refused");
+    nodes[1].end_ns = 100;
+    check(throws<std::invalid_argument>([&] { load_graph(run, 1, 700, ProfileEntry{}, nodes); }) &&
+              view.find_graph(1, 700) == nullptr && view.client(1).timeline_count == 3,
+          "a node ending before it starts refuses the whole graph, writing nothing");
+    check(throws<std::invalid_argument>([&] { add_client(run, "", Role::kBestEffort); }),
+          "an empty client name is refused");
+
+    set_quota(run, 1, 0.25, 0.5);
+    set_memory_limit(run, 1, 1 << 20);
+    check(view.client(1).quota.min_ppm.load() == 250'000 &&
+              view.client(1).quota.max_ppm.load() == 500'000 &&
+              view.client(1).memory.limit.load() == (1 << 20),
+          "shares and the memory limit are read back");
+    check(throws<std::invalid_argument>([&] { set_quota(run, 1, 0.6, 0.5); }) &&
+              view.client(1).quota.min_ppm.load() == 250'000,
+          "a minimum above the maximum is refused, the shares kept");
+    check(throws<std::runtime_error>([&] { reserve_slot(run, "late", Role::kBestEffort); }),
+          "a closed run has no slots to reserve");
+
+    publish(run);
+    check(view.header().ready.load() == 1 && needs_gate_keeper(run), "publish sets ready");
+    check(throws<std::runtime_error>([&] { add_client(run, "late", Role::kBestEffort); }) &&
+              throws<std::runtime_error>([&] { load_kernel(run, 0, 78, ProfileEntry{}); }),
+          "a published closed run takes no client and no profile");
+    mark_gone(run, 0, true);
+    check(state_of(view, 0) == as_word(ClientState::kRegistered),
+          "mark_gone leaves a client that never attached as it was");
+    std::string error;
+    RunMapping::unlink(name, &error);
+}
+
+void open_run(const std::string& name) {
+    const RunMapping run = make_run(name, true);
+    if (!run.valid()) return ++failures, void();
+    const RunView view = run.view();
+    publish(run);  // a daemon publishes first; clients join later
+    check(view.header().client_count == kMaxClients, "an open run counts every slot");
+
+    check(reserve_slot(run, "trainer", Role::kBestEffort) == 0, "a reserve takes a free slot");
+    check(state_of(view, 0) == as_word(ClientState::kReserved) && view.header().be_mask.load() == 0,
+          "a reserved slot is invisible: not registered, not in the mask");
+    load_kernel(run, 0, 91, ProfileEntry{8, KernelClass::kMemory, 10, 0});
+    set_quota(run, 0, 0, 0.5);
+    check(throws<std::runtime_error>([&] { load_kernel(run, 1, 91, ProfileEntry{}); }),
+          "a free slot takes no profile");
+    register_slot(run, 0, getpid());
+    check(state_of(view, 0) == as_word(ClientState::kRegistered) &&
+              view.header().be_mask.load() == 0b1 && view.client(0).claim_pid.load() == getpid(),
+          "registering makes the slot attachable and puts a BE slot in the mask");
+    check(throws<std::runtime_error>([&] { load_kernel(run, 0, 92, ProfileEntry{}); }),
+          "a registered slot's profile is fixed");
+    check(reap_slots(run).empty(), "a slot whose claimer lives is not reaped");
+    check(throws<std::runtime_error>([&] { release_slot(run, 1); }), "a free slot is not released");
+
+    // The claimer ends before any process attached: reaped as exited.
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, nullptr, 0);
+    view.client(0).claim_pid.store(child);
+    const std::vector<std::uint32_t> gone = reap_slots(run);
+    check(gone.size() == 1 && gone[0] == 0 && state_of(view, 0) == as_word(ClientState::kExited),
+          "a slot whose claimer ended is reaped as exited");
+    release_slot(run, 0);
+    check(state_of(view, 0) == as_word(ClientState::kFree) && view.find_kernel(0, 91) == nullptr &&
+              view.client(0).kernel_count == 0 && view.header().be_mask.load() == 0 &&
+              view.client(0).quota.max_ppm.load() == kFullShare && view.client(0).name[0] == '\0',
+          "releasing empties the table, the mask bit, the name, and restores the defaults");
+
+    // A process attached, then died without detaching: reaped as dead, its memory use zeroed.
+    check(reserve_slot(run, "service", Role::kHighPriority) == 0, "a released slot is reused");
+    register_slot(run, 0, getpid());
+    view.client(0).pid.store(child);
+    view.client(0).memory.used.store(4096);
+    view.client(0).state.store(as_word(ClientState::kAttached));
+    check(throws<std::runtime_error>([&] { release_slot(run, 0); }), "an attached slot is kept");
+    check(reap_slots(run).size() == 1 && state_of(view, 0) == as_word(ClientState::kDead) &&
+              view.client(0).memory.used.load() == 0,
+          "an attached slot whose process is gone is reaped as dead, its memory zeroed");
+
+    for (std::uint32_t i = 1; i < kMaxClients; ++i) reserve_slot(run, "filler", Role::kBestEffort);
+    check(reserve_slot(run, "one-too-many", Role::kBestEffort) == -1, "a full run reserves nothing");
+
+    set_queue_limit(run, 5000, 700);
+    heartbeat(run);
+    shut_down(run);
+    check(view.header().queue_limit_ns == 5000 && view.header().unknown_duration_ns == 700 &&
+              view.header().daemon_heartbeat_ns.load() != 0 && view.header().shutdown.load() == 1,
+          "the queue bound, the heartbeat and the shutdown word are read back");
+    std::string error;
+    RunMapping::unlink(name, &error);
+}
+
+}  // namespace
+
+int main() {
+    const std::string prefix = "/orion-region-test-" + std::to_string(getpid());
+    closed_run(prefix + "-closed");
+    open_run(prefix + "-open");
+    if (failures == 0) std::printf("ok\n");
+    return failures == 0 ? 0 : 1;
+}
