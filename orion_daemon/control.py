@@ -52,6 +52,7 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
         ("--gpu-uuid", settings.gpu_uuid),
         ("--gpu-name", settings.gpu_name),
         ("--memory-bytes", settings.memory_bytes),
+        ("--stop-with", settings.stop_with_pid),
         (
             "--queue-limit-us",
             queue_limit_us,

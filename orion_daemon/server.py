@@ -25,9 +25,10 @@ from typing import Any
 from orion_common.atomic_io import write_json_atomic
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
+from orion_common.processes import process_alive
 from orion_common.runclock import RunClock, utc_now
 from orion_daemon import state
-from orion_daemon.admission import JoinRequest, LiveClient, check_join
+from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
 from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
@@ -57,6 +58,9 @@ class DaemonSettings:
     shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
     be_gate: str = "gpu"
     hp_completion: str = "estimate"
+    stop_with_pid: int | None = None
+    """Stop (cleanly) once this process is gone: the Ray node agent that started the daemon
+    (orion.ray), so a daemon never outlives the cluster node it serves."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -227,6 +231,10 @@ class Daemon:
             selector.close()
 
     def _tick(self) -> None:
+        owner = self.settings.stop_with_pid
+        if owner is not None and not process_alive(owner):
+            print(f"the process this daemon stops with (pid {owner}) is gone; stopping", flush=True)
+            self.stopping = True
         self._scheduler.heartbeat()
         for slot in self._scheduler.reap():
             self._client_gone(slot)
@@ -266,12 +274,15 @@ class Daemon:
         op = message.get("op")
         if op == "join":
             return self._join(JoinRequest.from_message(message), peer_pid(connection))
+        if op == "check":  # would a join be admitted now? (`orion run`, before it starts anything)
+            self._check(JoinRequest.from_message(message))
+            return {"ok": True}
         if op == "status":
             return {"ok": True, "status": self.status()}
         if op == "down":
             self.stopping = True
             return {"ok": True, "pid": os.getpid()}
-        raise OrionError(f"unknown request {op!r} (join, status, down)")
+        raise OrionError(f"unknown request {op!r} (join, check, status, down)")
 
     def _join(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         try:
@@ -281,7 +292,8 @@ class Daemon:
                         error.message)  # fmt: skip
             raise
 
-    def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
+    def _check(self, request: JoinRequest) -> int | None:
+        """Raises the reason ``request`` cannot join now; its memory limit in bytes if it can."""
         live = [LiveClient(c.name, c.role, c.min_util) for c in self.clients.values()]
         check_join(request, live, self.settings.memory_bytes)
         if (request.min_util, request.max_util) != (0.0, 1.0) and not self.settings.shares:
@@ -289,6 +301,16 @@ class Daemon:
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
                 hint="start it with `orion up --shares`",
             )
+        if len(self.clients) >= self._max_clients():  # as SchedulerRun.add_client says it
+            raise OrionError(
+                f"cannot add client {request.name!r}: all {self._max_clients()} client slots "
+                "are taken",
+                hint="wait for a client to finish, or stop one",
+            )
+        return memory_limit(request, self.settings.memory_bytes)
+
+    def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
+        limit = self._check(request)
         profile = None
         if request.profile is not None:
             from postprocess import read_profile
@@ -299,7 +321,7 @@ class Daemon:
             request.name,
             request.role,
             profile,
-            memory_limit=request.memory_limit,
+            memory_limit=limit,
             min_util=request.min_util,
             max_util=request.max_util,
         )
@@ -317,7 +339,7 @@ class Daemon:
             claim_pid=pid,
             command=request.command,
             profile=request.profile,
-            memory_limit=request.memory_limit,
+            memory_limit=limit,
             min_util=request.min_util,
             max_util=request.max_util,
             latency_target_ms=request.latency_target_ms,
@@ -454,7 +476,10 @@ class Daemon:
             ],
         }
 
-    def _free_slots(self) -> int:
+    def _max_clients(self) -> int:
         from scheduler_core import native_module
 
-        return int(native_module().MAX_CLIENTS) - len(self.clients)
+        return int(native_module().MAX_CLIENTS)
+
+    def _free_slots(self) -> int:
+        return self._max_clients() - len(self.clients)
