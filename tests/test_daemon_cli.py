@@ -64,7 +64,8 @@ def test_the_programs_exit_status_is_orion_runs(harness, daemon):
     wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
     # The library takes the slot at the program's first driver call: a shell that never uses
     # the GPU never joins.
-    assert [(e["event"], e["client"]) for e in daemon.events()] == [("join", "job"), ("leave", "job")]
+    events = [(e["event"], e["client"]) for e in daemon.events()]
+    assert events == [("join", "job"), ("leave", "job")]
 
 
 def test_status_json_gives_every_field_of_every_client(harness, daemon):

@@ -30,6 +30,8 @@ def wait_joined(stdout) -> None:
         if line.strip() == "joined":
             return
     raise AssertionError("the program ended before it joined")
+
+
 MEMINFO = "meminfo"
 
 
@@ -131,8 +133,8 @@ def test_the_gpu_is_found_by_uuid_among_several_daemons(harness, tmp_path):
         for device, joined in (("GPU-bbbb-1111", 1), ("GPU-aaaa", 0)):  # a prefix as CUDA takes
             result = harness.run(SHORT, env=env_for(tmp_path, "be", device, name=device))
             assert result.returncode == 0, result.stderr
-            assert [e["client"] for e in daemons[joined].events()][0] == device
-        assert [e["client"] for e in daemons[1].events()][0] == "GPU-bbbb-1111"
+            assert next(e["client"] for e in daemons[joined].events()) == device
+        assert next(e["client"] for e in daemons[1].events()) == "GPU-bbbb-1111"
         assert {e["client"] for e in daemons[0].events()} == {"GPU-aaaa"}
     finally:
         for running in daemons:
