@@ -48,6 +48,7 @@ class StandInNode:
     """One worker node: its Ray node, id, state folder and stand-in GPUs."""
 
     node: Any
+    kind: str
     node_id: str
     state_dir: Path
     gpus: list[dict[str, Any]]
@@ -121,7 +122,7 @@ class StandInCluster:
             for n in ray.nodes()
             if n["Alive"] and n["Resources"].get("GPU") and n["NodeID"] not in known
         )
-        added = StandInNode(node, node_id, state_dir, stand_ins)
+        added = StandInNode(node, kind, node_id, state_dir, stand_ins)
         self.nodes.append(added)
         return added
 

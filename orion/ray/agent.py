@@ -15,6 +15,7 @@ default), the one its workers' preload library looks in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -217,7 +218,11 @@ def stop_daemons(address: str | None = None, timeout_s: float = 60.0) -> int:
             handles.append(ray.get_actor(AGENT_PREFIX + node["NodeID"], namespace=NAMESPACE))
         except ValueError:
             continue  # no agent there
-    ray.get([handle.stop.remote() for handle in handles], timeout=timeout_s)
+    calls = [handle.stop.remote() for handle in handles]
+    for call in calls:
+        # An agent whose node is going cannot answer: its daemons stop with it (--stop-with).
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(call, timeout=timeout_s)
     for handle in handles:
         ray.kill(handle)
     return len(handles)

@@ -132,6 +132,7 @@ class _GpuRun:
         self.run: RunRecord | None = None
         self.origin_ns = 0
         self.window: tuple[float, float] | None = None
+        self.group: Any = None
 
     # -- the whole run ----------------------------------------------------------------------
     def execute(self, duration_s: float) -> None:
@@ -235,6 +236,7 @@ class _GpuRun:
         group = placement_group(
             [{"GPU": 1}], bundle_label_selector=[{"ray.io/node-id": self.placement.node.node_id}]
         )
+        self.group = group
         try:
             ray.get(group.ready(), timeout=self.ready_timeout_s)
         except Exception as error:
@@ -335,9 +337,13 @@ class _GpuRun:
             time.sleep(_POLL_S)
 
     def _stop_jobs(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
         for job in self.jobs:
             self._call(job, lambda j: j.actor.stop.remote(), self._stopped)
             self.ray.kill(job.actor)  # its slot comes back as the process goes
+        if self.group is not None:
+            remove_placement_group(self.group)  # the GPU is Ray's to give again
 
     def _stopped(self, job: _Job, result: dict[str, Any]) -> None:
         self._handle(job, result.get("messages", []))
