@@ -65,6 +65,7 @@ def place(plan: Plan, inventory: list[NodeInventory]) -> list[Placement]:
     """A node for every plan GPU with clients, of the planned kind, at most as many plan GPUs
     per node as it has GPUs of that kind; the nodes in the order the cluster lists them."""
     free: dict[str, dict[str, int]] = {}
+    have: dict[str, int] = {}
     for node in inventory:
         kinds: dict[str, int] = {}
         for gpu in node.gpus:
@@ -72,6 +73,8 @@ def place(plan: Plan, inventory: list[NodeInventory]) -> list[Placement]:
         # A node with GPUs of several kinds cannot be told which one to give: left out.
         if len(kinds) == 1:
             free[node.node_id] = kinds
+            for kind, count in kinds.items():
+                have[kind] = have.get(kind, 0) + count
     placements = []
     for gpu in plan.gpus:
         if not gpu.clients:
@@ -81,11 +84,10 @@ def place(plan: Plan, inventory: list[NodeInventory]) -> list[Placement]:
             None,
         )
         if node is None:
-            have = sum(count.get(gpu.kind, 0) for count in free.values())
             wanted = sum(1 for g in plan.gpus if g.clients and g.kind == gpu.kind)
             raise OrionError(
                 f"the plan puts jobs on {wanted} GPU(s) of kind {gpu.kind}; the cluster's nodes "
-                f"have {have}",
+                f"have {have.get(gpu.kind, 0)}",
                 hint="add nodes of that kind, or plan for the cluster's GPUs "
                 "(start_daemons() lists them)",
             )
