@@ -251,7 +251,8 @@ class _GpuRun:
         for client in self.jobs_config.clients:
             spec = self._spec(client)
             spec.write(spec_path(self.run.run_dir, client.name))
-            target = p99 if client.is_hp and (p99 := self._slo(client.name)) else None
+            # The HP's SLO is its latency target: the daemon bounds BE work queued beside it.
+            target = self._slo(client.name) if client.is_hp else None
             actor = remote.options(
                 num_gpus=share,
                 num_cpus=0,
@@ -267,7 +268,11 @@ class _GpuRun:
         alive = [job for job in self.jobs if job.state != "failed"]
         if alive:
             self.origin_ns = ray.get(alive[0].actor.monotonic_ns.remote())
-            self.run.data["scheduler"] = {"clock_origin_ns": self.origin_ns}
+            # Where the table times come from (not "scheduler": the daemon's state is its own).
+            self.run.data["ray"] = {
+                "node_id": self.placement.node.node_id,
+                "clock_origin_ns": self.origin_ns,
+            }
             for job in alive:
                 job.actor.begin.remote(self.origin_ns)
 
@@ -446,8 +451,13 @@ def run_plan(
     threads = [threading.Thread(target=execute, args=(run,), daemon=True) for run in runs]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        # The jobs' actors belong to this driver: Ray ends them when it goes.
+        record.finish("incomplete")
+        raise
     for index, error in errors.items():
         record.gpu(index)["error"] = error
     codes = [entry["exit_code"] for entry in record.data["gpus"]]
