@@ -208,3 +208,22 @@ def test_an_hp_joining_with_its_profile_sets_the_be_queue_bound(daemon):
     (client,) = status["clients"]
     assert client["profiled_graphs"] == 1 and client["profiled_kernels"] > 0
     assert status["queue_limit_us"] > 0
+
+
+def test_a_daemon_told_to_stop_with_a_process_stops_cleanly_when_it_goes(harness, tmp_path):
+    # orion.ray's node agent starts its node's daemons so: none outlives the agent.
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    daemon = RunningDaemon(tmp_path / "gpu0", "--stop-with", str(owner.pid))
+    try:
+        env = daemon.join("be", "trainer")
+        owner.kill()
+        owner.wait(timeout=10)
+        assert daemon.process.wait(timeout=10) == 0
+        assert f"(pid {owner.pid}) is gone; stopping" in daemon.output()
+        assert state.read_record(daemon.folder) is None  # a clean stop
+        # Its client is let go, as by `orion down`: its program runs on, ungated.
+        result = harness.run(BE_SCRIPT, env=env, log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+    finally:
+        owner.kill()
+        daemon.close()
