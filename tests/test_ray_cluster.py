@@ -119,6 +119,8 @@ def test_fractional_actors_join_their_gpus_daemon_with_role_and_memory_limit(clu
             clients = node.daemon_status(gpu)["clients"]
             assert sorted(c["role"] for c in clients) == ["be", "hp"]
             assert {c["memory_limit_bytes"] for c in clients} == {half}
+            # The command the status shows is the worker's title, without Ray's padding.
+            assert all(c["command"] and c["command"][-1] for c in clients)
     finally:
         for actor in actors:
             ray.kill(actor)

@@ -258,6 +258,8 @@ std::vector<std::string> command_line() {
         if (end == std::string::npos) break;
         start = end + 1;
     }
+    // A process that retitles itself (Ray's workers: setproctitle) pads its arguments with NULs.
+    while (!arguments.empty() && arguments.back().empty()) arguments.pop_back();
     return arguments;
 }
 
