@@ -7,6 +7,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from orion.ray.checks import ray_checks
 from orion_cli._common import console, handle_errors
 from orion_cli.console import JsonOpt, print_json, print_table
 from orion_common.prerequisites import Check, blockers, machine_checks
@@ -16,8 +17,9 @@ _MARK = {True: "[green]ok[/]", False: "[red]missing[/]", None: "[dim]info[/]"}
 
 
 def run_checks() -> list[Check]:
-    """Every check, in the order a user reads them: GPU, Python stack, tools, orion itself."""
-    return [*machine_checks(), *native_checks()]
+    """Every check, in the order a user reads them: GPU, Python stack, tools, orion itself,
+    then Ray (optional: informational rows that block no command)."""
+    return [*machine_checks(), *native_checks(), *ray_checks()]
 
 
 def doctor_json(checks: list[Check]) -> dict[str, Any]:
@@ -44,7 +46,7 @@ def doctor_json(checks: list[Check]) -> dict[str, Any]:
 
 @handle_errors
 def doctor_command(as_json: JsonOpt = False) -> None:
-    """Check the GPU, driver, CUDA, torch, ncu, MPS and orion's native library.
+    """Check the GPU, driver, CUDA, torch, ncu, MPS, orion's native library and Ray.
 
     Exits non-zero when something `orion profile` or `orion colocate` needs is missing
     (also with --json).

@@ -83,10 +83,12 @@ def run_command(
 ) -> None:
     """Run a program as a client of the GPU's orion daemon (`orion up`).
 
-    Takes a client slot, sets the preload library and the variables the program needs
-    (LD_PRELOAD, CUDA_VISIBLE_DEVICES, the MPS folders) and replaces itself with the program,
-    unchanged: its exit status is orion run's. When the program ends, or is killed, the daemon
-    gives its slot, memory count and share back.
+    Checks that the daemon would admit the program, sets the preload library and the variables
+    that make it join (LD_PRELOAD, ORION_ROLE and the limits, CUDA_VISIBLE_DEVICES) and replaces
+    itself with the program, unchanged: its exit status is orion run's. The program takes its
+    slot when it first uses the GPU; when it ends, or is killed, the daemon gives its slot,
+    memory count and share back. Programs that orion run cannot wrap (a Ray actor) join with the
+    same variables set by other means (see the README).
 
     Example: orion run --hp --name web -- python serve.py --port 8000
     """
@@ -94,9 +96,9 @@ def run_command(
     from orion_daemon.admission import JoinRequest
     from orion_daemon.joining import (
         COMMAND_NOT_FOUND,
+        check_join_now,
         find_command,
-        join,
-        program_environment,
+        join_environment,
         ungated_environment,
     )
 
@@ -130,7 +132,10 @@ def run_command(
             max_util=max_util,
             latency_target_ms=latency_target_ms,
         )
-        environment = program_environment(os.environ, join(gpu, request, folder))
+        record = check_join_now(gpu, request, folder)
+        # The daemon's GPU by UUID when it has one: the name CUDA cannot renumber.
+        device = (record.get("gpu") or {}).get("uuid") or str(gpu)
+        environment = join_environment(os.environ, request, device=device, state_base=state_dir)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

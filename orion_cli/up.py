@@ -64,39 +64,17 @@ def up_command(
     live records in its state folder. One daemon per GPU. It detaches and prints where it is,
     unless `--foreground`. Stop it with `orion down` or SIGTERM: gates open, clients run on.
     """
-    from orion_common import prerequisites, sysinfo
-    from orion_common.errors import OrionError
-    from orion_daemon.control import daemon_arguments, start_detached
-    from orion_daemon.server import DaemonSettings
-    from scheduler_core import check_preload_library
+    from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
 
     folder = daemon_folder(gpu, state_dir)
-    ok, problem = check_preload_library()
-    if not ok:
-        raise OrionError(problem)
-    count = sysinfo.gpu_count()
-    if count is not None and gpu >= count:
-        raise OrionError(f"no GPU {gpu}: this machine has {count} (0-{count - 1})")
-    facts = sysinfo.gpu_facts(gpu)
-    if facts is None or facts.sm_count is None:
-        raise OrionError(
-            f"no NVIDIA GPU {gpu} that CUDA can use on this machine",
-            hint="`orion doctor` shows what is missing",
-        )
-    settings = DaemonSettings(
-        gpu=gpu,
-        sm_count=facts.sm_count,
-        folder=folder,
+    settings = gpu_settings(
+        gpu,
+        folder,
         policy=policy,
         sharing=sharing or "",
-        gpu_uuid=sysinfo.gpu_uuid(gpu),
-        gpu_name=facts.name,
-        memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
-        queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
         shares=shares,
+        queue_limit_us=queue_limit_us,
     )
-    if settings.sharing == "mps":
-        prerequisites.require(prerequisites.check_mps_control())
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.
         sys.stdout.flush()
@@ -106,7 +84,7 @@ def up_command(
         os.execv(arguments[0], arguments)
     record = start_detached(settings)
     console.print(
-        f"orion daemon for GPU {gpu} ({facts.name}) running: pid {record['pid']}, policy "
+        f"orion daemon for GPU {gpu} ({settings.gpu_name}) running: pid {record['pid']}, policy "
         f"{policy}, sharing {settings.sharing}\nstate folder {folder} (log: {record['log']})\n"
         f"join it with `orion run --gpu {gpu} --hp|--be -- COMMAND`",
         highlight=False,

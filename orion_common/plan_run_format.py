@@ -1,6 +1,7 @@
 """The plan-run directory, format ``orion-plan-run``, declared once.
 
-Written by ``placement/plan_run.py`` (`orion run-plan PLAN.json`), read by
+Written by ``placement/plan_run.py`` (`orion run-plan PLAN.json`, and ``orion.ray.run_plan`` on a
+Ray cluster, through its ``PlanRunRecord``), read by
 ``reporting/plan_check.py`` (`orion report` on the directory); laid out as in
 docs/architecture.md::
 

@@ -2,7 +2,8 @@
 
 Every query degrades to ``None`` instead of raising (after nvitop's habit), because the callers
 (``orion doctor``, profile metadata, ``run.json``) must work on machines with no GPU, no driver
-or no torch, and say what is missing rather than crash.
+or no torch, and say what is missing rather than crash. The GPU questions are answered from
+``ORION_STAND_IN_GPUS`` instead when it is set (:mod:`orion_common.stand_in_gpus`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from orion_common.stand_in_gpus import DRIVER_VERSION as STAND_IN_DRIVER
+from orion_common.stand_in_gpus import StandInGpu, stand_in_gpus
 
 # Where NVIDIA installs tools outside PATH on common images.
 _NCU_FALLBACKS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu")
@@ -59,6 +63,9 @@ def _as_text(value: Any) -> str:
 def gpu_uuid(index: int) -> str | None:
     """GPU ``index``'s UUID (``GPU-...``), the name that stays with the GPU whatever
     ``CUDA_VISIBLE_DEVICES`` renumbers; None without NVML or such a GPU."""
+    stand_ins = stand_in_gpus()
+    if stand_ins is not None:
+        return stand_ins[index].uuid if 0 <= index < len(stand_ins) else None
     nvml = _nvml()
     if nvml is None:
         return None
@@ -70,6 +77,9 @@ def gpu_uuid(index: int) -> str | None:
 
 def gpu_count() -> int | None:
     """How many GPUs the driver shows; None without NVML."""
+    stand_ins = stand_in_gpus()
+    if stand_ins is not None:
+        return len(stand_ins)
     nvml = _nvml()
     if nvml is None:
         return None
@@ -122,6 +132,9 @@ def _torch_device_properties(index: int) -> Any | None:
 
 def gpu_facts(index: int = 0) -> GpuFacts | None:
     """Facts about GPU ``index``, or None when there is no such GPU or no driver."""
+    stand_ins = stand_in_gpus()
+    if stand_ins is not None:
+        return _stand_in_facts(stand_ins[index]) if 0 <= index < len(stand_ins) else None
     nvml = _nvml()
     props = _torch_device_properties(index)
     if nvml is None and props is None:
@@ -149,6 +162,18 @@ def gpu_facts(index: int = 0) -> GpuFacts | None:
         cuda_driver_version=cuda_driver_version(),
         sm_count=int(props.multi_processor_count) if props is not None else None,
         compute_capability=f"{props.major}.{props.minor}" if props is not None else None,
+    )
+
+
+def _stand_in_facts(gpu: StandInGpu) -> GpuFacts:
+    return GpuFacts(
+        index=gpu.index,
+        name=gpu.name,
+        memory_total_mib=gpu.memory_mib,
+        driver_version=STAND_IN_DRIVER,
+        cuda_driver_version=None,
+        sm_count=gpu.sm_count,
+        compute_capability=None,
     )
 
 

@@ -29,6 +29,7 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--shares", action="store_true")
     parser.add_argument("--be-gate", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--hp-completion", choices=("estimate", "gpu-write"), default="estimate")
+    parser.add_argument("--stop-with", type=int, metavar="PID")
     args = parser.parse_args(argv)
     return DaemonSettings(
         gpu=args.gpu,
@@ -43,6 +44,7 @@ def parse(argv: list[str]) -> DaemonSettings:
         shares=args.shares,
         be_gate=args.be_gate,
         hp_completion=args.hp_completion,
+        stop_with_pid=args.stop_with,
     )
 
 

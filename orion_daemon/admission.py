@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.sizes import format_size
+from orion_common.sizes import format_size, parse_size
 
 ROLES = ("hp", "be")
 MAX_NAME_CHARS = 31  # the shared state's client name field holds 31 bytes and a terminator
@@ -26,6 +26,10 @@ class JoinRequest:
     command: list[str] = field(default_factory=list)
     profile: str | None = None
     memory_limit: int | None = None
+    memory_fraction: float | None = None
+    """The share of the GPU's memory to allow when ``memory_limit`` is not given: what a
+    fractional GPU (Ray's ``num_gpus=0.5``) means for memory. The daemon turns it into bytes with
+    its own GPU's size, which the asking side may not know (a Ray driver on another machine)."""
     min_util: float = 0.0
     max_util: float = 1.0
     latency_target_ms: float | None = None
@@ -50,6 +54,11 @@ class JoinRequest:
         if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise OrionError("join: command must be a list of strings")
         limit = message.get("memory_limit")
+        if isinstance(limit, str):  # as a person wrote it (ORION_MEMORY_LIMIT=8GiB)
+            try:
+                limit = parse_size(limit)
+            except ValueError as error:
+                raise OrionError(f"memory limit {error}") from None
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise OrionError(f"join: memory_limit must be a whole number of bytes (got {limit!r})")
         profile = message.get("profile")
@@ -64,6 +73,7 @@ class JoinRequest:
             command=list(command),
             profile=profile,
             memory_limit=limit,
+            memory_fraction=number("memory_fraction", None),
             min_util=number("min_util", 0.0) or 0.0,
             max_util=number("max_util", 1.0) if message.get("max_util") is not None else 1.0,
             latency_target_ms=number("latency_target_ms", None),
@@ -78,6 +88,19 @@ class LiveClient:
     name: str
     role: str
     min_util: float
+
+
+def memory_limit(request: JoinRequest, gpu_memory_bytes: int | None) -> int | None:
+    """The client's memory limit in bytes: the one it gave, else its fraction of the GPU's
+    memory (rounded down), else none. An explicit limit wins over a fraction."""
+    if request.memory_limit is not None or request.memory_fraction is None:
+        return request.memory_limit
+    if gpu_memory_bytes is None:
+        raise OrionError(
+            "this daemon does not know its GPU's memory, so a memory fraction cannot be a limit",
+            hint="give the client a memory limit in bytes instead",
+        )
+    return max(1, int(request.memory_fraction * gpu_memory_bytes))
 
 
 def check_join(
@@ -102,6 +125,9 @@ def check_join(
                     "HP client at a time",
                     hint="run this program with --be, or stop the other HP client first",
                 )
+    fraction = request.memory_fraction
+    if fraction is not None and not 0.0 < fraction <= 1.0:
+        raise OrionError(f"a memory fraction is above 0 and at most 1 (got {fraction:g})")
     if request.memory_limit is not None:
         if request.memory_limit < 1:
             raise OrionError(f"a memory limit is at least 1 byte (got {request.memory_limit})")

@@ -26,6 +26,54 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
+def gpu_settings(
+    gpu: int,
+    folder: Path,
+    *,
+    policy: str = "orion",
+    sharing: str = "",
+    shares: bool = False,
+    queue_limit_us: float | None = None,
+    stop_with_pid: int | None = None,
+) -> DaemonSettings:
+    """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
+    daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
+    Refuses, with what is missing, a GPU that is not there, a missing preload library, and
+    ``mps`` sharing (asked for, or the policy's default when ``sharing`` is empty) without the
+    MPS control daemon."""
+    from orion_common import prerequisites, sysinfo
+    from scheduler_core import check_preload_library
+
+    ok, problem = check_preload_library()
+    if not ok:
+        raise OrionError(problem)
+    count = sysinfo.gpu_count()
+    if count is not None and gpu >= count:
+        raise OrionError(f"no GPU {gpu}: this machine has {count} (0-{count - 1})")
+    facts = sysinfo.gpu_facts(gpu)
+    if facts is None or facts.sm_count is None:
+        raise OrionError(
+            f"no NVIDIA GPU {gpu} that CUDA can use on this machine",
+            hint="`orion doctor` shows what is missing",
+        )
+    settings = DaemonSettings(
+        gpu=gpu,
+        sm_count=facts.sm_count,
+        folder=folder,
+        policy=policy,
+        sharing=sharing,
+        gpu_uuid=sysinfo.gpu_uuid(gpu),
+        gpu_name=facts.name,
+        memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
+        queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
+        shares=shares,
+        stop_with_pid=stop_with_pid,
+    )
+    if settings.sharing == "mps":  # the policy's default when none was asked for
+        prerequisites.require(prerequisites.check_mps_control())
+    return settings
+
+
 def daemon_arguments(settings: DaemonSettings) -> list[str]:
     """The ``python -m orion_daemon`` command line for ``settings``."""
     arguments = [
@@ -52,6 +100,7 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
         ("--gpu-uuid", settings.gpu_uuid),
         ("--gpu-name", settings.gpu_name),
         ("--memory-bytes", settings.memory_bytes),
+        ("--stop-with", settings.stop_with_pid),
         (
             "--queue-limit-us",
             queue_limit_us,

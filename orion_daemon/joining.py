@@ -1,11 +1,16 @@
-"""The one way a program joins a daemon: ask for a slot, then run with the variables it needs.
+"""The one way a program joins a daemon: environment variables that the preload library reads.
 
-`orion run` (and `orion colocate`'s clients) call :func:`join`, which asks the daemon for a slot
-and returns the environment the program must start with: the preload library first in
-``LD_PRELOAD``, the shared state's name and the slot (``ORION_RUN``, ``ORION_CLIENT``), the GPU
-(``CUDA_VISIBLE_DEVICES``) and, under MPS, the daemon's MPS folders. The daemon watches the
-asking process until a process attaches to the slot; `orion run` then replaces itself with the
-program (``exec``), so the daemon's pid and the program's are one.
+A program joins by starting with orion's preload library in ``LD_PRELOAD`` and ``ORION_ROLE``
+(plus, optionally, its name, profile and limits) in its environment: at its first driver call the
+library asks the daemon of the program's GPU (``CUDA_VISIBLE_DEVICES``) for a slot itself, then
+attaches (``scheduler_core/native/daemon_join.h`` documents every variable and what a refused
+join does). Nothing needs to wrap the program, which is what a process that Ray, Kubernetes or
+Slurm starts requires. :func:`join_environment` builds those variables; `orion run` is a thin
+setter of them (after :func:`check_join_now`, so a refusal is one line before anything starts),
+and ``orion.ray.runtime_env`` puts the same variables into a Ray actor's environment.
+
+:func:`join` is the ``join`` request itself as the library makes it, for callers that hold a slot
+without a program (tests); the slot then belongs to the asking process.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from orion_common.errors import OrionError
 from orion_daemon import state
@@ -22,7 +28,22 @@ from orion_daemon.protocol import request
 
 COMMAND_NOT_FOUND = 127
 """The exit status a shell gives a command it cannot find; `orion run` gives the same."""
-ORION_VARIABLES = ("ORION_RUN", "ORION_CLIENT", "ORION_STRICT")
+JOIN_REFUSED_EXIT = 75
+"""The exit status of a program whose library could not join (daemon_join.h, kJoinRefusedExit)."""
+JOIN_VARIABLES = {
+    "role": "ORION_ROLE",
+    "name": "ORION_NAME",
+    "profile": "ORION_PROFILE",
+    "memory_limit": "ORION_MEMORY_LIMIT",
+    "memory_fraction": "ORION_MEMORY_FRACTION",
+    "min_util": "ORION_MIN_UTIL",
+    "max_util": "ORION_MAX_UTIL",
+    "latency_target_ms": "ORION_LATENCY_TARGET_MS",
+}
+"""Each join request field and the variable the library reads it from."""
+_DEFAULTS: dict[str, Any] = {"min_util": 0.0, "max_util": 1.0}
+ORION_VARIABLES = ("ORION_RUN", "ORION_CLIENT", "ORION_STRICT", *JOIN_VARIABLES.values())
+"""Every variable that makes a program take part in a run or join a daemon."""
 
 
 def find_command(command: list[str]) -> str | None:
@@ -35,8 +56,52 @@ def find_command(command: list[str]) -> str | None:
     return shutil.which(program)
 
 
+def join_variables(join_request: JoinRequest) -> dict[str, str]:
+    """The ``ORION_*`` variables that ask for ``join_request`` (fields at their default and
+    unset ones are left out; the command is the program's own, read by the library)."""
+    variables = {}
+    for field, variable in JOIN_VARIABLES.items():
+        value = getattr(join_request, field)
+        if value is None or value == "" or _DEFAULTS.get(field, object()) == value:
+            continue
+        variables[variable] = repr(value) if isinstance(value, float) else str(value)
+    return variables
+
+
+def join_environment(
+    base: Mapping[str, str],
+    join_request: JoinRequest,
+    *,
+    device: str | None = None,
+    state_base: Path | None = None,
+) -> dict[str, str]:
+    """``base`` set up so that the program it starts joins as ``join_request``: the preload
+    library first in ``LD_PRELOAD``, the join variables, the GPU (``device``: an index or UUID for
+    ``CUDA_VISIBLE_DEVICES``; None keeps the inherited one) and the daemons' state folder
+    (``state_base``; None keeps the inherited one). Variables of another run are dropped."""
+    from scheduler_core.library import with_preload
+
+    environment = ungated_environment(base)
+    environment.update(join_variables(join_request))
+    if device is not None:
+        environment["CUDA_VISIBLE_DEVICES"] = device
+    if state_base is not None:
+        environment["ORION_STATE_DIR"] = str(state_base)
+    return with_preload(environment)
+
+
+def check_join_now(gpu: int, join_request: JoinRequest, folder: Path | None = None) -> dict:
+    """The daemon's record, once it says it would admit ``join_request`` now; else its one-line
+    refusal as :class:`OrionError` (nothing is reserved either way)."""
+    folder = folder or state.state_dir(gpu)
+    record = state.require_daemon(gpu, folder)
+    request(Path(record["socket"]), {"op": "check", **join_request.__dict__})
+    return record
+
+
 def join(gpu: int, join_request: JoinRequest, folder: Path | None = None) -> dict[str, str]:
-    """Asks the daemon of ``gpu`` for a slot; the variables to set (see the module docstring)."""
+    """Takes a slot of ``gpu``'s daemon for the calling process; the variables the daemon
+    answered with (``ORION_RUN``, ``ORION_CLIENT``, ``CUDA_VISIBLE_DEVICES``, MPS folders)."""
     folder = folder or state.state_dir(gpu)
     record = state.require_daemon(gpu, folder)
     message = {"op": "join", **join_request.__dict__}
@@ -59,6 +124,7 @@ def program_environment(base: Mapping[str, str], joined: Mapping[str, str]) -> d
 
 
 def ungated_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` without orion's join variables: `orion run --no-daemon` runs the program as
-    it would run without orion (an inherited ``ORION_RUN`` would make it join another run)."""
+    """``base`` without orion's run and join variables: `orion run --no-daemon` runs the program
+    as it would run without orion (an inherited ``ORION_RUN`` would make it join another run, an
+    inherited ``ORION_ROLE`` a daemon)."""
     return {k: v for k, v in base.items() if k not in ORION_VARIABLES}

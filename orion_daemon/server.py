@@ -27,9 +27,10 @@ from typing import Any
 from orion_common.atomic_io import write_json_atomic
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
+from orion_common.processes import process_alive
 from orion_common.runclock import RunClock, utc_now
 from orion_daemon import state
-from orion_daemon.admission import JoinRequest, LiveClient, check_join
+from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
 from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
@@ -69,6 +70,9 @@ class DaemonSettings:
     owner: str | None = None
     """The run directory of the `orion colocate` run that started this daemon for itself (None:
     `orion up`): it admits that run's clients only, and `orion down` leaves it to the run."""
+    stop_with_pid: int | None = None
+    """Stop (cleanly) once this process is gone: the Ray node agent that started the daemon
+    (orion.ray), so a daemon never outlives the cluster node it serves."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -281,6 +285,10 @@ class Daemon:
             selector.close()
 
     def _tick(self) -> None:
+        owner = self.settings.stop_with_pid
+        if owner is not None and not process_alive(owner):
+            print(f"the process this daemon stops with (pid {owner}) is gone; stopping", flush=True)
+            self.stopping = True
         self._scheduler.heartbeat()
         self._reap()
         now = self.clock.now()
@@ -322,6 +330,9 @@ class Daemon:
         op = message.get("op")
         if op == "join":
             return self._join(JoinRequest.from_message(message), peer_pid(connection))
+        if op == "check":  # would a join be admitted now? (`orion run`, before it starts anything)
+            self._check(JoinRequest.from_message(message))
+            return {"ok": True}
         if op == "status":
             return {"ok": True, "status": self.status()}
         if op == "down":
@@ -341,7 +352,7 @@ class Daemon:
             self._recordings.end(message.get("folder"))
             return {"ok": True}
         raise OrionError(
-            f"unknown request {op!r} (join, status, learned, down, record, record_end)"
+            f"unknown request {op!r} (join, check, status, learned, down, record, record_end)"
         )
 
     def _join(self, request: JoinRequest, pid: int) -> dict[str, Any]:
@@ -352,7 +363,8 @@ class Daemon:
                         error.message)  # fmt: skip
             raise
 
-    def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
+    def _check(self, request: JoinRequest) -> int | None:
+        """Raises the reason ``request`` cannot join now; its memory limit in bytes if it can."""
         live = [LiveClient(c.name, c.role, c.min_util) for c in self.clients.values()]
         check_join(request, live, self.settings.memory_bytes)
         if self.settings.owner is not None and request.name not in self._recorded_names():
@@ -362,6 +374,16 @@ class Daemon:
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
                 hint="start it with `orion up --shares`",
             )
+        if len(self.clients) >= self._max_clients():  # as SchedulerRun.add_client says it
+            raise OrionError(
+                f"cannot add client {request.name!r}: all {self._max_clients()} client slots "
+                "are taken",
+                hint="wait for a client to finish, or stop one",
+            )
+        return memory_limit(request, self.settings.memory_bytes)
+
+    def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
+        limit = self._check(request)
         profile = None
         if request.profile is not None:
             from postprocess import read_profile
@@ -372,7 +394,7 @@ class Daemon:
             request.name,
             request.role,
             profile,
-            memory_limit=request.memory_limit,
+            memory_limit=limit,
             min_util=request.min_util,
             max_util=request.max_util,
         )
@@ -390,7 +412,7 @@ class Daemon:
             claim_pid=pid,
             command=request.command,
             profile=request.profile,
-            memory_limit=request.memory_limit,
+            memory_limit=limit,
             min_util=request.min_util,
             max_util=request.max_util,
             latency_target_ms=request.latency_target_ms,
@@ -580,7 +602,10 @@ class Daemon:
             "entries": self._scheduler.learned(client.slot),
         }
 
-    def _free_slots(self) -> int:
+    def _max_clients(self) -> int:
         from scheduler_core import native_module
 
-        return int(native_module().MAX_CLIENTS) - len(self.clients)
+        return int(native_module().MAX_CLIENTS)
+
+    def _free_slots(self) -> int:
+        return self._max_clients() - len(self.clients)

@@ -74,6 +74,66 @@ def plan_jobs(plan: Plan, duration_s: float, output_dir: Path) -> dict[int, dict
     return configs
 
 
+class PlanRunRecord:
+    """A plan-run directory and its ``plan_run.json`` as they are written, for `orion run-plan`
+    and ``orion.ray.run_plan`` alike (format in ``orion_common/plan_run_format.py``); the record
+    is replaced atomically at every :meth:`save`."""
+
+    def __init__(self, root: Path, data: dict[str, Any]) -> None:
+        self.root = root
+        self.data = data
+
+    @classmethod
+    def create(cls, plan_path: Path, output_dir: Path, **extra: Any) -> PlanRunRecord:
+        """A new plan-run directory under ``output_dir`` holding a copy of the plan; ``extra``
+        fields go into the record (readers ignore fields they do not know)."""
+        root = create_run_dir(output_dir, "plan").resolve()  # each GPU's run starts in its folder
+        (root / PLAN_COPY_FILE).write_text(plan_path.read_text())
+        data: dict[str, Any] = {
+            "format": PLAN_RUN_FORMAT,
+            "version": PLAN_RUN_VERSION,
+            "plan": PLAN_COPY_FILE,
+            "started_utc": utc_now(),
+            "ended_utc": None,
+            "status": "running",
+            **extra,
+            "gpus": [],
+        }
+        return cls(root, data)
+
+    def gpu_dir(self, index: int) -> Path:
+        return self.root / gpu_folder(index)
+
+    def add_gpu(self, index: int, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        """Writes GPU ``index``'s jobs file and lists the GPU; its entry (to fill in later)."""
+        gpu_dir = self.gpu_dir(index)
+        gpu_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(gpu_dir / GPU_JOBS_FILE, config)
+        entry = {
+            "index": index,
+            "jobs": f"{gpu_folder(index)}/{GPU_JOBS_FILE}",
+            "run_dir": None,
+            "exit_code": None,
+            **extra,
+        }
+        self.data["gpus"].append(entry)
+        return entry
+
+    def gpu(self, index: int) -> dict[str, Any]:
+        return next(entry for entry in self.data["gpus"] if entry["index"] == index)
+
+    def set_run_dir(self, index: int, run_dir: Path | None) -> None:
+        self.gpu(index)["run_dir"] = str(run_dir.relative_to(self.root)) if run_dir else None
+
+    def save(self) -> None:
+        write_json_atomic(self.root / PLAN_RUN_FILE, self.data)
+
+    def finish(self, status: str) -> None:
+        self.data["status"] = status
+        self.data["ended_utc"] = utc_now()
+        self.save()
+
+
 def _check_gpus(indices: Sequence[int], available: int) -> None:
     if not indices:
         raise OrionError("the plan places nothing on any GPU")
@@ -118,44 +178,25 @@ def run_plan(
         raise OrionError(f"--duration must be positive (got {duration_s:g})")
     indices = [gpu.index for gpu in plan.gpus]
     _check_gpus(indices, _visible_gpus() if available_gpus is None else available_gpus)
-    root = create_run_dir(output_dir, "plan").resolve()  # each GPU's run starts in its folder
+    record = PlanRunRecord.create(plan_path, output_dir)
+    root = record.root
     configs = plan_jobs(plan, duration_s, root)
-    (root / PLAN_COPY_FILE).write_text(plan_path.read_text())
-    record: dict[str, Any] = {
-        "format": PLAN_RUN_FORMAT,
-        "version": PLAN_RUN_VERSION,
-        "plan": PLAN_COPY_FILE,
-        "started_utc": utc_now(),
-        "ended_utc": None,
-        "status": "running",
-        "gpus": [],
-    }
     base = list(command) if command is not None else [sys.executable, "-m", "orion_cli.app"]
     processes: dict[int, subprocess.Popen[bytes]] = {}
     logs = []
     for index, config in configs.items():
-        gpu_dir = root / gpu_folder(index)
-        gpu_dir.mkdir(parents=True, exist_ok=True)
-        jobs_path = gpu_dir / GPU_JOBS_FILE
-        write_json_atomic(jobs_path, config)
+        record.add_gpu(index, config)
+        gpu_dir = record.gpu_dir(index)
         log = (gpu_dir / GPU_LOG_FILE).open("wb")
         logs.append(log)
         processes[index] = subprocess.Popen(
-            [*base, "colocate", str(jobs_path)],
+            [*base, "colocate", str(gpu_dir / GPU_JOBS_FILE)],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=gpu_dir,
             env=own_code_environment(os.environ),
         )
-        record["gpus"].append(
-            {
-                "index": index,
-                "jobs": f"{gpu_folder(index)}/{GPU_JOBS_FILE}",
-                "run_dir": None,
-                "exit_code": None,
-            }
-        )
-    write_json_atomic(root / PLAN_RUN_FILE, record)
+    record.save()
     interrupted = False
     try:
         with sigterm_as_interrupt():
@@ -172,17 +213,14 @@ def run_plan(
     finally:
         for log in logs:
             log.close()
-    for entry in record["gpus"]:
-        run_dir = _run_dir_of(root / gpu_folder(entry["index"]))
-        entry["run_dir"] = str(run_dir.relative_to(root)) if run_dir is not None else None
-        entry["exit_code"] = processes[entry["index"]].returncode
-    codes = [entry["exit_code"] for entry in record["gpus"]]
+    for index, process in processes.items():
+        record.set_run_dir(index, _run_dir_of(record.gpu_dir(index)))
+        record.gpu(index)["exit_code"] = process.returncode
+    codes = [process.returncode for process in processes.values()]
     if interrupted:
-        record["status"] = "incomplete"
+        record.finish("incomplete")
     else:
-        record["status"] = "complete" if all(code == 0 for code in codes) else "failed"
-    record["ended_utc"] = utc_now()
-    write_json_atomic(root / PLAN_RUN_FILE, record)
+        record.finish("complete" if all(code == 0 for code in codes) else "failed")
     if interrupted:
         raise KeyboardInterrupt
     return root

@@ -226,3 +226,22 @@ def test_a_sharing_mode_the_policy_cannot_run_under_is_refused(tmp_path, sharing
 
     with pytest.raises(OrionError, match=re.escape(message)):
         DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, policy="priority", sharing=sharing)
+
+
+def test_a_daemon_told_to_stop_with_a_process_stops_cleanly_when_it_goes(harness, tmp_path):
+    # orion.ray's node agent starts its node's daemons so: none outlives the agent.
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    daemon = RunningDaemon(tmp_path / "gpu0", "--stop-with", str(owner.pid))
+    try:
+        env = daemon.join("be", "trainer")
+        owner.kill()
+        owner.wait(timeout=10)
+        assert daemon.process.wait(timeout=10) == 0
+        assert f"(pid {owner.pid}) is gone; stopping" in daemon.output()
+        assert state.read_record(daemon.folder) is None  # a clean stop
+        # Its client is let go, as by `orion down`: its program runs on, ungated.
+        result = harness.run(BE_SCRIPT, env=env, log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+    finally:
+        owner.kill()
+        daemon.close()

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "clock.h"
+#include "daemon_join.h"
 #include "driver.h"
 #include "hooked_symbols.h"
 #include "kernel_key.h"
@@ -47,6 +48,7 @@ ClientRuntime& ClientRuntime::instance() {
 bool ClientRuntime::created() { return g_created.load(std::memory_order_acquire); }
 
 bool ClientRuntime::attaches_at_load() {
+    if (daemon_join_requested()) return false;  // joins at its first driver call (daemon_join.h)
     const char* run = std::getenv("ORION_RUN");
     return run == nullptr || run[0] == '\0' || env_flag("ORION_STRICT");
 }
@@ -54,6 +56,7 @@ bool ClientRuntime::attaches_at_load() {
 ClientRuntime::ClientRuntime() { attach_from_environment(); }
 
 void ClientRuntime::attach_from_environment() {
+    join_daemon_from_environment();  // ORION_ROLE without ORION_RUN: get a slot first
     const char* run = std::getenv("ORION_RUN");
     if (run == nullptr || run[0] == '\0') return;  // not part of a run: pass everything through
     const bool strict = env_flag("ORION_STRICT");

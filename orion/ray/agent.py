@@ -1,0 +1,228 @@
+"""One agent per Ray node that makes sure each of the node's GPUs has an orion daemon.
+
+The agent is a named, detached actor (``orion-agent-<node id>`` in namespace ``orion``) pinned
+to its node and holding no resources, so asking for it twice, from any driver, finds the one
+there is (``get_if_exists``), and it lives as long as the node. It starts each missing daemon as
+`orion up` would (:func:`orion_daemon.control.gpu_settings`), told to stop when the agent's
+process is gone (``--stop-with``): when the node or the cluster stops, or the agent is killed,
+its daemons open their gates and stop within a tenth of a second, and no daemon outlives the
+node it served. A daemon that was already running (started by hand with `orion up`) is used as
+it is and left running.
+
+Which state folder: the node's own (``ORION_STATE_DIR`` in the node's environment, else the
+default), the one its workers' preload library looks in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from orion.ray._ray import NAMESPACE, connect
+from orion_common.errors import OrionError
+from orion_daemon import state
+
+AGENT_PREFIX = "orion-agent-"
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """How the agents start missing daemons (`orion up`'s options)."""
+
+    policy: str = "orion"
+    sharing: str = "mps"
+    shares: bool = False
+    queue_limit_us: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    """One GPU of a node and its daemon, as the node's agent reports it."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    kind: str
+    """The GPU kind as pair matrices and plans name it (``nvidia-h100-80gb-hbm3``)."""
+    memory_bytes: int | None
+    folder: str
+    daemon_pid: int
+    policy: str
+    sharing: str
+    started_here: bool
+    """Whether the agent started this daemon (and it stops with the agent)."""
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    node_id: str
+    hostname: str
+    gpus: tuple[NodeGpu, ...]
+    problem: str | None = None
+    """Why daemons could not be started on this node (None: every GPU has one)."""
+
+
+class NodeAgent:
+    """The agent's code (made a Ray actor by :func:`start_daemons`)."""
+
+    def __init__(self, options: dict[str, Any], preload: str) -> None:
+        self.options = DaemonOptions(**options)
+        self.preload = preload
+        self.started: dict[int, Path] = {}
+
+    def ensure(self) -> dict[str, Any]:
+        """Starts a daemon for each GPU of this node that has none; the node's inventory."""
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        try:
+            gpus = [asdict(gpu) for gpu in self._ensure_all()]
+            problem = None
+        except OrionError as error:
+            gpus, problem = [], error.message + (f" ({error.hint})" if error.hint else "")
+        return {"node_id": node_id, "hostname": platform.node(), "gpus": gpus, "problem": problem}
+
+    def _ensure_all(self) -> list[NodeGpu]:
+        from orion_common import sysinfo
+
+        if not Path(self.preload).is_file():
+            raise OrionError(
+                f"orion's preload library is not at {self.preload} on this node, where the "
+                "driver's orion has it",
+                hint="install orion at the same path on every node (one image for the cluster)",
+            )
+        return [self._ensure(index) for index in range(sysinfo.gpu_count() or 0)]
+
+    def _ensure(self, index: int) -> NodeGpu:
+        from orion_daemon.control import gpu_settings, start_detached
+        from postprocess.profile_format import gpu_slug
+
+        folder = state.state_dir(index)
+        record = state.live_record(folder)
+        if record is None:
+            options = self.options
+            settings = gpu_settings(
+                index,
+                folder,
+                policy=options.policy,
+                sharing=options.sharing,
+                shares=options.shares,
+                queue_limit_us=options.queue_limit_us,
+                stop_with_pid=os.getpid(),
+            )
+            record = start_detached(settings)
+            self.started[index] = folder
+        gpu = record.get("gpu") or {}
+        name = gpu.get("name")
+        return NodeGpu(
+            index=index,
+            uuid=gpu.get("uuid"),
+            name=name,
+            kind=gpu_slug(name) if name else "unknown-gpu",
+            memory_bytes=gpu.get("memory_bytes"),
+            folder=str(folder),
+            daemon_pid=int(record["pid"]),
+            policy=str(record.get("policy")),
+            sharing=str(record.get("sharing")),
+            started_here=index in self.started,
+        )
+
+    def stop(self) -> list[int]:
+        """Stops the daemons this agent started (their clients run on ungated)."""
+        from orion_daemon.control import stop
+
+        stopped = []
+        for index, folder in sorted(self.started.items()):
+            try:
+                stop(index, folder)
+                stopped.append(index)
+            except OrionError:
+                pass  # gone already
+        self.started.clear()
+        return stopped
+
+    def monotonic_ns(self) -> int:
+        """This node's monotonic clock (the run clock of the jobs on its GPUs)."""
+        return time.monotonic_ns()
+
+
+def _alive_nodes(ray: Any) -> list[dict[str, Any]]:
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
+def agent(ray: Any, node_id: str, options: DaemonOptions | None = None) -> Any:
+    """The agent of node ``node_id``, created there if it has none."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from orion.ray.env import preload_path
+
+    actor = ray.remote(NodeAgent).options(
+        name=AGENT_PREFIX + node_id,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
+    return actor.remote(asdict(options or DaemonOptions()), preload_path())
+
+
+def start_daemons(
+    address: str | None = None,
+    *,
+    policy: str = "orion",
+    sharing: str = "mps",
+    shares: bool = False,
+    queue_limit_us: float | None = None,
+    timeout_s: float = 120.0,
+) -> list[NodeInventory]:
+    """Makes sure every GPU of every node of the Ray cluster has an orion daemon; idempotent.
+
+    Starts one agent per node that has none (nodes without GPUs included: they report none),
+    and each agent starts the daemons its node lacks with these options (`orion up`'s). Returns
+    each node's GPUs and daemons. Call it again after nodes join the cluster. A node where
+    daemons cannot start is reported with its ``problem``; this raises only when none could.
+    """
+    ray = connect(address)
+    options = DaemonOptions(policy, sharing, shares, queue_limit_us)
+    nodes = _alive_nodes(ray)
+    agents = [agent(ray, node["NodeID"], options) for node in nodes]
+    reports = ray.get([handle.ensure.remote() for handle in agents], timeout=timeout_s)
+    inventory = [
+        NodeInventory(
+            node_id=report["node_id"],
+            hostname=report["hostname"],
+            gpus=tuple(NodeGpu(**gpu) for gpu in report["gpus"]),
+            problem=report["problem"],
+        )
+        for report in reports
+    ]
+    problems = [node for node in inventory if node.problem]
+    if problems and len(problems) == len(inventory):
+        raise OrionError(f"no daemon could start on any node: {problems[0].problem}")
+    return inventory
+
+
+def stop_daemons(address: str | None = None, timeout_s: float = 60.0) -> int:
+    """Stops the agents of every live node and the daemons they started; how many agents."""
+    ray = connect(address)
+    handles = []
+    for node in _alive_nodes(ray):
+        try:
+            handles.append(ray.get_actor(AGENT_PREFIX + node["NodeID"], namespace=NAMESPACE))
+        except ValueError:
+            continue  # no agent there
+    calls = [handle.stop.remote() for handle in handles]
+    for call in calls:
+        # An agent whose node is going cannot answer: its daemons stop with it (--stop-with).
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(call, timeout=timeout_s)
+    for handle in handles:
+        ray.kill(handle)
+    return len(handles)

@@ -1,0 +1,103 @@
+"""The ``runtime_env`` that puts a Ray actor or task under orion, on whatever GPU Ray gives it.
+
+Ray's fractional GPUs (``num_gpus=0.5``) are bookkeeping only: two actors on one GPU share its
+memory and time with no isolation at all. Under orion each joins the daemon of the GPU Ray gave
+it, as HP or BE, with a memory limit, so the HP one keeps its latency and neither can take the
+other's memory. Nothing wraps the actor: the runtime_env sets the variables with which orion's
+preload library joins by itself (``orion_daemon.joining``; ``scheduler_core/native/
+daemon_join.h`` has each one), Ray then sets ``CUDA_VISIBLE_DEVICES`` when the actor starts, and
+the library joins that GPU's daemon at the actor's first CUDA call.
+
+Two Ray facts shape this:
+
+- Ray numbers a node's GPUs like CUDA does, by index, and CUDA's default order is "fastest
+  first", which on a machine of mixed GPUs is not nvidia-smi's. The runtime_env sets
+  ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so index N is nvidia-smi's GPU N, whose daemon is the one in
+  state folder ``gpuN``; after joining, the library names the GPU by its UUID.
+- A worker is told which GPU it got, never what fraction of it. The fraction is known where the
+  actor is declared, so it is given here (``num_gpus``, or :func:`options`, which sets both from
+  one number): with no explicit ``memory_limit`` it becomes that fraction of the GPU's memory,
+  computed by the node's daemon, which knows its GPU's size where the driver may not.
+
+The preload library path is this machine's: Ray clusters run one image on every node, so orion
+is installed at the same path there (the node agent checks; :func:`orion.ray.start_daemons`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orion_common.errors import OrionError
+from orion_common.sizes import parse_size
+from orion_daemon.admission import ROLES, JoinRequest
+from orion_daemon.joining import join_variables
+
+
+def preload_path() -> str:
+    from scheduler_core import preload_library_path
+
+    return str(preload_library_path())
+
+
+def runtime_env(
+    role: str,
+    *,
+    num_gpus: float | None = None,
+    memory_limit: int | str | None = None,
+    max_util: float | None = None,
+    min_util: float | None = None,
+    latency_target_ms: float | None = None,
+    name: str | None = None,
+    profile: str | None = None,
+) -> dict[str, Any]:
+    """The ``runtime_env`` for an actor or task under orion as ``role`` (``"hp"`` or ``"be"``).
+
+    ``num_gpus``: the GPU fraction the actor asks Ray for; below 1 and without ``memory_limit``
+    it becomes that fraction of the GPU's memory as the limit. ``memory_limit``: bytes or a size
+    (``"8GiB"``). ``max_util`` / ``min_util``: GPU-time shares (the daemon must enforce shares:
+    ``start_daemons(shares=True)``). ``latency_target_ms``: HP only, the p99 it aims at.
+    ``name``: the client's name on its GPU (default: the worker's name and pid, unique).
+    ``profile``: its kernel profile, a path the node's daemon can read.
+
+    Merge it into a runtime_env of your own with ``{**yours, "env_vars": {**yours_vars,
+    **orion_env["env_vars"]}}``.
+    """
+    if role not in ROLES:
+        raise OrionError(f"role must be 'hp' or 'be' (got {role!r})")
+    fraction = None
+    if num_gpus is not None:
+        if not 0 < num_gpus <= 1:
+            raise OrionError(
+                f"an actor under orion uses one GPU or a part of one: num_gpus is above 0 and "
+                f"at most 1 (got {num_gpus:g})"
+            )
+        if num_gpus < 1 and memory_limit is None:
+            fraction = float(num_gpus)
+    limit = None
+    if memory_limit is not None:
+        try:
+            limit = parse_size(memory_limit)
+        except ValueError as error:
+            raise OrionError(f"memory_limit: {error}") from None
+    request = JoinRequest(
+        role=role,
+        name=name or "",
+        profile=profile,
+        memory_limit=limit,
+        memory_fraction=fraction,
+        min_util=0.0 if min_util is None else float(min_util),
+        max_util=1.0 if max_util is None else float(max_util),
+        latency_target_ms=latency_target_ms,
+    )
+    env_vars = join_variables(request)
+    env_vars["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    # Ray expands ${VAR} from the worker's own environment: a preload the node sets is kept.
+    env_vars["LD_PRELOAD"] = preload_path() + ":${LD_PRELOAD}"
+    return {"env_vars": env_vars}
+
+
+def options(role: str, num_gpus: float = 1.0, **fields: Any) -> dict[str, Any]:
+    """``num_gpus`` and the matching :func:`runtime_env`, for ``@ray.remote(**options(...))`` or
+    ``Actor.options(**options(...))``: the fraction is written once, so Ray's share of the GPU
+    and orion's memory limit cannot disagree."""
+    return {"num_gpus": num_gpus, "runtime_env": runtime_env(role, num_gpus=num_gpus, **fields)}

@@ -1,0 +1,154 @@
+"""A multi-node Ray cluster on this machine whose nodes have stand-in GPUs (CPU only).
+
+Ray's own test utility (``ray.cluster_utils.Cluster``) starts a head and worker nodes as local
+processes; each worker node here gets logical GPUs (``num_gpus``) and, in its environment, the
+same GPUs as stand-ins for orion (``ORION_STAND_IN_GPUS``: UUID, name, memory) and a state
+folder of its own (``ORION_STATE_DIR``), so the daemons of "GPU 0" of two nodes do not meet.
+Everything listens on the loopback address only. Tests that use it are marked ``ray`` and skip
+cleanly when Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Before Ray is imported: every Ray process of these tests binds and dials 127.0.0.1 only
+# (Ray reads this once, at import, in the test process and in each node it starts).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+from orion_daemon import state
+from orion_daemon.protocol import request
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+STAND_IN_MEMORY_MIB = 8192
+
+KINDS = {
+    "h100": "NVIDIA H100 80GB HBM3",
+    "h200": "NVIDIA H200",
+    "a100": "NVIDIA A100-SXM4-80GB",
+    "l4": "NVIDIA L4",
+}
+
+
+def kind_slug(short: str) -> str:
+    from postprocess.profile_format import gpu_slug
+
+    return gpu_slug(KINDS[short])
+
+
+@dataclass
+class StandInNode:
+    """One worker node: its Ray node, id, state folder and stand-in GPUs."""
+
+    node: Any
+    kind: str
+    node_id: str
+    state_dir: Path
+    gpus: list[dict[str, Any]]
+
+    def daemon_status(self, gpu: int) -> dict[str, Any]:
+        record = state.require_daemon(gpu, state.state_dir(gpu, self.state_dir))
+        return request(Path(record["socket"]), {"op": "status"})["status"]
+
+    def client_names(self, gpu: int) -> list[str]:
+        return [client["name"] for client in self.daemon_status(gpu)["clients"]]
+
+    def events(self, gpu: int) -> list[dict[str, str]]:
+        import csv
+
+        table = state.state_dir(gpu, self.state_dir) / state.CLIENTS_TABLE
+        with table.open() as handle:
+            return list(csv.DictReader(handle))
+
+
+class StandInCluster:
+    """A head without GPUs and worker nodes added with :meth:`add_node`; the driver connects."""
+
+    def __init__(self, folder: Path) -> None:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.folder = folder
+        self.nodes: list[StandInNode] = []
+        self._count = 0
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "include_dashboard": False,
+                "env_vars": self._environment(folder / "head", []),
+            },
+        )
+        ray.init(address=self.cluster.address)
+
+    @staticmethod
+    def _environment(state_dir: Path, gpus: list[dict[str, Any]]) -> dict[str, str]:
+        # Workers import this checkout (and tests/, for the tests' job hosts) and see the node's
+        # stand-in GPUs and state folder, as a real node's workers see its GPUs.
+        path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+        environment = {"PYTHONPATH": path, "ORION_STATE_DIR": str(state_dir)}
+        if gpus:
+            environment["ORION_STAND_IN_GPUS"] = json.dumps(gpus)
+        return environment
+
+    def add_node(self, kind: str, gpus: int, num_cpus: int = 8) -> StandInNode:
+        import ray
+
+        index = self._count
+        self._count += 1
+        stand_ins = [
+            {
+                "uuid": f"GPU-{index:04d}{gpu:04d}-0000-4000-8000-{kind:0>12}",
+                "name": KINDS[kind],
+                "memory_mib": STAND_IN_MEMORY_MIB,
+            }
+            for gpu in range(gpus)
+        ]
+        # Logical CPUs: actors that ask for none are still scheduled one per CPU at start.
+        state_dir = self.folder / f"node{index}"
+        node = self.cluster.add_node(
+            num_cpus=num_cpus, num_gpus=gpus, env_vars=self._environment(state_dir, stand_ins)
+        )
+        known = {n.node_id for n in self.nodes}
+        node_id = next(
+            n["NodeID"]
+            for n in ray.nodes()
+            if n["Alive"] and n["Resources"].get("GPU") and n["NodeID"] not in known
+        )
+        added = StandInNode(node, kind, node_id, state_dir, stand_ins)
+        self.nodes.append(added)
+        return added
+
+    def remove_node(self, node: StandInNode) -> None:
+        self.cluster.remove_node(node.node, allow_graceful=False)
+        self.nodes.remove(node)
+
+    def shutdown(self) -> None:
+        import ray
+
+        from orion.ray import stop_daemons
+
+        try:
+            stop_daemons()
+        finally:
+            ray.shutdown()
+            self.cluster.shutdown()
+
+
+def ray_available() -> str | None:
+    """Why the Ray tests cannot run here (None: they can)."""
+    try:
+        import ray
+        import ray.cluster_utils  # noqa: F401
+    except ImportError:
+        return 'Ray is not installed (pip install "orion-gpu-share[ray]")'
+    if sys.platform != "linux":
+        return "the preload library and the daemons are Linux-only"
+    return None

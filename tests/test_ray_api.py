@@ -1,0 +1,206 @@
+"""orion.ray's pieces that need no cluster: the runtime_env it gives an actor, where a plan's GPUs
+go among the nodes, what `orion doctor` says about Ray; and the two rules under them, a join's
+memory limit from a fraction or a size, and the stand-in GPUs a node can be given."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from orion.ray import checks
+from orion.ray.agent import NodeGpu, NodeInventory
+from orion.ray.env import options, runtime_env
+from orion.ray.plan import place
+from orion_common import sysinfo
+from orion_common.errors import OrionError
+from orion_daemon.admission import JoinRequest, check_join, memory_limit
+from placement.plan_file import Plan, PlanClient, PlanGpu
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+
+
+# -- the runtime_env ------------------------------------------------------------------------------
+
+
+def test_a_fraction_of_a_gpu_becomes_a_memory_fraction_unless_a_limit_is_given():
+    half = runtime_env("be", num_gpus=0.5)["env_vars"]
+    assert (half["ORION_ROLE"], half["ORION_MEMORY_FRACTION"]) == ("be", "0.5")
+    assert "ORION_MEMORY_LIMIT" not in half
+    limited = runtime_env("be", num_gpus=0.5, memory_limit="2GiB")["env_vars"]
+    assert limited["ORION_MEMORY_LIMIT"] == str(2 * GIB) and "ORION_MEMORY_FRACTION" not in limited
+    whole = runtime_env("hp", num_gpus=1, latency_target_ms=5, name="web")["env_vars"]
+    assert "ORION_MEMORY_FRACTION" not in whole
+    assert (whole["ORION_NAME"], whole["ORION_LATENCY_TARGET_MS"]) == ("web", "5")
+
+
+def test_the_runtime_env_loads_the_library_and_numbers_gpus_as_nvidia_smi_does():
+    env = runtime_env("be")["env_vars"]
+    library, kept = env["LD_PRELOAD"].split(":")
+    assert library.endswith("liborion_preload.so") and Path(library).is_file()
+    assert kept == "${LD_PRELOAD}"  # a preload of the node's own stays after orion's
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert set(env) == {"ORION_ROLE", "LD_PRELOAD", "CUDA_DEVICE_ORDER"}
+
+
+def test_options_give_ray_and_orion_the_same_fraction():
+    given = options("be", num_gpus=0.25, max_util=0.5)
+    assert given["num_gpus"] == 0.25
+    env = given["runtime_env"]["env_vars"]
+    assert (env["ORION_MEMORY_FRACTION"], env["ORION_MAX_UTIL"]) == ("0.25", "0.5")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"role": "vip"}, "role must be 'hp' or 'be'"),
+        ({"role": "be", "num_gpus": 2}, r"at most 1 \(got 2\)"),
+        ({"role": "be", "num_gpus": 0}, "above 0"),
+        ({"role": "be", "memory_limit": "lots"}, 'memory_limit: "lots" is not a size'),
+    ],
+)
+def test_a_runtime_env_that_cannot_work_is_refused_where_it_is_declared(arguments, message):
+    with pytest.raises(OrionError, match=message):
+        runtime_env(**arguments)
+
+
+def test_the_example_declares_its_actors_with_and_without_orion():
+    pytest.importorskip("ray")
+    spec = importlib.util.spec_from_file_location(
+        "half_a_gpu_each", ROOT / "examples" / "ray" / "half_a_gpu_each.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.actor_options("hp", with_orion=False) == {"num_gpus": 0.5}
+    hp = example.actor_options("hp", with_orion=True)
+    be = example.actor_options("be", with_orion=True)
+    assert hp["num_gpus"] == be["num_gpus"] == 0.5
+    roles = [o["runtime_env"]["env_vars"]["ORION_ROLE"] for o in (hp, be)]
+    assert roles == ["hp", "be"]
+
+
+# -- where a plan's GPUs go -----------------------------------------------------------------------
+
+
+def node(node_id: str, *kinds: str) -> NodeInventory:
+    gpus = tuple(
+        NodeGpu(index=index, uuid=f"GPU-{node_id}-{index}", name=kind, kind=kind,
+                memory_bytes=GIB, folder=f"/s/gpu{index}", daemon_pid=1, policy="orion",
+                sharing="mps", started_here=True)
+        for index, kind in enumerate(kinds)
+    )  # fmt: skip
+    return NodeInventory(node_id=node_id, hostname=node_id, gpus=gpus)
+
+
+def plan(*kinds: str) -> Plan:
+    client = PlanClient(name="x", job="x", role="be", workload="bert", mode="train", batch_size=1)
+    gpus = tuple(
+        PlanGpu(index=index, kind=kind, policy="orion", settings={},
+                clients=(PlanClient(**{**client.__dict__, "name": f"job{index}"}),))
+        for index, kind in enumerate(kinds)
+    )  # fmt: skip
+    return Plan(objective="max-total-be", gpus=gpus, unplaced=(), totals={})
+
+
+def test_each_plan_gpu_goes_to_a_node_of_its_kind_no_more_than_it_has():
+    nodes = [node("a", "h100", "h100"), node("b", "l4"), node("c", "h200")]
+    placed = place(plan("h200", "h100", "l4", "h100"), nodes)
+    assert [(p.gpu.index, p.node.node_id) for p in placed] == [
+        (0, "c"),
+        (1, "a"),
+        (2, "b"),
+        (3, "a"),
+    ]
+
+
+def test_a_plan_for_more_gpus_of_a_kind_than_the_cluster_has_is_refused():
+    with pytest.raises(
+        OrionError, match="jobs on 2 GPU\\(s\\) of kind l4; the cluster's nodes have 1"
+    ):
+        place(plan("l4", "l4"), [node("a", "h100"), node("b", "l4")])
+
+
+def test_a_node_of_mixed_kinds_is_left_out():
+    # Ray would give whichever GPU of it it liked: the plan's kind could not be kept.
+    with pytest.raises(OrionError, match="of kind l4"):
+        place(plan("l4"), [node("a", "h100", "l4")])
+
+
+# -- orion doctor ---------------------------------------------------------------------------------
+
+
+def test_doctor_says_when_ray_is_not_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    (row,) = checks.ray_checks()
+    assert (row.name, row.ok) == ("Ray", None) and "orion-gpu-share[ray]" in row.value
+
+
+def test_doctor_says_whether_the_cluster_answers(monkeypatch, tmp_path):
+    monkeypatch.setattr(checks, "CURRENT_CLUSTER_FILE", tmp_path / "none")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert checks.check_cluster().ok is None
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+        assert checks.check_cluster().ok is True
+    closed = checks.check_cluster()
+    assert closed.ok is False and f"not reachable at 127.0.0.1:{port}" in closed.value
+    assert closed.needed_for == ()  # Ray is optional: nothing orion does stops for it
+
+
+# -- the rules underneath -------------------------------------------------------------------------
+
+
+def test_a_join_fraction_is_that_share_of_the_gpus_memory_an_explicit_limit_wins():
+    assert memory_limit(JoinRequest("be", "x", memory_fraction=0.25), 8 * GIB) == 2 * GIB
+    assert (
+        memory_limit(JoinRequest("be", "x", memory_fraction=0.25, memory_limit=GIB), 8 * GIB) == GIB
+    )
+    assert memory_limit(JoinRequest("be", "x"), 8 * GIB) is None
+    with pytest.raises(OrionError, match="does not know its GPU's memory"):
+        memory_limit(JoinRequest("be", "x", memory_fraction=0.5), None)
+    with pytest.raises(OrionError, match="at most 1"):
+        check_join(JoinRequest("be", "x", memory_fraction=2.0), [], 8 * GIB)
+
+
+def test_a_join_message_may_give_its_limit_as_people_write_sizes():
+    request = JoinRequest.from_message({"role": "be", "name": "x", "memory_limit": "1.5GiB"})
+    assert request.memory_limit == 3 * GIB // 2
+    with pytest.raises(OrionError, match="is not a size"):
+        JoinRequest.from_message({"role": "be", "name": "x", "memory_limit": "much"})
+
+
+def test_stand_in_gpus_answer_every_gpu_question(monkeypatch):
+    gpus = [
+        {"uuid": "GPU-aaaa", "name": "NVIDIA H200"},
+        {"uuid": "GPU-bbbb", "name": "NVIDIA L4", "memory_mib": 1024, "sm_count": 58},
+    ]
+    monkeypatch.setenv("ORION_STAND_IN_GPUS", json.dumps(gpus))
+    assert sysinfo.gpu_count() == 2
+    assert sysinfo.gpu_uuid(1) == "GPU-bbbb" and sysinfo.gpu_uuid(2) is None
+    facts = sysinfo.gpu_facts(1)
+    assert (facts.name, facts.memory_total_mib, facts.sm_count) == ("NVIDIA L4", 1024, 58)
+    assert sysinfo.gpu_facts(0).sm_count == 132
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[{", "is not JSON"),
+        ('{"uuid": "GPU-a"}', "must be a JSON list"),
+        ('[{"uuid": "a", "name": "x"}]', "uuid must be a string starting with GPU-"),
+        ('[{"uuid": "GPU-a", "name": "x", "cores": 3}]', "unknown keys: cores"),
+        ('[{"uuid": "GPU-a", "name": "x"}, {"uuid": "GPU-a", "name": "y"}]', "the same uuid"),
+    ],
+)
+def test_stand_in_gpus_that_make_no_sense_are_refused_in_one_line(monkeypatch, value, message):
+    monkeypatch.setenv("ORION_STAND_IN_GPUS", value)
+    with pytest.raises(OrionError, match=message):
+        sysinfo.gpu_count()
