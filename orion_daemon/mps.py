@@ -42,9 +42,11 @@ def with_sm_share(environment: dict[str, str], sm_percent: int | None) -> dict[s
     return shared
 
 
-# sockaddr_un holds 108 bytes; the daemon's longest socket name in the pipe folder is
-# "control_privileged".
-_MAX_PIPE_DIR_CHARS = 107 - len("/control_privileged")
+# sockaddr_un holds 108 bytes, and the MPS control daemon makes sockets in the pipe folder whose
+# names run to at least "control_privileged". On an H100 (driver 580.159) a pipe folder of 88
+# characters, which that name alone would have fitted, failed to start while one of 87 worked: the
+# daemon's own naming needs more room than its documented socket names. Keep a clear margin.
+_MAX_PIPE_DIR_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,9 @@ def _pipe_folder(mps_dir: Path) -> tuple[Path, Path | None]:
     Returns (folder to use, temporary folder to remove afterwards or None).
     """
     pipe_dir = mps_dir / "pipe"
-    if len(str(pipe_dir.resolve())) <= _MAX_PIPE_DIR_CHARS:
+    # The path as the daemon is handed it (not resolved: a shorter real path behind a symbolic
+    # link does not shorten the socket name it binds).
+    if len(str(pipe_dir.absolute())) <= _MAX_PIPE_DIR_CHARS:
         pipe_dir.mkdir(mode=0o700, parents=True)
         return pipe_dir, None
     short = Path(tempfile.mkdtemp(prefix="orion-mps-"))
