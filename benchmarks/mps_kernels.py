@@ -285,8 +285,10 @@ def summarise(out: Path, names: Sequence[str]) -> dict[str, Any]:
             continue
         replays = pd.read_csv(folder / "replays.csv")
         kernels = None
-        if (folder / "kernels.csv").is_file():
-            kernels = pd.read_csv(folder / "kernels.csv")
+        # kernels.csv, or kernels.csv.gz as committed results keep it (pandas reads either)
+        found = [p for p in (folder / "kernels.csv", folder / "kernels.csv.gz") if p.is_file()]
+        if found:
+            kernels = pd.read_csv(found[0])
             tables[name] = kernels
         summaries[name] = variant_summary(replays, kernels)
         with contextlib.suppress(OSError, ValueError):
