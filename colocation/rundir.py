@@ -39,6 +39,35 @@ GPU_COLUMNS = run_format.column_names(run_format.GPU_COLUMNS)
 TRACE_COLUMNS = run_format.column_names(run_format.TRACE_COLUMNS)
 
 
+def client_entry(
+    client: Any, *, seed: int, profile: Path | None, table: str, log: str | None
+) -> dict[str, Any]:
+    """A client's first entry in run.json (a :class:`colocation.config.ClientConfig`, its seed,
+    profile, table and log paths); the fields that change as it runs start empty. One writer
+    for `orion colocate` and runs on Ray alike."""
+    return {
+        "name": client.name,
+        "role": client.role,
+        "workload": client.workload,
+        "mode": client.mode,
+        "batch_size": client.batch_size,
+        "dtype": client.dtype,
+        "options": dict(client.options),
+        "arrivals": client.arrivals.model_dump(mode="json") if client.arrivals else None,
+        "profile": str(profile) if profile is not None else None,
+        "seed": seed,
+        "table": table,
+        "log": log,
+        "spec": f"clients/{client.name}.spec.json",
+        "pid": None,
+        "exit_code": None,
+        "error": None,
+        "log_tail": [],
+        "window_start_s": None,
+        "window_end_s": None,
+    }
+
+
 def create_run_dir(output_dir: Path, policy: str, now: datetime | None = None) -> Path:
     """A new, empty ``<output_dir>/<policy>-<UTC yyyymmdd-HHMMSS>[-n]`` folder.
 

@@ -45,6 +45,7 @@ from colocation.rundir import (
     STATUS_COMPLETE,
     STATUS_FAILED,
     RunRecord,
+    client_entry,
     create_run_dir,
 )
 from orion_common import run_format
@@ -190,28 +191,13 @@ class _Runner:
 
     def _entry(self, client: Any) -> dict[str, Any]:
         """The client's first run.json entry; the changing fields are filled in as it runs."""
-        profile = self.plan.profile_paths.get(client.name)
-        return {
-            "name": client.name,
-            "role": client.role,
-            "workload": client.workload,
-            "mode": client.mode,
-            "batch_size": client.batch_size,
-            "dtype": client.dtype,
-            "options": dict(client.options),
-            "arrivals": client.arrivals.model_dump(mode="json") if client.arrivals else None,
-            "profile": str(profile) if profile is not None else None,
-            "seed": derive_seed(self.config.run.seed, client.name),
-            "table": f"clients/{client.name}.csv",
-            "log": f"logs/{client.name}.log",
-            "spec": f"clients/{client.name}.spec.json",
-            "pid": None,
-            "exit_code": None,
-            "error": None,
-            "log_tail": [],
-            "window_start_s": None,
-            "window_end_s": None,
-        }
+        return client_entry(
+            client,
+            seed=derive_seed(self.config.run.seed, client.name),
+            profile=self.plan.profile_paths.get(client.name),
+            table=f"clients/{client.name}.csv",
+            log=f"logs/{client.name}.log",
+        )
 
     def _set_up(self) -> None:
         self.daemon = self.stack.enter_context(

@@ -87,7 +87,7 @@ def test_profile_sources_give_online_cells_whose_clients_carry_no_profile(
     planned = matrix.planned_runs(parse(matrix, monkeypatch, tmp_path, *scenario, *sources))
     cells = matrix.planned_cells(
         args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates,
-        args.profile_sources,
+        profile_sources=args.profile_sources,
     )  # fmt: skip
     assert [matrix.cell_key(cell, round_) for round_, cell in cells] == [
         "dedicated", "mps", "orion@gpu-gate", "orion@gpu-gate@online",

@@ -47,6 +47,16 @@ def orion_run(harness: Harness, *arguments: str) -> subprocess.CompletedProcess[
     )  # fmt: skip
 
 
+def start_orion_run(harness: Harness, role: str, name: str, script: str) -> subprocess.Popen[str]:
+    """`orion run ROLE --name NAME -- launcher SCRIPT` left running; its stdout is a pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "orion_cli.app", "run", role, "--name", name, "--",
+         str(harness.launcher), *script.split()],
+        env=harness.environment(None, None), stdout=subprocess.PIPE, text=True,
+        cwd=harness.directory,
+    )  # fmt: skip
+
+
 def test_the_programs_exit_status_is_orion_runs(harness, daemon):
     script = "func k 100 repeat 3 launch k 4 128 0 end sync 0"
     launcher = str(harness.launcher)
@@ -123,12 +133,7 @@ def test_status_saves_what_a_running_client_learned_as_a_profile(harness, daemon
 
     script = "func u 2000 repeat 8 launch u 8 64 0 end sync 0 repeat 2 launch u 8 64 0 end sync 0"
     script += " say learned sleep 20000000"
-    command = [sys.executable, "-m", "orion_cli.app", "run", "--be", "--name", "job", "--"]
-    process = subprocess.Popen(
-        [*command, str(harness.launcher), *script.split()],
-        env=harness.environment(None, None), stdout=subprocess.PIPE, text=True,
-        cwd=harness.directory,
-    )  # fmt: skip
+    process = start_orion_run(harness, "--be", "job", script)
     try:
         assert process.stdout.readline().strip() == "learned"
         status = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
@@ -156,13 +161,8 @@ def test_the_be_queue_bound_follows_an_unprofiled_hp_graph_as_it_is_learned(harn
     graph = "func ga 2000 func gb 1000 graph_new A graph_node A ga 4 128 graph_node A gb 2 64"
     script = f"{graph} graph_inst A flags repeat 8 graph_run A 0 sync 0 end say learned"
     script += " sleep 20000000"
-    command = [sys.executable, "-m", "orion_cli.app", "run", "--hp", "--name", "serve", "--"]
     before = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
-    process = subprocess.Popen(
-        [*command, str(harness.launcher), *script.split()],
-        env=harness.environment(None, None), stdout=subprocess.PIPE, text=True,
-        cwd=harness.directory,
-    )  # fmt: skip
+    process = start_orion_run(harness, "--hp", "serve", script)
     try:
         assert process.stdout.readline().strip() == "learned"
 

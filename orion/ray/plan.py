@@ -184,27 +184,15 @@ class _GpuRun:
 
     def _entry(self, client: Any) -> dict[str, Any]:
         """The client's run.json entry, with the fields `orion colocate` writes."""
-        return {
-            "name": client.name,
-            "role": client.role,
-            "workload": client.workload,
-            "mode": client.mode,
-            "batch_size": client.batch_size,
-            "dtype": client.dtype,
-            "options": dict(client.options),
-            "arrivals": client.arrivals.model_dump(mode="json") if client.arrivals else None,
-            "profile": None,
-            "seed": derive_seed(self.jobs_config.run.seed, client.name),
-            "table": run_format.client_table(client.name),
-            "log": None,
-            "spec": f"clients/{client.name}.spec.json",
-            "pid": None,
-            "exit_code": None,
-            "error": None,
-            "log_tail": [],
-            "window_start_s": None,
-            "window_end_s": None,
-        }
+        from colocation.rundir import client_entry
+
+        return client_entry(
+            client,
+            seed=derive_seed(self.jobs_config.run.seed, client.name),
+            profile=None,
+            table=run_format.client_table(client.name),
+            log=None,
+        )
 
     def _spec(self, client: Any) -> ClientSpec:
         run = self.jobs_config.run
