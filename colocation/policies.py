@@ -20,7 +20,9 @@ NativePolicy = Literal["passthrough", "priority", "reef", "orion", "quota"]
 
 @dataclass(frozen=True)
 class Policy:
-    """One sharing policy.
+    """One sharing policy. A row names what sets it apart; the defaults are the common case: MPS
+    only, every client a peer, no profiles, no stream priorities chosen by the client, clients at
+    once.
 
     ``native_policy`` is the name the preload library knows; ``passthrough`` means the library
     forwards every call untouched (the sharing then comes from the driver or MPS alone).
@@ -28,19 +30,19 @@ class Policy:
 
     name: str
     description: str
-    sharings: tuple[Sharing, ...]
+    native_policy: NativePolicy
+    sharings: tuple[Sharing, ...] = ("mps",)
     """How its clients may share the GPU (``run.sharing``), the default first: ``"mps"`` (one MPS
     daemon) or ``"timeslice"`` (contexts the driver switches between); empty when clients run
     alone and nothing is shared."""
-    native_policy: NativePolicy
-    needs_hp: bool
+    needs_hp: bool = False
     """The policy treats one client differently, so exactly one client must have role ``hp``."""
-    needs_profiles: bool
+    needs_profiles: bool = False
     """The library gates kernels by profiled durations and SM needs, so every client needs a
     kernel profile."""
-    hp_stream_priority_by_client: bool
+    hp_stream_priority_by_client: bool = False
     """The HP client itself submits its work on a high-priority CUDA stream."""
-    sequential: bool
+    sequential: bool = False
     """Clients run alone, one after another (the no-interference reference)."""
     sm_partitions: bool = False
     """Clients may carry ``sm_percent``: a static share of the SMs through MPS's
@@ -81,9 +83,6 @@ _POLICY_LIST: tuple[Policy, ...] = (
         description="each client alone on the GPU, one after another (the reference)",
         sharings=(),
         native_policy="passthrough",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
         sequential=True,
     ),
     Policy(
@@ -91,32 +90,20 @@ _POLICY_LIST: tuple[Policy, ...] = (
         description="separate processes without MPS: the driver time-slices the GPU",
         sharings=("timeslice",),
         native_policy="passthrough",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
         sharing_reason="it is the driver's time-slicing of separate contexts, without MPS",
     ),
     Policy(
         name="mps",
         description="separate processes under a private MPS daemon, no scheduling",
-        sharings=("mps",),
         native_policy="passthrough",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
         sharing_reason="it is MPS sharing by definition",
     ),
     Policy(
         name="mps-priority",
         description="MPS; the HP client puts its work on a high-priority CUDA stream itself",
-        sharings=("mps",),
         native_policy="passthrough",
         needs_hp=True,
-        needs_profiles=False,
         hp_stream_priority_by_client=True,
-        sequential=False,
         sharing_reason="it is MPS sharing by definition (priorities order MPS clients' work)",
     ),
     Policy(
@@ -125,12 +112,9 @@ _POLICY_LIST: tuple[Policy, ...] = (
             "MPS with static SM shares: each client's sm_percent caps the SMs it may use; "
             "the HP client uses a high-priority stream as in mps-priority"
         ),
-        sharings=("mps",),
         native_policy="passthrough",
         needs_hp=True,
-        needs_profiles=False,
         hp_stream_priority_by_client=True,
-        sequential=False,
         sm_partitions=True,
         sharing_reason="its SM shares are MPS's (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)",
     ),
@@ -140,9 +124,6 @@ _POLICY_LIST: tuple[Policy, ...] = (
         sharings=NATIVE_SHARINGS["priority"],
         native_policy="priority",
         needs_hp=True,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
         sharing_reason=SHARING_REASONS["priority"],
     ),
     Policy(
@@ -155,8 +136,6 @@ _POLICY_LIST: tuple[Policy, ...] = (
         native_policy="reef",
         needs_hp=True,
         needs_profiles=True,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
     Policy(
         name="orion",
@@ -168,8 +147,6 @@ _POLICY_LIST: tuple[Policy, ...] = (
         native_policy="orion",
         needs_hp=True,
         needs_profiles=True,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
     Policy(
         name="quota",
@@ -180,10 +157,6 @@ _POLICY_LIST: tuple[Policy, ...] = (
         ),
         sharings=NATIVE_SHARINGS["quota"],
         native_policy="quota",
-        needs_hp=False,
-        needs_profiles=False,
-        hp_stream_priority_by_client=False,
-        sequential=False,
     ),
 )
 
