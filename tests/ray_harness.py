@@ -78,6 +78,11 @@ class StandInCluster:
         self.folder = folder
         self.nodes: list[StandInNode] = []
         self._count = 0
+        # Ray puts the driver's working folder first on its workers' import path: from a source
+        # checkout (pytest's own folder) they would import orion from it, without its built
+        # library, not the orion this test imports. The driver works from the cluster's folder.
+        self._previous_folder = os.getcwd()
+        os.chdir(folder)
         self.cluster = Cluster(
             initialize_head=True,
             head_node_args={
@@ -90,9 +95,15 @@ class StandInCluster:
 
     @staticmethod
     def _environment(state_dir: Path, gpus: list[dict[str, Any]]) -> dict[str, str]:
-        # Workers import this checkout (and tests/, for the tests' job hosts) and see the node's
-        # stand-in GPUs and state folder, as a real node's workers see its GPUs.
-        path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+        # Workers import the orion this test imports (installed, or the checkout with its built
+        # library), never a checkout without the library, and tests/ for the tests' job hosts;
+        # they see the node's stand-in GPUs and state folder, as a real node's workers see its GPUs.
+        import orion_daemon
+
+        installed = Path(orion_daemon.__file__).resolve().parent.parent
+        path = os.pathsep.join(
+            [str(installed), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
+        )
         environment = {"PYTHONPATH": path, "ORION_STATE_DIR": str(state_dir)}
         if gpus:
             environment["ORION_STAND_IN_GPUS"] = json.dumps(gpus)
@@ -140,6 +151,7 @@ class StandInCluster:
         finally:
             ray.shutdown()
             self.cluster.shutdown()
+            os.chdir(self._previous_folder)
 
 
 def ray_available() -> str | None:
