@@ -65,6 +65,35 @@ _TICK_S = 0.1
 _PROGRESS_INTERVAL_S = 0.5
 
 
+def client_spec(
+    config: JobsConfig, client: Any, *, device: str, clock_origin_ns: int, **extra: Any
+) -> ClientSpec:
+    """What a client process of ``config`` is told to run (its spec file), wherever it runs:
+    `orion colocate`'s processes and jobs on Ray alike. ``extra``: the fields only one of them
+    sets (a local run's request count, SM share and daemon join)."""
+    run = config.run
+    highest = config.policy.hp_stream_priority_by_client and client.is_hp
+    return ClientSpec(
+        name=client.name,
+        role=client.role,
+        workload=client.workload,
+        mode=client.mode,
+        batch_size=client.batch_size,
+        dtype=client.dtype,
+        device=device,
+        table=run_format.client_table(client.name),
+        clock_origin_ns=clock_origin_ns,
+        seed=derive_seed(run.seed, client.name),
+        warmup_steps=run.warmup_steps,
+        stream_priority="highest" if highest else "default",
+        arrivals=client.arrivals.model_dump(mode="json") if client.arrivals else None,
+        drain_s=DRAIN_S,
+        options=dict(client.options),
+        cuda_graph=client.cuda_graph,
+        **extra,
+    )
+
+
 @dataclass(frozen=True)
 class ClientProgress:
     """One client, as the live view shows it."""
@@ -248,26 +277,12 @@ class _Runner:
         }
 
     def _spec(self, client: Any) -> ClientSpec:
-        run = self.config.run
-        highest = self.policy.hp_stream_priority_by_client and client.is_hp
-        return ClientSpec(
-            name=client.name,
-            role=client.role,
-            workload=client.workload,
-            mode=client.mode,
-            batch_size=client.batch_size,
-            dtype=client.dtype,
+        return client_spec(
+            self.config,
+            client,
             device=self.device,
-            table=f"clients/{client.name}.csv",
             clock_origin_ns=self.clock.origin_ns,
-            seed=derive_seed(run.seed, client.name),
-            warmup_steps=run.warmup_steps,
-            stream_priority="highest" if highest else "default",
-            arrivals=client.arrivals.model_dump(mode="json") if client.arrivals else None,
-            requests=run.requests if client.is_hp else None,
-            drain_s=DRAIN_S,
-            options=dict(client.options),
-            cuda_graph=client.cuda_graph,
+            requests=self.config.run.requests if client.is_hp else None,
             sm_percent=client.sm_percent,
             join=self._join(client),
         )

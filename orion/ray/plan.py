@@ -35,6 +35,7 @@ from colocation.arrivals import derive_seed
 from colocation.config import parse_jobs
 from colocation.protocol import ClientSpec, spec_path
 from colocation.rundir import STATUS_COMPLETE, STATUS_FAILED, RunRecord, create_run_dir
+from colocation.runner import DRAIN_S, client_spec
 from orion.ray._ray import connect
 from orion.ray.agent import NodeInventory, start_daemons
 from orion.ray.env import runtime_env
@@ -48,8 +49,6 @@ from placement.plan_run import PlanRunRecord, plan_jobs
 START_DELAY_S = 1.0
 """Between the last job becoming ready and the window's start: the start reaches every job's
 actor (a remote call each) well before it."""
-DRAIN_S = 5.0
-"""After the window, how long inference jobs may still serve requests that arrived in it."""
 _POLL_S = 0.2
 
 
@@ -195,26 +194,8 @@ class _GpuRun:
         )
 
     def _spec(self, client: Any) -> ClientSpec:
-        run = self.jobs_config.run
-        highest = self.jobs_config.policy.hp_stream_priority_by_client and client.is_hp
-        return ClientSpec(
-            name=client.name,
-            role=client.role,
-            workload=client.workload,
-            mode=client.mode,
-            batch_size=client.batch_size,
-            dtype=client.dtype,
-            device=self._device(),
-            table=run_format.client_table(client.name),
-            clock_origin_ns=0,  # the job's node gives it (JobHost.begin)
-            seed=derive_seed(run.seed, client.name),
-            warmup_steps=run.warmup_steps,
-            stream_priority="highest" if highest else "default",
-            arrivals=client.arrivals.model_dump(mode="json") if client.arrivals else None,
-            drain_s=DRAIN_S,
-            options=dict(client.options),
-            cuda_graph=client.cuda_graph,
-        )
+        # The clock's origin is the job's node's (JobHost.begin).
+        return client_spec(self.jobs_config, client, device=self._device(), clock_origin_ns=0)
 
     # -- the jobs ---------------------------------------------------------------------------
     def _start_jobs(self) -> None:
