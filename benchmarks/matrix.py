@@ -3,7 +3,7 @@
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
         [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
-        [--sharings mps,timeslice] [--profile-sources offline,online]
+        [--sharings mps,timeslice] [--profile-sources offline,online] [--hp-alone mps]
         [--repeats 3] [--trace]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
@@ -26,7 +26,9 @@ in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate`
 between; cell ``orion@gpu-gate@timeslice``), --profile-sources whether the gated policies' clients
 use offline profiles (plain cell) or learn their kernels while they run (``profile_source:
 online``, cell ``orion@gpu-gate@online``), --mps-share-be the BE client's SM share under
-mps-share (the HP client keeps all SMs); other policies ignore them.
+mps-share (the HP client keeps all SMs); other policies ignore them. --hp-alone adds a cell per
+policy named that runs the HP client without BE (``mps@hp-alone``: the MPS floor, what MPS by
+itself costs the HP against a dedicated GPU).
 
 Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
 every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
@@ -204,6 +206,7 @@ class Cell:
     be_gate: str | None = None
     profile_source: str | None = None  # "online": both clients learned, no offline profile
     sharing: str | None = None
+    hp_alone: bool = False  # the HP client without the BE one (``mps@hp-alone``: MPS's floor)
 
     @property
     def name(self) -> str:
@@ -221,6 +224,8 @@ class Cell:
             name += f"@be{self.be_sm_percent}"
         if self.profile_source == ONLINE:
             name += "@online"
+        if self.hp_alone:
+            name += "@hp-alone"
         return name
 
 
@@ -244,11 +249,13 @@ def planned_cells(
     be_gates: Sequence[str | None] = (None,),
     sharings: Sequence[str | None] = (None,),
     profile_sources: Sequence[str | None] = (None,),
+    hp_alone: Sequence[str] = (),
 ) -> list[tuple[int, Cell]]:
     """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
     even when not asked for: without it a round has no reference), then the other policies in
     the order given, the gated ones once per queue bound, BE gate, sharing mode and profile
-    source, quota once per sharing mode, and mps-share once per BE share."""
+    source, quota once per sharing mode, and mps-share once per BE share; last the HP client
+    alone under each policy of ``hp_alone`` (what the policy's mechanism costs a lone HP)."""
     cells: list[Cell] = []
     for policy in dict.fromkeys(policies):
         if policy == DEDICATED:
@@ -273,6 +280,7 @@ def planned_cells(
             cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
         else:
             cells.append(Cell(policy))
+    cells += [Cell(policy, hp_alone=True) for policy in dict.fromkeys(hp_alone)]
     return [
         (round_, cell) for round_ in range(1, repeats + 1) for cell in [Cell(DEDICATED), *cells]
     ]
@@ -289,7 +297,8 @@ def cell_jobs(
     group: Group, cell: Cell, duration_s: float, out: Path, trace: bool = False
 ) -> dict[str, Any]:
     """The jobs.json of one cell: the group's HP and BE clients under the cell's policy, the BE
-    client with ``sm_percent`` when the cell sets a share (the HP client then has all SMs).
+    client with ``sm_percent`` when the cell sets a share (the HP client then has all SMs), no BE
+    client in an ``hp_alone`` cell.
     ``trace`` records every kernel launch (``run.trace``) in every cell alike, dedicated ones
     included, so the recording's own cost is the same on both sides of each ratio."""
     hp_client = {
@@ -315,7 +324,7 @@ def cell_jobs(
             **({"sharing": cell.sharing} if cell.sharing is not None else {}),
             **({"trace": True} if trace else {}),
         },
-        "clients": [hp_client, be_client],
+        "clients": [hp_client] if cell.hp_alone else [hp_client, be_client],
     }
 
 
@@ -339,6 +348,7 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
             args.be_gates,
             args.sharings,
             args.profile_sources,
+            args.hp_alone,
         ):
             planned.append(
                 PlannedCell(
@@ -675,6 +685,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_shares,
         default=[30, 50, 70],
         help="BE SM shares in percent for mps-share, one cell each (default 30,50,70)",
+    )
+    parser.add_argument(
+        "--hp-alone",
+        type=_names(tuple(name for name in POLICY_NAMES if name != DEDICATED)),
+        default=[],
+        help="policies to run the HP client alone under, one cell each (<policy>@hp-alone), "
+        "e.g. mps: the MPS floor, what MPS alone costs the HP against dedicated",
     )
     parser.add_argument(
         "--repeats", type=int, default=1, help="rounds of every cell (each with its dedicated run)"

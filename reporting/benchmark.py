@@ -39,6 +39,7 @@ from reporting.metrics import (
     HP_QUANTILE,
     LIMIT_TOLERANCE,
     POLICY_DEDICATED,
+    hp_alone,
     latency_sample,
     policy_label,
     sharing_setting,
@@ -398,7 +399,7 @@ def _cell_row(
 def run_settings(run: RunData) -> dict[str, Any]:
     """The knob settings a run made: ``queue_limit_us`` when set, ``be_gate`` of a gating policy,
     ``sharing`` when time-sliced instead of MPS, ``sm_percent_<client>`` per client with an SM
-    share."""
+    share, ``hp_alone`` for a run of the HP client with nothing beside it."""
     settings: dict[str, Any] = {}
     section = run.config.get("run")
     thresholds = (section.get("thresholds") if isinstance(section, dict) else None) or {}
@@ -414,6 +415,8 @@ def run_settings(run: RunData) -> dict[str, Any]:
     for client in clients if isinstance(clients, list) else []:
         if isinstance(client, dict) and _is_number(client.get("sm_percent")):
             settings[f"sm_percent_{client.get('name')}"] = client["sm_percent"]
+    if hp_alone(run):
+        settings["hp_alone"] = True
     return settings
 
 

@@ -213,7 +213,21 @@ def policy_label(run: RunData) -> str:
         for client in (clients if isinstance(clients, list) else [])
     ):
         label += "@online"
+    if hp_alone(run):
+        label += "@hp-alone"
     return label
+
+
+def hp_alone(run: RunData) -> bool:
+    """A run of a sharing policy with the HP client and nothing beside it (``mps@hp-alone``):
+    what the policy's mechanism alone costs the HP, against a dedicated GPU."""
+    clients = run.config.get("clients")
+    return (
+        run.policy != POLICY_DEDICATED
+        and isinstance(clients, list)
+        and bool(clients)
+        and all(isinstance(client, dict) and client.get("role") == "hp" for client in clients)
+    )
 
 
 def run_labels(runs: Sequence[RunData]) -> list[str]:

@@ -412,9 +412,11 @@ def write_cell(
     be_iteration_ms: float = 500.0,
     config: dict | None = None,
     hp: list | None = None,
+    with_be: bool = True,
 ) -> Path:
     """One run: HP latencies hp_scale x 1..100 ms (p99 = 99.01 x hp_scale), BE iterations of
-    ``be_iteration_ms`` back to back, 32 samples each (throughput 32 / iteration seconds)."""
+    ``be_iteration_ms`` back to back, 32 samples each (throughput 32 / iteration seconds); no
+    BE client without ``with_be``."""
     dedicated = policy == "dedicated"
     be_window = (30.0, 40.0) if dedicated else (10.0, 20.0)
     count = int(10_000 / be_iteration_ms) - 1
@@ -434,6 +436,8 @@ def write_cell(
         ),
         ClientSpec("be", "be", "train", be, window=be_window, batch_size=32),
     ]
+    if not with_be:
+        clients = clients[:1]
     measure = (10.0, 40.0) if dedicated else (10.0, 20.0)
     return write_run(root, name, policy=policy, clients=clients, measure=measure, config=config)
 

@@ -159,6 +159,45 @@ def test_repeats_run_every_cell_round_after_round(matrix, monkeypatch, tmp_path)
     )
 
 
+def test_hp_alone_cells_run_the_hp_client_without_be_last_in_every_round(
+    matrix, monkeypatch, tmp_path
+) -> None:
+    args = parse(
+        matrix, monkeypatch, tmp_path, "--policies", "orion", "--hp-alone", "mps", "--repeats", "2"
+    )
+    cells = matrix.planned_cells(
+        args.policies,
+        args.queue_limits,
+        args.repeats,
+        args.mps_share_be,
+        args.be_gates,
+        args.sharings,
+        args.profile_sources,
+        args.hp_alone,
+    )
+    assert [matrix.cell_key(cell, r) for r, cell in cells] == [
+        "dedicated",
+        "orion@gpu-gate",
+        "mps@hp-alone",
+        "dedicated#2",
+        "orion@gpu-gate#2",
+        "mps@hp-alone#2",
+    ]
+    group = matrix.Group("resnet50-graph", "low", "resnet50-train")
+    floor = matrix.cell_jobs(group, cells[2][1], 62.5, tmp_path)
+    assert floor["run"]["policy"] == "mps"
+    assert [client["role"] for client in floor["clients"]] == ["hp"]
+    orion = matrix.cell_jobs(group, cells[1][1], 62.5, tmp_path)
+    assert [client["role"] for client in orion["clients"]] == ["hp", "be"]
+
+
+def test_hp_alone_under_dedicated_is_refused(matrix, monkeypatch, tmp_path, capsys) -> None:
+    # dedicated already runs the HP alone: it is every round's reference, not a cell.
+    with pytest.raises(SystemExit):
+        parse(matrix, monkeypatch, tmp_path, "--hp-alone", "dedicated")
+    assert "--hp-alone" in capsys.readouterr().err
+
+
 def test_zero_repeats_are_refused(matrix, monkeypatch, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         parse(matrix, monkeypatch, tmp_path, "--repeats", "0")

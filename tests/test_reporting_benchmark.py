@@ -143,6 +143,26 @@ def test_unknown_values_are_null_and_valid(summary) -> None:
     assert validate_summary([]) == ["the summary is not a JSON object"]
 
 
+def test_an_hp_alone_cell_has_an_hp_ratio_and_no_be_ratio(tmp_path) -> None:
+    """The MPS floor (``mps@hp-alone``): HP x1.07 with no BE client beside it."""
+    hp_only = {"clients": [{"name": "hp", "role": "hp"}]}
+    rounds = {
+        r: [
+            load_run(write_cell(tmp_path, f"d{r}", "dedicated")),
+            load_run(
+                write_cell(tmp_path, f"m{r}", "mps", hp_scale=1.07, config=hp_only, with_be=False)
+            ),
+        ]
+        for r in (1, 2)
+    }
+    summary = summarize(rounds)
+    assert validate_summary(summary) == []
+    floor = summary["rows"][1]
+    assert floor["cell"] == "mps@hp-alone" and floor["settings"] == {"hp_alone": True}
+    assert floor["hp_p99_ratio"] == pytest.approx(1.07)
+    assert floor["be_ratio"] is None and floor["target_met"] is None
+
+
 def test_load_summary_refuses_a_broken_file(tmp_path) -> None:
     path = tmp_path / "summary.json"
     path.write_text('{"format": "orion-benchmark-summary"}')
