@@ -22,11 +22,12 @@ sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = deri
 profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
 in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
 --sharings how the clients of the policies that run either way (reef, orion, quota) share the GPU
-(``run.sharing``: ``mps``, the default, or ``timeslice``: separate contexts the driver switches
-between; cell ``orion@gpu-gate@timeslice``), --profile-sources whether the gated policies' clients
-use offline profiles (plain cell) or learn their kernels while they run (``profile_source:
-online``, cell ``orion@gpu-gate@online``), --mps-share-be the BE client's SM share under
-mps-share (the HP client keeps all SMs); other policies ignore them. --hp-alone adds a cell per
+(``run.sharing``: ``mps`` or ``timeslice``, separate contexts the driver switches between, cell
+``orion@gpu-gate@timeslice``; by default each policy's own mode, set in every cell's jobs),
+--profile-sources whether the gated policies' clients use offline profiles (plain cell) or learn
+their kernels while they run (``profile_source: online``, cell ``orion@gpu-gate@online``),
+--mps-share-be the BE client's SM share under mps-share (the HP client keeps all SMs); other
+policies ignore them. --hp-alone adds a cell per
 policy named that runs the HP client without BE (``mps@hp-alone``: the MPS floor, what MPS by
 itself costs the HP against a dedicated GPU).
 
@@ -266,7 +267,7 @@ def planned_cells(
                     policy,
                     queue_limit_us=limit,
                     be_gate=gate,
-                    sharing=sharing,
+                    sharing=sharing or POLICIES[policy].sharing,
                     profile_source=source,
                 )
                 for limit in queue_limits
@@ -275,7 +276,9 @@ def planned_cells(
                 for source in profile_sources
             ]
         elif policy in SHARING_POLICIES:
-            cells += [Cell(policy, sharing=sharing) for sharing in sharings]
+            cells += [
+                Cell(policy, sharing=sharing or POLICIES[policy].sharing) for sharing in sharings
+            ]
         elif policy == SHARE_POLICY and mps_share_be:
             cells += [Cell(policy, be_sm_percent=share) for share in mps_share_be]
         else:
@@ -668,9 +671,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sharings",
         type=_names(SHARINGS),
-        default=["mps"],
+        default=[None],
         help="how the clients of reef, orion and quota share the GPU, one cell each: mps (one "
-        "MPS daemon, their default) or timeslice (separate contexts the driver switches between)",
+        "MPS daemon) or timeslice (separate contexts the driver switches between); default: "
+        "each policy's own (timeslice for orion, mps for reef and quota)",
     )
     parser.add_argument(
         "--profile-sources",

@@ -244,8 +244,14 @@ class JobsConfig(StrictModel):
         raise KeyError(name)
 
     def to_json_dict(self) -> dict[str, Any]:
-        """Plain JSON data (paths as absolute strings) for ``run.json``; validates again as is."""
-        return self.model_dump(mode="json")
+        """Plain JSON data (paths as absolute strings) for ``run.json``; validates again as is.
+        ``run.sharing`` is the mode the run used, also when the jobs file left it to the policy's
+        default: defaults change as measurements come in (orion's became ``timeslice``), and a
+        report must not read an old run by today's default. A run recorded without it predates
+        time slicing for these policies and shared through MPS."""
+        data = self.model_dump(mode="json")
+        data["run"]["sharing"] = self.policy.sharing
+        return data
 
 
 def _share_problems(

@@ -140,8 +140,8 @@ _POLICY_LIST: tuple[Policy, ...] = (
     Policy(
         name="orion",
         description=(
-            "the full Orion interference-aware policy (under MPS, or time-sliced with "
-            "run.sharing 'timeslice')"
+            "the full Orion interference-aware policy (time-sliced, or under MPS with "
+            "run.sharing 'mps')"
         ),
         sharings=NATIVE_SHARINGS["orion"],
         native_policy="orion",

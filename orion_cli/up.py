@@ -30,8 +30,8 @@ def up_command(
             "--sharing",
             help="mps: the clients share the GPU through an MPS daemon this daemon starts; "
             "timeslice: separate contexts that the driver switches between (orion's GPU gates "
-            "still hold BE work while HP has work). Default: the policy's (mps; priority runs "
-            "under mps only).",
+            "still hold BE work while HP has work). Default: the policy's (timeslice for orion, "
+            "mps for the others; priority runs under mps only).",
             show_default=False,
         ),
     ] = None,

@@ -25,16 +25,19 @@ NATIVE_SHARINGS: dict[str, tuple[Sharing, ...]] = {
     "passthrough": ("mps", "timeslice"),
     "priority": ("mps",),
     "reef": ("mps", "timeslice"),
-    "orion": ("mps", "timeslice"),
+    "orion": ("timeslice", "mps"),
     "quota": ("mps", "timeslice"),
 }
 """The modes each native policy runs in, its default first.
 
 The gating policies (reef, orion, quota) hold BE work with gates on the GPU, which work across
-contexts as across MPS clients. Their default stays MPS until the benchmark protocol
-(``benchmarks/matrix.py``, ``docs/scheduler.md``) has compared the two: a first probe (graph
-headline, 20 s runs, 2 rounds on a noisy host) gave HP p99 1.08-1.12x of dedicated for reef
-time-sliced at BE 0.86, and 1.13-1.51x for orion time-sliced against 1.44-1.54x under MPS.
+contexts as across MPS clients. Defaults follow the benchmark protocol (``benchmarks/matrix.py
+--sharings mps,timeslice``, 60-s runs, interleaved rounds; ``docs/scheduler.md``, "Sharing
+without MPS"): orion time-sliced beat orion under MPS on both figures in both rounds measured on
+an H100 (HP p99 1.12x [1.03, 1.20] of dedicated with BE 0.82, against 1.25x [1.07, 1.44] with BE
+0.79), so orion defaults to ``timeslice``; reef under MPS beat reef time-sliced in the one round
+measured (1.11x with BE 0.83 against 1.19x with BE 0.74), so reef keeps MPS; quota is not
+measured yet and keeps MPS.
 ``priority`` orders work by stream priority alone, which holds between streams of one context or
 of MPS's clients, never between contexts the driver time-slices."""
 

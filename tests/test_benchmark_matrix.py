@@ -43,9 +43,9 @@ def test_queue_limits_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_pat
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
         "priority",
-        "orion",
-        "orion@100us",
-        "orion@2500us",
+        "orion@timeslice",
+        "orion@100us@timeslice",
+        "orion@2500us@timeslice",
         "reef",
         "reef@100us",
         "reef@2500us",
@@ -60,8 +60,8 @@ def test_be_gates_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_path) -
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
         "mps",
-        "orion@cpu-gate",
-        "orion@gpu-gate",
+        "orion@cpu-gate@timeslice",
+        "orion@gpu-gate@timeslice",
     ]
     group = matrix.Group("resnet50", "low", "resnet50-train")
     jobs = matrix.cell_jobs(group, cells[2][1], 15.0, tmp_path)
@@ -90,17 +90,19 @@ def test_profile_sources_give_online_cells_whose_clients_carry_no_profile(
         profile_sources=args.profile_sources,
     )  # fmt: skip
     assert [matrix.cell_key(cell, round_) for round_, cell in cells] == [
-        "dedicated", "mps", "orion@gpu-gate", "orion@gpu-gate@online",
-        "dedicated#2", "mps#2", "orion@gpu-gate#2", "orion@gpu-gate@online#2",
+        "dedicated", "mps", "orion@gpu-gate@timeslice", "orion@gpu-gate@timeslice@online",
+        "dedicated#2", "mps#2", "orion@gpu-gate@timeslice#2", "orion@gpu-gate@timeslice@online#2",
     ]  # fmt: skip
     online = next(cell.jobs for cell in planned if cell.key.endswith("@online"))
-    offline = next(cell.jobs for cell in planned if cell.key == "orion@gpu-gate")
+    offline = next(cell.jobs for cell in planned if cell.key == "orion@gpu-gate@timeslice")
     assert {c["profile_source"] for c in online["clients"]} == {"online"}
     assert all("profile_source" not in c for c in offline["clients"])
     run = RunData.__new__(RunData)
     object.__setattr__(run, "config", online)
     object.__setattr__(run, "policy", "orion")
-    assert policy_label(run) == "orion@gpu-gate@online"  # the report names it as the matrix does
+    assert (
+        policy_label(run) == "orion@gpu-gate@timeslice@online"
+    )  # the report names it as the matrix does
     with pytest.raises(SystemExit):
         parse(matrix, monkeypatch, tmp_path, "--profile-sources", "learned")
 
@@ -120,7 +122,7 @@ def test_without_queue_limits_every_policy_runs_once_with_the_derived_bound(
     args = parse(matrix, monkeypatch, tmp_path, "--policies", "dedicated,orion")
     assert matrix.planned_cells(args.policies, args.queue_limits) == [
         (1, matrix.Cell("dedicated")),
-        (1, matrix.Cell("orion")),
+        (1, matrix.Cell("orion", sharing="timeslice")),
     ]
 
 
@@ -147,14 +149,14 @@ def test_repeats_run_every_cell_round_after_round(matrix, monkeypatch, tmp_path)
     # Round 1 keeps the plain names, so a one-round matrix.json stays valid when rounds are added.
     assert [matrix.cell_key(cell, r) for r, cell in cells] == [
         "dedicated",
-        "orion",
-        "orion@500us",
+        "orion@timeslice",
+        "orion@500us@timeslice",
         "dedicated#2",
-        "orion#2",
-        "orion@500us#2",
+        "orion@timeslice#2",
+        "orion@500us@timeslice#2",
     ]
     assert [matrix.split_cell_key(matrix.cell_key(cell, r)) for r, cell in cells][-1] == (
-        "orion@500us",
+        "orion@500us@timeslice",
         2,
     )
 
@@ -177,10 +179,10 @@ def test_hp_alone_cells_run_the_hp_client_without_be_last_in_every_round(
     )
     assert [matrix.cell_key(cell, r) for r, cell in cells] == [
         "dedicated",
-        "orion@gpu-gate",
+        "orion@gpu-gate@timeslice",
         "mps@hp-alone",
         "dedicated#2",
-        "orion@gpu-gate#2",
+        "orion@gpu-gate@timeslice#2",
         "mps@hp-alone#2",
     ]
     group = matrix.Group("resnet50-graph", "low", "resnet50-train")
@@ -296,4 +298,26 @@ def test_sharings_sweep_the_policies_that_run_either_way(matrix, monkeypatch, tm
         "mps",
         "timeslice",
     ]
-    assert parse(matrix, monkeypatch, tmp_path).sharings == ["mps"]
+    # Without --sharings every policy runs in its own default mode, named in the cell and set in
+    # its jobs so the cell means the same when a default changes.
+    default = parse(matrix, monkeypatch, tmp_path, "--policies", "orion,reef")
+    cells = matrix.planned_cells(
+        default.policies,
+        default.queue_limits,
+        default.repeats,
+        default.mps_share_be,
+        default.be_gates,
+        default.sharings,
+    )
+    assert [matrix.cell_key(cell) for _, cell in cells] == [
+        "dedicated",
+        "orion@gpu-gate@timeslice",
+        "reef@gpu-gate",
+    ]
+    assert [
+        matrix.cell_jobs(group, cell, 15.0, tmp_path)["run"].get("sharing") for _, cell in cells
+    ] == [
+        None,
+        "timeslice",
+        "mps",
+    ]

@@ -715,7 +715,7 @@ def test_gating_policies_run_under_mps_or_time_sliced(policy: str, sharing: str)
         ("mps-share", "mps"),
         ("priority", "mps"),
         ("reef", "mps"),
-        ("orion", "mps"),
+        ("orion", "timeslice"),
         ("quota", "mps"),
     ],
 )
@@ -727,6 +727,9 @@ def test_each_policy_shares_the_gpu_its_default_way(policy: str, sharing: str | 
     config = parse_jobs(data, DATA)
     assert config.run.sharing is None
     assert config.policy.sharing == sharing
+    assert config.policy.uses_mps == (sharing == "mps")
+    # run.json records the mode used, so a report never reads it by a later default.
+    assert config.to_json_dict()["run"]["sharing"] == sharing
 
 
 def test_a_policy_override_keeps_an_explicit_sharing_and_checks_it(tmp_path: Path) -> None:
@@ -758,7 +761,7 @@ def test_memory_limit_is_kept_in_bytes(limit: str, expected: int) -> None:
     assert [c.memory_limit for c in config.clients] == [1_000_000, expected]
     stored = config.to_json_dict()  # run.json records bytes, which validate again as is
     assert stored["clients"][1]["memory_limit"] == expected
-    assert parse_jobs(stored, DATA) == config
+    assert parse_jobs(stored, DATA).to_json_dict() == stored
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
@@ -899,8 +902,13 @@ def test_to_json_dict_is_plain_json_and_validates_again(tmp_path: Path) -> None:
     text = json.dumps(data)  # plain JSON types only
     assert data["clients"][0]["profile"] == str(DATA / "profiles" / "hp.profile.csv")
     assert data["clients"][0]["arrivals"]["path"] == str(DATA / "traces" / "steady.txt")
-    # absolute paths: the stored config means the same from anywhere
-    assert parse_jobs(json.loads(text), tmp_path) == config
+    # absolute paths: the stored config means the same from anywhere; it differs from the file
+    # only in naming the sharing mode the policy's default chose
+    again = parse_jobs(json.loads(text), tmp_path)
+    assert again.to_json_dict() == data
+    assert (
+        again.model_copy(update={"run": again.run.model_copy(update={"sharing": None})}) == config
+    )
 
 
 def test_direct_construction_checks_cross_field_rules() -> None:
@@ -1047,7 +1055,6 @@ def test_policy_table() -> None:
         "mps-share",
         "priority",
         "reef",
-        "orion",
         "quota",
     ]
     assert {p: POLICIES[p].native_policy for p in POLICY_NAMES} == {

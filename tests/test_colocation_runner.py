@@ -45,7 +45,8 @@ BE: dict[str, Any] = {
     "options": {"seq_len": 8},
 }
 CLI = CliRunner(env={"COLUMNS": "200"})
-MPS_POLICIES = ["mps", "mps-priority", "priority", "reef", "orion"]
+MPS_POLICIES = ["mps", "mps-priority", "priority", "reef"]
+"""Policies that share through MPS by default (orion is time-sliced by default)."""
 
 
 @pytest.fixture(autouse=True)

@@ -205,7 +205,12 @@ def test_an_hp_joining_with_its_profile_sets_the_be_queue_bound(daemon):
 
 @pytest.mark.parametrize(
     ("policy", "sharing", "expected"),
-    [("orion", "", "mps"), ("reef", "timeslice", "timeslice"), ("quota", "timeslice", "timeslice")],
+    [
+        ("orion", "", "timeslice"),
+        ("reef", "", "mps"),
+        ("orion", "mps", "mps"),
+        ("quota", "timeslice", "timeslice"),
+    ],
 )
 def test_the_sharing_mode_defaults_to_the_policys(tmp_path, policy, sharing, expected):
     from orion_daemon.server import DaemonSettings

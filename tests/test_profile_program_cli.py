@@ -70,7 +70,7 @@ def test_the_window_and_the_command_reach_ncu(
     other_windows = {"--profile-from-start", "--nvtx", "--launch-skip"} - {ncu_args[0]}
     assert not other_windows & set(ncu_part)
     record = json.loads((out / "profile_run.json").read_text())
-    assert record["command"] == PROGRAM and record["name"] == "python"
+    assert record["command"] == PROGRAM and record["name"] == Path(sys.executable).name
     assert f"{FIXTURE_KERNELS} kernels profiled, " in " ".join(result.output.split())
 
 
