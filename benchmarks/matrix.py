@@ -2,8 +2,9 @@
 
     python benchmarks/matrix.py --scenario headline-graph
         [--policies dedicated,timeslice,mps,mps-priority,mps-share,priority,reef,orion]
-        [--queue-limits default,100,500] [--be-gates cpu,gpu] [--mps-share-be 30,50,70]
-        [--sharings mps,timeslice] [--profile-sources offline,online] [--hp-alone mps]
+        [--queue-limits default,100,500] [--be-gates cpu,gpu] [--be-graph-gates inside,whole]
+        [--mps-share-be 30,50,70] [--sharings mps,timeslice] [--profile-sources offline,online]
+        [--hp-alone mps]
         [--repeats 3] [--trace]
         [--duration 60] [--min-requests 5000] [--out DIR] [--time-budget SECONDS]
         [--report-only]
@@ -21,15 +22,18 @@ Cells. Every cell is one `orion colocate` run of a policy with its knob settings
 sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = derived from the HP
 profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
 in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
+--be-graph-gates how they hold the BE client's CUDA graphs (``run.be_graph_gate``: ``inside``,
+wait nodes in the graph, the default, plain cell name; or ``whole``, each graph admitted whole
+behind its launch's gate as before inside gating, cell ``orion@gpu-gate@whole-graphs``; without
+the option the jobs files leave it unset),
 --sharings how the clients of the policies that run either way (reef, orion, quota) share the GPU
 (``run.sharing``: ``mps`` or ``timeslice``, separate contexts the driver switches between, cell
 ``orion@gpu-gate@timeslice``; by default each policy's own mode, set in every cell's jobs),
 --profile-sources whether the gated policies' clients use offline profiles (plain cell) or learn
 their kernels while they run (``profile_source: online``, cell ``orion@gpu-gate@online``),
 --mps-share-be the BE client's SM share under mps-share (the HP client keeps all SMs); other
-policies ignore them. --hp-alone adds a cell per
-policy named that runs the HP client without BE (``mps@hp-alone``: the MPS floor, what MPS by
-itself costs the HP against a dedicated GPU).
+policies ignore them. --hp-alone adds a cell per policy named that runs the HP client without BE
+(``mps@hp-alone``: the MPS floor, what MPS by itself costs the HP against a dedicated GPU).
 
 Rounds. --repeats N runs N rounds; every round runs ``dedicated`` first (always planned), then
 every other cell once, in order: A B C A B C. So slow drift of the machine spreads over every
@@ -91,7 +95,7 @@ from reporting.benchmark import (
     summary_markdown,
 )
 from reporting.rundata import RunData
-from scheduler_core.run_state import BE_GATES, DEFAULT_BE_GATE
+from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES, DEFAULT_BE_GATE
 from scheduler_core.sharing import SHARINGS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,8 +136,8 @@ OPT_IN_BE_JOBS = ("resnet50-graph-infer",)
 """BE jobs run only when named (``--be``, or a scenario): not part of the default groups."""
 DEDICATED = "dedicated"
 GATED_POLICIES = GATING_POLICIES
-"""Policies with a BE queue bound and a BE gate, the only ones --queue-limits and --be-gates
-apply to."""
+"""Policies with a BE queue bound and a BE gate, the only ones --queue-limits, --be-gates and
+--be-graph-gates apply to."""
 ONLINE = "online"
 """``--profile-sources`` value: the gated policies' clients carry no offline profile and are
 gated from what the preload library learns while they run (``profile_source: online``)."""
@@ -205,6 +209,7 @@ class Cell:
     queue_limit_us: float | None = None
     be_sm_percent: int | None = None
     be_gate: str | None = None
+    be_graph_gate: str | None = None  # "whole": BE graphs admitted whole, not gated inside
     profile_source: str | None = None  # "online": both clients learned, no offline profile
     sharing: str | None = None
     hp_alone: bool = False  # the HP client without the BE one (``mps@hp-alone``: MPS's floor)
@@ -212,13 +217,16 @@ class Cell:
     @property
     def name(self) -> str:
         """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``orion@gpu-gate@timeslice``,
-        ``mps-share@be50``: the same as the report's run label (MPS, the policies' default
-        sharing, is not named)."""
+        ``orion@gpu-gate@whole-graphs``, ``mps-share@be50``: the same as the report's run label
+        (MPS, the policies' default sharing, and graphs gated inside, the default, are not
+        named)."""
         name = self.policy
         if self.queue_limit_us is not None:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
+        if self.be_graph_gate == "whole":
+            name += "@whole-graphs"
         if self.sharing == "timeslice":
             name += "@timeslice"
         if self.be_sm_percent is not None:
@@ -251,12 +259,14 @@ def planned_cells(
     sharings: Sequence[str | None] = (None,),
     profile_sources: Sequence[str | None] = (None,),
     hp_alone: Sequence[str] = (),
+    be_graph_gates: Sequence[str | None] = (None,),
 ) -> list[tuple[int, Cell]]:
     """(round, cell) in the order they run: round by round, ``dedicated`` first in each (planned
     even when not asked for: without it a round has no reference), then the other policies in
-    the order given, the gated ones once per queue bound, BE gate, sharing mode and profile
-    source, quota once per sharing mode, and mps-share once per BE share; last the HP client
-    alone under each policy of ``hp_alone`` (what the policy's mechanism costs a lone HP)."""
+    the order given, the gated ones once per queue bound, BE gate, BE graph gate, sharing mode
+    and profile source, quota once per sharing mode, and mps-share once per BE share; last the
+    HP client alone under each policy of ``hp_alone`` (what the policy's mechanism costs a lone
+    HP)."""
     cells: list[Cell] = []
     for policy in dict.fromkeys(policies):
         if policy == DEDICATED:
@@ -267,11 +277,13 @@ def planned_cells(
                     policy,
                     queue_limit_us=limit,
                     be_gate=gate,
+                    be_graph_gate=graph_gate,
                     sharing=sharing or POLICIES[policy].sharing,
                     profile_source=source,
                 )
                 for limit in queue_limits
                 for gate in be_gates
+                for graph_gate in be_graph_gates
                 for sharing in sharings
                 for source in profile_sources
             ]
@@ -324,6 +336,7 @@ def cell_jobs(
             "output_dir": str(out / "runs" / group.name),
             "thresholds": {"queue_limit_us": cell.queue_limit_us},
             **({"be_gate": cell.be_gate} if cell.be_gate is not None else {}),
+            **({"be_graph_gate": cell.be_graph_gate} if cell.be_graph_gate is not None else {}),
             **({"sharing": cell.sharing} if cell.sharing is not None else {}),
             **({"trace": True} if trace else {}),
         },
@@ -352,6 +365,7 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
             args.sharings,
             args.profile_sources,
             args.hp_alone,
+            args.be_graph_gates,
         ):
             planned.append(
                 PlannedCell(
@@ -667,6 +681,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[DEFAULT_BE_GATE],
         help="where reef and orion hold BE launches, one cell each: cpu (in the launching "
         f"thread), gpu (on the GPU); default {DEFAULT_BE_GATE}, the jobs file's default",
+    )
+    parser.add_argument(
+        "--be-graph-gates",
+        type=_names(BE_GRAPH_GATES),
+        default=[None],
+        help="how reef and orion hold the BE client's CUDA graphs, one cell each: inside (wait "
+        "nodes in the graph every queue limit of work; the plain cell) or whole (each graph "
+        "admitted whole behind its launch's gate, as before inside gating; cell "
+        "<policy>@whole-graphs); default: not set, the jobs file's default (inside)",
     )
     parser.add_argument(
         "--sharings",

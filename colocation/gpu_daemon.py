@@ -47,6 +47,7 @@ _LABELS = {
     "policy": "policy",
     "sharing": "sharing",
     "be_gate": "BE gate",
+    "be_graph_gate": "BE graph gate",
     "hp_completion": "HP completion tracking",
     "shares": "GPU-time shares",
     "quota_window_ns": "quota window",

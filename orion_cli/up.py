@@ -51,6 +51,17 @@ def up_command(
             min=1,
         ),
     ] = None,
+    be_graph_gate: Annotated[
+        str,
+        typer.Option(
+            "--be-graph-gate",
+            help="How the CUDA graphs of clients gated on the GPU are held: inside (wait nodes "
+            "inside each graph, one per BE queue limit of its work, so an arriving HP request "
+            "finds at most that much let through) or whole (graphs run as the program made "
+            "them, admitted whole behind their launch's gate: for comparing, or for graphs "
+            "that misbehave rewritten).",
+        ),
+    ] = "inside",
     foreground: Annotated[
         bool,
         typer.Option("--foreground", help="Stay in the foreground (systemd, containers)."),
@@ -64,6 +75,13 @@ def up_command(
     live records in its state folder. One daemon per GPU. It detaches and prints where it is,
     unless `--foreground`. Stop it with `orion down` or SIGTERM: gates open, clients run on.
     """
+    from scheduler_core.run_state import BE_GRAPH_GATES
+
+    if be_graph_gate not in BE_GRAPH_GATES:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(BE_GRAPH_GATES)}, not {be_graph_gate!r}",
+            param_hint="--be-graph-gate",
+        )
     from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
 
     folder = daemon_folder(gpu, state_dir)
@@ -74,6 +92,7 @@ def up_command(
         sharing=sharing or "",
         shares=shares,
         queue_limit_us=queue_limit_us,
+        be_graph_gate=be_graph_gate,
     )
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.

@@ -30,6 +30,13 @@ GATING_POLICIES = ("reef", "orion")
 ``run.be_gate`` (kept in the run's config) says where: ``cpu`` in the launching thread, ``gpu``
 on the GPU. Reports name the gate of these runs only (``orion@cpu-gate``)."""
 
+GRAPH_GATING_POLICIES = (*GATING_POLICIES, "quota")
+"""Policies under which the CUDA graphs of clients gated on the GPU (BE under reef and orion,
+every client under quota) get gate waits inside them; the jobs file's ``run.be_graph_gate``
+(kept in the run's config) says ``inside`` (the default) or ``whole``: each graph is not
+rewritten and is admitted whole behind its launch's gate, as before inside gating. Reports name
+``whole`` of these runs only (``orion@whole-graphs``); ``inside`` is the default, unnamed."""
+
 RUN_JSON = "run.json"
 CLIENTS_DIR = "clients"
 GPU_TABLE = "gpu.csv"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orion_common.errors import OrionError
 from orion_daemon.server import POLICIES, Daemon, DaemonSettings
+from scheduler_core.run_state import BE_GRAPH_GATES, DEFAULT_BE_GRAPH_GATE
 from scheduler_core.sharing import SHARINGS
 
 
@@ -28,6 +29,7 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--queue-limit-us", type=float)
     parser.add_argument("--shares", action="store_true")
     parser.add_argument("--be-gate", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--be-graph-gate", choices=BE_GRAPH_GATES, default=DEFAULT_BE_GRAPH_GATE)
     parser.add_argument("--hp-completion", choices=("estimate", "gpu-write"), default="estimate")
     parser.add_argument("--stop-with", type=int, metavar="PID")
     args = parser.parse_args(argv)
@@ -43,6 +45,7 @@ def parse(argv: list[str]) -> DaemonSettings:
         queue_limit_ns=None if args.queue_limit_us is None else round(args.queue_limit_us * 1e3),
         shares=args.shares,
         be_gate=args.be_gate,
+        be_graph_gate=args.be_graph_gate,
         hp_completion=args.hp_completion,
         stop_with_pid=args.stop_with,
     )

@@ -21,6 +21,7 @@ from orion_common.processes import wait_gone
 from orion_daemon import state
 from orion_daemon.protocol import request
 from orion_daemon.server import DaemonSettings
+from scheduler_core.run_state import DEFAULT_BE_GRAPH_GATE
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -34,6 +35,7 @@ def gpu_settings(
     sharing: str = "",
     shares: bool = False,
     queue_limit_us: float | None = None,
+    be_graph_gate: str = DEFAULT_BE_GRAPH_GATE,
     stop_with_pid: int | None = None,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
@@ -67,6 +69,7 @@ def gpu_settings(
         memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
         queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
         shares=shares,
+        be_graph_gate=be_graph_gate,
         stop_with_pid=stop_with_pid,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for
@@ -92,6 +95,8 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
         settings.sharing,
         "--be-gate",
         settings.be_gate,
+        "--be-graph-gate",
+        settings.be_graph_gate,
         "--hp-completion",
         settings.hp_completion,
     ]

@@ -35,6 +35,7 @@ from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
+from scheduler_core.run_state import DEFAULT_BE_GRAPH_GATE
 from scheduler_core.sharing import default_sharing, native_sharing_problem
 
 TICK_S = 0.1
@@ -64,6 +65,7 @@ class DaemonSettings:
     shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
     quota_window_ns: int = 1_000_000_000  # the window GPU-time shares are counted over
     be_gate: str = "gpu"
+    be_graph_gate: str = DEFAULT_BE_GRAPH_GATE  # BE graphs gated "inside" or admitted "whole"
     hp_completion: str = "estimate"
     trace: bool = False  # the library keeps a kernel trace, which a run's records copy out
     mps_folder: Path | None = None  # where the MPS daemon's folders go (None: the state folder)
@@ -109,6 +111,7 @@ SCHEDULING = (
     "policy",
     "sharing",
     "be_gate",
+    "be_graph_gate",
     "hp_completion",
     "shares",
     "quota_window_ns",
@@ -204,6 +207,7 @@ class Daemon:
                     unknown_duration_ns=self._unknown_duration_ns(queue_limit),
                     trace_capacity=TRACE_CAPACITY if s.trace else 0,
                     be_gate=s.be_gate,
+                    be_graph_gate=s.be_graph_gate,
                     hp_completion=s.hp_completion,
                     quotas=s.shares,
                     quota_window_ns=s.quota_window_ns,
@@ -546,6 +550,7 @@ class Daemon:
             "sharing": s.sharing,
             "shares": s.shares,
             "be_gate": s.be_gate,
+            "be_graph_gate": s.be_graph_gate,
             "hp_completion": s.hp_completion,
             "queue_limit_ns": self.queue_limit_ns,
             "socket": str(self.folder / state.SOCKET),

@@ -43,6 +43,7 @@ from reporting.metrics import (
     latency_sample,
     policy_label,
     sharing_setting,
+    whole_graphs,
     work_sample,
 )
 from reporting.rundata import ClientInfo, RunData
@@ -398,6 +399,7 @@ def _cell_row(
 
 def run_settings(run: RunData) -> dict[str, Any]:
     """The knob settings a run made: ``queue_limit_us`` when set, ``be_gate`` of a gating policy,
+    ``be_graph_gate`` "whole" when a policy that gates graphs inside admitted them whole,
     ``sharing`` when time-sliced instead of MPS, ``sm_percent_<client>`` per client with an SM
     share, ``hp_alone`` for a run of the HP client with nothing beside it."""
     settings: dict[str, Any] = {}
@@ -409,6 +411,8 @@ def run_settings(run: RunData) -> dict[str, Any]:
     gate = section.get("be_gate") if isinstance(section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         settings["be_gate"] = gate
+    if whole_graphs(run):
+        settings["be_graph_gate"] = "whole"
     if sharing_setting(run) is not None:
         settings["sharing"] = sharing_setting(run)
     clients = run.config.get("clients")

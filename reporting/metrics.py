@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orion_common.run_format import GATING_POLICIES
+from orion_common.run_format import GATING_POLICIES, GRAPH_GATING_POLICIES
 from reporting.rundata import ClientInfo, RunData
 from reporting.stats import (
     PERCENTILE_METHOD,
@@ -184,11 +184,11 @@ def sharing_setting(run: RunData) -> str | None:
 
 def policy_label(run: RunData) -> str:
     """The policy with the knob settings the run made: the BE queue bound (``orion@500us``), where
-    held BE launches wait when the jobs file says (``orion@gpu-gate``), time-sliced contexts
-    instead of MPS (``orion@timeslice``), per-client SM shares (``mps-share@be50``, client
-    name then percent) and clients learned online (``orion@online``). Runs of one policy that
-    differ only in a knob are a sweep and must be
-    told apart by it."""
+    held BE launches wait when the jobs file says (``orion@gpu-gate``), graphs admitted whole
+    instead of gated inside (``orion@whole-graphs``), time-sliced contexts instead of MPS
+    (``orion@timeslice``), per-client SM shares (``mps-share@be50``, client name then percent)
+    and clients learned online (``orion@online``). Runs of one policy that differ only in a knob
+    are a sweep and must be told apart by it."""
     run_section = run.config.get("run")
     thresholds = (run_section.get("thresholds") if isinstance(run_section, dict) else None) or {}
     limit = thresholds.get("queue_limit_us") if isinstance(thresholds, dict) else None
@@ -198,6 +198,8 @@ def policy_label(run: RunData) -> str:
     gate = run_section.get("be_gate") if isinstance(run_section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         label += f"@{gate}-gate"
+    if whole_graphs(run):
+        label += "@whole-graphs"
     if sharing_setting(run) is not None:
         label += f"@{sharing_setting(run)}"
     clients = run.config.get("clients")
@@ -216,6 +218,14 @@ def policy_label(run: RunData) -> str:
     if hp_alone(run):
         label += "@hp-alone"
     return label
+
+
+def whole_graphs(run: RunData) -> bool:
+    """A run of a policy that gates graphs inside, told ``run.be_graph_gate: "whole"``: its
+    clients' CUDA graphs were admitted whole behind their launch's gate, not rewritten."""
+    run_section = run.config.get("run")
+    setting = run_section.get("be_graph_gate") if isinstance(run_section, dict) else None
+    return setting == "whole" and run.policy in GRAPH_GATING_POLICIES
 
 
 def hp_alone(run: RunData) -> bool:

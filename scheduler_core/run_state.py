@@ -44,6 +44,13 @@ DEFAULT_BE_GATE = "gpu"
 """Measured on an H100 with the CUDA-graph headline (benchmarks/results/nvidia-h100-80gb-hbm3/
 headline-graph-gate): BE kept 0.63 of its throughput alone with the CPU gate and 0.87 with the
 GPU gate, at the same HP p99 within the runs' intervals."""
+# How a CUDA graph of a client gated on the GPU is held: "inside" (wait nodes on the client's gate
+# word are put inside the graph when it is instantiated, one per queue limit of its work) or
+# "whole" (the graph is not rewritten: it is admitted whole behind its launch's gate wait, as
+# before graphs were gated inside; for comparing the two, and for graphs that misbehave
+# rewritten).
+BE_GRAPH_GATES = ("inside", "whole")
+DEFAULT_BE_GRAPH_GATE = "inside"
 TRACE_CAPACITY = 65536
 """Trace records per client kept between two drains when a run records a kernel trace."""
 _SHM_PREFIX = "orion-"
@@ -91,6 +98,7 @@ class SchedulerSettings:
     trace_capacity: int = 0  # records per client kept between two reads; 0 = no trace
     hp_completion: str = "estimate"  # one of HP_COMPLETION_MODES
     be_gate: str = DEFAULT_BE_GATE  # one of BE_GATES
+    be_graph_gate: str = DEFAULT_BE_GRAPH_GATE  # one of BE_GRAPH_GATES
     # GPU-time shares (min_util / max_util) are enforced by the gate keeper over a sliding window
     # of this length; `quotas` says some client has one (always so under policy "quota").
     quotas: bool = False
@@ -120,6 +128,11 @@ class SchedulerSettings:
             )
         if self.be_gate not in BE_GATES:
             raise OrionError(f"be_gate must be one of {', '.join(BE_GATES)} (got {self.be_gate!r})")
+        if self.be_graph_gate not in BE_GRAPH_GATES:
+            raise OrionError(
+                f"be_graph_gate must be one of {', '.join(BE_GRAPH_GATES)} "
+                f"(got {self.be_graph_gate!r})"
+            )
         if self.quota_window_ns < 1:
             raise OrionError(f"quota_window_ns must be positive (got {self.quota_window_ns})")
         if (self.quotas or self.policy == "quota") and self.be_gate != "gpu":
@@ -192,6 +205,7 @@ class SchedulerRun:
                 settings.quotas or settings.policy == "quota",
                 settings.quota_window_ns,
                 settings.open_slots,
+                settings.be_graph_gate,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None

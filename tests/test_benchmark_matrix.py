@@ -72,6 +72,39 @@ def test_be_gates_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_path) -
     assert default.be_gates == ["gpu"]
 
 
+def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_them(
+    matrix, monkeypatch, tmp_path
+) -> None:
+    from reporting.metrics import policy_label
+    from reporting.rundata import RunData
+
+    scenario = ("--scenario", "be-graph", "--policies", "mps,reef,orion", "--repeats", "2")
+    args = parse(matrix, monkeypatch, tmp_path, *scenario, "--be-graph-gates", "inside,whole")
+    planned = matrix.planned_runs(args)
+    # Both settings in every round, interleaved with the other cells.
+    assert [cell.key for cell in planned] == [
+        "dedicated", "mps", "reef@gpu-gate", "reef@gpu-gate@whole-graphs", "orion@gpu-gate@timeslice",
+        "orion@gpu-gate@whole-graphs@timeslice",
+        "dedicated#2", "mps#2", "reef@gpu-gate#2", "reef@gpu-gate@whole-graphs#2",
+        "orion@gpu-gate@timeslice#2", "orion@gpu-gate@whole-graphs@timeslice#2",
+    ]  # fmt: skip
+    jobs = {cell.key: cell.jobs for cell in planned}
+    assert jobs["orion@gpu-gate@whole-graphs@timeslice"]["run"]["be_graph_gate"] == "whole"
+    assert jobs["orion@gpu-gate@timeslice"]["run"]["be_graph_gate"] == "inside"
+    assert "be_graph_gate" not in jobs["mps"]["run"]
+    for key in ("orion@gpu-gate@timeslice", "orion@gpu-gate@whole-graphs@timeslice"):
+        run = RunData.__new__(RunData)
+        object.__setattr__(run, "config", jobs[key])
+        object.__setattr__(run, "policy", "orion")
+        assert policy_label(run) == key  # the report names each cell as the matrix does
+    # Not given: not set, so the jobs files keep their default (inside) and the plain name.
+    default = parse(matrix, monkeypatch, tmp_path, *scenario)
+    assert default.be_graph_gates == [None]
+    assert all("be_graph_gate" not in c.jobs["run"] for c in matrix.planned_runs(default))
+    with pytest.raises(SystemExit):
+        parse(matrix, monkeypatch, tmp_path, "--be-graph-gates", "outside")
+
+
 def test_profile_sources_give_online_cells_whose_clients_carry_no_profile(
     matrix, monkeypatch, tmp_path
 ) -> None:

@@ -71,6 +71,11 @@ BEFORE_THE_GPU = [
         "cannot be captured",
     ),
     (
+        "up: unknown --be-graph-gate",
+        ["up", "--be-graph-gate", "outside", "--state-dir", "{tmp}/state"],
+        "must be one of inside, whole, not 'outside'",
+    ),
+    (
         "pairs: negative --time-budget",
         ["pairs", "examples/pairs.json", "--time-budget", "-5", "--out", "{tmp}/m"],
         "--time-budget",

@@ -190,6 +190,11 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
         ["run.be_gate: must be one of cpu, gpu (got 'gpu-side')"],
     ),
     (
+        "unknown be graph gate",
+        [edit("run.be_graph_gate", "outside")],
+        ["run.be_graph_gate: must be one of inside, whole (got 'outside')"],
+    ),
+    (
         "misspelt run field",
         [edit("run.duraton_s", 3)],
         ["run.duraton_s: unknown field; did you mean 'duration_s'?"],
@@ -674,6 +679,7 @@ def test_defaults() -> None:
     assert (run.thresholds.queue_limit_us, run.thresholds.unknown_kernel_us) == (None, None)
     assert run.hp_completion == "estimate"
     assert run.be_gate == "gpu"
+    assert run.be_graph_gate == "inside"
     assert run.quota_window_s == 1.0
     hp, be = config.clients
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)

@@ -205,6 +205,7 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
         ({}, {"unknown_duration_ns": 5_000}, "unprofiled kernel duration the queue limit where "
          "this run needs 5 us"),
         ({}, {"trace": True}, "kernel trace off where this run needs on"),
+        ({"be_graph_gate": "whole"}, {}, "BE graph gate 'whole' where this run needs 'inside'"),
         ({"quota_window_ns": 2 * 10**9}, {}, None),  # no shares: the window changes nothing
         (
             {"quota_window_ns": 2 * 10**9, "shares": True},

@@ -309,6 +309,22 @@ def test_a_profile_from_another_gpu_is_a_warning(
     assert set(plan.profiles) == {"hp", "be"}
 
 
+def test_a_runs_be_graph_gate_reaches_the_scheduler_and_the_daemon_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A running daemon is joined only if it gates graphs as the run says (gpu_daemon).
+    monkeypatch.setattr(sysinfo, "find_mps_control", lambda: None)
+    monkeypatch.setattr(
+        sysinfo, "software_summary", lambda gpu=0: {"gpu_name": "NVIDIA H200", "sm_count": None}
+    )
+    for setting in ("inside", "whole"):
+        data = jobs_data(tmp_path, policy="orion", sharing="timeslice", be_graph_gate=setting)
+        for client in data["clients"]:
+            client["profile"] = str(make_profile(tmp_path / f"{client['name']}.csv", client))
+        plan = prepare_run(parse_jobs(data, tmp_path))
+        assert plan.settings.be_graph_gate == plan.daemon.settings.be_graph_gate == setting
+
+
 def test_a_time_sliced_gating_run_starts_no_mps_daemon_and_still_gates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,31 @@ def test_a_client_joining_runs_its_program_gated(harness, daemon, tmp_path):
     assert kinds.count("launch") == 10 and "wait_value" in kinds
 
 
+GRAPH_SCRIPT = (
+    "func g1 1000 func g2 1000 graph_new G graph_node G g1 1 32 graph_node G g2 1 32 "
+    "graph_inst G flags graph_run G 0 sync 0"
+)  # a graph of two kernels no profile lists: gated inside, a wait before each
+
+
+@pytest.mark.parametrize(("arguments", "setting", "waits"), [((), "inside", 2),
+                         (("--be-graph-gate", "whole"), "whole", 0)])  # fmt: skip
+def test_a_daemon_told_whole_runs_be_graphs_whole_behind_their_launchs_gate(
+    harness, tmp_path, arguments, setting, waits
+):
+    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", *arguments)
+    try:
+        record = state.live_record(daemon.folder)
+        assert record["be_graph_gate"] == record["settings"]["be_graph_gate"] == setting
+        result = harness.run(GRAPH_SCRIPT, env=daemon.join("be", "g"), log=tmp_path / "be.log")
+        assert result.returncode == 0, result.stderr
+    finally:
+        daemon.close()
+    kinds = [e.kind for e in read_log(tmp_path / "be.log")]
+    assert kinds.count("graph_add_wait") == waits
+    launch = kinds.index("launch")
+    assert "wait_value" in kinds[:launch]  # the launch itself waits at the gate either way
+
+
 def test_the_seventeenth_client_is_refused(daemon):
     for index in range(16):
         daemon.join("be", f"job{index}")

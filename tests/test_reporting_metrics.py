@@ -335,6 +335,41 @@ def test_a_gating_policy_run_time_sliced_is_labelled_apart_from_its_mps_run(
     assert [run_settings(run) for run in made] == [{"sharing": "timeslice"}, {}, {}]
 
 
+def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them_inside(
+    tmp_path: Path, runs
+) -> None:
+    # run.be_graph_gate "whole" is a knob of a policy that gates graphs inside (reef, orion,
+    # quota); "inside" is the default (no suffix), and a policy that gates nothing ignores it.
+    made = []
+    for name, policy, be_gate, setting in (
+        ("orion-whole", "orion", "gpu", "whole"),
+        ("orion-inside", "orion", "gpu", "inside"),
+        ("quota-whole", "quota", None, "whole"),
+        ("mps-whole", "mps", None, "whole"),
+    ):
+        run_dir = write_run(
+            tmp_path, name, policy=policy, clients=[ClientSpec("hp", "hp", "infer", [])]
+        )
+        meta = json.loads((run_dir / "run.json").read_text())
+        meta["config"]["run"]["be_graph_gate"] = setting
+        if be_gate is not None:
+            meta["config"]["run"]["be_gate"] = be_gate
+        (run_dir / "run.json").write_text(json.dumps(meta))
+        made.append(load_run(run_dir))
+    assert [policy_label(run) for run in made] == [
+        "orion@gpu-gate@whole-graphs",
+        "orion@gpu-gate",
+        "quota@whole-graphs",
+        "mps",
+    ]
+    assert [run_settings(run) for run in made] == [
+        {"be_gate": "gpu", "be_graph_gate": "whole"},
+        {"be_gate": "gpu"},
+        {"be_graph_gate": "whole"},
+        {},
+    ]
+
+
 def test_compare_runs_puts_one_client_side_by_side(runs) -> None:
     table = compare_runs(runs)
     assert list(zip(table["client"], table["run"], strict=True)) == [

@@ -6,17 +6,20 @@ the graph holds until the gate word is open. What users rely on: a BE graph gets
 each queue limit of its profiled work (every kernel node when unprofiled), an arriving HP request
 finds at most that much BE work let through, the program's graph is left as it made it (so its
 executables can be updated and re-instantiated), and a graph orion cannot rewrite runs ungated
-as a whole, counted and warned once, never a crash.
+as a whole, counted and warned once, never a crash. A run told ``be_graph_gate="whole"``
+rewrites no graph: each is admitted whole behind its launch's gate, as before inside gating.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from native_harness import MS, Harness, build_harness, kernel_table, read_log, wait_for
 
-from scheduler_core import SchedulerRun, SchedulerSettings
+from orion_common.errors import OrionError
+from scheduler_core import SchedulerRun, SchedulerSettings, native_module
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +167,53 @@ def test_graphs_of_clients_not_gated_on_the_gpu_are_left_whole(
     assert field(made, "ops") == CHAIN_WHOLE
     assert stats["graphs_gated"] == 0
     assert stats["graphs_ungated"] == 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "be_graph_gate", "ops", "gated", "pieces"),
+    [
+        ("reef", "inside", CHAIN_GATED, 1, 3),
+        ("reef", "whole", CHAIN_WHOLE, 0, 1),
+        ("orion", "whole", CHAIN_WHOLE, 0, 1),
+        ("quota", "whole", CHAIN_WHOLE, 0, 1),  # every client's graphs are gated under quota
+    ],
+)
+def test_be_graph_gate_whole_admits_graphs_whole_behind_their_launchs_gate(
+    harness, tmp_path, policy, be_graph_gate, ops, gated, pieces
+):
+    # The same graph and run but for the setting: inside, three waits and three pieces; whole,
+    # the graph as the program made it, one piece, behind the launch's stream wait.
+    settings = dataclasses.replace(gate_settings(policy), be_graph_gate=be_graph_gate)
+    stats, log, stderr = run_client(
+        harness, tmp_path, f"{CHAIN} graph_inst G flags graph_run G 0 sync 0", settings=settings
+    )
+    (made,) = instantiations(log)
+    assert field(made, "ops") == ops
+    assert stats["graphs_gated"] == gated
+    assert stats["graph_gate_waits"] == ops.count("wait")
+    assert stats["graphs_ungated"] == 0  # whole by choice: nothing failed to be rewritten
+    assert "gated inside" not in stderr
+    events = read_log(log)
+    assert [e.kind for e in events].count("graph_add_wait") == ops.count("wait")
+    assert [e.kind for e in events].count("exec_end") == pieces
+    # Either way the launch itself waits at the gate first.
+    launch_path = [e.kind for e in events if e.kind in ("wait_value", "launch")]
+    assert launch_path == ["wait_value", "launch"]
+    assert stats["gate_waits"] == 1
+    assert stats["graph_launches"] == 1
+
+
+def test_the_run_header_says_how_graphs_are_gated_and_refuses_another_word():
+    with SchedulerRun(dataclasses.replace(gate_settings(), be_graph_gate="whole")) as run:
+        assert native_module().Run.attach(run.name).be_graph_gate == "whole"
+    with SchedulerRun(gate_settings()) as run:
+        assert native_module().Run.attach(run.name).be_graph_gate == "inside"
+    with pytest.raises(OrionError, match=r"be_graph_gate must be one of inside, whole \(got 'x'\)"):
+        dataclasses.replace(gate_settings(), be_graph_gate="x")
+    with pytest.raises(ValueError, match="be_graph_gate must be 'inside' or 'whole', not 'x'"):
+        native_module().Run.create(
+            "/orion-test-bad-graph-gate", "orion", 132, 1, 1, 1, be_graph_gate="x"
+        )
 
 
 def test_a_graph_without_kernel_nodes_is_left_alone(harness, tmp_path):

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -36,6 +37,8 @@ const char* const kClassNames[] = {"unknown", "compute", "memory"};
 const char* const kRoleNames[] = {"hp", "be"};
 const char* const kCompletionNames[] = {"none", "gpu-write", "estimate"};
 const char* const kBeGateNames[] = {"cpu", "gpu"};
+const char* const kBeGraphGateNames[] = {"inside", "whole"};
+static_assert(std::size(kBeGraphGateNames) == static_cast<std::size_t>(BeGraphGate::kWhole) + 1);
 
 // `name` as a value of `names`, from the value `first` on; a ValueError saying `what` must be one
 // of `choices` otherwise.
@@ -82,6 +85,13 @@ BeGate be_gate_from(const std::string& name) {
     return parse_name<BeGate>(kBeGateNames, name, "be_gate", "'cpu' or 'gpu'");
 }
 
+// How the graphs of a client gated on the GPU are held, as named in jobs.json and
+// SchedulerSettings.
+BeGraphGate be_graph_gate_from(const std::string& name) {
+    return parse_name<BeGraphGate>(kBeGraphGateNames, name, "be_graph_gate",
+                                   "'inside' or 'whole'");
+}
+
 const char* completion_mode_name(std::uint32_t mode) {
     return name_of(kCompletionNames, mode, "none");
 }
@@ -92,11 +102,13 @@ public:
                       std::uint64_t queue_limit_ns, std::uint64_t unknown_duration_ns,
                       std::uint64_t stale_ns, std::uint32_t trace_capacity,
                       const std::string& hp_completion, const std::string& be_gate,
-                      bool quotas, std::uint64_t quota_window_ns, bool open_slots) {
+                      bool quotas, std::uint64_t quota_window_ns, bool open_slots,
+                      const std::string& be_graph_gate) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         if (quota_window_ns == 0) throw py::value_error("quota_window_ns must be positive");
         RunConfig config;
         config.be_gate = be_gate_from(be_gate);
+        config.be_graph_gate = be_graph_gate_from(be_graph_gate);
         config.quotas = quotas;
         config.quota_window_ns = quota_window_ns;
         config.hp_completion = hp_completion_from(hp_completion);
@@ -234,6 +246,10 @@ public:
 
     std::string be_gate() const {
         return header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) ? "gpu" : "cpu";
+    }
+
+    std::string be_graph_gate() const {
+        return name_of(kBeGraphGateNames, header().be_graph_gate);
     }
 
     bool gate_open(std::uint32_t client) const {
@@ -594,7 +610,8 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("unknown_duration_ns"), py::arg("stale_ns"),
                     py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate",
                     py::arg("be_gate") = "gpu", py::arg("quotas") = false,
-                    py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false)
+                    py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false,
+                    py::arg("be_graph_gate") = "inside")
         .def_static("attach", &Run::attach, py::arg("name"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("policy", &Run::policy)
@@ -604,6 +621,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("queue_limit_ns", &Run::queue_limit_ns)
         .def_property_readonly("hp_completion", &Run::hp_completion)
         .def_property_readonly("be_gate", &Run::be_gate)
+        .def_property_readonly("be_graph_gate", &Run::be_graph_gate)
         .def("gate_open", &Run::gate_open, py::arg("client"))
         .def("gate_stats", &Run::gate_stats)
         .def("stop_gate_keeper", &Run::stop_gate_keeper,

@@ -172,8 +172,13 @@ bool remove_gate_waits(const std::vector<CUgraphNode>& waits) {
 
 bool ClientRuntime::gates_graphs() {
     // As for eager launches: a client whose work waits at its gate on the GPU (BE under reef and
-    // orion, every client under quota), while the driver takes stream waits.
-    return gpu_gate_ && !gate_failed_.load(std::memory_order_relaxed) && ensure_gate_mapped();
+    // orion, every client under quota), while the driver takes stream waits; unless the run
+    // admits graphs whole (be_graph_gate kWhole): then each runs whole behind its launch's
+    // stream wait, as before graphs were gated inside. Not counted in graphs_ungated, which
+    // says a graph could not be rewritten: here none was meant to be.
+    return gpu_gate_ &&
+           view_.header().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kInside) &&
+           !gate_failed_.load(std::memory_order_relaxed) && ensure_gate_mapped();
 }
 
 void ClientRuntime::count_ungated_graph(const char* why) {

@@ -180,6 +180,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->gate_offset = layout.gate_offset;
     header->learned_offset = layout.learned_offset;
     header->be_gate = static_cast<std::uint32_t>(config.be_gate);
+    header->be_graph_gate = static_cast<std::uint32_t>(config.be_graph_gate);
     header->quotas = config.quotas ? 1 : 0;
     header->quota_window_ns = config.quota_window_ns;
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {

@@ -26,6 +26,7 @@ struct RunConfig {
     std::uint32_t trace_capacity = 0;  // rounded up to a power of two; 0 = off
     CompletionMode hp_completion = CompletionMode::kEstimate;  // kEstimate or kGpuWrite
     BeGate be_gate = BeGate::kCpu;
+    BeGraphGate be_graph_gate = BeGraphGate::kInside;
     bool quotas = false;
     std::uint64_t quota_window_ns = 1'000'000'000;
     bool open_slots = false;  // a daemon's run: clients join and leave after publication

@@ -36,7 +36,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 9: online-learned profiles (RunHeader::learned_offset, LearnedBlock, LearnedEntry); launches
 //    and GPU time by profile source, sampled durations (ClientStats); CUDA graphs gated inside:
 //    ClientStats::graphs_gated, graph_gate_waits, graphs_ungated
-constexpr std::uint32_t kLayoutVersion = 9;
+// 10: RunHeader::be_graph_gate (BE graphs gated inside or admitted whole; was reserved32)
+constexpr std::uint32_t kLayoutVersion = 10;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -82,6 +83,11 @@ enum class ClientState : std::uint32_t {
 enum class BeGate : std::uint32_t {
     kCpu = 0,  // in the launching thread, inside the launch call, until the policy admits it
     kGpu = 1,  // on the GPU: the launch returns at once, its stream waits on the client's gate word
+};
+// How a CUDA graph of a client gated on the GPU is held (RunHeader::be_graph_gate).
+enum class BeGraphGate : std::uint32_t {
+    kInside = 0,  // wait nodes on the gate word inside the graph, one per queue limit of its work
+    kWhole = 1,   // not rewritten: admitted whole behind its launch's stream wait
 };
 enum class CompletionMode : std::uint32_t {
     kNone = 0,      // nothing tracked yet
@@ -462,7 +468,7 @@ struct alignas(64) RunHeader {
     std::atomic<std::uint32_t> be_mask;
     // 1 once the daemon stops (`orion down`, SIGTERM): every client passes through from then on.
     std::atomic<std::uint32_t> shutdown;
-    std::uint32_t reserved32;
+    std::uint32_t be_graph_gate;  // a BeGraphGate (clients gated on the GPU only)
     // Monotonic ns of the daemon's latest pass (about every 100 ms); 0 without a daemon. Clients of
     // an open run stop gating when it is older than kDaemonStaleNs (a daemon killed with SIGKILL).
     std::atomic<std::uint64_t> daemon_heartbeat_ns;

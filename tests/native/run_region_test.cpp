@@ -40,12 +40,14 @@ std::uint32_t state_of(const RunView& view, std::uint32_t client) {
 }
 constexpr auto as_word = [](ClientState state) { return static_cast<std::uint32_t>(state); };
 
-RunMapping make_run(const std::string& name, bool open_slots) {
+RunMapping make_run(const std::string& name, bool open_slots,
+                    BeGraphGate graph_gate = BeGraphGate::kInside) {
     RunConfig config;
     config.policy = Policy::kOrion;
     config.sm_count = 108;
     config.trace_capacity = 3;  // rounded up to 4
     config.be_gate = BeGate::kGpu;
+    config.be_graph_gate = graph_gate;
     config.open_slots = open_slots;
     std::string error;
     RunMapping run = RunMapping::create(name, config, &error);
@@ -59,6 +61,8 @@ void closed_run(const std::string& name) {
     const RunView view = run.view();
     check(view.header().client_count == 0 && view.header().trace_capacity == 4,
           "a new closed run counts no client and a power-of-two trace");
+    check(view.header().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kInside),
+          "BE graphs are gated inside unless the run says otherwise");
     check(add_client(run, "service", Role::kHighPriority) == 0, "the first client takes slot 0");
     check(add_client(run, "trainer", Role::kBestEffort) == 1, "the second takes slot 1");
     check(view.header().client_count == 2 && view.header().be_mask.load() == 0b10,
@@ -132,9 +136,11 @@ void closed_run(const std::string& name) {
 }
 
 void open_run(const std::string& name) {
-    const RunMapping run = make_run(name, true);
+    const RunMapping run = make_run(name, true, BeGraphGate::kWhole);
     if (!run.valid()) return ++failures, void();
     const RunView view = run.view();
+    check(view.header().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kWhole),
+          "a run that admits BE graphs whole says so in its header");
     publish(run);  // a daemon publishes first; clients join later
     check(view.header().client_count == kMaxClients, "an open run counts every slot");
 
