@@ -35,9 +35,13 @@ COUNTER_PERMISSION_HINT = (
 )
 MPS_HINT = (
     "install the NVIDIA driver's MPS tools (nvidia-cuda-mps-control) or put them on PATH, "
-    "or pick a policy without MPS: dedicated or timeslice"
+    "or pick a policy without MPS: dedicated or timeslice, orion (time-sliced by default), or "
+    "reef with run.sharing 'timeslice'"
 )
-MPS_POLICIES_NOTE = "needed by the mps, mps-priority, priority, reef and orion policies"
+MPS_POLICIES_NOTE = (
+    "needed by the mps, mps-priority, mps-share, priority, reef and quota policies (orion: with "
+    "run.sharing 'mps')"
+)
 
 
 @dataclass(frozen=True)

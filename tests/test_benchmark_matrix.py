@@ -83,8 +83,8 @@ def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_the
     planned = matrix.planned_runs(args)
     # Both settings in every round, interleaved with the other cells.
     assert [cell.key for cell in planned] == [
-        "dedicated", "mps", "reef@gpu-gate", "reef@gpu-gate@whole-graphs", "orion@gpu-gate@timeslice",
-        "orion@gpu-gate@whole-graphs@timeslice",
+        "dedicated", "mps", "reef@gpu-gate", "reef@gpu-gate@whole-graphs",
+        "orion@gpu-gate@timeslice", "orion@gpu-gate@whole-graphs@timeslice",
         "dedicated#2", "mps#2", "reef@gpu-gate#2", "reef@gpu-gate@whole-graphs#2",
         "orion@gpu-gate@timeslice#2", "orion@gpu-gate@whole-graphs@timeslice#2",
     ]  # fmt: skip

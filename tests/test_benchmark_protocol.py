@@ -52,13 +52,24 @@ def test_rounds_interleave_with_dedicated_first_and_knob_cells(matrix, tmp_path)
         "2",
     )
     cells = matrix.planned_cells(args.policies, args.queue_limits, args.repeats, args.mps_share_be)
-    round_ = ["dedicated", "priority", "mps-share@be30", "mps-share@be70", "orion@200us"]
+    round_ = [
+        "dedicated",
+        "priority",
+        "mps-share@be30",
+        "mps-share@be70",
+        "orion@200us@timeslice",  # orion's default mode, named
+    ]
     assert names(cells) == [f"{n}#1" for n in round_] + [f"{n}#2" for n in round_]
 
 
 def test_dedicated_is_planned_even_when_not_asked_for(matrix) -> None:
     cells = matrix.planned_cells(["orion"], [None], 2)
-    assert names(cells) == ["dedicated#1", "orion#1", "dedicated#2", "orion#2"]
+    assert names(cells) == [
+        "dedicated#1",
+        "orion@timeslice#1",
+        "dedicated#2",
+        "orion@timeslice#2",
+    ]
 
 
 def test_default_shares_and_window(matrix, tmp_path) -> None:
