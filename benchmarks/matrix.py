@@ -350,23 +350,28 @@ def groups_of(args: argparse.Namespace) -> list[Group]:
     return [Group(hp, rate, be) for hp in args.hp for rate in args.rates for be in args.be]
 
 
+def cells_of(args: argparse.Namespace) -> list[tuple[int, Cell]]:
+    """The (round, cell) plan of a parsed command line (:func:`planned_cells`)."""
+    return planned_cells(
+        args.policies,
+        args.queue_limits,
+        args.repeats,
+        args.mps_share_be,
+        args.be_gates,
+        args.sharings,
+        args.profile_sources,
+        args.hp_alone,
+        args.be_graph_gates,
+    )
+
+
 def planned_runs(args: argparse.Namespace) -> list[PlannedCell]:
     """Every group's cells in the order they run, with their jobs configs (a dedicated cell runs
     the HP and BE clients alone one after the other: two phases for the time budget)."""
     planned = []
     for group in groups_of(args):
         duration_s = window_s(args.duration, args.min_requests, RATES[group.rate])
-        for round_, cell in planned_cells(
-            args.policies,
-            args.queue_limits,
-            args.repeats,
-            args.mps_share_be,
-            args.be_gates,
-            args.sharings,
-            args.profile_sources,
-            args.hp_alone,
-            args.be_graph_gates,
-        ):
+        for round_, cell in cells_of(args):
             planned.append(
                 PlannedCell(
                     cell_key(cell, round_),

@@ -54,9 +54,7 @@ def test_queue_limits_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_pat
 
 def test_be_gates_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_path) -> None:
     args = parse(matrix, monkeypatch, tmp_path, "--policies", "mps,orion", "--be-gates", "cpu,gpu")
-    cells = matrix.planned_cells(
-        args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates
-    )
+    cells = matrix.cells_of(args)
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
         "mps",
@@ -118,10 +116,7 @@ def test_profile_sources_give_online_cells_whose_clients_carry_no_profile(
     scenario = ("--scenario", "headline-graph", "--policies", "orion")
     sources = ("--profile-sources", "offline,online")
     planned = matrix.planned_runs(parse(matrix, monkeypatch, tmp_path, *scenario, *sources))
-    cells = matrix.planned_cells(
-        args.policies, args.queue_limits, args.repeats, args.mps_share_be, args.be_gates,
-        profile_sources=args.profile_sources,
-    )  # fmt: skip
+    cells = matrix.cells_of(args)
     assert [matrix.cell_key(cell, round_) for round_, cell in cells] == [
         "dedicated", "mps", "orion@gpu-gate@timeslice", "orion@gpu-gate@timeslice@online",
         "dedicated#2", "mps#2", "orion@gpu-gate@timeslice#2", "orion@gpu-gate@timeslice@online#2",
@@ -200,16 +195,7 @@ def test_hp_alone_cells_run_the_hp_client_without_be_last_in_every_round(
     args = parse(
         matrix, monkeypatch, tmp_path, "--policies", "orion", "--hp-alone", "mps", "--repeats", "2"
     )
-    cells = matrix.planned_cells(
-        args.policies,
-        args.queue_limits,
-        args.repeats,
-        args.mps_share_be,
-        args.be_gates,
-        args.sharings,
-        args.profile_sources,
-        args.hp_alone,
-    )
+    cells = matrix.cells_of(args)
     assert [matrix.cell_key(cell, r) for r, cell in cells] == [
         "dedicated",
         "orion@gpu-gate@timeslice",
@@ -304,14 +290,7 @@ def test_sharings_sweep_the_policies_that_run_either_way(matrix, monkeypatch, tm
         "--sharings",
         "mps,timeslice",
     )
-    cells = matrix.planned_cells(
-        args.policies,
-        args.queue_limits,
-        args.repeats,
-        args.mps_share_be,
-        args.be_gates,
-        args.sharings,
-    )
+    cells = matrix.cells_of(args)
     # MPS is their default and not named, as the report labels a run.
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
@@ -334,14 +313,7 @@ def test_sharings_sweep_the_policies_that_run_either_way(matrix, monkeypatch, tm
     # Without --sharings every policy runs in its own default mode, named in the cell and set in
     # its jobs so the cell means the same when a default changes.
     default = parse(matrix, monkeypatch, tmp_path, "--policies", "orion,reef")
-    cells = matrix.planned_cells(
-        default.policies,
-        default.queue_limits,
-        default.repeats,
-        default.mps_share_be,
-        default.be_gates,
-        default.sharings,
-    )
+    cells = matrix.cells_of(default)
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
         "orion@gpu-gate@timeslice",
