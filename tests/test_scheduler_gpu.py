@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +34,16 @@ def _sm_count() -> int:
     import torch
 
     return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def _concurrently(*calls: Callable[[], dict]) -> list[dict]:
+    """The calls' results, in order, the calls made at the same time: each starts a probe process
+    of its own (about 25 s of start-up, import and warm-up apiece), and none of what the tests
+    compare (launch counts, output hashes; cuDNN's autotuning is off) depends on the GPU being
+    shared meanwhile."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]
 
 
 def _probe(case: str, tmp_path: Path, env: dict[str, str], tag: str) -> dict:
@@ -99,11 +111,13 @@ def _with_library(
 
 @pytest.mark.parametrize("case", CASES)
 def test_every_kernel_is_caught_once_and_outputs_are_unchanged(case: str, tmp_path: Path) -> None:
-    plain = _probe(case, tmp_path, dict(os.environ), "plain")
+    plain, passthrough, gated_hp, gated_hp_write = _concurrently(
+        lambda: _probe(case, tmp_path, dict(os.environ), "plain"),
+        lambda: _with_library(case, tmp_path, "passthrough", "be"),
+        lambda: _with_library(case, tmp_path, "orion", "hp"),
+        lambda: _with_library(case, tmp_path, "orion", "hp", "gpu-write"),
+    )
     assert plain["library_launches"] is None
-    passthrough = _with_library(case, tmp_path, "passthrough", "be")
-    gated_hp = _with_library(case, tmp_path, "orion", "hp")
-    gated_hp_write = _with_library(case, tmp_path, "orion", "hp", "gpu-write")
     for result in (passthrough, gated_hp, gated_hp_write):
         assert result["profiler_kernels"] > 0
         assert result["library_launches"] == result["profiler_kernels"], result
@@ -130,8 +144,10 @@ def test_be_work_behind_gpu_side_gates_runs_once_with_unchanged_outputs(
     # of learned work), every launch returns at once behind a wait and reaches the GPU once,
     # nothing blocks, and the outputs are those without the library (training: the same launch
     # count, as its cuDNN backward kernels are not deterministic).
-    plain = _probe(case, tmp_path, dict(os.environ), "plain")
-    gated = _with_library(case, tmp_path, "orion", "be", be_gate="gpu")
+    plain, gated = _concurrently(
+        lambda: _probe(case, tmp_path, dict(os.environ), "plain"),
+        lambda: _with_library(case, tmp_path, "orion", "be", be_gate="gpu"),
+    )
     stats = gated["stats"]
     assert gated["library_launches"] == gated["profiler_kernels"] > 0
     if case in DETERMINISTIC:
@@ -150,8 +166,10 @@ def test_a_captured_graph_is_identified_and_its_completions_are_written(tmp_path
     # estimates its kernels' ends: the instantiation is seen and the graph's kernel nodes read
     # (graphs_identified), each replay is one graph launch whose completion the GPU writes, and
     # the outputs are those of the same graph without the library.
-    plain = _probe("resnet50-graph", tmp_path, dict(os.environ), "plain")
-    gated = _with_library("resnet50-graph", tmp_path, "orion", "hp")
+    plain, gated = _concurrently(
+        lambda: _probe("resnet50-graph", tmp_path, dict(os.environ), "plain"),
+        lambda: _with_library("resnet50-graph", tmp_path, "orion", "hp"),
+    )
     stats = gated["stats"]
     assert gated["library_launches"] == 1  # the step is one graph launch
     assert gated["profiler_kernels"] > 100  # ... of ResNet-50's kernels
@@ -169,8 +187,10 @@ def test_a_be_graph_is_gated_inside_with_unchanged_outputs(case: str, tmp_path: 
     # driver takes a wait node before every kernel node (the decoy profile knows none of them),
     # nothing is left ungated, every replay runs (the keeper opens the gate, HP being idle) and
     # the outputs are those of the same graph without the library.
-    plain = _probe(case, tmp_path, dict(os.environ), "plain")
-    gated = _with_library(case, tmp_path, "orion", "be", be_gate="gpu")
+    plain, gated = _concurrently(
+        lambda: _probe(case, tmp_path, dict(os.environ), "plain"),
+        lambda: _with_library(case, tmp_path, "orion", "be", be_gate="gpu"),
+    )
     stats = gated["stats"]
     assert gated["output_sha256"] == plain["output_sha256"]
     assert stats["graphs_ungated"] == 0
@@ -185,8 +205,10 @@ def test_a_torch_compile_reduce_overhead_graph_is_identified_and_written(tmp_pat
     # Held-out check of graph identity: inductor's own graphs (torch.compile
     # mode="reduce-overhead"), instantiated by PyTorch, are read at instantiation like orion's
     # workload graphs, every replay's completion is written by the GPU, outputs are unchanged.
-    plain = _probe("compiled-graph", tmp_path, dict(os.environ), "plain")
-    gated = _with_library("compiled-graph", tmp_path, "orion", "hp")
+    plain, gated = _concurrently(
+        lambda: _probe("compiled-graph", tmp_path, dict(os.environ), "plain"),
+        lambda: _with_library("compiled-graph", tmp_path, "orion", "hp"),
+    )
     stats = gated["stats"]
     assert gated["output_sha256"] == plain["output_sha256"]
     assert stats["graphs_identified"] >= 1
