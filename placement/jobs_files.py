@@ -1,8 +1,8 @@
 """jobs.json configs for jobs measured by `orion pairs`, shared with plan runs.
 
 A plan runs each job exactly as `orion pairs` measured it: the same client fields, the same
-policy for co-runners without an HP job, the same scheduler thresholds. Both build their jobs
-files here.
+policy for co-runners without an HP job, the same scheduler thresholds and sharing mode. Both
+build their jobs files here.
 """
 
 from __future__ import annotations
@@ -20,6 +20,21 @@ def shared_policy(policy: str, has_hp: bool) -> str:
     run under plain MPS when ``policy`` needs one (its gating protects an HP job; without one,
     MPS sharing is what it leaves, and the jobs file would be refused)."""
     return BE_ONLY_POLICY if not has_hp and POLICIES[policy].needs_hp else policy
+
+
+MEASURED_BEFORE_SHARING = "mps"
+"""The sharing mode of a matrix whose settings name none: it was measured before the gated
+policies could run time-sliced, so through MPS."""
+
+
+def run_sharing(policy: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``run.sharing`` of a jobs file under ``policy`` (as :func:`shared_policy` gives it): the
+    matrix's or plan's ``sharing`` setting where the policy runs either way (``mps`` when the
+    settings name none, see :data:`MEASURED_BEFORE_SHARING`), so a default that changed since
+    the measurement does not change the run; nothing where the policy runs one way only."""
+    if len(POLICIES[policy].sharings) < 2:
+        return {}
+    return {"sharing": settings.get("sharing", MEASURED_BEFORE_SHARING)}
 
 
 def run_thresholds(settings: Mapping[str, Any]) -> dict[str, Any]:

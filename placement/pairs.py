@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from colocation.jobs_schema import CLIENT_NAME_PATTERN, MAX_BATCH_SIZE, MAX_DURATION_S
+from colocation.policies import POLICIES as POLICY_TABLE
 from orion_common.atomic_io import write_json_atomic
 from orion_common.errors import OrionError
 from orion_common.json_fields import (
@@ -55,7 +56,7 @@ from placement.cells import (
     run_cells,
 )
 from placement.fleet import MAX_RATE_PER_S
-from placement.jobs_files import jobs_client, run_thresholds, shared_policy
+from placement.jobs_files import jobs_client, run_sharing, run_thresholds, shared_policy
 from placement.pair_matrix import FORMAT, VERSION, parse_pair_matrix
 from reporting.metrics import HP_QUANTILE, POLICY_DEDICATED, latency_sample, work_sample
 from reporting.rundata import ClientInfo, RunData
@@ -66,11 +67,14 @@ from reporting.stats import (
     ratio_over_rounds_ci,
     throughput_statistic,
 )
+from scheduler_core.sharing import SHARINGS
 
 POLICIES = ("orion", "mps-priority", "mps-share")
-SETTINGS = ("queue_limit_us", "unknown_kernel_us", "be_sm_percent")
+SETTINGS = ("queue_limit_us", "unknown_kernel_us", "be_sm_percent", "sharing")
 """``queue_limit_us`` / ``unknown_kernel_us``: the scheduler thresholds (run.thresholds);
-``be_sm_percent``: every BE client's SM share (mps-share)."""
+``be_sm_percent``: every BE client's SM share (mps-share); ``sharing``: how a policy that runs
+either way shares the GPU (run.sharing; its default when not given, written into the matrix so a
+plan runs the jobs as measured)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,13 @@ def _parse_spec(data: Any) -> PairsSpec:
             raise FieldError("settings.be_sm_percent", f"must be at most 100, not {share}")
         if policy != "mps-share":
             raise FieldError("settings.be_sm_percent", "applies only to policy mps-share")
+    if "sharing" in settings:
+        string(settings["sharing"], "settings.sharing", SHARINGS)
+        problem = POLICY_TABLE[policy].sharing_problem(settings["sharing"])
+        if problem:
+            raise FieldError("settings.sharing", problem)
+    elif len(POLICY_TABLE[policy].sharings) > 1:
+        settings = {**settings, "sharing": POLICY_TABLE[policy].sharing}
     duration = number(top.get("duration_s", 60), "duration_s", maximum=MAX_DURATION_S)
     rounds = integer(top.get("rounds", 3), "rounds", minimum=1, maximum=100)
     raw_jobs = top["jobs"]
@@ -235,11 +246,15 @@ def cell_jobs(spec: PairsSpec, cell: Cell, runs_dir: Path) -> dict[str, Any]:
         jobs_client(name, spec.jobs[name].kind, spec.jobs[name], spec.jobs[name].rate_per_s, share)
         for name in cell.members
     ]
+    policy = (
+        POLICY_DEDICATED
+        if cell.alone
+        else shared_policy(spec.policy, any(spec.jobs[n].kind == "hp" for n in cell.members))
+    )
     return {
         "run": {
-            "policy": POLICY_DEDICATED
-            if cell.alone
-            else shared_policy(spec.policy, any(spec.jobs[n].kind == "hp" for n in cell.members)),
+            "policy": policy,
+            **({} if cell.alone else run_sharing(policy, spec.settings)),
             "duration_s": spec.duration_s,
             "warmup_steps": 20,
             "seed": 1,

@@ -35,7 +35,7 @@ from orion_common.plan_run_format import (
 from orion_common.run_format import RUN_JSON
 from orion_common.runclock import utc_now
 from orion_daemon.signals import sigterm_as_interrupt
-from placement.jobs_files import jobs_client, run_thresholds, shared_policy
+from placement.jobs_files import jobs_client, run_sharing, run_thresholds, shared_policy
 from placement.plan_file import Plan, load_plan
 
 
@@ -50,11 +50,13 @@ def plan_jobs(plan: Plan, duration_s: float, output_dir: Path) -> dict[int, dict
             for client in gpu.clients
         ]
         has_hp = any(client.role == "hp" for client in gpu.clients)
+        policy = shared_policy(gpu.policy, has_hp)
         config = {
             "run": {
                 # A GPU with one job runs it under the plan's policy too (not `dedicated`, which
                 # reports would take for every GPU's baseline).
-                "policy": shared_policy(gpu.policy, has_hp),
+                "policy": policy,
+                **run_sharing(policy, gpu.settings),
                 "duration_s": duration_s,
                 "warmup_steps": 20,
                 "seed": 1,

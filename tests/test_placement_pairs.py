@@ -97,7 +97,8 @@ def test_pair_matrix_from_synthetic_runs(tmp_path: Path) -> None:
     document = build_pair_matrix(spec, synthetic_runs(tmp_path), "nvidia-h200", resamples=200)
     matrix = parse_pair_matrix(document)
     assert matrix.device == "nvidia-h200" and matrix.policy == "orion"
-    assert matrix.settings == {"queue_limit_us": 200}
+    # orion's default sharing mode is written into the matrix, so a plan runs the jobs as measured.
+    assert matrix.settings == {"queue_limit_us": 200, "sharing": "timeslice"}
     # pooled alone p99 of 1..100 and 2..200 ms; BE 32 samples per 0.5 s
     assert matrix.jobs["search"].alone_p99_ms == pytest.approx(
         float(np.percentile([*range(1, 101), *range(2, 201, 2)], 99))
@@ -214,6 +215,11 @@ def test_an_index_for_other_jobs_is_refused(tmp_path: Path) -> None:
             {"settings": {"be_sm_percent": 50}},
             "settings.be_sm_percent: applies only to policy mps-share",
         ),
+        ({"settings": {"sharing": "mig"}}, "settings.sharing: must be one of mps, timeslice"),
+        (
+            {"policy": "mps-priority", "settings": {"sharing": "timeslice"}},
+            "settings.sharing: policy 'mps-priority' runs under 'mps' only",
+        ),
     ],
 )
 def test_validation_errors_are_one_line(change: dict, message: str) -> None:
@@ -248,3 +254,17 @@ def test_be_only_pairs_run_under_mps_when_the_policy_needs_an_hp_job(tmp_path: P
     assert shared_policy("orion", has_hp=True) == "orion"
     assert shared_policy("mps", has_hp=False) == "mps"
     assert shared_policy("quota", has_hp=False) == "quota"  # every client a peer
+
+
+def test_pair_cells_run_in_the_matrix_sharing_mode(tmp_path: Path) -> None:
+    from placement.pairs import Cell, cell_jobs
+
+    default = parse_pairs_jobs(spec_data())
+    under_mps = parse_pairs_jobs({**spec_data(), "settings": {"sharing": "mps"}})
+    pair = Cell(1, ("search", "a"))
+    assert cell_jobs(default, pair, tmp_path)["run"]["sharing"] == "timeslice"
+    assert cell_jobs(under_mps, pair, tmp_path)["run"]["sharing"] == "mps"
+    be_only = cell_jobs(default, Cell(1, ("a", "b")), tmp_path)["run"]  # plain MPS, one way only
+    assert be_only["policy"] == "mps" and "sharing" not in be_only
+    alone = cell_jobs(default, Cell(1, ("search",)), tmp_path)["run"]
+    assert alone["policy"] == "dedicated" and "sharing" not in alone

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,21 @@ def test_each_gpu_runs_in_its_own_folder_with_this_orion_first_on_the_path(
         seen = json.loads(next(gpu_dir.rglob("where.json")).read_text())
         assert Path(seen["cwd"]) == gpu_dir
         assert seen["path"].split(os.pathsep)[0] == orion_root
+
+
+def test_a_plan_runs_in_the_sharing_mode_its_matrix_was_measured_in(plan, tmp_path: Path) -> None:
+    # The committed matrices name no mode: measured through MPS, before orion's default became
+    # time-sliced; a plan from them must still run orion through MPS.
+    solved, _ = plan
+    for gpu in solved.gpus:
+        assert "sharing" not in gpu.settings
+    configs = plan_jobs(solved, 30.0, tmp_path)
+    gated = [configs[g.index]["run"] for g in solved.gpus if g.policy == "orion"]
+    assert gated and all(run.get("sharing") in ("mps", None) for run in gated)
+    assert any(run.get("sharing") == "mps" for run in gated if run["policy"] == "orion")
+    sliced = {"sharing": "timeslice"}
+    retimed = replace(
+        solved, gpus=tuple(replace(g, settings={**g.settings, **sliced}) for g in solved.gpus)
+    )
+    runs = [c["run"] for c in plan_jobs(retimed, 30.0, tmp_path).values()]
+    assert {run.get("sharing") for run in runs if run["policy"] == "orion"} == {"timeslice"}
