@@ -91,6 +91,7 @@ def _with_library(
     role: str,
     hp_completion: str = "estimate",
     be_gate: str = "gpu",
+    be_graph_gate: str = "inside",
 ) -> dict:
     settings = SchedulerSettings(
         policy=policy,
@@ -99,11 +100,12 @@ def _with_library(
         unknown_duration_ns=100_000,
         hp_completion=hp_completion,
         be_gate=be_gate,
+        be_graph_gate=be_graph_gate,
     )
     with SchedulerRun(settings) as run:
         index = run.add_client("probe", role, DECOY_PROFILE)
         run.publish()
-        tag = f"{policy}-{role}-{hp_completion}-{be_gate}"
+        tag = f"{policy}-{role}-{hp_completion}-{be_gate}-{be_graph_gate}"
         result = _probe(case, tmp_path, run.client_environment(index), tag)
         result["stats"] = run.stats()["probe"]
     return result
@@ -186,11 +188,16 @@ def test_a_be_graph_is_gated_inside_with_unchanged_outputs(case: str, tmp_path: 
     # A BE client replaying a CUDA graph under orion with the GPU gate: at instantiation the
     # driver takes a wait node before every kernel node (the decoy profile knows none of them),
     # nothing is left ungated, every replay runs (the keeper opens the gate, HP being idle) and
-    # the outputs are those of the same graph without the library.
-    plain, gated = _concurrently(
+    # the outputs are those of the same graph without the library. With be_graph_gate "whole"
+    # the graph is left as the program made it (no wait node) and still runs, unchanged.
+    plain, gated, whole = _concurrently(
         lambda: _probe(case, tmp_path, dict(os.environ), "plain"),
         lambda: _with_library(case, tmp_path, "orion", "be", be_gate="gpu"),
+        lambda: _with_library(case, tmp_path, "orion", "be", be_gate="gpu", be_graph_gate="whole"),
     )
+    assert whole["output_sha256"] == plain["output_sha256"]
+    assert whole["stats"]["graphs_gated"] == whole["stats"]["graph_gate_waits"] == 0
+    assert whole["stats"]["graphs_ungated"] == 0 and whole["stats"]["graph_launches"] >= 1
     stats = gated["stats"]
     assert gated["output_sha256"] == plain["output_sha256"]
     assert stats["graphs_ungated"] == 0
