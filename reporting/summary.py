@@ -37,6 +37,7 @@ from reporting.metrics import (
     run_labels,
     scheduler_table,
 )
+from reporting.request_parts import request_parts
 from reporting.rundata import RunData
 from reporting.series import (
     DEFAULT_MAX_KERNELS,
@@ -91,6 +92,18 @@ _RELATIVE_VIEW = [
     ("throughput_per_s", "per s"),
     ("throughput_alone_per_s", "alone per s"),
     ("throughput_fraction", "fraction [95% CI]"),
+]
+_PARTS_VIEW = [
+    ("run", "run"),
+    ("client", "client"),
+    ("requests", "requests"),
+    ("queue_p50_ms", "queueing p50 ms"),
+    ("queue_p99_ms", "queueing p99 ms"),
+    ("launch_p50_ms", "launch p50 ms"),
+    ("after_launch_p50_ms", "after launch p50 ms"),
+    ("after_launch_p99_ms", "after launch p99 ms"),
+    ("slowed_share", "slowed share"),
+    ("slowed_extra_ms", "slowed by, median ms"),
 ]
 _GPU_VIEW = [
     ("run", "run"),
@@ -175,6 +188,9 @@ class ReportTables:
     runs without a trace have a row saying the attribution needs one."""
     slow_requests: pd.DataFrame
     """One row per slow HP request of the traced runs (``tail.slow_requests``)."""
+    request_parts: pd.DataFrame
+    """Per run and HP client: queueing, launch and after-launch parts of its requests, and the
+    share of requests sharing slowed (``request_parts.request_parts``); no trace needed."""
     memory: pd.DataFrame
     """Per client of each run with ``memory.csv``: peak in use, limits, refused allocations
     (``memory.memory_summary``); no rows when no run recorded memory."""
@@ -201,6 +217,7 @@ def report_tables(runs: Sequence[RunData]) -> ReportTables:
         gpu=gpu_clock_summary(runs),
         tail=tail_summary(runs, slow),
         slow_requests=slow,
+        request_parts=request_parts(runs),
         memory=memory_summary(runs),
         shares=shares_summary(runs),
     )
@@ -355,6 +372,18 @@ def write_report(
         else None,
         "no HP inference client completed a request",
     )
+
+    if len(tables.request_parts):
+        lines += ["### Where the HP requests' time goes", ""]
+        lines += [markdown_table(tables.request_parts, _PARTS_VIEW), ""]
+        lines.append(
+            "Queueing: start - arrival (behind the client's previous request). Launch: the host's "
+            "launch call. After launch: end - start - launch (the GPU work, anything it waited "
+            "for on the GPU, the wake-up). Slowed: the share of requests whose after-launch part "
+            "is above the `dedicated` run's p99, and their median less its median (MPS slows "
+            "every request; a time-sliced context only those that find BE on the GPU)."
+        )
+        lines.append("")
 
     gpu = gpu_samples(runs)
     lines += ["## GPU utilisation", ""]
@@ -612,6 +641,7 @@ def report_json(runs: Sequence[RunData]) -> dict[str, Any]:
             "gpu_clocks": tables.gpu.to_dict("records"),
             "hp_tail": tables.tail.to_dict("records"),
             "hp_tail_requests": tables.slow_requests.to_dict("records"),
+            "hp_request_parts": tables.request_parts.to_dict("records"),
             "memory": tables.memory.to_dict("records"),
             "gpu_shares": tables.shares.to_dict("records"),
             "intervals": {
