@@ -33,9 +33,10 @@ Definitions (everything in the reports follows from these):
   durations. That ratio equals the window-based fraction up to the idle gaps between
   iterations; the interval shown is its relative spread (bounds over bootstrap point) applied
   to the window-based fraction, so it always brackets the number it belongs to. Training
-  clients only: an open-loop inference client's throughput is its arrival rate, nothing to
-  resample. A headline interval is that of the client its value comes from; a BE fraction
-  averaged over several BE clients has none.
+  clients and closed-loop inference clients (a request's duration is its latency, the
+  previous request's end being its arrival); an open-loop inference client's throughput is its
+  arrival rate, nothing to resample. A headline interval is that of the client its value
+  comes from; a BE fraction averaged over several BE clients has none.
 """
 
 from __future__ import annotations
@@ -351,18 +352,24 @@ def latency_sample(run: RunData, client: ClientInfo) -> np.ndarray:
 
 
 def work_sample(run: RunData, client: ClientInfo) -> np.ndarray | None:
-    """Rows ``(duration_s, samples)`` of a training client's in-window iterations, for
-    :func:`reporting.stats.throughput_statistic`; None for an inference client (see the module
+    """Rows ``(duration_s, samples)`` of a client's in-window units of work, for
+    :func:`reporting.stats.throughput_statistic`: a training client's iterations, a closed-loop
+    inference client's requests (latency from arrival, which is when the previous one ended);
+    None for an open-loop inference client, whose throughput is its arrival rate (see the module
     docstring)."""
-    if client.is_inference:
+    if client.is_inference and not client.is_closed_loop:
         return None
     rows = window_rows(run, client)
-    samples = rows["samples"]
-    if client.batch_size is not None:
-        samples = samples.fillna(client.batch_size)
-    return np.column_stack(
-        [rows["duration_ms"].to_numpy(dtype=float) / 1000.0, samples.to_numpy(dtype=float)]
-    )
+    if client.is_inference:
+        durations_ms = rows["latency_ms"].to_numpy(dtype=float)
+        samples = np.full(len(rows), float(client.batch_size or 1))
+    else:
+        durations_ms = rows["duration_ms"].to_numpy(dtype=float)
+        column = rows["samples"]
+        if client.batch_size is not None:
+            column = column.fillna(client.batch_size)
+        samples = column.to_numpy(dtype=float)
+    return np.column_stack([durations_ms / 1000.0, samples])
 
 
 def hp_p99_interval(run: RunData, client: ClientInfo) -> Interval:

@@ -89,6 +89,13 @@ class ClientInfo:
         return self.mode == MODE_INFER
 
     @property
+    def is_closed_loop(self) -> bool:
+        """An inference client that issues each request when the previous one finished (a BE
+        client replaying a graph as fast as it goes): what it served is its throughput, not an
+        arrival rate it was given."""
+        return self.is_inference and (self.arrivals or {}).get("kind") == "closed"
+
+    @property
     def offered_rate_per_s(self) -> float | None:
         """The open-loop arrival rate asked for, when the client had one."""
         rate = (self.arrivals or {}).get("rate_per_s")

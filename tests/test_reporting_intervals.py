@@ -154,3 +154,39 @@ def test_gpu_figure_with_clocks_and_tradeoff_with_error_bars(runs, tmp_path) -> 
 def _assert_png(path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 5_000
+
+
+def _be_inference_pair(tmp_path: Path, arrivals: dict) -> list:
+    """A dedicated and a shared run of an HP client beside a BE inference client whose requests
+    take 10 ms alone and 20 ms shared, back to back when closed-loop."""
+    paths = []
+    for policy, be_ms in (("dedicated", 10.0), ("orion", 20.0)):
+        spacing = be_ms / 1000.0 if arrivals["kind"] == "closed" else 0.05
+        count = int(10.0 / spacing) - 1
+        hp = inference_rows([5.0] * 99)
+        be = inference_rows([be_ms] * count, spacing_s=spacing)
+        clients = [
+            ClientSpec("hp", "hp", "infer", hp, arrivals={"kind": "poisson", "rate_per_s": 10.0}),
+            ClientSpec("be", "be", "infer", be, arrivals=arrivals),
+        ]
+        paths.append(
+            write_run(tmp_path, f"{policy}-{arrivals['kind']}", policy=policy, clients=clients)
+        )
+    return load_runs(paths)
+
+
+def test_a_closed_loop_be_inference_client_gets_a_throughput_interval(tmp_path) -> None:
+    """A BE client serving requests back to back (a graph replayed in a closed loop) is measured
+    by what it served: half as many requests shared gives a fraction of 0.5 with an interval."""
+    head = headline(_be_inference_pair(tmp_path, {"kind": "closed", "think_ms": 0.0}))
+    shared = head.set_index("run").loc["orion"]
+    assert shared["be_throughput_fraction"] == pytest.approx(0.5, abs=0.01)
+    lo, hi = shared["be_throughput_fraction_ci_lo"], shared["be_throughput_fraction_ci_hi"]
+    assert lo <= shared["be_throughput_fraction"] <= hi
+
+
+def test_an_open_loop_be_inference_client_has_no_throughput_interval(tmp_path) -> None:
+    """An open-loop client's throughput is the rate it was given: nothing to resample."""
+    head = headline(_be_inference_pair(tmp_path, {"kind": "poisson", "rate_per_s": 20.0}))
+    shared = head.set_index("run").loc["orion"]
+    assert math.isnan(shared["be_throughput_fraction_ci_lo"])
