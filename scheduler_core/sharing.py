@@ -33,11 +33,11 @@ NATIVE_SHARINGS: dict[str, tuple[Sharing, ...]] = {
 The gating policies (reef, orion, quota) hold BE work with gates on the GPU, which work across
 contexts as across MPS clients. Defaults follow the benchmark protocol (``benchmarks/matrix.py
 --sharings mps,timeslice``, 60-s runs, interleaved rounds; ``docs/scheduler.md``, "Sharing
-without MPS"): orion time-sliced beat orion under MPS on both figures in both rounds measured on
-an H100 (HP p99 1.12x [1.03, 1.20] of dedicated with BE 0.82, against 1.25x [1.07, 1.44] with BE
-0.79), so orion defaults to ``timeslice``; reef under MPS beat reef time-sliced in the one round
-measured (1.11x with BE 0.83 against 1.19x with BE 0.74), so reef keeps MPS; quota is not
-measured yet and keeps MPS.
+without MPS"): orion time-sliced beat orion under MPS on HP in all three rounds measured on an
+H100, with BE alike (HP p99 1.12x [1.05, 1.18] of dedicated with BE 0.81, against 1.21x
+[1.10, 1.39] with BE 0.78), so orion defaults to ``timeslice``; for reef the two modes traded
+places from round to round (1.09x [1.01, 1.18] time-sliced, 1.10x [1.03, 1.18] under MPS, BE
+0.87 and 0.86), so reef keeps MPS; quota is not measured yet and keeps MPS.
 ``priority`` orders work by stream priority alone, which holds between streams of one context or
 of MPS's clients, never between contexts the driver time-slices."""
 
