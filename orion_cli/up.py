@@ -58,8 +58,9 @@ def up_command(
             help="How the CUDA graphs of clients gated on the GPU are held: inside (wait nodes "
             "inside each graph, one per BE queue limit of its work, so an arriving HP request "
             "finds at most that much let through) or whole (graphs run as the program made "
-            "them, admitted whole behind their launch's gate: for comparing, or for graphs "
-            "that misbehave rewritten).",
+            "them, admitted whole behind their launch's gate). Time-sliced (--sharing "
+            "timeslice, orion's default) whole measured better for HP and BE on an H100 "
+            "(docs/scheduler.md); also for graphs that misbehave rewritten.",
         ),
     ] = "inside",
     foreground: Annotated[
