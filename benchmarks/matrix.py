@@ -23,9 +23,10 @@ sweeps the BE queue bound of the gated policies (reef, orion; ``default`` = deri
 profile, plain cell name), --be-gates where their held BE launches wait (``run.be_gate``: ``cpu``
 in the launching thread, ``gpu`` on the GPU, the default; cell ``orion@gpu-gate``),
 --be-graph-gates how they hold the BE client's CUDA graphs (``run.be_graph_gate``: ``inside``,
-wait nodes in the graph, the default, plain cell name; or ``whole``, each graph admitted whole
-behind its launch's gate as before inside gating, cell ``orion@gpu-gate@whole-graphs``; without
-the option the jobs files leave it unset),
+wait nodes in the graph, or ``whole``, each graph admitted whole behind its launch's gate; the
+sharing mode's default is the plain cell name, the other is named: ``reef@gpu-gate@whole-graphs``
+under MPS, ``orion@gpu-gate@inside-graphs@timeslice`` time-sliced; without the option the jobs
+files leave it unset, to the sharing mode's default),
 --sharings how the clients of the policies that run either way (reef, orion, quota) share the GPU
 (``run.sharing``: ``mps`` or ``timeslice``, separate contexts the driver switches between, cell
 ``orion@gpu-gate@timeslice``; by default each policy's own mode, set in every cell's jobs),
@@ -96,7 +97,7 @@ from reporting.benchmark import (
 )
 from reporting.rundata import RunData
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES, DEFAULT_BE_GATE
-from scheduler_core.sharing import SHARINGS
+from scheduler_core.sharing import SHARINGS, default_be_graph_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,16 +218,16 @@ class Cell:
     @property
     def name(self) -> str:
         """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``orion@gpu-gate@timeslice``,
-        ``orion@gpu-gate@whole-graphs``, ``mps-share@be50``: the same as the report's run label
-        (MPS, the policies' default sharing, and graphs gated inside, the default, are not
-        named)."""
+        ``orion@gpu-gate@inside-graphs@timeslice``, ``mps-share@be50``: the same as the report's
+        run label (MPS, the policies' default sharing, and the sharing mode's default BE graph
+        gate are not named)."""
         name = self.policy
         if self.queue_limit_us is not None:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
-        if self.be_graph_gate == "whole":
-            name += "@whole-graphs"
+        if self.be_graph_gate not in (None, default_be_graph_gate(self.sharing or "mps")):
+            name += f"@{self.be_graph_gate}-graphs"
         if self.sharing == "timeslice":
             name += "@timeslice"
         if self.be_sm_percent is not None:
@@ -692,9 +693,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_names(BE_GRAPH_GATES),
         default=[None],
         help="how reef and orion hold the BE client's CUDA graphs, one cell each: inside (wait "
-        "nodes in the graph every queue limit of work; the plain cell) or whole (each graph "
-        "admitted whole behind its launch's gate, as before inside gating; cell "
-        "<policy>@whole-graphs); default: not set, the jobs file's default (inside)",
+        "nodes in the graph every queue limit of work) or whole (each graph admitted whole "
+        "behind its launch's gate); the sharing mode's default (inside under mps, whole "
+        "time-sliced) is the plain cell, the other is named <policy>@inside-graphs or "
+        "<policy>@whole-graphs; default: not set, the sharing mode's default",
     )
     parser.add_argument(
         "--sharings",

@@ -35,8 +35,8 @@ from colocation.jobs_fields import (
 from colocation.policies import POLICIES, POLICY_NAMES, SHARE_POLICIES, Policy
 from orion_common.errors import OrionError
 from orion_common.sizes import parse_size
-from scheduler_core.run_state import DEFAULT_BE_GATE, DEFAULT_BE_GRAPH_GATE
-from scheduler_core.sharing import SHARINGS, Sharing
+from scheduler_core.run_state import DEFAULT_BE_GATE
+from scheduler_core.sharing import SHARINGS, Sharing, default_be_graph_gate
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -74,10 +74,11 @@ class RunConfig(StrictModel):
     # admits the work) or "cpu" (in the program's launching thread, which stops, so its GPU queue
     # drains).
     be_gate: Literal["cpu", "gpu"] = DEFAULT_BE_GATE
-    # How the CUDA graphs of clients gated on the GPU are held: "inside" (the default: wait nodes
-    # on the gate inside each graph, one per queue limit of its work) or "whole" (not rewritten:
-    # each graph is admitted whole behind its launch's gate, as before inside gating).
-    be_graph_gate: Literal["inside", "whole"] = DEFAULT_BE_GRAPH_GATE
+    # How the CUDA graphs of clients gated on the GPU are held: "inside" (wait nodes on the gate
+    # inside each graph, one per queue limit of its work) or "whole" (not rewritten: each graph is
+    # admitted whole behind its launch's gate). None: the sharing mode's default
+    # (scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING; JobsConfig.be_graph_gate).
+    be_graph_gate: Literal["inside", "whole"] | None = None
     # The sliding window over which clients' min_util / max_util shares of GPU time hold.
     quota_window_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     # How the clients share the GPU: "mps" (one private MPS daemon) or "timeslice" (separate
@@ -238,6 +239,11 @@ class JobsConfig(StrictModel):
         return POLICIES[self.run.policy].with_sharing(self.run.sharing)
 
     @property
+    def be_graph_gate(self) -> str:
+        """How the run holds BE graphs: ``run.be_graph_gate``, else its sharing mode's default."""
+        return self.run.be_graph_gate or default_be_graph_gate(self.policy.sharing)
+
+    @property
     def hp_client(self) -> ClientConfig | None:
         return next((client for client in self.clients if client.is_hp), None)
 
@@ -252,9 +258,11 @@ class JobsConfig(StrictModel):
         ``run.sharing`` is the mode the run used, also when the jobs file left it to the policy's
         default: defaults change as measurements come in (orion's became ``timeslice``), and a
         report must not read an old run by today's default. A run recorded without it predates
-        time slicing for these policies and shared through MPS."""
+        time slicing for these policies and shared through MPS. ``run.be_graph_gate`` likewise:
+        recorded, a run says how it held BE graphs whatever the default became."""
         data = self.model_dump(mode="json")
         data["run"]["sharing"] = self.policy.sharing
+        data["run"]["be_graph_gate"] = self.be_graph_gate
         return data
 
 

@@ -255,7 +255,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         trace_capacity=TRACE_CAPACITY if config.run.trace else 0,
         hp_completion=config.run.hp_completion,
         be_gate=config.run.be_gate,
-        be_graph_gate=config.run.be_graph_gate,
+        be_graph_gate=config.be_graph_gate,
         quotas=any((c.min_util, c.max_util) != (0.0, 1.0) for c in config.clients),
         quota_window_ns=round(config.run.quota_window_s * 1e9),
     )

@@ -52,17 +52,18 @@ def up_command(
         ),
     ] = None,
     be_graph_gate: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--be-graph-gate",
             help="How the CUDA graphs of clients gated on the GPU are held: inside (wait nodes "
             "inside each graph, one per BE queue limit of its work, so an arriving HP request "
             "finds at most that much let through) or whole (graphs run as the program made "
-            "them, admitted whole behind their launch's gate). Time-sliced (--sharing "
-            "timeslice, orion's default) whole measured better for HP and BE on an H100 "
-            "(docs/scheduler.md); also for graphs that misbehave rewritten.",
+            "them, admitted whole behind their launch's gate; also for graphs that misbehave "
+            "rewritten). Default: whole when time-sliced, where it measured better for HP and "
+            "BE on an H100, inside under mps (docs/scheduler.md).",
+            show_default=False,
         ),
-    ] = "inside",
+    ] = None,
     foreground: Annotated[
         bool,
         typer.Option("--foreground", help="Stay in the foreground (systemd, containers)."),
@@ -78,7 +79,7 @@ def up_command(
     """
     from scheduler_core.run_state import BE_GRAPH_GATES
 
-    if be_graph_gate not in BE_GRAPH_GATES:
+    if be_graph_gate is not None and be_graph_gate not in BE_GRAPH_GATES:
         raise typer.BadParameter(
             f"must be one of {', '.join(BE_GRAPH_GATES)}, not {be_graph_gate!r}",
             param_hint="--be-graph-gate",
@@ -93,7 +94,7 @@ def up_command(
         sharing=sharing or "",
         shares=shares,
         queue_limit_us=queue_limit_us,
-        be_graph_gate=be_graph_gate,
+        be_graph_gate=be_graph_gate or "",
     )
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.

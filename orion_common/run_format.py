@@ -33,9 +33,11 @@ on the GPU. Reports name the gate of these runs only (``orion@cpu-gate``)."""
 GRAPH_GATING_POLICIES = (*GATING_POLICIES, "quota")
 """Policies under which the CUDA graphs of clients gated on the GPU (BE under reef and orion,
 every client under quota) get gate waits inside them; the jobs file's ``run.be_graph_gate``
-(kept in the run's config) says ``inside`` (the default) or ``whole``: each graph is not
-rewritten and is admitted whole behind its launch's gate, as before inside gating. Reports name
-``whole`` of these runs only (``orion@whole-graphs``); ``inside`` is the default, unnamed."""
+(kept in the run's config) says ``inside`` or ``whole``: each graph is not rewritten and is
+admitted whole behind its launch's gate. Left unset, it is the sharing mode's default (inside
+under MPS, whole time-sliced: ``scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING``), and run.json
+records which. Reports name the setting only where it is not its sharing mode's default
+(``reef@whole-graphs``, ``orion@inside-graphs@timeslice``)."""
 
 RUN_JSON = "run.json"
 CLIENTS_DIR = "clients"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orion_common.errors import OrionError
 from orion_daemon.server import POLICIES, Daemon, DaemonSettings
-from scheduler_core.run_state import BE_GRAPH_GATES, DEFAULT_BE_GRAPH_GATE
+from scheduler_core.run_state import BE_GRAPH_GATES
 from scheduler_core.sharing import SHARINGS
 
 
@@ -29,7 +29,7 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--queue-limit-us", type=float)
     parser.add_argument("--shares", action="store_true")
     parser.add_argument("--be-gate", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--be-graph-gate", choices=BE_GRAPH_GATES, default=DEFAULT_BE_GRAPH_GATE)
+    parser.add_argument("--be-graph-gate", choices=BE_GRAPH_GATES, default="")
     parser.add_argument("--hp-completion", choices=("estimate", "gpu-write"), default="estimate")
     parser.add_argument("--stop-with", type=int, metavar="PID")
     args = parser.parse_args(argv)

@@ -21,7 +21,6 @@ from orion_common.processes import wait_gone
 from orion_daemon import state
 from orion_daemon.protocol import request
 from orion_daemon.server import DaemonSettings
-from scheduler_core.run_state import DEFAULT_BE_GRAPH_GATE
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -35,7 +34,7 @@ def gpu_settings(
     sharing: str = "",
     shares: bool = False,
     queue_limit_us: float | None = None,
-    be_graph_gate: str = DEFAULT_BE_GRAPH_GATE,
+    be_graph_gate: str = "",
     stop_with_pid: int | None = None,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the

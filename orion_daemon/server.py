@@ -35,8 +35,7 @@ from orion_daemon.protocol import answer, peer_pid, read_request
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
-from scheduler_core.run_state import DEFAULT_BE_GRAPH_GATE
-from scheduler_core.sharing import default_sharing, native_sharing_problem
+from scheduler_core.sharing import default_be_graph_gate, default_sharing, native_sharing_problem
 
 TICK_S = 0.1
 """How often the daemon beats and looks for gone clients: a slot comes back well within a
@@ -65,7 +64,7 @@ class DaemonSettings:
     shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
     quota_window_ns: int = 1_000_000_000  # the window GPU-time shares are counted over
     be_gate: str = "gpu"
-    be_graph_gate: str = DEFAULT_BE_GRAPH_GATE  # BE graphs gated "inside" or admitted "whole"
+    be_graph_gate: str = ""  # "inside" or "whole"; empty: the sharing mode's default
     hp_completion: str = "estimate"
     trace: bool = False  # the library keeps a kernel trace, which a run's records copy out
     mps_folder: Path | None = None  # where the MPS daemon's folders go (None: the state folder)
@@ -84,6 +83,8 @@ class DaemonSettings:
         problem = native_sharing_problem(self.policy, self.sharing)
         if problem is not None:
             raise OrionError(problem)
+        if not self.be_graph_gate:
+            object.__setattr__(self, "be_graph_gate", default_be_graph_gate(self.sharing))
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
 

@@ -39,11 +39,11 @@ from reporting.metrics import (
     HP_QUANTILE,
     LIMIT_TOLERANCE,
     POLICY_DEDICATED,
+    graph_gate_setting,
     hp_alone,
     latency_sample,
     policy_label,
     sharing_setting,
-    whole_graphs,
     work_sample,
 )
 from reporting.rundata import ClientInfo, RunData
@@ -399,7 +399,8 @@ def _cell_row(
 
 def run_settings(run: RunData) -> dict[str, Any]:
     """The knob settings a run made: ``queue_limit_us`` when set, ``be_gate`` of a gating policy,
-    ``be_graph_gate`` "whole" when a policy that gates graphs inside admitted them whole,
+    ``be_graph_gate`` when a policy that holds BE graphs held them otherwise than its sharing
+    mode's default,
     ``sharing`` when time-sliced instead of MPS, ``sm_percent_<client>`` per client with an SM
     share, ``hp_alone`` for a run of the HP client with nothing beside it."""
     settings: dict[str, Any] = {}
@@ -411,8 +412,8 @@ def run_settings(run: RunData) -> dict[str, Any]:
     gate = section.get("be_gate") if isinstance(section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         settings["be_gate"] = gate
-    if whole_graphs(run):
-        settings["be_graph_gate"] = "whole"
+    if graph_gate_setting(run) is not None:
+        settings["be_graph_gate"] = graph_gate_setting(run)
     if sharing_setting(run) is not None:
         settings["sharing"] = sharing_setting(run)
     clients = run.config.get("clients")

@@ -60,6 +60,8 @@ from reporting.stats import (
     throughput_statistic,
 )
 from scheduler_core.profile_sources import SOURCES, profile_sources
+from scheduler_core.run_state import BE_GRAPH_GATES
+from scheduler_core.sharing import default_be_graph_gate
 
 POLICY_DEDICATED = "dedicated"
 HP_P99_SLOWDOWN_MAX = 1.05
@@ -186,7 +188,8 @@ def sharing_setting(run: RunData) -> str | None:
 def policy_label(run: RunData) -> str:
     """The policy with the knob settings the run made: the BE queue bound (``orion@500us``), where
     held BE launches wait when the jobs file says (``orion@gpu-gate``), graphs admitted whole
-    instead of gated inside (``orion@whole-graphs``), time-sliced contexts instead of MPS
+    held otherwise than their sharing mode's default (``orion@whole-graphs`` under MPS,
+    ``orion@inside-graphs@timeslice``), time-sliced contexts instead of MPS
     (``orion@timeslice``), per-client SM shares (``mps-share@be50``, client name then percent)
     and clients learned online (``orion@online``). Runs of one policy that differ only in a knob
     are a sweep and must be told apart by it."""
@@ -199,8 +202,8 @@ def policy_label(run: RunData) -> str:
     gate = run_section.get("be_gate") if isinstance(run_section, dict) else None
     if isinstance(gate, str) and run.policy in GATING_POLICIES:
         label += f"@{gate}-gate"
-    if whole_graphs(run):
-        label += "@whole-graphs"
+    if graph_gate_setting(run) is not None:
+        label += f"@{graph_gate_setting(run)}-graphs"
     if sharing_setting(run) is not None:
         label += f"@{sharing_setting(run)}"
     clients = run.config.get("clients")
@@ -221,12 +224,17 @@ def policy_label(run: RunData) -> str:
     return label
 
 
-def whole_graphs(run: RunData) -> bool:
-    """A run of a policy that gates graphs inside, told ``run.be_graph_gate: "whole"``: its
-    clients' CUDA graphs were admitted whole behind their launch's gate, not rewritten."""
+def graph_gate_setting(run: RunData) -> str | None:
+    """How a policy that holds BE graphs held them (``run.be_graph_gate``) when that differs from
+    its sharing mode's default, a knob named in the label: ``"whole"`` (admitted whole behind
+    their launch's gate) under MPS, ``"inside"`` (wait nodes inside them) time-sliced. None
+    otherwise, and for a run that does not record it."""
     run_section = run.config.get("run")
     setting = run_section.get("be_graph_gate") if isinstance(run_section, dict) else None
-    return setting == "whole" and run.policy in GRAPH_GATING_POLICIES
+    if run.policy not in GRAPH_GATING_POLICIES or setting not in BE_GRAPH_GATES:
+        return None
+    sharing = "timeslice" if time_sliced(run) else "mps"
+    return None if setting == default_be_graph_gate(sharing) else setting
 
 
 def hp_alone(run: RunData) -> bool:

@@ -51,6 +51,8 @@ GPU gate, at the same HP p99 within the runs' intervals."""
 # rewritten).
 BE_GRAPH_GATES = ("inside", "whole")
 DEFAULT_BE_GRAPH_GATE = "inside"
+"""For settings made without a sharing mode (the library's own); runs and daemons pass their
+mode's (:func:`scheduler_core.sharing.default_be_graph_gate`)."""
 TRACE_CAPACITY = 65536
 """Trace records per client kept between two drains when a run records a kernel trace."""
 _SHM_PREFIX = "orion-"

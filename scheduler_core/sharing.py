@@ -76,3 +76,20 @@ def native_sharing_problem(native_policy: str, sharing: str) -> str | None:
 def default_sharing(native_policy: str) -> Sharing:
     """The mode ``native_policy`` runs in when none is asked for."""
     return NATIVE_SHARINGS[native_policy][0]
+
+
+BE_GRAPH_GATE_BY_SHARING: dict[Sharing, str] = {"mps": "inside", "timeslice": "whole"}
+"""How the CUDA graphs of clients gated on the GPU are held when nothing says
+(``run.be_graph_gate``, ``orion up --be-graph-gate``), by sharing mode. Time-sliced, graphs gated
+inside lost on both figures: a BE client replaying a ResNet-50 bs4 graph beside the graph headline
+under orion (H100, two interleaved rounds of 60-s runs, ``docs/scheduler.md``, "Best-effort
+graphs, gated inside") gave HP p99 2.99x [2.69, 3.30] of dedicated with BE 0.61 gated inside,
+1.82x [1.66, 1.97] with BE 0.93 admitted whole, so time-sliced runs admit graphs ``whole``. Under
+MPS, where no context switch waits on a graph stopped at a wait node, they are gated ``inside``
+as designed; that comparison is not measured yet."""
+
+
+def default_be_graph_gate(sharing: str | None) -> str:
+    """How BE graphs are held under ``sharing`` when the run does not say. A policy that shares
+    nothing (``None``: dedicated) holds no graph; it reads as not time-sliced, as reports do."""
+    return BE_GRAPH_GATE_BY_SHARING["timeslice" if sharing == "timeslice" else "mps"]

@@ -679,7 +679,8 @@ def test_defaults() -> None:
     assert (run.thresholds.queue_limit_us, run.thresholds.unknown_kernel_us) == (None, None)
     assert run.hp_completion == "estimate"
     assert run.be_gate == "gpu"
-    assert run.be_graph_gate == "inside"
+    assert run.be_graph_gate is None
+    assert config.be_graph_gate == "whole"  # orion's default sharing is time-sliced
     assert run.quota_window_s == 1.0
     hp, be = config.clients
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)
@@ -909,12 +910,13 @@ def test_to_json_dict_is_plain_json_and_validates_again(tmp_path: Path) -> None:
     assert data["clients"][0]["profile"] == str(DATA / "profiles" / "hp.profile.csv")
     assert data["clients"][0]["arrivals"]["path"] == str(DATA / "traces" / "steady.txt")
     # absolute paths: the stored config means the same from anywhere; it differs from the file
-    # only in naming the sharing mode the policy's default chose
+    # only in naming the sharing mode the policy's default chose, and the BE graph gate the
+    # sharing mode's default chose
     again = parse_jobs(json.loads(text), tmp_path)
     assert again.to_json_dict() == data
-    assert (
-        again.model_copy(update={"run": again.run.model_copy(update={"sharing": None})}) == config
-    )
+    assert data["run"]["be_graph_gate"] == "whole"  # orion, time-sliced by default
+    defaults = {"sharing": None, "be_graph_gate": None}
+    assert again.model_copy(update={"run": again.run.model_copy(update=defaults)}) == config
 
 
 def test_direct_construction_checks_cross_field_rules() -> None:
@@ -1143,3 +1145,26 @@ def test_an_eager_profile_for_a_graph_client_is_a_warning(
         f"client 'hp' ({hp}): the profile was made {made} but the client runs {runs}; launches "
         "it does not list are gated as unknown work"
     )
+
+
+@pytest.mark.parametrize(
+    ("run", "gate"),
+    [
+        ({"policy": "orion"}, "whole"),  # time-sliced by default
+        ({"policy": "orion", "sharing": "mps"}, "inside"),
+        ({"policy": "reef"}, "inside"),  # MPS by default
+        ({"policy": "reef", "sharing": "timeslice"}, "whole"),
+        ({"policy": "orion", "be_graph_gate": "inside"}, "inside"),  # said: kept
+        ({"policy": "reef", "be_graph_gate": "whole"}, "whole"),
+    ],
+)
+def test_be_graphs_are_held_by_the_sharing_modes_default_unless_the_run_says(
+    run: dict, gate: str
+) -> None:
+    """Time-sliced, BE graphs gated inside measured worse than admitted whole (docs/scheduler.md),
+    so a time-sliced run admits them whole unless it says otherwise; run.json records which."""
+    data = base()
+    data["run"].update(run)
+    config = parse_jobs(data, DATA)
+    assert config.be_graph_gate == gate
+    assert config.to_json_dict()["run"]["be_graph_gate"] == gate

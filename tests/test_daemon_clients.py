@@ -66,7 +66,9 @@ GRAPH_SCRIPT = (
 )  # a graph of two kernels no profile lists: gated inside, a wait before each
 
 
-@pytest.mark.parametrize(("arguments", "setting", "waits"), [((), "inside", 2),
+# The harness's daemons are time-sliced, whose default is whole.
+@pytest.mark.parametrize(("arguments", "setting", "waits"), [((), "whole", 0),
+                         (("--be-graph-gate", "inside"), "inside", 2),
                          (("--be-graph-gate", "whole"), "whole", 0)])  # fmt: skip
 def test_a_daemon_told_whole_runs_be_graphs_whole_behind_their_launchs_gate(
     harness, tmp_path, arguments, setting, waits

@@ -338,14 +338,17 @@ def test_a_gating_policy_run_time_sliced_is_labelled_apart_from_its_mps_run(
 def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them_inside(
     tmp_path: Path, runs
 ) -> None:
-    # run.be_graph_gate "whole" is a knob of a policy that gates graphs inside (reef, orion,
-    # quota); "inside" is the default (no suffix), and a policy that gates nothing ignores it.
+    # run.be_graph_gate is a knob of a policy that holds BE graphs (reef, orion, quota), named
+    # when it differs from its sharing mode's default: "inside" under MPS, "whole" time-sliced
+    # (a run without run.sharing shared through MPS); a policy that gates nothing ignores it.
     made = []
-    for name, policy, be_gate, setting in (
-        ("orion-whole", "orion", "gpu", "whole"),
-        ("orion-inside", "orion", "gpu", "inside"),
-        ("quota-whole", "quota", None, "whole"),
-        ("mps-whole", "mps", None, "whole"),
+    for name, policy, be_gate, setting, sharing in (
+        ("orion-whole", "orion", "gpu", "whole", None),
+        ("orion-inside", "orion", "gpu", "inside", "mps"),
+        ("quota-whole", "quota", None, "whole", None),
+        ("mps-whole", "mps", None, "whole", None),
+        ("orion-ts-inside", "orion", "gpu", "inside", "timeslice"),
+        ("orion-ts-whole", "orion", "gpu", "whole", "timeslice"),
     ):
         run_dir = write_run(
             tmp_path, name, policy=policy, clients=[ClientSpec("hp", "hp", "infer", [])]
@@ -354,6 +357,8 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         meta["config"]["run"]["be_graph_gate"] = setting
         if be_gate is not None:
             meta["config"]["run"]["be_gate"] = be_gate
+        if sharing is not None:
+            meta["config"]["run"]["sharing"] = sharing
         (run_dir / "run.json").write_text(json.dumps(meta))
         made.append(load_run(run_dir))
     assert [policy_label(run) for run in made] == [
@@ -361,12 +366,16 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         "orion@gpu-gate",
         "quota@whole-graphs",
         "mps",
+        "orion@gpu-gate@inside-graphs@timeslice",
+        "orion@gpu-gate@timeslice",
     ]
     assert [run_settings(run) for run in made] == [
         {"be_gate": "gpu", "be_graph_gate": "whole"},
         {"be_gate": "gpu"},
         {"be_graph_gate": "whole"},
         {},
+        {"be_gate": "gpu", "be_graph_gate": "inside", "sharing": "timeslice"},
+        {"be_gate": "gpu", "sharing": "timeslice"},
     ]
 
 
