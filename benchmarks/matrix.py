@@ -226,7 +226,7 @@ class Cell:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
-        if self.be_graph_gate not in (None, default_be_graph_gate(self.sharing or "mps")):
+        if self.be_graph_gate not in (None, default_be_graph_gate(self.sharing)):
             name += f"@{self.be_graph_gate}-graphs"
         if self.sharing == "timeslice":
             name += "@timeslice"
