@@ -6,6 +6,10 @@ so time spent queueing behind earlier requests counts. Nothing here knows about 
 alone, or under `orion run --hp -- python serve_resnet.py ...`.
 
     python serve_resnet.py --rate 80 --duration 60 --out latencies.csv
+    python serve_resnet.py --closed-loop --batch 32 --duration 60 --out batch.csv   # a BE job
+
+Each row of the CSV is one request, times in Unix seconds (``program_io.py`` says what the
+example programs share); ``OUT.ready`` marks the end of the warm-up.
 
 One request (``--mark-request``, the 50th by default) is marked for profilers, as services often
 do: it runs between ``torch.cuda.profiler.start()`` and ``stop()`` (cudaProfilerStart/Stop) and
@@ -17,39 +21,34 @@ request of the running service.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import time
 
-import numpy as np
 import torch
 import torchvision
+from program_io import capture_graph, serve
 
 
 def build(batch: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
     torch.backends.cudnn.benchmark = True
     model = torchvision.models.resnet50().cuda().eval()
     static_input = torch.randn(batch, 3, 224, 224, device="cuda")
-    with torch.inference_mode():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(20):  # warm-up: cuDNN picks its algorithms before capture
-                model(static_input)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_output = model(static_input)
-    torch.cuda.synchronize()
+    graph, static_output = capture_graph(lambda: model(static_input))
     return graph, static_input, static_output
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=80.0, help="requests per second")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of requests")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="seconds of requests (SIGINT ends sooner)"
+    )
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="serve requests back to back (a batch inference job) instead of Poisson arrivals",
+    )
     parser.add_argument("--out", required=True, help="CSV of per-request latencies")
     parser.add_argument(
         "--mark-request", type=int, default=50, help="the request marked for profilers (-1: none)"
@@ -58,20 +57,8 @@ def main() -> None:
 
     graph, static_input, _ = build(args.batch)
     requests = torch.randn(16, args.batch, 3, 224, 224, device="cuda")
-    rng = np.random.default_rng(args.seed)
-    gaps = rng.exponential(1.0 / args.rate, size=int(args.rate * args.duration * 1.5) + 10)
-    arrivals = np.cumsum(gaps)
-    arrivals = arrivals[arrivals < args.duration]
 
-    rows = []
-    start = time.perf_counter()
-    for index, arrival in enumerate(arrivals):
-        now = time.perf_counter() - start
-        if now < arrival:
-            time.sleep(max(0.0, arrival - now - 0.0005))
-            while time.perf_counter() - start < arrival:
-                pass
-        begin = time.perf_counter() - start
+    def handle(index: int) -> None:
         marked = index == args.mark_request
         if marked:
             torch.cuda.profiler.start()
@@ -82,19 +69,16 @@ def main() -> None:
         if marked:
             torch.cuda.nvtx.range_pop()
             torch.cuda.profiler.stop()
-        end = time.perf_counter() - start
-        rows.append((index, arrival, begin, end, (end - arrival) * 1e3))
 
-    with open(args.out, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["request", "arrival_s", "start_s", "end_s", "latency_ms"])
-        writer.writerows(rows)
-    latencies = np.array([row[-1] for row in rows])
-    print(json.dumps({
-        "requests": len(rows),
-        "p50_ms": round(float(np.percentile(latencies, 50)), 3),
-        "p99_ms": round(float(np.percentile(latencies, 99)), 3),
-    }))  # fmt: skip
+    result = serve(
+        handle,
+        rate=args.rate,
+        duration=args.duration,
+        seed=args.seed,
+        out=args.out,
+        closed_loop=args.closed_loop,
+    )
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,20 @@
 """A training job as a user would write it: ResNet-50, batch 32, SGD, synthetic data.
 
-Trains for a fixed time and reports its throughput. Nothing here knows about orion: run it alone,
-or under `orion run --be -- python train_resnet.py ...`.
+Trains until ``--duration`` seconds have passed (or SIGINT) and records its progress every 10
+steps, where it waits for the GPU as a trainer that logs its loss does. Nothing here knows about
+orion: run it alone, or under `orion run --be -- python train_resnet.py ...`.
 
-    python train_resnet.py --duration 60 --out train.json
+    python train_resnet.py --duration 60 --out progress.csv
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 import torchvision
+from program_io import run_for
 
 
 def main() -> None:
@@ -21,7 +22,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of measured training")
     parser.add_argument("--warmup", type=int, default=10, help="iterations before measuring")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--out", required=True, help="JSON with iterations and samples per second")
+    parser.add_argument("--out", required=True, help="CSV of progress over time")
     args = parser.parse_args()
 
     torch.backends.cudnn.benchmark = True
@@ -38,24 +39,10 @@ def main() -> None:
 
     for _ in range(args.warmup):
         step()
-    torch.cuda.synchronize()
-    iterations = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < args.duration:
-        step()
-        iterations += 1
-        if iterations % 10 == 0:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    result = {
-        "iterations": iterations,
-        "seconds": round(elapsed, 3),
-        "iterations_per_s": round(iterations / elapsed, 3),
-        "samples_per_s": round(iterations * args.batch / elapsed, 2),
-    }
-    with open(args.out, "w") as handle:
-        json.dump(result, handle)
+    result = run_for(
+        step, torch.cuda.synchronize, duration=args.duration, samples_per_step=args.batch,
+        out=args.out,
+    )  # fmt: skip
     print(json.dumps(result))
 
 

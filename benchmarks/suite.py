@@ -1,0 +1,613 @@
+"""The suite: real HP x BE program pairs on one GPU each, under orion and what users pick instead.
+
+Each pair of the suite file (``benchmarks/suite.json``: programs of ``examples/programs/``,
+written as users write them, and the pairs to run) is run, in every round, as:
+
+- each of its programs **alone** on the GPU (the reference, same round, same GPU);
+- the pair under **orion** as users run it: ``orion up`` with its defaults, and nothing but
+  ``orion run --hp|--be`` in front of each command (no profiles);
+- the pair as **plain processes** (the driver time-slices their contexts), under **MPS**, and
+  under MPS with the BE clients at the lower MPS client priority (``CUDA_MPS_CLIENT_PRIORITY=1``;
+  unmodified programs cannot raise their own stream priorities).
+
+Programs join in the pair's order (``be-first``: the trainers are running when the service
+starts; ``hp-first``: the service runs, alone under orion for ``--learn-s`` seconds, before the
+trainers join). The measured window opens once every program of the cell has written its ready
+mark (its warm-up is over) and lasts ``--window`` seconds; then every program is stopped with
+SIGINT and writes its record. ``reporting/suite.py`` turns the records into ratios with
+intervals; ``orion report OUT`` prints them.
+
+Several GPUs run pairs at once, a worker process per GPU: the pairs are spread over the GPUs
+(pairs with the same HP program together, so its alone run serves them all), and every GPU runs
+its own alone runs in each round. Rounds run one after another, all GPUs in step.
+
+    python benchmarks/suite.py --out results/suite --rounds 3 --window 30 --gpus 0,1,2,3
+    python benchmarks/suite.py --out results/suite --summarise-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+# The driver reads records with this checkout's code; the orion commands it runs start in the
+# cells' folders, outside the checkout, so they are the installed orion's, with its library.
+sys.path.insert(0, str(ROOT))
+
+from reporting.suite import (  # noqa: E402
+    MODES,
+    NEIGHBOURS_IDLE,
+    SUITE_FORMAT,
+    summarise,
+    summary_table,
+)
+
+LONG_RUN_S = 3600.0
+"""The ``--duration`` every program gets: far past any window, since the suite stops them."""
+READY_TIMEOUT_S = 420.0
+"""How long a program may take to warm up (XLA and Inductor compile on their first run)."""
+STOP_TIMEOUT_S = 60.0
+
+
+class Program(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["hp", "be"]
+    argv: list[str] = Field(min_length=1, description="the script in examples/programs, its args")
+    about: str = ""
+
+
+class Pair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hp: str | None = None
+    be: list[str] = Field(min_length=1)
+    order: Literal["be-first", "hp-first"]
+
+    @property
+    def name(self) -> str:
+        return "+".join([self.hp or "?", *self.be])
+
+
+class Suite(BaseModel):
+    """A suite file: its programs and the pairs to run."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["orion-suite/1"]
+    name: str = "suite"
+    programs_dir: str = Field(
+        default="../examples/programs", description="where the scripts are, from the suite file"
+    )
+    programs: dict[str, Program]
+    pairs: list[Pair] = Field(min_length=1)
+
+    @property
+    def scripts(self) -> Path:
+        return Path(self.programs_dir)
+
+    @model_validator(mode="after")
+    def _pairs_name_programs(self, info: ValidationInfo) -> Suite:
+        base = (info.context or {}).get("base", ROOT / "benchmarks")
+        self.programs_dir = str((base / self.programs_dir).resolve())
+        problems = []
+        for name, program in self.programs.items():
+            script = self.scripts / program.argv[0]
+            if not script.is_file():
+                problems.append(f"program {name}: no such script: {script}")
+        for index, pair in enumerate(self.pairs):
+            where = f"pair {index + 1} ({pair.name})"
+            if pair.hp is None:
+                problems.append(f"{where}: no HP program")
+            for name, role in [(pair.hp, "hp"), *((b, "be") for b in pair.be)]:
+                if name is None:
+                    continue
+                if name not in self.programs:
+                    problems.append(f"{where}: no program named {name!r}")
+                elif self.programs[name].role != role:
+                    problems.append(f"{where}: {name} is a {self.programs[name].role} program")
+            if len(set(pair.be)) != len(pair.be):
+                problems.append(f"{where}: a BE program twice")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def load_suite(path: Path) -> Suite:
+    """The suite file, or SystemExit with one line per problem, before any GPU work."""
+    try:
+        return Suite.model_validate_json(path.read_text(), context={"base": path.parent})
+    except OSError as error:
+        raise SystemExit(f"suite: {path}: {error.strerror}") from None
+    except ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            where = ".".join(str(part) for part in problem["loc"])
+            message = problem["msg"].removeprefix("Value error, ")
+            lines += [
+                f"suite: {path}: {where + ': ' if where else ''}{item}"
+                for item in message.split("; ")
+            ]
+        raise SystemExit("\n".join(lines)) from None
+
+
+# ---- planning -----------------------------------------------------------------------------
+
+
+def assign(pairs: list[Pair], gpus: list[int], modes: list[str]) -> dict[int, list[Pair]]:
+    """Pairs per GPU: pairs of one HP program together (their alone runs are shared), groups
+    placed largest first on the GPU with the least work so far."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.hp or "", []).append(pair)
+    load = {gpu: 0.0 for gpu in gpus}
+    placed: dict[int, list[Pair]] = {gpu: [] for gpu in gpus}
+    chunks = []
+    share = math.ceil(len(pairs) / len(gpus))
+    for group in groups.values():  # a group larger than a GPU's share is split
+        chunks += [group[i : i + share] for i in range(0, len(group), share)]
+    for chunk in sorted(chunks, key=len, reverse=True):
+        gpu = min(load, key=lambda g: (load[g], g))
+        placed[gpu] += chunk
+        programs = {p.hp for p in placed[gpu]} | {b for p in placed[gpu] for b in p.be}
+        load[gpu] = len(placed[gpu]) * len(modes) + len(programs)
+    return placed
+
+
+def cells_of(round_: int, pairs: list[Pair], modes: list[str]) -> list[dict]:
+    """One GPU's runs in one round: its programs alone, then each pair under each mode, the
+    modes' order rotated from round to round (A B C, B C A, ...)."""
+    programs: list[str] = []
+    for pair in pairs:
+        for name in [pair.hp, *pair.be]:
+            if name not in programs:
+                programs.append(name)
+    cells = [{"kind": "alone", "program": name, "id": f"alone-{name}"} for name in programs]
+    rotated = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
+    for mode in rotated:
+        for pair in pairs:
+            cells.append(
+                {
+                    "kind": "shared",
+                    "pair": pair.name,
+                    "hp": pair.hp,
+                    "be": pair.be,
+                    "order": pair.order,
+                    "mode": mode,
+                    "id": f"{mode}-{pair.name}",
+                }
+            )
+    return cells
+
+
+# ---- running one GPU's cells (the worker) -------------------------------------------------
+
+
+def orion_cli(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "orion_cli.app", *arguments]
+
+
+def program_command(suite: Suite, name: str, out: Path) -> list[str]:
+    program = suite.programs[name]
+    script, *arguments = program.argv
+    return [
+        sys.executable,
+        str(suite.scripts / script),
+        *arguments,
+        "--duration",
+        str(LONG_RUN_S),
+        "--out",
+        str(out),
+    ]
+
+
+class CellFailed(Exception):
+    pass
+
+
+class Worker:
+    """Runs one GPU's cells one after another, each recorded in its own folder."""
+
+    def __init__(self, suite: Suite, gpu: int, args: argparse.Namespace) -> None:
+        self.suite = suite
+        self.gpu = gpu
+        self.args = args
+        self.environment = {
+            k: v for k, v in os.environ.items() if not k.startswith(("CUDA_MPS_", "ORION_"))
+        }
+        self.environment["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        self.environment["PYTHONUNBUFFERED"] = "1"
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # what a private MPS daemon serves
+
+    def run(self, round_: int, cells: list[dict]) -> None:
+        failed_alone: set[str] = set()
+        for cell in cells:
+            folder = self.args.out / f"round{round_}" / f"gpu{self.gpu}" / cell["id"]
+            folder.mkdir(parents=True, exist_ok=True)
+            record = {**cell, "round": round_, "gpu": self.gpu, "window_s": self.args.window}
+            needed = [cell["program"]] if cell["kind"] == "alone" else [cell["hp"], *cell["be"]]
+            skipped = [name for name in needed if name in failed_alone]
+            started = time.time()
+            try:
+                if cell["kind"] == "shared" and skipped:
+                    raise CellFailed(f"not run: the alone run of {', '.join(skipped)} failed")
+                record.update(self.run_cell(cell, folder))
+                record["status"] = "ok"
+            except CellFailed as error:
+                record.update(status="failed", error=str(error))
+                if cell["kind"] == "alone":
+                    failed_alone.add(cell["program"])
+            record["wall_s"] = round(time.time() - started, 1)
+            (folder / "cell.json").write_text(json.dumps(record, indent=1))
+            status = record["status"] + (f": {record['error']}" if "error" in record else "")
+            print(
+                f"round {round_} gpu {self.gpu} {cell['id']}: {status} ({record['wall_s']} s)",
+                flush=True,
+            )
+
+    def groups_of(self, cell: dict) -> list[list[tuple[str, str]]]:
+        """(client key, program) in groups that join together, in joining order; the HP's key is
+        always ``hp``. A group starts at once and the next waits for all its ready marks."""
+        if cell["kind"] == "alone":
+            program = cell["program"]
+            return [[("hp" if self.suite.programs[program].role == "hp" else program, program)]]
+        bes = [(name, name) for name in cell["be"]]
+        hp = [("hp", cell["hp"])]
+        return [bes, hp] if cell["order"] == "be-first" else [hp, bes]
+
+    def run_cell(self, cell: dict, folder: Path) -> dict:
+        mode = cell.get("mode", "alone")
+        environment = dict(self.environment)
+        if mode in ("mps", "mps-priority"):
+            from orion_daemon.mps import private_mps_daemon
+
+            notes: list[str] = []
+            with private_mps_daemon(folder, notes=notes) as daemon:
+                environment.update(daemon.environment)
+                result = self.run_clients(cell, folder, environment, mode)
+            result["notes"] = notes
+            return result
+        if mode == "orion":
+            state = folder / "state"
+            environment.pop("CUDA_VISIBLE_DEVICES")  # orion run sets it to the daemon's GPU
+            up = subprocess.run(
+                orion_cli("up", "--gpu", str(self.gpu), "--state-dir", str(state)),
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                cwd=folder,
+                check=False,
+            )
+            (folder / "orion-up.log").write_text(up.stdout + up.stderr)
+            if up.returncode != 0:
+                raise CellFailed(f"orion up failed ({up.returncode}): see orion-up.log")
+            try:
+                return self.run_clients(cell, folder, environment, mode, state)
+            finally:
+                down = subprocess.run(
+                    orion_cli("down", "--gpu", str(self.gpu), "--state-dir", str(state)),
+                    env=environment,
+                    capture_output=True,
+                    text=True,
+                    timeout=180,
+                    check=False,
+                    cwd=folder,
+                )
+                (folder / "orion-down.log").write_text(down.stdout + down.stderr)
+        return self.run_clients(cell, folder, environment, mode)
+
+    def run_clients(
+        self,
+        cell: dict,
+        folder: Path,
+        environment: dict[str, str],
+        mode: str,
+        state: Path | None = None,
+    ) -> dict:
+        processes: dict[str, subprocess.Popen] = {}
+        clients = {}
+        ready: dict[str, float] = {}
+        samples: list[dict] = []
+        try:
+            groups = self.groups_of(cell)
+            for index, group in enumerate(groups):
+                for key, program in group:
+                    processes[key] = self.start(key, program, folder, environment, mode, state)
+                    clients[key] = {
+                        "program": program,
+                        "out": f"{key}.csv",
+                        "log": f"{key}.log",
+                        "command": processes[key].args,
+                    }
+                for key, _ in group:
+                    ready[key] = self.wait_ready(key, folder / f"{key}.csv", processes[key])
+                if mode == "orion" and group[0][0] == "hp" and index + 1 < len(groups):
+                    time.sleep(self.args.learn_s)  # the daemon sees the HP alone first
+            start = max(ready.values()) + self.args.settle_s
+            end = start + self.args.window
+            while time.time() < end:
+                for key, process in processes.items():
+                    if process.poll() is not None:
+                        raise CellFailed(
+                            f"{key} exited with {process.returncode} inside the "
+                            f"window: see {key}.log"
+                        )
+                if state is not None:
+                    samples.append(self.status_sample(state, environment))
+                time.sleep(min(2.0, max(0.0, end - time.time())))
+        finally:
+            self.stop(processes)
+            if samples:
+                (folder / "status_samples.json").write_text(json.dumps(samples, indent=1))
+        for key, process in processes.items():
+            if process.returncode not in (0, -signal.SIGINT):
+                raise CellFailed(f"{key} exited with {process.returncode}: see {key}.log")
+        return {"clients": clients, "ready": ready, "window": [start, end]}
+
+    def start(
+        self,
+        key: str,
+        program: str,
+        folder: Path,
+        environment: dict[str, str],
+        mode: str,
+        state: Path | None,
+    ) -> subprocess.Popen:
+        """One program of a cell, as its mode runs it, its output in ``folder``."""
+        command = program_command(self.suite, program, folder / f"{key}.csv")
+        client_env = dict(environment)
+        if mode == "orion":
+            role = self.suite.programs[program].role
+            command = orion_cli(
+                "run",
+                f"--{role}",
+                "--gpu",
+                str(self.gpu),
+                "--state-dir",
+                str(state),
+                "--name",
+                key,
+                "--",
+                *command,
+            )
+        if mode == "mps-priority" and key != "hp":
+            client_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+        with (folder / f"{key}.log").open("w") as log:
+            return subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=client_env,
+                cwd=folder,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, key: str, out: Path, process: subprocess.Popen) -> float:
+        mark = Path(f"{out}.ready")
+        deadline = time.time() + READY_TIMEOUT_S
+        while time.time() < deadline:
+            if mark.is_file():
+                text = mark.read_text().strip()
+                if text:
+                    return float(text)
+            if process.poll() is not None:
+                raise CellFailed(
+                    f"{key} exited with {process.returncode} before it was ready: see {key}.log"
+                )
+            time.sleep(0.2)
+        raise CellFailed(f"{key} was not ready within {READY_TIMEOUT_S:.0f} s: see {key}.log")
+
+    def status_sample(self, state: Path, environment: dict[str, str]) -> dict:
+        result = subprocess.run(
+            orion_cli("status", "--gpu", str(self.gpu), "--state-dir", str(state), "--json"),
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd=state,
+        )
+        if result.returncode != 0:
+            return {"time": time.time(), "error": (result.stderr or result.stdout)[-300:]}
+        try:
+            return {"time": time.time(), **json.loads(result.stdout)}
+        except ValueError:
+            return {"time": time.time(), "error": result.stdout[-300:]}
+
+    @staticmethod
+    def stop(processes: dict[str, subprocess.Popen]) -> None:
+        """SIGINT to every program (HP first), then SIGKILL to what outlives the bound."""
+        for key in sorted(processes, key=lambda k: k != "hp"):
+            if processes[key].poll() is None:
+                os.killpg(processes[key].pid, signal.SIGINT)
+        deadline = time.time() + STOP_TIMEOUT_S
+        for process in processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+# ---- the driver ---------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="the suite run's folder")
+    parser.add_argument("--suite", type=Path, default=ROOT / "benchmarks" / "suite.json")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds to run")
+    parser.add_argument(
+        "--first-round",
+        type=int,
+        default=0,
+        help="the first round's number (to add rounds to a run)",
+    )
+    parser.add_argument("--window", type=float, default=30.0, help="measured seconds per run")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=2.0,
+        help="seconds after the last ready mark before the window opens",
+    )
+    parser.add_argument(
+        "--learn-s",
+        type=float,
+        default=10.0,
+        help="hp-first under orion: seconds the HP runs alone before BE joins",
+    )
+    parser.add_argument("--gpus", default="0", help="GPU indices, comma-separated")
+    parser.add_argument("--modes", default=",".join(MODES), help="sharing modes to run")
+    parser.add_argument("--pairs", help="only these pairs (names as in the summary)")
+    parser.add_argument(
+        "--summarise-only", action="store_true", help="summary.json from the cells already in --out"
+    )
+    parser.add_argument(
+        "--neighbour-check",
+        action="store_true",
+        help="first run the first GPU's HP alone with the other GPUs idle, to "
+        "compare with its alone run in round 0 beside busy GPUs",
+    )
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    problems = []
+    if args.rounds < 1:
+        problems.append("--rounds: at least 1")
+    if not (math.isfinite(args.window) and args.window >= 1):
+        problems.append("--window: at least 1 second")
+    if not (math.isfinite(args.learn_s) and args.learn_s >= 0):
+        problems.append("--learn-s: 0 or more seconds")
+    try:
+        args.gpu_list = [int(g) for g in args.gpus.split(",")]
+        if min(args.gpu_list) < 0 or len(set(args.gpu_list)) != len(args.gpu_list):
+            raise ValueError
+    except ValueError:
+        problems.append(f"--gpus: distinct GPU indices such as 0,1, not {args.gpus!r}")
+    args.mode_list = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in args.mode_list if m not in MODES]
+    if unknown or not args.mode_list:
+        problems.append(f"--modes: {', '.join(unknown) or 'none'}; choose from {', '.join(MODES)}")
+    if problems:
+        raise SystemExit("\n".join(f"suite: {p}" for p in problems))
+    return args
+
+
+def write_summary(out: Path) -> dict:
+    summary = summarise(out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(summary_table(summary).to_string(index=False))
+    worst = summary["worst_pair"]
+    if worst is not None:
+        print(
+            f"worst pair under orion: {worst['pair']} at {worst['hp_p99_ratio']['ratio']}x; "
+            f"geometric mean {summary['geomean_hp_p99_ratio']}x"
+        )
+    return summary
+
+
+def device_record(gpus: list[int]) -> dict:
+    """The GPUs, driver and software versions, for the results' README."""
+    import platform
+
+    record: dict = {"python": platform.python_version()}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        record["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        record["gpus"] = {
+            g: pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus
+        }
+    except Exception as error:  # recorded, not fatal
+        record["nvml_error"] = str(error)
+    for module in ("torch", "jax", "cupy", "transformers"):
+        try:
+            record[module] = __import__(module).__version__
+        except Exception:  # its cells fail with their logs
+            record[module] = None
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    suite = load_suite(args.suite)
+    if args.worker is not None:
+        plan = json.loads(args.worker.read_text())
+        Worker(suite, plan["gpu"], args).run(plan["round"], plan["cells"])
+        return
+    if args.summarise_only:
+        write_summary(args.out)
+        return
+    pairs = suite.pairs
+    if args.pairs:
+        wanted = args.pairs.split(",")
+        unknown = [name for name in wanted if name not in {p.name for p in pairs}]
+        if unknown:
+            raise SystemExit(f"suite: --pairs: no pair {', '.join(unknown)} in {args.suite}")
+        pairs = [p for p in pairs if p.name in wanted]
+    args.out.mkdir(parents=True, exist_ok=True)
+    placed = assign(pairs, args.gpu_list, args.mode_list)
+    record = suite.model_dump()
+    record.update(
+        window_s=args.window,
+        modes=args.mode_list,
+        learn_s=args.learn_s,
+        device=device_record(args.gpu_list),
+        placement={g: [p.name for p in ps] for g, ps in placed.items()},
+    )
+    (args.out / "suite.json").write_text(json.dumps(record, indent=1))
+    assert record["format"] == SUITE_FORMAT
+    rounds: list[int | str] = list(range(args.first_round, args.first_round + args.rounds))
+    if args.neighbour_check:
+        rounds.insert(0, NEIGHBOURS_IDLE)
+    for round_ in rounds:
+        workers = []
+        for gpu, gpu_pairs in placed.items():
+            if not gpu_pairs or (round_ == NEIGHBOURS_IDLE and gpu != args.gpu_list[0]):
+                continue
+            plan_path = args.out / f"round{round_}" / f"gpu{gpu}.plan.json"
+            plan_path.parent.mkdir(parents=True, exist_ok=True)
+            cells = (
+                [{"kind": "alone", "program": gpu_pairs[0].hp, "id": f"alone-{gpu_pairs[0].hp}"}]
+                if round_ == NEIGHBOURS_IDLE
+                else cells_of(round_, gpu_pairs, args.mode_list)
+            )
+            plan_path.write_text(json.dumps({"gpu": gpu, "round": round_, "cells": cells}))
+            command = [
+                sys.executable,
+                __file__,
+                *(argv or sys.argv[1:]),
+                "--worker",
+                str(plan_path),
+            ]
+            workers.append(subprocess.Popen(command))
+        try:
+            for worker in workers:
+                worker.wait()
+        except KeyboardInterrupt:
+            for worker in workers:
+                worker.send_signal(signal.SIGINT)
+            for worker in workers:
+                worker.wait()
+            raise
+    write_summary(args.out)
+
+
+if __name__ == "__main__":
+    main()

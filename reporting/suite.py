@@ -1,0 +1,387 @@
+"""The figures of a suite run: every HP x BE program pair, each sharing mode, against alone.
+
+A suite run (``benchmarks/suite.py``) is a folder with ``suite.json`` (the suite it ran) and one
+folder per run: ``round<R>/gpu<G>/<cell>/cell.json`` with the programs' own records beside it.
+A cell is either one program alone or one pair sharing the GPU under one mode. Every program
+records on one clock (Unix seconds), and a cell's ``window`` is the span in which every program
+in it was past its warm-up, so:
+
+- the HP's p99 is taken over the requests that arrived in its cell's window, against the same
+  program's alone run in the same round on the same GPU, and combined over rounds as the
+  headline's ratios are (:func:`reporting.stats.ratio_over_rounds_ci`: geometric mean, two-level
+  bootstrap interval);
+- a BE program's throughput is its work done over exactly that window (interpolated between its
+  progress records), against its alone run the same way.
+
+A cell that failed, or whose alone runs failed, is carried as failed with its reason, never as a
+number. The suite is scored by its **worst** pair under orion and the geometric mean over pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reporting.stats import (
+    bootstrap_percentile_ci,
+    percentile_statistic,
+    ratio_over_rounds_ci,
+    throughput_statistic,
+)
+
+SUITE_FORMAT = "orion-suite/1"
+SUMMARY_FORMAT = "orion-suite-summary/1"
+ORION_MODE = "orion"
+COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
+MODES = (ORION_MODE, *COMPETITOR_MODES)
+MODE_TEXT = {
+    "orion": "orion up (defaults)",
+    "timeslice": "plain processes (time slicing)",
+    "mps": "MPS",
+    "mps-priority": "MPS, BE clients at lower priority",
+}
+NEIGHBOURS_IDLE = "idle"
+"""The round name of the neighbour check: the first GPU's HP alone while the other GPUs idle,
+against its alone run of round 0, when every GPU was busy with a pair of its own."""
+TARGET_HP_P99_RATIO = 1.25
+"""The suite's target (issue "bound every best-effort program"): worst pair's HP p99 at most
+1.25x of alone ..."""
+TARGET_BE_TOGETHER = 0.6
+"""... with the BE programs together at least 0.6 of alone (the mean of their ratios)."""
+
+
+def is_suite_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a suite run (its ``suite.json``)."""
+    path = folder / "suite.json"
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text()).get("format") == SUITE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@dataclass
+class Cell:
+    """One run of a suite: a program alone or a pair under a mode, in one round on one GPU."""
+
+    folder: Path
+    record: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.record.get("status") == "ok"
+
+    @property
+    def window(self) -> tuple[float, float]:
+        start, end = self.record["window"]
+        return float(start), float(end)
+
+    def output(self, client: str) -> Path:
+        return self.folder / self.record["clients"][client]["out"]
+
+
+def load_cells(folder: Path) -> list[Cell]:
+    """Every ``cell.json`` under ``folder`` (rounds and GPUs in any number)."""
+    cells = []
+    for path in sorted(folder.glob("round*/gpu*/*/cell.json")):
+        cells.append(Cell(path.parent, json.loads(path.read_text())))
+    return cells
+
+
+def _read(path: Path) -> pd.DataFrame:
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return pd.read_csv(candidate)
+    raise FileNotFoundError(f"{path} is missing")
+
+
+def hp_latencies(cell: Cell, client: str) -> np.ndarray:
+    """Latencies (ms) of the requests that arrived inside the cell's window."""
+    start, end = cell.window
+    frame = _read(cell.output(client))
+    inside = (frame["arrival_unix_s"] >= start) & (frame["arrival_unix_s"] < end)
+    return frame.loc[inside, "latency_ms"].to_numpy(dtype=float)
+
+
+def be_work_rows(cell: Cell, client: str) -> np.ndarray:
+    """Rows (seconds, work) covering exactly the cell's window: the progress between successive
+    records, the first and last cut at the window's edges by linear interpolation. A program
+    that records requests instead of progress (a closed-loop inference server) counts requests.
+    Summed, work over seconds is the throughput in the window."""
+    start, end = cell.window
+    frame = _read(cell.output(client))
+    if "samples" in frame.columns:
+        times = frame["unix_s"].to_numpy(dtype=float)
+        work = frame["samples"].to_numpy(dtype=float)
+    else:
+        times = np.sort(frame["end_unix_s"].to_numpy(dtype=float))
+        work = np.arange(1, len(times) + 1, dtype=float)
+    if len(times) < 2 or times[0] > start or times[-1] < end:
+        raise ValueError(
+            f"{client}'s record in {cell.folder} does not cover the window "
+            f"({start:.1f}-{end:.1f}); it ran {times[0]:.1f}-{times[-1]:.1f}"
+            if len(times)
+            else f"{client}'s record in {cell.folder} is empty"
+        )
+    inner = times[(times > start) & (times < end)]
+    edges = np.concatenate(([start], inner, [end]))
+    done = np.interp(edges, times, work)
+    return np.column_stack((np.diff(edges), np.diff(done)))
+
+
+@dataclass
+class PairFigures:
+    """One pair under one mode, over the rounds in which it and its alone runs succeeded."""
+
+    pair: str
+    mode: str
+    order: str
+    hp: str
+    bes: list[str]
+    rounds: int = 0
+    hp_requests: list[int] = field(default_factory=list)
+    hp_p99_ms: list[float] = field(default_factory=list)
+    hp_p99_alone_ms: list[float] = field(default_factory=list)
+    hp_p99_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    be_ratios: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    hp_interference: list[float] = field(default_factory=list)
+
+    @property
+    def be_together(self) -> float:
+        """The BE programs' ratios averaged: what they keep, together, of running alone."""
+        values = [ratio[0] for ratio in self.be_ratios.values()]
+        return float(np.mean(values)) if values else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        def interval(values: tuple[float, float, float]) -> dict[str, float | None]:
+            point, low, high = (None if not math.isfinite(v) else round(v, 4) for v in values)
+            return {"ratio": point, "low": low, "high": high}
+
+        return {
+            "pair": self.pair,
+            "mode": self.mode,
+            "order": self.order,
+            "hp": self.hp,
+            "be": self.bes,
+            "rounds": self.rounds,
+            "hp_requests": self.hp_requests,
+            "hp_p99_ms": [round(v, 3) for v in self.hp_p99_ms],
+            "hp_p99_alone_ms": [round(v, 3) for v in self.hp_p99_alone_ms],
+            "hp_p99_ratio": interval(self.hp_p99_ratio),
+            "be_ratios": {name: interval(value) for name, value in self.be_ratios.items()},
+            "be_together": None if math.isnan(self.be_together) else round(self.be_together, 4),
+            "hp_interference_shown": (
+                round(float(np.mean(self.hp_interference)), 4) if self.hp_interference else None
+            ),
+            "failures": self.failures,
+        }
+
+
+def _alone_cells(cells: list[Cell]) -> dict[tuple[int, int, str], Cell]:
+    return {
+        (c.record["round"], c.record["gpu"], c.record["program"]): c
+        for c in cells
+        if c.record["kind"] == "alone"
+    }
+
+
+def _status_interference(cell: Cell, hp_name: str) -> list[float]:
+    path = cell.folder / "status_samples.json"
+    if not path.is_file():
+        return []
+    values = []
+    for sample in json.loads(path.read_text()):
+        for client in sample.get("clients", []):
+            if client.get("name") == hp_name and client.get("interference") is not None:
+                values.append(float(client["interference"]))
+    return values
+
+
+def pair_figures(cells: list[Cell]) -> list[PairFigures]:
+    """Each pair under each mode that the run holds, with its intervals over rounds."""
+    alone = _alone_cells(cells)
+    cells = [c for c in cells if c.record["round"] != NEIGHBOURS_IDLE]
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for cell in cells:
+        if cell.record["kind"] == "shared":
+            groups.setdefault((cell.record["pair"], cell.record["mode"]), []).append(cell)
+    figures = []
+    for (pair, mode), group in sorted(groups.items(), key=lambda item: _pair_key(item[0])):
+        first = group[0].record
+        result = PairFigures(pair, mode, first["order"], first["hp"], list(first["be"]))
+        hp_pairs: list[tuple[np.ndarray, np.ndarray]] = []
+        be_pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {b: [] for b in result.bes}
+        for cell in sorted(group, key=lambda c: c.record["round"]):
+            where = f"round {cell.record['round']}, GPU {cell.record['gpu']}"
+            if not cell.ok:
+                result.failures.append(f"{where}: {cell.record.get('error', 'failed')}")
+                continue
+            key = (cell.record["round"], cell.record["gpu"])
+            references = {name: alone.get((*key, name)) for name in [result.hp, *result.bes]}
+            missing = [n for n, c in references.items() if c is None or not c.ok]
+            if missing:
+                result.failures.append(f"{where}: no alone run of {', '.join(missing)}")
+                continue
+            try:
+                shared_hp = hp_latencies(cell, "hp")
+                alone_hp = hp_latencies(references[result.hp], "hp")
+                be_rows = {
+                    name: (be_work_rows(cell, name), be_work_rows(references[name], name))
+                    for name in result.bes
+                }
+            except (OSError, ValueError, KeyError) as error:
+                result.failures.append(f"{where}: {error}")
+                continue
+            if len(shared_hp) == 0 or len(alone_hp) == 0:
+                result.failures.append(f"{where}: no HP request in the window")
+                continue
+            hp_pairs.append((shared_hp, alone_hp))
+            for name, rows in be_rows.items():
+                be_pairs[name].append(rows)
+            result.rounds += 1
+            result.hp_requests.append(len(shared_hp))
+            result.hp_p99_ms.append(float(np.percentile(shared_hp, 99)))
+            result.hp_p99_alone_ms.append(float(np.percentile(alone_hp, 99)))
+            result.hp_interference += _status_interference(cell, "hp")
+        if hp_pairs:
+            result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
+            result.be_ratios = {
+                name: ratio_over_rounds_ci(rows, throughput_statistic)
+                for name, rows in be_pairs.items()
+            }
+        figures.append(result)
+    return figures
+
+
+def _pair_key(key: tuple[str, str]) -> tuple[str, int]:
+    pair, mode = key
+    return pair, MODES.index(mode) if mode in MODES else len(MODES)
+
+
+def summarise(folder: Path) -> dict[str, Any]:
+    """``summary.json``'s content: per pair and mode its figures, the worst pair under orion and
+    the geometric mean over pairs, and whether each pair is ahead of each competitor."""
+    suite = json.loads((folder / "suite.json").read_text())
+    cells = load_cells(folder)
+    figures = pair_figures(cells)
+    by_pair: dict[str, dict[str, PairFigures]] = {}
+    for figure in figures:
+        by_pair.setdefault(figure.pair, {})[figure.mode] = figure
+    scored = [
+        modes[ORION_MODE]
+        for modes in by_pair.values()
+        if ORION_MODE in modes and math.isfinite(modes[ORION_MODE].hp_p99_ratio[0])
+    ]
+    worst = max(scored, key=lambda f: f.hp_p99_ratio[0], default=None)
+    geomean = (
+        float(np.exp(np.mean([np.log(f.hp_p99_ratio[0]) for f in scored]))) if scored else None
+    )
+    ahead = {}
+    for pair, modes in by_pair.items():
+        mine = modes.get(ORION_MODE)
+        ahead[pair] = {
+            mode: (
+                None
+                if mine is None
+                or not math.isfinite(mine.hp_p99_ratio[0])
+                or not math.isfinite(other.hp_p99_ratio[0])
+                else bool(mine.hp_p99_ratio[0] < other.hp_p99_ratio[0])
+            )
+            for mode, other in modes.items()
+            if mode != ORION_MODE
+        }
+    failed_cells = [
+        {
+            "cell": str(cell.folder.relative_to(folder)),
+            "error": cell.record.get("error"),
+            "log": cell.record.get("log"),
+        }
+        for cell in cells
+        if not cell.ok
+    ]
+    neighbours = neighbour_check(cells)
+    target_met = None
+    if worst is not None:
+        target_met = bool(
+            worst.hp_p99_ratio[0] <= TARGET_HP_P99_RATIO
+            and all(f.be_together >= TARGET_BE_TOGETHER for f in scored)
+            and all(v is not False for modes in ahead.values() for v in modes.values())
+        )
+    return {
+        "format": SUMMARY_FORMAT,
+        "suite": suite.get("name", "suite"),
+        "device": suite.get("device"),
+        "window_s": suite.get("window_s"),
+        "rounds": sorted({c.record["round"] for c in cells}),
+        "worst_pair": None
+        if worst is None
+        else {"pair": worst.pair, "hp_p99_ratio": worst.as_dict()["hp_p99_ratio"]},
+        "geomean_hp_p99_ratio": None if geomean is None else round(geomean, 4),
+        "target": {
+            "hp_p99_ratio_at_most": TARGET_HP_P99_RATIO,
+            "be_together_at_least": TARGET_BE_TOGETHER,
+            "ahead_of_every_competitor": True,
+            "met": target_met,
+        },
+        "ahead_of": ahead,
+        "pairs": [figure.as_dict() for figure in figures],
+        "failed_cells": failed_cells,
+        "neighbour_check": neighbours,
+    }
+
+
+def neighbour_check(cells: list[Cell]) -> dict[str, Any] | None:
+    """The HP alone with the other GPUs idle against the same program alone in round 0 beside
+    busy GPUs: p99s with their intervals, and whether the intervals overlap."""
+    alone = _alone_cells(cells)
+    for (round_, gpu, program), idle in alone.items():
+        busy = alone.get((0, gpu, program))
+        if round_ != NEIGHBOURS_IDLE or busy is None or not (idle.ok and busy.ok):
+            continue
+        idle_ci = bootstrap_percentile_ci(hp_latencies(idle, "hp"))
+        busy_ci = bootstrap_percentile_ci(hp_latencies(busy, "hp"))
+        return {
+            "gpu": gpu,
+            "program": program,
+            "p99_ms_neighbours_idle": [round(v, 3) for v in idle_ci],
+            "p99_ms_neighbours_busy": [round(v, 3) for v in busy_ci],
+            "intervals_overlap": bool(idle_ci[1] <= busy_ci[2] and busy_ci[1] <= idle_ci[2]),
+        }
+    return None
+
+
+def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
+    """One row per pair and mode, with texts for the terminal and Markdown."""
+
+    def text(value: dict[str, Any] | None) -> str:
+        if not value or value.get("ratio") is None:
+            return "failed"
+        if value.get("low") is None:
+            return f"{value['ratio']:.2f}"
+        return f"{value['ratio']:.2f} [{value['low']:.2f}, {value['high']:.2f}]"
+
+    rows = []
+    for pair in summary["pairs"]:
+        rows.append(
+            {
+                "pair": pair["pair"],
+                "order": pair["order"],
+                "mode": pair["mode"],
+                "rounds": pair["rounds"],
+                "hp_p99_ratio": text(pair["hp_p99_ratio"]),
+                "be_ratios": ", ".join(
+                    f"{name} {text(value)}" for name, value in pair["be_ratios"].items()
+                )
+                or "-",
+                "failures": len(pair["failures"]),
+            }
+        )
+    return pd.DataFrame(rows)
