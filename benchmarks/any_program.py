@@ -40,9 +40,9 @@ def programs(folder: Path, duration: float, rate: float) -> dict[str, list[str]]
         "hp": python("serve_resnet.py", "--rate", str(rate), "--duration", d,
                      "--out", str(folder / "hp.csv")),
         "be": python("train_resnet.py", "--duration", str(duration + 10),
-                     "--out", str(folder / "be.json")),
+                     "--out", str(folder / "be.csv")),
         "cupy": python("cupy_stencil.py", "--duration", str(duration + 10),
-                       "--out", str(folder / "cupy.json")),
+                       "--out", str(folder / "cupy.csv")),
     }  # fmt: skip
 
 
@@ -98,8 +98,10 @@ def hp_p99(folder: Path) -> float:
 
 
 def be_rate(folder: Path, name: str) -> float:
-    data = json.loads((folder / f"{name}.json").read_text())
-    return float(data.get("samples_per_s") or data["rounds_per_s"])
+    """Work per second over the program's whole measured run (its progress records)."""
+    progress = pd.read_csv(folder / f"{name}.csv")
+    first, last = progress.iloc[0], progress.iloc[-1]
+    return float((last["samples"] - first["samples"]) / (last["unix_s"] - first["unix_s"]))
 
 
 def main() -> None:

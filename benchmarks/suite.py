@@ -279,6 +279,9 @@ class Worker:
             notes: list[str] = []
             with private_mps_daemon(folder, notes=notes) as daemon:
                 environment.update(daemon.environment)
+                # An MPS client sees the GPUs of its MPS server (this one only) as its devices:
+                # its own CUDA_VISIBLE_DEVICES=<index> would name a GPU that is not there.
+                environment.pop("CUDA_VISIBLE_DEVICES")
                 result = self.run_clients(cell, folder, environment, mode)
             result["notes"] = notes
             return result

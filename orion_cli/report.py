@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -35,6 +36,9 @@ from reporting.plan_check import (
     write_plan_report,
 )
 from reporting.shares import SHARE_PERCENTILE
+from reporting.suite import is_suite_run
+from reporting.suite import summarise as summarise_suite
+from reporting.suite import summary_table as suite_summary_table
 from reporting.summary import target_met_text
 
 # (column, header, format) for each table; formats are str.format specs.
@@ -196,8 +200,9 @@ def report_command(
         list[Path],
         typer.Argument(
             metavar="RUN_DIR",
-            help="One or more run directories written by `orion colocate`, or one plan-run "
-            "directory written by `orion run-plan plan.json`.",
+            help="One or more run directories written by `orion colocate`, one plan-run "
+            "directory written by `orion run-plan plan.json`, or one suite run written by "
+            "benchmarks/suite.py.",
         ),
     ],
     as_json: Annotated[
@@ -232,11 +237,18 @@ def report_command(
 
     Given a plan-run directory, reports every GPU's run and, per planned client, the measured
     HP p99 and BE throughput against the plan's predictions (within 10%?) and each HP's SLO.
+
+    Given a suite run (benchmarks/suite.py), reports every program pair under each mode against
+    its programs alone, the worst pair under orion and the geometric mean over pairs, and writes
+    summary.json; --check then fails on failed cells or a missed target.
     """
     if output is not None and (as_json or plots):
         check_output_folder(output, "report folder")
-    runs, check = load_report_input(run_dirs)
     out = output_console()
+    if len(run_dirs) == 1 and is_suite_run(run_dirs[0]):
+        report_suite(out, run_dirs[0], as_json=as_json, output=output, strict=strict)
+        return
+    runs, check = load_report_input(run_dirs)
     if as_json:
         data = plan_report_json(check) if check is not None else report_json(runs)
         text = json.dumps(data, indent=2, allow_nan=False)
@@ -260,6 +272,62 @@ def report_command(
         out.print(f"report: [bold]{path}[/] (pictures beside it)")
     if strict:
         _fail_the_check(runs, headline_rows)
+
+
+_SUITE_VIEW = [
+    ("pair", "pair", "{}"),
+    ("order", "joined", "{}"),
+    ("mode", "mode", "{}"),
+    ("rounds", "rounds", "{}"),
+    ("hp_p99_ratio", "HP p99 / alone [95% CI]", "{}"),
+    ("be_ratios", "BE throughput / alone [95% CI]", "{}"),
+    ("failures", "failed", "{}"),
+]
+
+
+def report_suite(
+    out: Console, folder: Path, *, as_json: bool, output: Path | None, strict: bool
+) -> None:
+    """A suite run (``benchmarks/suite.py``): every pair under every mode against alone, the
+    worst pair under orion and the geometric mean; ``summary.json`` written beside its cells
+    (or in ``--output``)."""
+    summary = summarise_suite(folder)
+    text = json.dumps(summary, indent=2, allow_nan=False)
+    write_text_atomic((output or folder) / "summary.json", text + "\n")
+    if as_json:
+        typer.echo(text)
+    else:
+        frame = suite_summary_table(summary)
+        print_any_table(_suite_table(frame, f"suite {summary['suite']}"), keys=3, out=out)
+        worst = summary["worst_pair"]
+        if worst is not None:
+            ratio = worst["hp_p99_ratio"]
+            out.print(
+                f"worst pair under orion: {worst['pair']}, HP p99 {ratio['ratio']:.2f}x of alone "
+                f"[{ratio['low']:.2f}, {ratio['high']:.2f}]; geometric mean over pairs "
+                f"{summary['geomean_hp_p99_ratio']:.2f}x",
+                highlight=False,
+                markup=False,
+            )
+        out.print(f"summary: {(output or folder) / 'summary.json'}", highlight=False, markup=False)
+    if strict:
+        failures = [f"cell {cell['cell']} failed" for cell in summary["failed_cells"]]
+        if summary["target"]["met"] is False:
+            failures.append("the suite's target is missed")
+        if failures:
+            raise fail(
+                f"--check: {len(failures)} problem(s): {'; '.join(failures)}",
+                hint="drop --check to report without failing",
+            )
+
+
+def _suite_table(frame: pd.DataFrame, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for _, header, spec in _SUITE_VIEW:
+        table.add_column(header, justify="left" if spec == "{}" else "right")
+    for row in frame.to_dict("records"):
+        table.add_row(*(escape(str(row.get(name, ""))) for name, _, _ in _SUITE_VIEW))
+    return table
 
 
 def check_failures(runs: list[RunData], headline_rows: list[dict[str, Any]]) -> list[str]:

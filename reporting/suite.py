@@ -320,7 +320,7 @@ def summarise(folder: Path) -> dict[str, Any]:
         "suite": suite.get("name", "suite"),
         "device": suite.get("device"),
         "window_s": suite.get("window_s"),
-        "rounds": sorted({c.record["round"] for c in cells}),
+        "rounds": sorted({c.record["round"] for c in cells}, key=str),
         "worst_pair": None
         if worst is None
         else {"pair": worst.pair, "hp_p99_ratio": worst.as_dict()["hp_p99_ratio"]},

@@ -1,0 +1,204 @@
+"""The program suite (benchmarks/suite.py, reporting/suite.py): bad suite files refused before any
+GPU work, cells run and recorded (a failed one as failed, with its log, never as a number), the
+window's figures, and `orion report` on a committed suite run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import suite  # noqa: E402
+
+from reporting.suite import Cell, be_work_rows, hp_latencies, summarise  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+COMMITTED = ROOT / "benchmarks" / "results" / "nvidia-h200" / "suite"
+
+
+def write_suite(folder: Path, **changes: object) -> Path:
+    definition = json.loads((DATA / "suite_cpu.json").read_text())
+    definition["programs_dir"] = str(DATA / "suite_programs")
+    definition.update(changes)
+    path = folder / "suite.json"
+    path.write_text(json.dumps(definition))
+    return path
+
+
+def test_the_shipped_suite_is_valid_and_has_the_pairs_the_issue_asks_for() -> None:
+    loaded = suite.load_suite(ROOT / "benchmarks" / "suite.json")
+    names = [pair.name for pair in loaded.pairs]
+    assert len(names) >= 12
+    assert "resnet-graph+resnet-train" in names  # the old headline pair stays a row
+    assert any(len(pair.be) == 2 for pair in loaded.pairs)
+    assert {pair.order for pair in loaded.pairs} == {"be-first", "hp-first"}
+
+
+def test_a_bad_suite_file_is_refused_one_line_per_problem(tmp_path: Path) -> None:
+    path = write_suite(
+        tmp_path,
+        programs={
+            "service": {"role": "hp", "argv": ["no_such_script.py"]},
+            "trainer": {"role": "be", "argv": ["cpu_trainer.py"]},
+        },
+        pairs=[
+            {"be": ["trainer"], "order": "be-first"},
+            {"hp": "trainer", "be": ["ghost"], "order": "hp-first"},
+        ],
+    )
+    with pytest.raises(SystemExit) as raised:
+        suite.load_suite(path)
+    lines = str(raised.value).splitlines()
+    assert any("program service: no such script" in line for line in lines)
+    assert any("pair 1" in line and "no HP program" in line for line in lines)
+    assert any("pair 2" in line and "trainer is a be program" in line for line in lines)
+    assert any("pair 2" in line and "no program named 'ghost'" in line for line in lines)
+    assert all(line.startswith(f"suite: {path}") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--gpus", "0,x"], "--gpus"),
+        (["--gpus", "1,1"], "--gpus"),
+        (["--modes", "orion,bogus"], "--modes: bogus"),
+        (["--window", "0"], "--window"),
+        (["--window", "nan"], "--window"),
+        (["--rounds", "0"], "--rounds"),
+        (["--learn-s", "-1"], "--learn-s"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(
+    tmp_path: Path, arguments: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as raised:
+        suite.parse_args(["--out", str(tmp_path / "out"), *arguments])
+    assert message in str(raised.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pairs_of_one_hp_share_a_gpu_and_modes_rotate_between_rounds() -> None:
+    loaded = suite.load_suite(ROOT / "benchmarks" / "suite.json")
+    modes = ["orion", "timeslice", "mps-priority"]
+    placed = suite.assign(loaded.pairs, [0, 1, 2, 3], modes)
+    assert sorted(p.name for pairs in placed.values() for p in pairs) == sorted(
+        p.name for p in loaded.pairs
+    )
+    assert max(len(p) for p in placed.values()) - min(len(p) for p in placed.values()) <= 1
+    first = [c["mode"] for c in suite.cells_of(0, placed[0], modes) if c["kind"] == "shared"]
+    second = [c["mode"] for c in suite.cells_of(1, placed[0], modes) if c["kind"] == "shared"]
+    assert first[0] == "orion" and second[0] == "timeslice"
+    alone = [c for c in suite.cells_of(0, placed[0], modes) if c["kind"] == "alone"]
+    programs = {placed[0][0].hp} | {b for p in placed[0] for b in p.be}
+    assert {c["program"] for c in alone} == programs
+
+
+def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
+    tmp_path: Path,
+) -> None:
+    """Plain processes on the CPU (no GPU): the runner starts each cell's programs in the pair's
+    order, opens the window when they are all ready, stops them with SIGINT and records."""
+    path = write_suite(tmp_path)
+    out = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--suite", str(path),
+               "--out", str(out), "--rounds", "1", "--window", "1", "--settle-s", "0.2",
+               "--modes", "timeslice"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = {p.parent.name: json.loads(p.read_text()) for p in out.glob("round0/gpu0/*/cell.json")}
+    assert cells["alone-broken-service"]["status"] == "failed"
+    assert "see hp.log" in cells["alone-broken-service"]["error"]
+    assert "failing as asked" in (out / "round0/gpu0/alone-broken-service/hp.log").read_text()
+    assert cells["timeslice-broken-service+trainer"]["error"].startswith("not run")
+    both = cells["timeslice-service+trainer+trainer-b"]
+    assert both["status"] == "ok", both
+    # hp-first: the service was ready before the trainers started
+    assert both["ready"]["hp"] < min(both["ready"]["trainer"], both["ready"]["trainer-b"])
+    assert both["window"][0] >= max(both["ready"].values())
+
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {row["pair"]: row for row in summary["pairs"]}
+    broken = rows["broken-service+trainer"]
+    assert broken["hp_p99_ratio"]["ratio"] is None and broken["rounds"] == 0
+    assert broken["failures"]
+    good = rows["service+trainer+trainer-b"]
+    assert good["rounds"] == 1 and good["hp_p99_ratio"]["ratio"] > 0
+    assert set(good["be_ratios"]) == {"trainer", "trainer-b"}
+    assert {c["cell"].split("/")[-1] for c in summary["failed_cells"]} == {
+        "alone-broken-service",
+        "timeslice-broken-service+trainer",
+    }
+
+
+def _cell(folder: Path, window: tuple[float, float], clients: dict[str, str]) -> Cell:
+    record = {"window": list(window), "clients": {k: {"out": v} for k, v in clients.items()}}
+    return Cell(folder, record)
+
+
+def test_be_work_is_cut_at_the_window_edges(tmp_path: Path) -> None:
+    progress = {"unix_s": [0.0, 10.0, 20.0, 30.0], "steps": [0, 10, 20, 30],
+                "samples": [0, 100, 300, 600]}  # fmt: skip
+    pd.DataFrame(progress).to_csv(tmp_path / "t.csv", index=False)
+    rows = be_work_rows(_cell(tmp_path, (5.0, 25.0), {"t": "t.csv"}), "t")
+    assert rows[:, 0].sum() == pytest.approx(20.0)
+    # 50 of the first record's 100, all 200 of the second, 150 of the third's 300
+    assert rows[:, 1].sum() == pytest.approx(400.0)
+    with pytest.raises(ValueError, match="does not cover the window"):
+        be_work_rows(_cell(tmp_path, (5.0, 35.0), {"t": "t.csv"}), "t")
+
+
+def test_hp_latency_counts_the_requests_that_arrived_in_the_window(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"request": range(5), "arrival_unix_s": [1.0, 2.0, 3.0, 4.0, 5.0],
+                          "start_unix_s": 0.0, "end_unix_s": 0.0,
+                          "latency_ms": [10.0, 20.0, 30.0, 40.0, 50.0]})  # fmt: skip
+    frame.to_csv(tmp_path / "hp.csv.gz", index=False)  # gzip'd records read the same
+    latencies = hp_latencies(_cell(tmp_path, (2.0, 4.0), {"hp": "hp.csv"}), "hp")
+    assert list(latencies) == [20.0, 30.0]
+
+
+@pytest.fixture
+def committed(tmp_path: Path) -> Path:
+    """The committed H200 suite run (real records), copied so reports can write beside it."""
+    copy = tmp_path / "suite"
+    shutil.copytree(COMMITTED, copy)
+    return copy
+
+
+def test_the_committed_run_scores_its_worst_pair(committed: Path) -> None:
+    summary = summarise(committed)
+    ratios = [
+        row["hp_p99_ratio"]["ratio"]
+        for row in summary["pairs"]
+        if row["mode"] == "orion" and row["hp_p99_ratio"]["ratio"] is not None
+    ]
+    assert summary["worst_pair"]["hp_p99_ratio"]["ratio"] == max(ratios)
+    expected = float(np.exp(np.mean(np.log(ratios))))
+    assert summary["geomean_hp_p99_ratio"] == pytest.approx(expected, rel=1e-3)
+    assert summary["neighbour_check"]["intervals_overlap"] in (True, False)
+    assert summary["target"]["met"] is False
+
+
+def test_orion_report_reads_a_suite_run(committed: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orion_cli.app import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["report", str(committed)])
+    assert shown.exit_code == 0, shown.output
+    assert "worst pair under orion: llm-decode+graph-infer" in shown.output
+    assert "resnet-graph+resnet-train" in shown.output
+    as_json = runner.invoke(app, ["report", str(committed), "--json"])
+    assert json.loads(as_json.output)["format"] == "orion-suite-summary/1"
+    checked = runner.invoke(app, ["report", str(committed), "--check"])
+    assert checked.exit_code == 1
+    assert "failed" in checked.output
