@@ -19,6 +19,7 @@ from typing import Any
 from orion_common.errors import OrionError
 from orion_common.processes import wait_gone
 from orion_daemon import state
+from orion_daemon.ownership import private_folder
 from orion_daemon.protocol import request
 from orion_daemon.server import DaemonSettings
 
@@ -126,6 +127,7 @@ def _log_tail(path: Path, lines: int = 5) -> str:
 
 def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
     """Starts the daemon in the background; its record once it answers."""
+    private_folder(settings.folder)
     running = state.live_record(settings.folder)
     if running is not None:
         raise OrionError(
@@ -134,7 +136,6 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
             hint=f"`orion status --gpu {settings.gpu}` shows it; `orion down --gpu "
             f"{settings.gpu}` stops it",
         )
-    settings.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_path = settings.folder / state.LOG
     with log_path.open("ab") as log:
         process = subprocess.Popen(

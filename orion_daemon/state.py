@@ -1,7 +1,9 @@
 """A daemon's state folder and its record (``daemon.json``, format ``orion-daemon`` version 1).
 
 One folder per GPU, ``<base>/gpu<N>/``; ``<base>`` is ``$ORION_STATE_DIR`` when set, else
-``$XDG_RUNTIME_DIR/orion``, else ``/tmp/orion-<uid>``. It holds:
+``$XDG_RUNTIME_DIR/orion``, else ``/tmp/orion-<uid>``. Both the GPU's folder and ``<base>``
+are the user's own, mode 0700 (:mod:`orion_daemon.ownership` creates them so and refuses them
+otherwise). It holds:
 
 - ``daemon.json``: the live daemon (its pid, GPU, policy, sharing mode, shared-memory name,
   socket, MPS folders and current clients), replaced atomically on every change and removed by
@@ -21,6 +23,7 @@ from typing import Any
 
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
+from orion_daemon.ownership import check_folder
 
 FORMAT = "orion-daemon"
 VERSION = 1
@@ -60,7 +63,10 @@ def state_dir(gpu: int, base: Path | None = None) -> Path:
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:
-    """The daemon record in ``folder``, or None when there is none (or it is unreadable)."""
+    """The daemon record in ``folder``, or None when there is none (or it is unreadable).
+    Refuses a folder that is not this user's own (:func:`ownership.check_folder`): whoever could
+    write there could name any pid for `orion down` to signal, or any socket."""
+    check_folder(folder)
     try:
         data = json.loads((folder / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
