@@ -62,6 +62,8 @@ class RunningDaemon:
         return program_environment(os.environ, joined)
 
     def events(self) -> list[dict[str, str]]:
+        """clients.csv, once the daemon's records thread has written what it was given."""
+        wait_for(lambda: self.status()["records_pending"] == 0, what="the daemon's records")
         with (self.folder / state.CLIENTS_TABLE).open() as handle:
             return list(csv.DictReader(handle))
 
