@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.processes import wait_gone
+from orion_common.processes import same_process, wait_gone
 from orion_daemon import state
 from orion_daemon.ownership import private_folder
 from orion_daemon.protocol import request
@@ -179,13 +179,13 @@ def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str,
     record = state.require_daemon(gpu, folder)
     if record.get("owner"):
         raise state.owned_refusal(record)  # a run's own: signalling it would stop the run
-    pid = int(record["pid"])
+    pid, started = int(record["pid"]), record.get("pid_start")
     try:
         request(Path(record["socket"]), {"op": "down"}, timeout_s=5.0)
     except OrionError:
-        with_signal(pid, signal.SIGTERM)
+        with_signal(pid, started, signal.SIGTERM)
     if not wait_gone(pid, timeout_s):
-        with_signal(pid, signal.SIGKILL)
+        with_signal(pid, started, signal.SIGKILL)
         wait_gone(pid, 5.0)
         state.remove_stale(folder)
         raise OrionError(
@@ -195,6 +195,11 @@ def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str,
     return record
 
 
-def with_signal(pid: int, signum: int) -> None:
+def with_signal(pid: int, start_time: int | None, signum: int) -> None:
+    """Sends ``signum`` to ``pid`` only while it is still the daemon that started at
+    ``start_time`` (its record's ``pid_start``): a pid reused by another process is never
+    signalled."""
+    if not same_process(pid, start_time):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)

@@ -36,12 +36,13 @@ from typing import Any
 from orion_common.atomic_io import write_json_atomic
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
-from orion_common.processes import process_alive
+from orion_common.processes import process_alive, process_start_time
 from orion_common.runclock import RunClock, utc_now
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
 from orion_daemon.background import Heartbeat, RecordWriter
 from orion_daemon.connections import ConnectionServer
+from orion_daemon.lock import already_running, folder_lock
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
 from orion_daemon.protocol import answer
 from orion_daemon.records import Recordings, SchedulerRecorder
@@ -195,17 +196,15 @@ class Daemon:
         from scheduler_core.run_state import remove_stale_runs
 
         private_folder(self.folder)
-        running = state.live_record(self.folder)
-        if running is not None:
-            raise OrionError(
-                f"an orion daemon already runs for GPU {self.settings.gpu} "
-                f"(pid {running.get('pid')}, since {running.get('started_utc')})",
-                hint=f"`orion status --gpu {self.settings.gpu}` shows it; `orion down` stops it",
-            )
-        for removed in state.remove_stale(self.folder):
-            self.notes.append(f"removed {removed} left by a daemon that died")
-        remove_stale_runs()
         with contextlib.ExitStack() as stack:
+            # Before anything is looked at or bound: of daemons racing for the folder, one goes on.
+            stack.enter_context(folder_lock(self.folder, self.settings.gpu))
+            running = state.live_record(self.folder)
+            if running is not None:  # a daemon of an orion that took no lock
+                raise already_running(self.settings.gpu, running)
+            for removed in state.remove_stale(self.folder):
+                self.notes.append(f"removed {removed} left by a daemon that died")
+            remove_stale_runs()
             stack.callback(self._remove_own_files)
             self._start(stack)
             yield self
@@ -641,6 +640,8 @@ class Daemon:
             "version": state.VERSION,
             "status": "running",
             "pid": os.getpid(),
+            # With the pid, what names this very process: a pid is reused once a daemon is gone.
+            "pid_start": process_start_time(os.getpid()),
             "started_utc": self._started_utc,
             "gpu": {
                 "index": s.gpu,

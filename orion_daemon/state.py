@@ -8,6 +8,7 @@ otherwise). It holds:
 - ``daemon.json``: the live daemon (its pid, GPU, policy, sharing mode, shared-memory name,
   socket, MPS folders and current clients), replaced atomically on every change and removed by
   a clean stop; one left by a daemon that died names a pid that no longer runs (stale);
+- ``daemon.lock``: held by the running daemon for its whole life (:data:`LOCK`);
 - ``daemon.sock``: the Unix socket `orion run`, `orion status` and `orion down` talk to;
 - ``daemon.log``: what the daemon printed (detached daemons);
 - ``clients.csv``: every client that joined and left; ``memory.csv``, ``shares.csv``: samples
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.processes import process_alive
+from orion_common.processes import same_process
 from orion_daemon.ownership import check_folder
 
 FORMAT = "orion-daemon"
@@ -30,6 +31,9 @@ VERSION = 1
 RECORD = "daemon.json"
 SOCKET = "daemon.sock"
 LOG = "daemon.log"
+LOCK = "daemon.lock"
+"""Held (``flock``) by the running daemon from before its socket is bound until it has gone:
+one daemon per state folder, whatever races. Never removed (removing a lock file is a race)."""
 CLIENTS_TABLE = "clients.csv"
 CLIENT_EVENT_COLUMNS = (
     "time_s",
@@ -78,12 +82,17 @@ def read_record(folder: Path) -> dict[str, Any] | None:
 
 def live_record(folder: Path) -> dict[str, Any] | None:
     """The record of a daemon that is running now; None when none runs (a stale record of a
-    daemon that died is not one)."""
+    daemon that died is not one, nor one whose pid now belongs to another process: the record's
+    ``pid_start`` is the daemon's start time, :func:`orion_common.processes.same_process`)."""
     record = read_record(folder)
     if record is None:
         return None
-    pid = record.get("pid")
-    if not isinstance(pid, int) or not process_alive(pid):
+    pid, started = record.get("pid"), record.get("pid_start")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return None
+    if started is not None and (isinstance(started, bool) or not isinstance(started, int)):
+        return None
+    if not same_process(pid, started):
         return None
     return record
 
