@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -23,10 +24,16 @@ GIB = 1 << 30
 class RunningDaemon:
     """A daemon process for GPU 0 with its state folder under a test's tmp_path."""
 
-    def __init__(self, folder: Path, *arguments: str) -> None:
+    def __init__(self, folder: Path, *arguments: str, prelude: str = "") -> None:
+        """``prelude``: Python run in the daemon's process before the daemon itself (a test
+        that needs the process changed, e.g. a disk that fills up)."""
         self.folder = folder
         self.log = folder.parent / "daemon.out"
-        command = [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
+        start = ["-m", "orion_daemon"]
+        if prelude:
+            start = ["-c", f"{prelude}\nimport sys\nfrom orion_daemon.__main__ import main\n"
+                     "sys.exit(main(sys.argv[1:]))"]  # fmt: skip
+        command = [sys.executable, *start, "--gpu", "0", "--sm-count", "132",
                    "--state-dir", str(folder), "--sharing", "timeslice",
                    "--memory-bytes", str(8 * GIB), *arguments]  # fmt: skip
         with self.log.open("wb") as log:
@@ -75,3 +82,54 @@ class RunningDaemon:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+
+
+IMPOSTOR = r"""
+import json, os, socket, sys
+folder, reply, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+path = os.path.join(folder, "daemon.sock")
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path)
+record = {"format": "orion-daemon", "version": 1, "pid": os.getpid(), "socket": path,
+          "gpu": {"index": 0, "uuid": None}, "clients": []}
+with open(os.path.join(folder, "daemon.json"), "w") as handle:
+    json.dump(record, handle)
+if uid >= 0:  # the kernel records who listens when listen() is called
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+listener.listen(8)
+print("listening", flush=True)
+while True:
+    connection, _ = listener.accept()
+    with connection:
+        data = b""
+        while b"\n" not in data:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        try:
+            connection.sendall(reply.encode() + b"\n")
+        except OSError:  # a client that refused us left before the answer
+            pass
+"""
+
+
+class Impostor:
+    """A process listening where a GPU's daemon listens that is not orion's daemon: it answers
+    every request with ``reply``; with ``uid``, it listens as that user (the test must be root
+    to start one)."""
+
+    def __init__(self, folder: Path, reply: dict, uid: int | None = None) -> None:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", IMPOSTOR, str(folder), json.dumps(reply),
+             str(-1 if uid is None else uid)],
+            stdout=subprocess.PIPE, text=True, cwd=folder,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline().strip() == "listening"
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
