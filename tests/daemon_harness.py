@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from native_harness import wait_for
+from native_harness import read_log, wait_for
 
 from orion_common.errors import OrionError
 from orion_daemon import state
@@ -19,6 +21,35 @@ from orion_daemon.joining import join, program_environment
 from orion_daemon.protocol import request
 
 GIB = 1 << 30
+BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
+
+
+@contextlib.contextmanager
+def be_held_behind_hp(harness, daemon, tmp_path, hp_kernel_us: int = 20_000_000):
+    """An HP client running a kernel of ``hp_kernel_us`` (20 s) and a BE client whose ten
+    launches are all held on the GPU behind the gate HP closed; yields the BE process. Both are
+    killed if still running."""
+    hp_env = daemon.join("hp", "inference")
+    be_env = daemon.join("be", "trainer")
+    hp = harness.start(f"func long {hp_kernel_us} launch long 1 32 0 sync 0", env=hp_env,
+                       log=tmp_path / "hp.log")  # fmt: skip
+    be = None
+    try:
+        wait_for(lambda: len(read_log(tmp_path / "hp.log")) > 0, what="HP's launch")
+        time.sleep(0.2)
+        be = harness.start(BE_SCRIPT, env=be_env, log=tmp_path / "be.log")
+        wait_for(
+            lambda: sum(e.kind == "launch" for e in read_log(tmp_path / "be.log")) == 10,
+            what="BE's launches",
+        )
+        time.sleep(0.3)
+        assert be.poll() is None  # held behind the gate HP's long kernel closed
+        yield be
+    finally:
+        for process in (hp, be):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
 
 
 class RunningDaemon:
