@@ -83,7 +83,7 @@ class ConnectionServer:
                     message = decode(
                         read_line_by(connection, time.monotonic() + REQUEST_DEADLINE_S)
                     )
-                except (OSError, ValueError) as error:  # TimeoutError is an OSError
+                except (OSError, ValueError, RecursionError) as error:  # TimeoutError: OSError
                     reply = self._refuse(f"bad request: {error}")
                 else:
                     reply = self._handle(message, connection)

@@ -10,6 +10,7 @@ pid from the socket, never from the message.
 
 Requests: ``join`` (the fields of :class:`orion_daemon.admission.JoinRequest`; answer: ``run``,
 ``slot``, ``environment``), ``status`` (answer: ``status``, see :mod:`orion_daemon.status`),
+``quota`` (a client's limits, see :mod:`orion_daemon.limits`; answer: ``changes``),
 ``down`` (answer once the daemon has opened every gate and is stopping), ``record`` (a run's
 records: ``folder``, ``clients``, ``clock_origin_ns``, ``trace``; see
 :class:`orion_daemon.records.Recordings`) and ``record_end`` (``folder``; answered once the

@@ -33,15 +33,18 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive, process_start_time
+from orion_common.run_format import LIMITS_TABLE
 from orion_common.runclock import RunClock, utc_now
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
 from orion_daemon.background import Heartbeat, RecordWriter
 from orion_daemon.connections import ConnectionServer
+from orion_daemon.limits import apply_change
 from orion_daemon.lock import already_running, folder_lock
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
 from orion_daemon.protocol import answer
@@ -152,6 +155,7 @@ class Daemon:
         self._scheduler: Any = None
         self._mps: Any = None
         self._events: CsvTable | None = None
+        self._limits: CsvTable | None = None  # opened at the first `orion quota`
         self._recorder: SchedulerRecorder | None = None
         self._recordings: Recordings | None = None
         self._next_sample = 0.0
@@ -259,6 +263,7 @@ class Daemon:
         writer = self._writer = RecordWriter(self._sample_records, SAMPLE_S, self._log)
         self._events = CsvTable(self.folder / state.CLIENTS_TABLE, state.CLIENT_EVENT_COLUMNS)
         stack.callback(writer.attempt, self._events.close)
+        stack.callback(writer.attempt, self._close_limits)
         self._recorder = SchedulerRecorder(self._scheduler, self.folder, self.clock, trace=False)
         stack.callback(writer.attempt, self._close_records)  # before the shared state goes
         self._recordings = Recordings(self._scheduler)
@@ -270,9 +275,9 @@ class Daemon:
         os.chmod(socket_path, 0o600)  # the folder is 0700 already; the socket says so too
         self._listener.listen(128)
         self._listener.setblocking(False)
-        stack.callback(self._close_requests)
         writer.start()
         stack.callback(writer.stop)  # what was submitted is written before the files close
+        stack.callback(self._close_requests)  # first of all: no request half-answered
         # The first record is written here and now: without it no client finds the daemon, so
         # a disk that cannot take it stops the start (later ones only degrade records).
         write_json_atomic(self.folder / state.RECORD, self._record())
@@ -296,6 +301,10 @@ class Daemon:
             f"orion daemon for GPU {s.gpu} ({s.gpu_name or 'unknown GPU'}) running: policy "
             f"{s.policy}, sharing {s.sharing}, pid {os.getpid()}, state folder {self.folder}"
         )
+
+    def _close_limits(self) -> None:
+        if self._limits is not None:
+            self._limits.close()
 
     def _close_records(self) -> None:
         with self._records_lock:
@@ -346,7 +355,11 @@ class Daemon:
         except OSError as error:  # out of file descriptors: the others are served meanwhile
             self._log(f"cannot accept a connection: {error}")
             return
-        _pid, uid, _gid = peer_credentials(connection)
+        try:
+            _pid, uid, _gid = peer_credentials(connection)
+        except OSError:
+            connection.close()
+            return
         if peer_may_use_daemon(uid):
             self._connections.serve(connection)
             return
@@ -429,9 +442,42 @@ class Daemon:
                 return {"ok": True, "pid": os.getpid()}
             if op == "learned":
                 return {"ok": True, "learned": self.learned(str(message.get("client", "")))}
+            if op == "quota":
+                return {"ok": True, "changes": self._change_limits(message)}
         raise OrionError(
-            f"unknown request {op!r} (join, check, status, learned, down, record, record_end)"
+            f"unknown request {op!r} (join, check, status, learned, quota, down, record, "
+            "record_end)"
         )
+
+    def _change_limits(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """`orion quota` on a client: checked as a join is, against the live promises, then
+        kept where admission reads it and appended to ``limits.csv`` (records thread)."""
+        s = self.settings
+        changes = apply_change(message, self.clients.values(), self._scheduler, policy=s.policy,
+                               shares=s.shares, gpu_memory_bytes=s.memory_bytes)  # fmt: skip
+        if changes:
+            now, utc, name = round(self.clock.now(), 6), utc_now(), str(message.get("client"))
+            rows = [(now, utc, name, c["field"], c["old"], c["new"], c["in_use"]) for c in changes]
+            self._submit_limits(rows)
+            self._write_record()
+        for change in changes:
+            change["time_s"] = self.clock.now()
+        return changes
+
+    def _submit_limits(self, rows: list[tuple[Any, ...]]) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+
+        def write() -> None:
+            if self._limits is None:
+                self._limits = CsvTable(
+                    self.folder / LIMITS_TABLE, run_format.column_names(run_format.LIMIT_COLUMNS)
+                )
+            self._limits.append_many(rows)
+            self._limits.flush()
+
+        writer.submit(write)
 
     def _record_request(self, op: str, message: dict[str, Any], pid: int) -> dict[str, Any]:
         """``record`` and ``record_end``: they wait on the disk (the run asked for its records
