@@ -21,7 +21,7 @@ from orion_common.processes import same_process, wait_gone
 from orion_daemon import state
 from orion_daemon.ownership import private_folder
 from orion_daemon.protocol import request
-from orion_daemon.server import DaemonSettings
+from orion_daemon.server import ATTACH_TIMEOUT_S, DaemonSettings
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -115,6 +115,8 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
             arguments += [flag, str(value)]
     if settings.shares:
         arguments.append("--shares")
+    if settings.attach_timeout_s != ATTACH_TIMEOUT_S:
+        arguments += ["--attach-timeout-s", repr(settings.attach_timeout_s)]
     return arguments
 
 

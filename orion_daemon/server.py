@@ -58,6 +58,10 @@ TICK_S = 0.1
 slot comes back well within a second of its process's end, and the clients' one-second silence
 bound is never near."""
 SAMPLE_S = 0.5
+ATTACH_TIMEOUT_S = 60.0
+"""How long a slot waits for its process to attach: `orion run` and the library's own join attach
+in the same call; a program started by another claimer (`orion colocate`'s clients) attaches as
+it starts."""
 POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
 
 
@@ -91,6 +95,9 @@ class DaemonSettings:
     stop_with_pid: int | None = None
     """Stop (cleanly) once this process is gone: the Ray node agent that started the daemon
     (orion.ray), so a daemon never outlives the cluster node it serves."""
+    attach_timeout_s: float = ATTACH_TIMEOUT_S
+    """A slot taken (``join``) whose process has not attached within this long is given back,
+    even while its claimer lives: a claimer that hangs must not hold a slot for ever."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -104,6 +111,8 @@ class DaemonSettings:
             object.__setattr__(self, "be_graph_gate", default_be_graph_gate(self.sharing))
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+        if not self.attach_timeout_s > 0:
+            raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
 
     def to_json(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -167,6 +176,7 @@ class Daemon:
         self._connections = ConnectionServer(self._handle, self._refusal)
         self._closed = False
         self._refused_uids: set[int] = set()
+        self._expired: set[int] = set()  # slots given back because nothing attached in time
         self.notes: list[str] = []
         """What happened that the one who started the daemon should know (printed at the end
         of :meth:`serve`)."""
@@ -378,6 +388,7 @@ class Daemon:
         if owner is not None and not process_alive(owner):
             print(f"the process this daemon stops with (pid {owner}) is gone; stopping", flush=True)
             self.stopping = True
+        self._expire_unattached()
         self._reap()
         now = self.clock.now()
         if now >= self._next_sample:
@@ -626,6 +637,20 @@ class Daemon:
             for slot in self._scheduler.reap():
                 self._client_gone(slot)
 
+    def _expire_unattached(self) -> None:
+        """Ends the slots whose process has not attached within the bound (the next reap gives
+        them back, recorded as ``expired``); a process that attaches meanwhile keeps its slot."""
+        bound = self.settings.attach_timeout_s
+        with self._lock:
+            now = self.clock.now()
+            for slot, client in self.clients.items():
+                if slot in self._expired or now - client.joined_s < bound:
+                    continue
+                if self._scheduler.client_state(slot) != "registered":
+                    continue  # attached (it keeps its slot), or already gone
+                if self._scheduler.expire(slot):
+                    self._expired.add(slot)
+
     def _client_gone(self, slot: int) -> None:
         if self._recordings is not None and self._writer is not None:
             # Its last trace and statistics, for its run, before its slot is given back.
@@ -643,8 +668,13 @@ class Daemon:
                 detail = f"{stats.get('launches', 0)} launches"
                 if not stats.get("pid"):
                     detail = "ended without using the GPU"
+                if slot in self._expired:
+                    event = "expired"
+                    detail = (f"no process attached within {self.settings.attach_timeout_s:g} s "
+                              f"of the join (claimer pid {client.claim_pid})")  # fmt: skip
                 pid = int(stats.get("pid") or client.claim_pid)
                 self._event(event, client.name, client.role, slot, pid, client.command, detail)
+            self._expired.discard(slot)
             self._scheduler.release(slot)
             self._write_record()
 

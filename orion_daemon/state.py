@@ -47,7 +47,8 @@ CLIENT_EVENT_COLUMNS = (
     "detail",
 )
 """clients.csv: ``event`` is join, leave (the process exited), dead (it ended without detaching:
-killed) or refused (``detail`` says why); times on the daemon's clock (seconds since it started)."""
+killed), expired (no process attached within the daemon's bound after the join) or refused
+(``detail`` says why); times on the daemon's clock (seconds since it started)."""
 
 
 def state_base() -> Path:
