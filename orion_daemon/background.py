@@ -92,7 +92,7 @@ class RecordWriter:
             if self.degraded is None:
                 message = error.message if isinstance(error, OrionError) else str(error)
                 self.degraded = message
-                self._log(f"records degraded, scheduling goes on: {message}")
+                self._log(f"records degraded, scheduling goes on: {message}")  # never raises
 
     def _run(self) -> None:
         next_sample = time.monotonic()

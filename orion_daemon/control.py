@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.processes import same_process, wait_gone
+from orion_common.processes import same_process
 from orion_daemon import state
 from orion_daemon.ownership import private_folder
 from orion_daemon.protocol import request
@@ -186,15 +186,26 @@ def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str,
         request(Path(record["socket"]), {"op": "down"}, timeout_s=5.0)
     except OrionError:
         with_signal(pid, started, signal.SIGTERM)
-    if not wait_gone(pid, timeout_s):
+    if not _wait_gone(pid, started, timeout_s):
         with_signal(pid, started, signal.SIGKILL)
-        wait_gone(pid, 5.0)
+        _wait_gone(pid, started, 5.0)
         state.remove_stale(folder)
         raise OrionError(
             f"the orion daemon (pid {pid}) did not stop within {timeout_s:g} s; killed it",
             hint="its clients notice within a second and run ungated",
         )
     return record
+
+
+def _wait_gone(pid: int, start_time: int | None, timeout_s: float) -> bool:
+    """Whether the daemon (``pid`` started at ``start_time``) ended within ``timeout_s``; a pid
+    taken meanwhile by another process is not the daemon."""
+    deadline = time.monotonic() + timeout_s
+    while same_process(pid, start_time):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def with_signal(pid: int, start_time: int | None, signum: int) -> None:

@@ -331,7 +331,9 @@ class Daemon:
         self._connections.idle(timeout_s=10.0)
 
     def _log(self, line: str) -> None:
-        print(line, flush=True)
+        """A line in the daemon's log; lost, not raised, when the log's disk is full."""
+        with contextlib.suppress(OSError):
+            print(line, flush=True)
 
     def _remove_own_files(self) -> None:
         for name in (state.SOCKET, state.RECORD):
@@ -386,7 +388,7 @@ class Daemon:
     def _tick(self) -> None:
         owner = self.settings.stop_with_pid
         if owner is not None and not process_alive(owner):
-            print(f"the process this daemon stops with (pid {owner}) is gone; stopping", flush=True)
+            self._log(f"the process this daemon stops with (pid {owner}) is gone; stopping")
             self.stopping = True
         self._expire_unattached()
         self._reap()
