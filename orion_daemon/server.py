@@ -468,14 +468,12 @@ class Daemon:
         s = self.settings
         changes = apply_change(message, self.clients.values(), self._scheduler, policy=s.policy,
                                shares=s.shares, gpu_memory_bytes=s.memory_bytes)  # fmt: skip
+        now, utc, name = round(self.clock.now(), 6), utc_now(), str(message.get("client"))
         if changes:
-            now, utc, name = round(self.clock.now(), 6), utc_now(), str(message.get("client"))
             rows = [(now, utc, name, c["field"], c["old"], c["new"], c["in_use"]) for c in changes]
             self._submit_limits(rows)
             self._write_record()
-        for change in changes:
-            change["time_s"] = self.clock.now()
-        return changes
+        return [{**change, "time_s": now} for change in changes]
 
     def _submit_limits(self, rows: list[tuple[Any, ...]]) -> None:
         writer = self._writer
