@@ -109,6 +109,9 @@ def test_an_idle_and_a_byte_a_second_connection_ungate_no_one(harness, tmp_path)
                     status = request(path, {"op": "status"}, timeout_s=GENEROUS_S)["status"]
                     answered += 1
                     assert [c["name"] for c in status["clients"]] == ["trainer"]
+                    if answered == 1:  # and `orion status` itself, as a user types it
+                        shown = CliRunner().invoke(app, ["status", "--state-dir", str(tmp_path)])
+                        assert shown.exit_code == 0 and "trainer" in shown.output, shown.output
                     stalls[0].hung_up.wait(0.2)  # the pace of the asking, not a synchronisation
                 assert answered > 1
                 for stall in stalls:
