@@ -70,6 +70,9 @@ def quota_command(
     for name, value in (("--max-util", max_util), ("--min-util", min_util)):
         if value is not None and not 0.0 <= value <= 1.0:
             raise typer.BadParameter(f"must be between 0 and 1 (got {value:g})", param_hint=name)
+    if _is_daemon_folder(run_dir):
+        _change_through_daemon(run_dir, client, memory_limit, limit, min_util, max_util)
+        return
     if max_util is not None or min_util is not None:
         for share in change_shares(run_dir, client, min_util, max_util):
             console.print(
@@ -85,4 +88,45 @@ def quota_command(
         console.print(
             f"{client}: memory limit {shown(change.old)} -> {shown(change.new)} "
             f"(in use {format_size(change.in_use)}) at run time {change.time_s:.3f} s"
+        )
+
+
+def _is_daemon_folder(folder: Path) -> bool:
+    from orion_common.run_format import RUN_JSON
+    from orion_daemon import state
+
+    return (folder / state.RECORD).exists() and not (folder / RUN_JSON).exists()
+
+
+def _change_through_daemon(
+    folder: Path,
+    client: str,
+    memory_limit: str | None,
+    limit: int | None,
+    min_util: float | None,
+    max_util: float | None,
+) -> None:
+    """A daemon's client: the daemon checks and applies the change (its admission then counts
+    the new shares), through its socket."""
+    from orion_common.sizes import format_size
+    from orion_daemon.limits import UNCHANGED, change_limits
+
+    changes = change_limits(
+        folder,
+        client,
+        memory_limit=UNCHANGED if memory_limit is None else limit,
+        min_util=min_util,
+        max_util=max_util,
+    )
+    for change in changes:
+        old, new = change["old"], change["new"]
+        if change["field"] == "memory_limit":
+            old = "none" if old is None else format_size(int(old))
+            new = "none" if new is None else format_size(int(new))
+            detail = f" (in use {format_size(int(change['in_use']))})"
+        else:
+            old, new, detail = f"{old:g}", f"{new:g}", ""
+        field = "memory limit" if change["field"] == "memory_limit" else change["field"]
+        console.print(
+            f"{client}: {field} {old} -> {new}{detail} at daemon time {change['time_s']:.3f} s"
         )

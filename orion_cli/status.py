@@ -45,6 +45,8 @@ def status_table(status: dict[str, Any]) -> Table:
     )
     if status.get("owner"):
         title += f"; started by the `orion colocate` run in {status['owner']}"
+    if status.get("records"):  # the daemon schedules on; its records are incomplete
+        title += f"; records degraded: {status['records']}"
     table = Table(title=title, title_justify="left")
     for column in ("client", "pid", "role", "launches/s", "GPU share", "memory", "limit",
                    "BE held (why)", "launches offline/online/unknown", "slowdown",

@@ -85,6 +85,7 @@ def up_command(
             param_hint="--be-graph-gate",
         )
     from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
+    from orion_daemon.ownership import private_folder
 
     folder = daemon_folder(gpu, state_dir)
     settings = gpu_settings(
@@ -100,7 +101,7 @@ def up_command(
         # A fresh process: this one made a CUDA context reading the GPU's facts.
         sys.stdout.flush()
         arguments = daemon_arguments(settings)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folder(folder)  # 0700 and this user's, or refused in one line
         os.chdir(folder)  # as start_detached: no source checkout shadows the installed orion
         os.execv(arguments[0], arguments)
     record = start_detached(settings)

@@ -24,6 +24,29 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field 22); None
+    when it does not run (or this is not Linux). A pid is reused once its process is gone, so a
+    recorded pid names the same process only while this also matches what was recorded with it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the name, in parentheses, may hold anything
+    try:
+        return int(fields[19])  # field 22 overall: fields[0] is field 3 (the state)
+    except (IndexError, ValueError):
+        return None
+
+
+def same_process(pid: int, start_time: int | None) -> bool:
+    """Whether ``pid`` still runs and is the process that started at ``start_time`` (None: a
+    record of an older orion that kept no start time; then only whether ``pid`` runs)."""
+    if not process_alive(pid):
+        return False
+    return start_time is None or process_start_time(pid) == start_time
+
+
 def wait_gone(pid: int, timeout_s: float) -> bool:
     """Whether process ``pid`` ended within ``timeout_s`` (polled every 50 ms)."""
     deadline = time.monotonic() + timeout_s

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from orion_common.errors import OrionError
-from orion_daemon.server import POLICIES, Daemon, DaemonSettings
+from orion_daemon.server import ATTACH_TIMEOUT_S, POLICIES, Daemon, DaemonSettings
 from scheduler_core.run_state import BE_GRAPH_GATES
 from scheduler_core.sharing import SHARINGS
 
@@ -32,6 +32,7 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--be-graph-gate", choices=BE_GRAPH_GATES, default="")
     parser.add_argument("--hp-completion", choices=("estimate", "gpu-write"), default="estimate")
     parser.add_argument("--stop-with", type=int, metavar="PID")
+    parser.add_argument("--attach-timeout-s", type=float, default=ATTACH_TIMEOUT_S)
     args = parser.parse_args(argv)
     return DaemonSettings(
         gpu=args.gpu,
@@ -48,6 +49,7 @@ def parse(argv: list[str]) -> DaemonSettings:
         be_graph_gate=args.be_graph_gate,
         hp_completion=args.hp_completion,
         stop_with_pid=args.stop_with,
+        attach_timeout_s=args.attach_timeout_s,
     )
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.processes import wait_gone
+from orion_common.processes import same_process
 from orion_daemon import state
+from orion_daemon.ownership import private_folder
 from orion_daemon.protocol import request
-from orion_daemon.server import DaemonSettings
+from orion_daemon.server import ATTACH_TIMEOUT_S, DaemonSettings
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -114,6 +115,8 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
             arguments += [flag, str(value)]
     if settings.shares:
         arguments.append("--shares")
+    if settings.attach_timeout_s != ATTACH_TIMEOUT_S:
+        arguments += ["--attach-timeout-s", repr(settings.attach_timeout_s)]
     return arguments
 
 
@@ -126,6 +129,7 @@ def _log_tail(path: Path, lines: int = 5) -> str:
 
 def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
     """Starts the daemon in the background; its record once it answers."""
+    private_folder(settings.folder)
     running = state.live_record(settings.folder)
     if running is not None:
         raise OrionError(
@@ -134,7 +138,6 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
             hint=f"`orion status --gpu {settings.gpu}` shows it; `orion down --gpu "
             f"{settings.gpu}` stops it",
         )
-    settings.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_path = settings.folder / state.LOG
     with log_path.open("ab") as log:
         process = subprocess.Popen(
@@ -178,14 +181,14 @@ def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str,
     record = state.require_daemon(gpu, folder)
     if record.get("owner"):
         raise state.owned_refusal(record)  # a run's own: signalling it would stop the run
-    pid = int(record["pid"])
+    pid, started = int(record["pid"]), record.get("pid_start")
     try:
         request(Path(record["socket"]), {"op": "down"}, timeout_s=5.0)
     except OrionError:
-        with_signal(pid, signal.SIGTERM)
-    if not wait_gone(pid, timeout_s):
-        with_signal(pid, signal.SIGKILL)
-        wait_gone(pid, 5.0)
+        with_signal(pid, started, signal.SIGTERM)
+    if not _wait_gone(pid, started, timeout_s):
+        with_signal(pid, started, signal.SIGKILL)
+        _wait_gone(pid, started, 5.0)
         state.remove_stale(folder)
         raise OrionError(
             f"the orion daemon (pid {pid}) did not stop within {timeout_s:g} s; killed it",
@@ -194,6 +197,22 @@ def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str,
     return record
 
 
-def with_signal(pid: int, signum: int) -> None:
+def _wait_gone(pid: int, start_time: int | None, timeout_s: float) -> bool:
+    """Whether the daemon (``pid`` started at ``start_time``) ended within ``timeout_s``; a pid
+    taken meanwhile by another process is not the daemon."""
+    deadline = time.monotonic() + timeout_s
+    while same_process(pid, start_time):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def with_signal(pid: int, start_time: int | None, signum: int) -> None:
+    """Sends ``signum`` to ``pid`` only while it is still the daemon that started at
+    ``start_time`` (its record's ``pid_start``): a pid reused by another process is never
+    signalled."""
+    if not same_process(pid, start_time):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)

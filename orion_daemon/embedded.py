@@ -17,8 +17,8 @@ from orion_common.errors import OrionError
 from orion_daemon.server import Daemon, DaemonSettings
 
 STOP_TIMEOUT_S = 10.0
-"""The loop notices it should stop within one tick (0.1 s); a request being answered takes at
-most its socket timeout (2 s)."""
+"""The loop notices it should stop within one tick (0.1 s): requests are served on threads of
+their own, so none holds it up."""
 
 
 class DaemonThread:

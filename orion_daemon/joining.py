@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orion_common.errors import OrionError
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
+from orion_daemon.ownership import checked_environment
 from orion_daemon.protocol import request
 
 COMMAND_NOT_FOUND = 127
@@ -101,26 +101,26 @@ def check_join_now(gpu: int, join_request: JoinRequest, folder: Path | None = No
 
 def join(gpu: int, join_request: JoinRequest, folder: Path | None = None) -> dict[str, str]:
     """Takes a slot of ``gpu``'s daemon for the calling process; the variables the daemon
-    answered with (``ORION_RUN``, ``ORION_CLIENT``, ``CUDA_VISIBLE_DEVICES``, MPS folders)."""
+    answered with (``ORION_RUN``, ``ORION_CLIENT``, ``CUDA_VISIBLE_DEVICES``, MPS folders), once
+    they are all variables a daemon may set (:func:`ownership.checked_environment`)."""
     folder = folder or state.state_dir(gpu)
     record = state.require_daemon(gpu, folder)
     message = {"op": "join", **join_request.__dict__}
     reply = request(Path(record["socket"]), message)
-    environment = reply.get("environment")
-    if not isinstance(environment, dict):
-        raise OrionError("the daemon's answer to join has no environment")
-    return {str(k): str(v) for k, v in environment.items()}
+    return checked_environment(reply.get("environment"))
 
 
 def program_environment(base: Mapping[str, str], joined: Mapping[str, str]) -> dict[str, str]:
-    """``base`` with what :func:`join` returned: the preload library is put first in
-    ``LD_PRELOAD`` (the user's own preloads kept after it)."""
+    """``base`` with what :func:`join` returned: this installation's own preload library is put
+    first in ``LD_PRELOAD`` (the user's own preloads kept after it); a library the daemon names
+    is never loaded."""
     from scheduler_core.library import with_preload
 
     environment = dict(base)
-    preload = joined.get("ORION_PRELOAD")
-    environment.update({k: v for k, v in joined.items() if k != "ORION_PRELOAD"})
-    return with_preload(environment, Path(preload) if preload else None)
+    environment.update(
+        {k: v for k, v in checked_environment(joined).items() if k != "ORION_PRELOAD"}
+    )
+    return with_preload(environment)
 
 
 def ungated_environment(base: Mapping[str, str]) -> dict[str, str]:

@@ -3,11 +3,14 @@
 One request per connection on the daemon's Unix socket: a JSON object on one line, answered by
 one JSON object on one line. Every request has ``op``; every answer has ``ok`` and, when it is
 false, ``error`` (one line) and optionally ``hint``. The socket lives in the daemon's state
-folder (mode 0700), so only its user can talk to it; the daemon learns the asking process's pid
-from the socket itself (``SO_PEERCRED``), never from the message.
+folder (mode 0700), so only its user can reach it; both ends also ask the kernel who is at the
+other end (``SO_PEERCRED``, :mod:`orion_daemon.ownership`): a client talks only to a daemon of
+its own uid, the daemon answers only its own uid and root, and it learns the asking process's
+pid from the socket, never from the message.
 
 Requests: ``join`` (the fields of :class:`orion_daemon.admission.JoinRequest`; answer: ``run``,
 ``slot``, ``environment``), ``status`` (answer: ``status``, see :mod:`orion_daemon.status`),
+``quota`` (a client's limits, see :mod:`orion_daemon.limits`; answer: ``changes``),
 ``down`` (answer once the daemon has opened every gate and is stopping), ``record`` (a run's
 records: ``folder``, ``clients``, ``clock_origin_ns``, ``trace``; see
 :class:`orion_daemon.records.Recordings`) and ``record_end`` (``folder``; answered once the
@@ -19,11 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import struct
 from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
+from orion_daemon.ownership import check_daemon_peer, peer_credentials
 
 MAX_MESSAGE_BYTES = 1 << 20
 TIMEOUT_S = 10.0
@@ -64,6 +67,7 @@ def request(socket_path: Path, message: dict[str, Any], timeout_s: float = TIMEO
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout_s)
             connection.connect(str(socket_path))
+            check_daemon_peer(connection, socket_path)  # before a word is sent or believed
             connection.sendall(encode(message))
             answer = decode(_read_line(connection))
     except (OSError, ValueError) as error:
@@ -78,11 +82,7 @@ def request(socket_path: Path, message: dict[str, Any], timeout_s: float = TIMEO
 
 def peer_pid(connection: socket.socket) -> int:
     """The pid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``)."""
-    credentials = connection.getsockopt(
-        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-    )
-    pid, _uid, _gid = struct.unpack("3i", credentials)
-    return pid
+    return peer_credentials(connection)[0]
 
 
 def read_request(connection: socket.socket) -> dict[str, Any]:

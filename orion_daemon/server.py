@@ -1,4 +1,12 @@
-"""The daemon itself: one loop that admits clients, finds the ones that are gone, and records.
+"""The daemon itself: it admits clients, finds the ones that are gone, beats, and records.
+
+Nothing a client does can hold the rest up: each connection is served on a thread of its own
+within deadlines (:mod:`orion_daemon.connections`), the heartbeat has a thread that does nothing
+else, and records are written by another (:mod:`orion_daemon.background`), so neither an idle
+connection nor a slow or full disk ungates anyone. The main loop accepts connections and gives
+the slots of clients that are gone back. ``_lock`` guards the clients and the scheduler's slots
+(requests and the reaper); ``_records_lock`` the recorders (the records thread and the requests
+about records).
 
 Started by `orion up` (detached, or in the foreground for systemd and containers) as
 ``python -m orion_daemon`` (:meth:`Daemon.serve`), or by `orion colocate` for the length of a
@@ -18,29 +26,42 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
-from orion_common.processes import process_alive
+from orion_common.processes import process_alive, process_start_time
+from orion_common.run_format import LIMITS_TABLE
 from orion_common.runclock import RunClock, utc_now
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
-from orion_daemon.protocol import answer, peer_pid, read_request
+from orion_daemon.background import Heartbeat, RecordWriter
+from orion_daemon.connections import ConnectionServer
+from orion_daemon.limits import apply_change
+from orion_daemon.lock import already_running, folder_lock
+from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
+from orion_daemon.protocol import answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
 from scheduler_core.sharing import default_be_graph_gate, default_sharing, native_sharing_problem
 
 TICK_S = 0.1
-"""How often the daemon beats and looks for gone clients: a slot comes back well within a
-second of its process's end, and the clients' one-second silence bound is never near."""
+"""How often the daemon beats (its heartbeat thread) and looks for gone clients (its loop): a
+slot comes back well within a second of its process's end, and the clients' one-second silence
+bound is never near."""
 SAMPLE_S = 0.5
+ATTACH_TIMEOUT_S = 60.0
+"""How long a slot waits for its process to attach: `orion run` and the library's own join attach
+in the same call; a program started by another claimer (`orion colocate`'s clients) attaches as
+it starts."""
 POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
 
 
@@ -74,6 +95,9 @@ class DaemonSettings:
     stop_with_pid: int | None = None
     """Stop (cleanly) once this process is gone: the Ray node agent that started the daemon
     (orion.ray), so a daemon never outlives the cluster node it serves."""
+    attach_timeout_s: float = ATTACH_TIMEOUT_S
+    """A slot taken (``join``) whose process has not attached within this long is given back,
+    even while its claimer lives: a claimer that hangs must not hold a slot for ever."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -87,6 +111,8 @@ class DaemonSettings:
             object.__setattr__(self, "be_graph_gate", default_be_graph_gate(self.sharing))
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+        if not self.attach_timeout_s > 0:
+            raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
 
     def to_json(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -138,9 +164,19 @@ class Daemon:
         self._scheduler: Any = None
         self._mps: Any = None
         self._events: CsvTable | None = None
+        self._limits: CsvTable | None = None  # opened at the first `orion quota`
         self._recorder: SchedulerRecorder | None = None
         self._recordings: Recordings | None = None
         self._next_sample = 0.0
+        self._lock = threading.RLock()
+        self._records_lock = threading.Lock()
+        self._reap_lock = threading.Lock()
+        self._writer: RecordWriter | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._connections = ConnectionServer(self._handle, self._refusal)
+        self._closed = False
+        self._refused_uids: set[int] = set()
+        self._expired: set[int] = set()  # slots given back because nothing attached in time
         self.notes: list[str] = []
         """What happened that the one who started the daemon should know (printed at the end
         of :meth:`serve`)."""
@@ -173,18 +209,16 @@ class Daemon:
         for the GPU) and released on every way out of it; :meth:`loop` serves meanwhile."""
         from scheduler_core.run_state import remove_stale_runs
 
-        running = state.live_record(self.folder)
-        if running is not None:
-            raise OrionError(
-                f"an orion daemon already runs for GPU {self.settings.gpu} "
-                f"(pid {running.get('pid')}, since {running.get('started_utc')})",
-                hint=f"`orion status --gpu {self.settings.gpu}` shows it; `orion down` stops it",
-            )
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for removed in state.remove_stale(self.folder):
-            self.notes.append(f"removed {removed} left by a daemon that died")
-        remove_stale_runs()
+        private_folder(self.folder)
         with contextlib.ExitStack() as stack:
+            # Before anything is looked at or bound: of daemons racing for the folder, one goes on.
+            stack.enter_context(folder_lock(self.folder, self.settings.gpu))
+            running = state.live_record(self.folder)
+            if running is not None:  # a daemon of an orion that took no lock
+                raise already_running(self.settings.gpu, running)
+            for removed in state.remove_stale(self.folder):
+                self.notes.append(f"removed {removed} left by a daemon that died")
+            remove_stale_runs()
             stack.callback(self._remove_own_files)
             self._start(stack)
             yield self
@@ -218,6 +252,10 @@ class Daemon:
         )
         self._scheduler.heartbeat()
         self._scheduler.publish()
+        # Stopped last of all (after `shut_down` has told the clients): they never see silence.
+        self._heartbeat = Heartbeat(self._scheduler.heartbeat, TICK_S)
+        self._heartbeat.start()
+        stack.callback(self._heartbeat.stop)
         if s.sharing == "mps":
             from orion_daemon.mps import private_mps_daemon
 
@@ -232,21 +270,27 @@ class Daemon:
             )
         # Whatever way the daemon ends, first of all: clients pass through, every gate opens.
         stack.callback(self._scheduler.shut_down)
-        self._events = stack.enter_context(
-            CsvTable(self.folder / state.CLIENTS_TABLE, state.CLIENT_EVENT_COLUMNS)
-        )
+        writer = self._writer = RecordWriter(self._sample_records, SAMPLE_S, self._log)
+        self._events = CsvTable(self.folder / state.CLIENTS_TABLE, state.CLIENT_EVENT_COLUMNS)
+        stack.callback(writer.attempt, self._events.close)
+        stack.callback(writer.attempt, self._close_limits)
         self._recorder = SchedulerRecorder(self._scheduler, self.folder, self.clock, trace=False)
-        stack.callback(self._recorder.close)
+        stack.callback(writer.attempt, self._close_records)  # before the shared state goes
         self._recordings = Recordings(self._scheduler)
-        stack.callback(self._recordings.close)  # the runs' last records, before the state goes
         self._listener = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
         socket_path = self.folder / state.SOCKET
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         self._listener.bind(str(socket_path))
-        self._listener.listen(32)
+        os.chmod(socket_path, 0o600)  # the folder is 0700 already; the socket says so too
+        self._listener.listen(128)
         self._listener.setblocking(False)
-        self._write_record()
+        writer.start()
+        stack.callback(writer.stop)  # what was submitted is written before the files close
+        stack.callback(self._close_requests)  # first of all: no request half-answered
+        # The first record is written here and now: without it no client finds the daemon, so
+        # a disk that cannot take it stops the start (later ones only degrade records).
+        write_json_atomic(self.folder / state.RECORD, self._record())
 
     def _unknown_duration_ns(self, queue_limit_ns: int) -> int:
         from scheduler_core.thresholds import default_unknown_duration_ns
@@ -268,6 +312,29 @@ class Daemon:
             f"{s.policy}, sharing {s.sharing}, pid {os.getpid()}, state folder {self.folder}"
         )
 
+    def _close_limits(self) -> None:
+        if self._limits is not None:
+            self._limits.close()
+
+    def _close_records(self) -> None:
+        with self._records_lock:
+            if self._recordings is not None:
+                self._recordings.close()  # the runs' last records
+            if self._recorder is not None:
+                self._recorder.close()
+
+    def _close_requests(self) -> None:
+        """No request is answered from here on; those being answered finish first (briefly:
+        none waits on anything but the state lock and the records)."""
+        with self._lock:
+            self._closed = True
+        self._connections.idle(timeout_s=10.0)
+
+    def _log(self, line: str) -> None:
+        """A line in the daemon's log; lost, not raised, when the log's disk is full."""
+        with contextlib.suppress(OSError):
+            print(line, flush=True)
+
     def _remove_own_files(self) -> None:
         for name in (state.SOCKET, state.RECORD):
             with contextlib.suppress(FileNotFoundError):
@@ -275,90 +342,167 @@ class Daemon:
 
     # -- the loop --------------------------------------------------------------------------
     def loop(self) -> None:
-        """Serves requests, beats, reaps and records until :attr:`stopping` (inside
-        :meth:`running`)."""
+        """Accepts connections (each served on a thread of its own), reaps and samples until
+        :attr:`stopping` (inside :meth:`running`). A loop that fails stops the heartbeat, so its
+        clients notice within a second rather than stay gated by a daemon that serves no one."""
         selector = selectors.DefaultSelector()
         selector.register(self._listener, selectors.EVENT_READ)
         try:
             while not self.stopping:
                 for _key, _events in selector.select(timeout=TICK_S):
-                    with contextlib.suppress(BlockingIOError, InterruptedError):
-                        connection, _ = self._listener.accept()
-                        self._handle(connection)
+                    self._accept()
                 self._tick()
+        except BaseException:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+            raise
         finally:
             selector.close()
+
+    def _accept(self) -> None:
+        try:
+            connection, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:  # out of file descriptors: the others are served meanwhile
+            self._log(f"cannot accept a connection: {error}")
+            return
+        try:
+            _pid, uid, _gid = peer_credentials(connection)
+        except OSError:
+            connection.close()
+            return
+        if peer_may_use_daemon(uid):
+            self._connections.serve(connection)
+            return
+        if uid not in self._refused_uids:  # one line per uid, not one per attempt
+            self._refused_uids.add(uid)
+            self._log(f"refused a connection from uid {uid}: this daemon serves uid "
+                      f"{os.getuid()} (and root) only")  # fmt: skip
+        with connection:
+            connection.settimeout(0.1)
+            answer(connection, self._refusal(
+                f"this orion daemon serves uid {os.getuid()} (and root) only, not uid {uid}"
+            ))  # fmt: skip
 
     def _tick(self) -> None:
         owner = self.settings.stop_with_pid
         if owner is not None and not process_alive(owner):
-            print(f"the process this daemon stops with (pid {owner}) is gone; stopping", flush=True)
+            self._log(f"the process this daemon stops with (pid {owner}) is gone; stopping")
             self.stopping = True
-        self._scheduler.heartbeat()
+        self._expire_unattached()
         self._reap()
         now = self.clock.now()
         if now >= self._next_sample:
             self._next_sample = now + SAMPLE_S
-            self._sample(now)
+            with self._lock:
+                self._sample(now)
 
     def _sample(self, now: float) -> None:
+        """In memory only (the clients' samples, the BE queue bound): the records thread
+        writes (:meth:`_sample_records`)."""
         for slot, client in self.clients.items():
             stats = self._scheduler.client_stats(slot)
             client.samples.append(ClientSample.from_stats(now, stats))
         self._follow_learned_hp()
-        if self._recorder is not None:
-            self._recorder.sample_memory()
-            self._recorder.write_stats()
-        if self._recordings is not None:
-            self.notes.extend(self._recordings.sample())
+
+    def _sample_records(self) -> None:
+        """Every half second, on the records thread."""
+        with self._records_lock:
+            if self._recorder is not None:
+                self._recorder.sample_memory()
+                self._recorder.write_stats()
+            if self._recordings is not None:
+                for note in self._recordings.sample():
+                    self.notes.append(note)
         if self._events is not None:
             self._events.flush_if_due()
 
     # -- requests --------------------------------------------------------------------------
-    def _handle(self, connection: socket.socket) -> None:
-        with connection:
-            connection.setblocking(True)
-            connection.settimeout(2.0)
-            try:
-                message = read_request(connection)
-                reply = self._dispatch(message, connection)
-            except OrionError as error:
-                reply = {"ok": False, "error": error.message, "hint": error.hint}
-            except (OSError, ValueError) as error:
-                reply = {"ok": False, "error": f"bad request: {error}"}
-            except Exception as error:  # a bug must cost one request, never the daemon
-                traceback.print_exc()
-                reply = {"ok": False, "error": f"the daemon failed on this request: {error!r}"}
-            answer(connection, reply)
+    def _refusal(self, error: str) -> dict[str, Any]:
+        return {"ok": False, "error": error}
 
-    def _dispatch(self, message: dict[str, Any], connection: socket.socket) -> dict[str, Any]:
+    def _handle(self, message: dict[str, Any], connection: socket.socket) -> dict[str, Any]:
+        """The answer to one request (on the connection's own thread); every failure is one."""
+        try:
+            return self._dispatch(message, peer_credentials(connection)[0])
+        except OrionError as error:
+            return {"ok": False, "error": error.message, "hint": error.hint}
+        except (OSError, ValueError) as error:
+            return self._refusal(f"bad request: {error}")
+        except Exception as error:  # a bug must cost one request, never the daemon
+            traceback.print_exc()
+            return self._refusal(f"the daemon failed on this request: {error!r}")
+
+    def _dispatch(self, message: dict[str, Any], pid: int) -> dict[str, Any]:
         op = message.get("op")
-        if op == "join":
-            return self._join(JoinRequest.from_message(message), peer_pid(connection))
-        if op == "check":  # would a join be admitted now? (`orion run`, before it starts anything)
-            self._check(JoinRequest.from_message(message))
-            return {"ok": True}
-        if op == "status":
-            return {"ok": True, "status": self.status()}
-        if op == "down":
-            if self.settings.owner is not None:
-                raise state.owned_refusal(self._record())
-            self.stopping = True
-            return {"ok": True, "pid": os.getpid()}
-        if op == "learned":
-            return {"ok": True, "learned": self.learned(str(message.get("client", "")))}
-        if op == "record":
-            assert self._recordings is not None
-            self._recordings.start(message, peer_pid(connection))
-            return {"ok": True}
-        if op == "record_end":
-            assert self._recordings is not None
-            self._reap()  # a client that has just ended is recorded as gone
-            self._recordings.end(message.get("folder"))
-            return {"ok": True}
+        if op in ("record", "record_end"):
+            return self._record_request(op, message, pid)
+        with self._lock:
+            if self._closed:
+                raise OrionError("the orion daemon is stopping")
+            if op == "join":
+                return self._join(JoinRequest.from_message(message), pid)
+            if op == "check":  # would a join be admitted now? (`orion run`, before it starts)
+                self._check(JoinRequest.from_message(message))
+                return {"ok": True}
+            if op == "status":
+                return {"ok": True, "status": self.status()}
+            if op == "down":
+                if self.settings.owner is not None:
+                    raise state.owned_refusal(self._record())
+                self.stopping = True
+                return {"ok": True, "pid": os.getpid()}
+            if op == "learned":
+                return {"ok": True, "learned": self.learned(str(message.get("client", "")))}
+            if op == "quota":
+                return {"ok": True, "changes": self._change_limits(message)}
         raise OrionError(
-            f"unknown request {op!r} (join, check, status, learned, down, record, record_end)"
+            f"unknown request {op!r} (join, check, status, learned, quota, down, record, "
+            "record_end)"
         )
+
+    def _change_limits(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """`orion quota` on a client: checked as a join is, against the live promises, then
+        kept where admission reads it and appended to ``limits.csv`` (records thread)."""
+        s = self.settings
+        changes = apply_change(message, self.clients.values(), self._scheduler, policy=s.policy,
+                               shares=s.shares, gpu_memory_bytes=s.memory_bytes)  # fmt: skip
+        now, utc, name = round(self.clock.now(), 6), utc_now(), str(message.get("client"))
+        if changes:
+            rows = [(now, utc, name, c["field"], c["old"], c["new"], c["in_use"]) for c in changes]
+            self._submit_limits(rows)
+            self._write_record()
+        return [{**change, "time_s": now} for change in changes]
+
+    def _submit_limits(self, rows: list[tuple[Any, ...]]) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+
+        def write() -> None:
+            if self._limits is None:
+                self._limits = CsvTable(
+                    self.folder / LIMITS_TABLE, run_format.column_names(run_format.LIMIT_COLUMNS)
+                )
+            self._limits.append_many(rows)
+            self._limits.flush()
+
+        writer.submit(write)
+
+    def _record_request(self, op: str, message: dict[str, Any], pid: int) -> dict[str, Any]:
+        """``record`` and ``record_end``: they wait on the disk (the run asked for its records
+        written), so they hold the records, never the clients."""
+        if op == "record_end":
+            self._reap()  # a client that has just ended is recorded as gone
+        with self._records_lock:
+            if self._closed or self._recordings is None:
+                raise OrionError("the orion daemon is stopping")
+            if op == "record":
+                self._recordings.start(message, pid)
+            else:
+                self._recordings.end(message.get("folder"))
+        return {"ok": True}
 
     def _join(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         try:
@@ -473,8 +617,6 @@ class Daemon:
             self._scheduler.set_queue_limit(limit, default_unknown_duration_ns(limit))
 
     def _env(self, slot: int, strict: bool) -> dict[str, str]:
-        from scheduler_core import preload_library_path
-
         environment = {
             "ORION_RUN": self._scheduler.name,
             "ORION_CLIENT": str(slot),
@@ -482,7 +624,6 @@ class Daemon:
             # have without orion; a benchmark run's is strict instead: it attaches as it starts
             # and exits rather than spoil a measurement.
             "ORION_STRICT": "1" if strict else "0",
-            "ORION_PRELOAD": str(preload_library_path()),
         }
         if self.settings.gpu_uuid:
             environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
@@ -492,23 +633,50 @@ class Daemon:
 
     # -- clients that are gone ---------------------------------------------------------------
     def _reap(self) -> None:
-        for slot in self._scheduler.reap():
-            self._client_gone(slot)
+        with self._reap_lock:  # the loop, and a record_end request
+            for slot in self._scheduler.reap():
+                self._client_gone(slot)
+
+    def _expire_unattached(self) -> None:
+        """Ends the slots whose process has not attached within the bound (the next reap gives
+        them back, recorded as ``expired``); a process that attaches meanwhile keeps its slot."""
+        bound = self.settings.attach_timeout_s
+        with self._lock:
+            now = self.clock.now()
+            for slot, client in self.clients.items():
+                if slot in self._expired or now - client.joined_s < bound:
+                    continue
+                if self._scheduler.client_state(slot) != "registered":
+                    continue  # attached (it keeps its slot), or already gone
+                if self._scheduler.expire(slot):
+                    self._expired.add(slot)
 
     def _client_gone(self, slot: int) -> None:
-        if self._recordings is not None:
-            self._recordings.client_gone(slot)  # its last trace and statistics, for its run
-        stats = self._scheduler.client_stats(slot)
-        client = self.clients.pop(slot, None)
-        if client is not None:
-            event = "dead" if stats.get("state") == "dead" else "leave"
-            detail = f"{stats.get('launches', 0)} launches"
-            if not stats.get("pid"):
-                detail = "ended without using the GPU"
-            pid = int(stats.get("pid") or client.claim_pid)
-            self._event(event, client.name, client.role, slot, pid, client.command, detail)
-        self._scheduler.release(slot)
-        self._write_record()
+        if self._recordings is not None and self._writer is not None:
+            # Its last trace and statistics, for its run, before its slot is given back.
+            def last_records() -> None:
+                with self._records_lock:
+                    if self._recordings is not None:
+                        self._recordings.client_gone(slot)
+
+            self._writer.attempt(last_records)
+        with self._lock:
+            stats = self._scheduler.client_stats(slot)
+            client = self.clients.pop(slot, None)
+            if client is not None:
+                event = "dead" if stats.get("state") == "dead" else "leave"
+                detail = f"{stats.get('launches', 0)} launches"
+                if not stats.get("pid"):
+                    detail = "ended without using the GPU"
+                if slot in self._expired:
+                    event = "expired"
+                    detail = (f"no process attached within {self.settings.attach_timeout_s:g} s "
+                              f"of the join (claimer pid {client.claim_pid})")  # fmt: skip
+                pid = int(stats.get("pid") or client.claim_pid)
+                self._event(event, client.name, client.role, slot, pid, client.command, detail)
+            self._expired.discard(slot)
+            self._scheduler.release(slot)
+            self._write_record()
 
     # -- records ---------------------------------------------------------------------------
     def _event(
@@ -521,16 +689,25 @@ class Daemon:
         command: list[str],
         detail: str,
     ) -> None:
-        if self._events is None:
+        events, writer = self._events, self._writer
+        if events is None or writer is None:
             return
-        self._events.append(
-            (round(self.clock.now(), 6), utc_now(), event, name, role, slot, pid,
-             " ".join(command), detail)
-        )  # fmt: skip
-        self._events.flush()
+        row = (round(self.clock.now(), 6), utc_now(), event, name, role, slot, pid,
+               " ".join(command), detail)  # fmt: skip
+
+        def write() -> None:
+            events.append(row)
+            events.flush()
+
+        writer.submit(write)
 
     def _write_record(self) -> None:
-        write_json_atomic(self.folder / state.RECORD, self._record())
+        """``daemon.json`` as it is now, written by the records thread (in order: the last
+        one submitted is the one on disk)."""
+        if self._writer is None:
+            return
+        path, record = self.folder / state.RECORD, self._record()
+        self._writer.submit(lambda: write_json_atomic(path, record))
 
     def _record(self) -> dict[str, Any]:
         s = self.settings
@@ -539,6 +716,8 @@ class Daemon:
             "version": state.VERSION,
             "status": "running",
             "pid": os.getpid(),
+            # With the pid, what names this very process: a pid is reused once a daemon is gone.
+            "pid_start": process_start_time(os.getpid()),
             "started_utc": self._started_utc,
             "gpu": {
                 "index": s.gpu,
@@ -587,6 +766,8 @@ class Daemon:
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
             "free_slots": self._free_slots(),
             "owner": self.settings.owner,
+            "records": None if self._writer is None else self._writer.degraded,
+            "records_pending": 0 if self._writer is None else self._writer.pending,
             "clients": [
                 client_status(c, self._scheduler.client_stats(c.slot))
                 for c in sorted(self.clients.values(), key=lambda c: (c.role != "hp", c.slot))

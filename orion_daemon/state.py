@@ -1,11 +1,14 @@
 """A daemon's state folder and its record (``daemon.json``, format ``orion-daemon`` version 1).
 
 One folder per GPU, ``<base>/gpu<N>/``; ``<base>`` is ``$ORION_STATE_DIR`` when set, else
-``$XDG_RUNTIME_DIR/orion``, else ``/tmp/orion-<uid>``. It holds:
+``$XDG_RUNTIME_DIR/orion``, else ``/tmp/orion-<uid>``. Both the GPU's folder and ``<base>``
+are the user's own, mode 0700 (:mod:`orion_daemon.ownership` creates them so and refuses them
+otherwise). It holds:
 
 - ``daemon.json``: the live daemon (its pid, GPU, policy, sharing mode, shared-memory name,
   socket, MPS folders and current clients), replaced atomically on every change and removed by
   a clean stop; one left by a daemon that died names a pid that no longer runs (stale);
+- ``daemon.lock``: held by the running daemon for its whole life (:data:`LOCK`);
 - ``daemon.sock``: the Unix socket `orion run`, `orion status` and `orion down` talk to;
 - ``daemon.log``: what the daemon printed (detached daemons);
 - ``clients.csv``: every client that joined and left; ``memory.csv``, ``shares.csv``: samples
@@ -20,13 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.processes import process_alive
+from orion_common.processes import same_process
+from orion_daemon.ownership import check_folder
 
 FORMAT = "orion-daemon"
 VERSION = 1
 RECORD = "daemon.json"
 SOCKET = "daemon.sock"
 LOG = "daemon.log"
+LOCK = "daemon.lock"
+"""Held (``flock``) by the running daemon from before its socket is bound until it has gone:
+one daemon per state folder, whatever races. Never removed (removing a lock file is a race)."""
 CLIENTS_TABLE = "clients.csv"
 CLIENT_EVENT_COLUMNS = (
     "time_s",
@@ -40,7 +47,8 @@ CLIENT_EVENT_COLUMNS = (
     "detail",
 )
 """clients.csv: ``event`` is join, leave (the process exited), dead (it ended without detaching:
-killed) or refused (``detail`` says why); times on the daemon's clock (seconds since it started)."""
+killed), expired (no process attached within the daemon's bound after the join) or refused
+(``detail`` says why); times on the daemon's clock (seconds since it started)."""
 
 
 def state_base() -> Path:
@@ -60,7 +68,10 @@ def state_dir(gpu: int, base: Path | None = None) -> Path:
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:
-    """The daemon record in ``folder``, or None when there is none (or it is unreadable)."""
+    """The daemon record in ``folder``, or None when there is none (or it is unreadable).
+    Refuses a folder that is not this user's own (:func:`ownership.check_folder`): whoever could
+    write there could name any pid for `orion down` to signal, or any socket."""
+    check_folder(folder)
     try:
         data = json.loads((folder / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -72,12 +83,17 @@ def read_record(folder: Path) -> dict[str, Any] | None:
 
 def live_record(folder: Path) -> dict[str, Any] | None:
     """The record of a daemon that is running now; None when none runs (a stale record of a
-    daemon that died is not one)."""
+    daemon that died is not one, nor one whose pid now belongs to another process: the record's
+    ``pid_start`` is the daemon's start time, :func:`orion_common.processes.same_process`)."""
     record = read_record(folder)
     if record is None:
         return None
-    pid = record.get("pid")
-    if not isinstance(pid, int) or not process_alive(pid):
+    pid, started = record.get("pid"), record.get("pid_start")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return None
+    if started is not None and (isinstance(started, bool) or not isinstance(started, int)):
+        return None
+    if not same_process(pid, started):
         return None
     return record
 

@@ -275,6 +275,12 @@ class SchedulerRun:
         attaching, found now. Read their statistics, then :meth:`release` them."""
         return [int(index) for index in self._run.reap()]
 
+    def expire(self, index: int) -> bool:
+        """Ends slot ``index`` if it is still registered with no process attached (its claimer
+        took it and never attached); :meth:`reap` then reports it. False when a process attached
+        meanwhile (then nothing changes)."""
+        return bool(self._run.expire_client(index))
+
     def release(self, index: int) -> None:
         """Empties slot ``index`` (its process gone) so a new client can take it."""
         self._run.release_client(index)

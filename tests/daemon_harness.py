@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from native_harness import wait_for
+from native_harness import read_log, wait_for
 
 from orion_common.errors import OrionError
 from orion_daemon import state
@@ -18,15 +21,50 @@ from orion_daemon.joining import join, program_environment
 from orion_daemon.protocol import request
 
 GIB = 1 << 30
+BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
+
+
+@contextlib.contextmanager
+def be_held_behind_hp(harness, daemon, tmp_path, hp_kernel_us: int = 20_000_000):
+    """An HP client running a kernel of ``hp_kernel_us`` (20 s) and a BE client whose ten
+    launches are all held on the GPU behind the gate HP closed; yields the BE process. Both are
+    killed if still running."""
+    hp_env = daemon.join("hp", "inference")
+    be_env = daemon.join("be", "trainer")
+    hp = harness.start(f"func long {hp_kernel_us} launch long 1 32 0 sync 0", env=hp_env,
+                       log=tmp_path / "hp.log")  # fmt: skip
+    be = None
+    try:
+        wait_for(lambda: len(read_log(tmp_path / "hp.log")) > 0, what="HP's launch")
+        time.sleep(0.2)
+        be = harness.start(BE_SCRIPT, env=be_env, log=tmp_path / "be.log")
+        wait_for(
+            lambda: sum(e.kind == "launch" for e in read_log(tmp_path / "be.log")) == 10,
+            what="BE's launches",
+        )
+        time.sleep(0.3)
+        assert be.poll() is None  # held behind the gate HP's long kernel closed
+        yield be
+    finally:
+        for process in (hp, be):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
 
 
 class RunningDaemon:
     """A daemon process for GPU 0 with its state folder under a test's tmp_path."""
 
-    def __init__(self, folder: Path, *arguments: str) -> None:
+    def __init__(self, folder: Path, *arguments: str, prelude: str = "") -> None:
+        """``prelude``: Python run in the daemon's process before the daemon itself (a test
+        that needs the process changed, e.g. a disk that fills up)."""
         self.folder = folder
         self.log = folder.parent / "daemon.out"
-        command = [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
+        start = ["-m", "orion_daemon"]
+        if prelude:
+            start = ["-c", f"{prelude}\nimport sys\nfrom orion_daemon.__main__ import main\n"
+                     "sys.exit(main(sys.argv[1:]))"]  # fmt: skip
+        command = [sys.executable, *start, "--gpu", "0", "--sm-count", "132",
                    "--state-dir", str(folder), "--sharing", "timeslice",
                    "--memory-bytes", str(8 * GIB), *arguments]  # fmt: skip
         with self.log.open("wb") as log:
@@ -62,6 +100,8 @@ class RunningDaemon:
         return program_environment(os.environ, joined)
 
     def events(self) -> list[dict[str, str]]:
+        """clients.csv, once the daemon's records thread has written what it was given."""
+        wait_for(lambda: self.status()["records_pending"] == 0, what="the daemon's records")
         with (self.folder / state.CLIENTS_TABLE).open() as handle:
             return list(csv.DictReader(handle))
 
@@ -73,3 +113,54 @@ class RunningDaemon:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+
+
+IMPOSTOR = r"""
+import json, os, socket, sys
+folder, reply, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+path = os.path.join(folder, "daemon.sock")
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path)
+record = {"format": "orion-daemon", "version": 1, "pid": os.getpid(), "socket": path,
+          "gpu": {"index": 0, "uuid": None}, "clients": []}
+with open(os.path.join(folder, "daemon.json"), "w") as handle:
+    json.dump(record, handle)
+if uid >= 0:  # the kernel records who listens when listen() is called
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+listener.listen(8)
+print("listening", flush=True)
+while True:
+    connection, _ = listener.accept()
+    with connection:
+        data = b""
+        while b"\n" not in data:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        try:
+            connection.sendall(reply.encode() + b"\n")
+        except OSError:  # a client that refused us left before the answer
+            pass
+"""
+
+
+class Impostor:
+    """A process listening where a GPU's daemon listens that is not orion's daemon: it answers
+    every request with ``reply``; with ``uid``, it listens as that user (the test must be root
+    to start one)."""
+
+    def __init__(self, folder: Path, reply: dict, uid: int | None = None) -> None:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", IMPOSTOR, str(folder), json.dumps(reply),
+             str(-1 if uid is None else uid)],
+            stdout=subprocess.PIPE, text=True, cwd=folder,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline().strip() == "listening"
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)

@@ -9,7 +9,6 @@ its clients running ungated, and the next daemon cleans up after it.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 import subprocess
@@ -18,14 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_harness import GIB, RunningDaemon
+from daemon_harness import BE_SCRIPT, GIB, RunningDaemon, be_held_behind_hp
 from native_harness import read_log, wait_for
 
 from orion_common.errors import OrionError
 from orion_daemon import state
 from orion_daemon.control import stop
-
-BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
 
 
 @pytest.fixture
@@ -152,33 +149,6 @@ def test_a_claimer_that_ends_before_any_process_attaches_frees_its_slot(daemon):
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30, cwd=daemon.folder)
     wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
-
-
-@contextlib.contextmanager
-def be_held_behind_hp(harness, daemon, tmp_path):
-    """An HP client running a 20 s kernel and a BE client whose ten launches are all held on the
-    GPU behind the gate HP closed; yields the BE process. Both are killed if still running."""
-    hp_env = daemon.join("hp", "inference")
-    be_env = daemon.join("be", "trainer")
-    hp = harness.start("func long 20000000 launch long 1 32 0 sync 0", env=hp_env,
-                       log=tmp_path / "hp.log")  # fmt: skip
-    be = None
-    try:
-        wait_for(lambda: len(read_log(tmp_path / "hp.log")) > 0, what="HP's launch")
-        time.sleep(0.2)
-        be = harness.start(BE_SCRIPT, env=be_env, log=tmp_path / "be.log")
-        wait_for(
-            lambda: sum(e.kind == "launch" for e in read_log(tmp_path / "be.log")) == 10,
-            what="BE's launches",
-        )
-        time.sleep(0.3)
-        assert be.poll() is None  # held behind the gate HP's 20 s kernel closed
-        yield be
-    finally:
-        for process in (hp, be):
-            if process is not None and process.poll() is None:
-                process.kill()
-                process.wait(timeout=10)
 
 
 def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, daemon, tmp_path):

@@ -1,6 +1,7 @@
 """Per-client GPU memory limits in the preload library, against the stand-in driver (CPU only).
 
-What users rely on: every allocation route counts against the client's limit, an allocation that
+What users rely on: every allocation route (CUDA arrays, plain, 3D and mipmapped, included)
+counts against the client's limit, an allocation that
 would pass it fails with CUDA's out-of-memory error without reaching the driver, the client sees
 its limit as the device's memory, frees give memory back, a limit changed while the client runs
 holds from its next allocation, and a killed client's use goes back to zero.
@@ -54,6 +55,28 @@ def test_every_allocation_route_is_counted_and_freed(harness, tmp_path, route):
     assert stats["memory_peak"] == EVERY_KIND_BYTES
     assert stats["memory_used"] == 0  # every free gave its size back
     assert stats["allocations_refused"] == 0
+
+
+ARRAYS = "alloc array 1000 alloc array3d 1600 alloc mipmap 1000"
+ARRAY_BYTES = 1000 + 1600 + (1000 + 500)  # a mipmapped array: every level
+
+
+@pytest.mark.parametrize("route", ["getproc", "dlsym"])
+def test_cuda_arrays_are_counted_and_freed(harness, tmp_path, route):
+    stdout, stats = run_client(harness, tmp_path, f"route {route} {ARRAYS} free_all", None)
+    assert return_codes(stdout) == [0] * 3
+    assert stats["memory_peak"] == ARRAY_BYTES
+    assert stats["memory_used"] == 0  # destroying each array gave its size back
+
+
+def test_a_cuda_array_past_the_limit_is_refused(harness, tmp_path):
+    script = "alloc array 2000 alloc array3d 1600 alloc mipmap 600 alloc mem 101"
+    stdout, stats = run_client(harness, tmp_path, script, 3000)
+    # 2000, then 3600 refused, then 2000 + 900 = 2900, then 3001 refused.
+    assert return_codes(stdout) == [0, OUT_OF_MEMORY, 0, OUT_OF_MEMORY]
+    assert stats["memory_peak"] == 2900 and stats["allocations_refused"] == 2
+    driver = [e.fields[0] for e in read_log(tmp_path / "job.log") if e.kind == "alloc"]
+    assert driver == ["cuArrayCreate", "cuMipmappedArrayCreate"]  # the refused never reached it
 
 
 def test_a_directly_linked_program_is_counted(harness, tmp_path):

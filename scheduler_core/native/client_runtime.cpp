@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -28,6 +30,36 @@ bool is_legacy_stream(CUstream stream, int variant) {
 }
 
 void atfork_child() { ClientRuntime::instance().disable_in_child(); }
+
+// The parent of `pid` (/proc/<pid>/stat, field 4), or 0 when it cannot be read.
+pid_t parent_of(pid_t pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+    std::FILE* file = std::fopen(path, "r");
+    if (file == nullptr) return 0;
+    char text[512] = {};
+    const std::size_t size = std::fread(text, 1, sizeof text - 1, file);
+    std::fclose(file);
+    text[size] = '\0';
+    const char* close = std::strrchr(text, ')');  // the name, in parentheses, may hold anything
+    int parent = 0;
+    if (close == nullptr || std::sscanf(close + 1, " %*c %d", &parent) != 1) return 0;
+    return static_cast<pid_t>(parent);
+}
+
+// Whether `claimer` is this process or one of its ancestors: a registered slot is attachable by
+// the process tree of the process that claimed it (run_region.h, register_slot), not by another
+// that merely has ORION_RUN and ORION_CLIENT set (one whose claimer's slot expired and was given
+// to a newcomer, for instance).
+bool claimed_by_my_tree(std::int32_t claimer) {
+    if (claimer <= 0) return true;  // a closed run's slots are configured before any process
+    pid_t pid = getpid();
+    for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+        if (pid == claimer) return true;
+        pid = parent_of(pid);
+    }
+    return false;
+}
 
 }  // namespace
 
@@ -89,6 +121,10 @@ void ClientRuntime::attach_from_environment() {
         return;
     }
     ClientSlot& slot = view.client(index);
+    if (!claimed_by_my_tree(slot.claim_pid.load(std::memory_order_acquire))) {
+        if (env_flag("ORION_DEBUG")) log_message("client slot claimed by another process tree; this process passes through");
+        return;
+    }
     auto expected = static_cast<std::uint32_t>(ClientState::kRegistered);
     if (!slot.state.compare_exchange_strong(expected,
                                             static_cast<std::uint32_t>(ClientState::kAttached),

@@ -163,6 +163,7 @@ public:
     // the process that claimed the slot ended before any process attached). Each is marked
     // exited or dead, its memory count zeroed; the caller reads its statistics, then releases it.
     std::vector<std::uint32_t> reap() { return reap_slots(run()); }
+    bool expire(std::uint32_t client) { return expire_registered(run(), client); }
 
     // Open runs: empties a slot whose process is gone (or that was never registered) so a new
     // client can take it: its kernel and graph tables, launch ring, completion words, trace,
@@ -632,6 +633,7 @@ PYBIND11_MODULE(_native, m) {
         .def("reserve_client", &Run::reserve_client, py::arg("name"), py::arg("role"))
         .def("register_client", &Run::register_client, py::arg("client"), py::arg("claim_pid"))
         .def("reap", &Run::reap)
+        .def("expire_client", &Run::expire, py::arg("client"))
         .def("release_client", &Run::release_client, py::arg("client"))
         .def("heartbeat", &Run::heartbeat)
         .def("shut_down", &Run::shut_down, py::call_guard<py::gil_scoped_release>())

@@ -40,6 +40,25 @@ struct CUmemPoolHandle_st;
 using CUmemoryPool = CUmemPoolHandle_st*;
 struct CUmemAllocationProp_st;  // passed through untouched
 using CUmemAllocationProp = CUmemAllocationProp_st;
+struct CUarray_st;
+using CUarray = CUarray_st*;
+struct CUmipmappedArray_st;
+using CUmipmappedArray = CUmipmappedArray_st*;
+// cuda.h's array descriptors (CUarray_format is an int-sized enum); read for their size only.
+struct CUDA_ARRAY_DESCRIPTOR {
+    std::size_t Width;
+    std::size_t Height;
+    int Format;
+    unsigned int NumChannels;
+};
+struct CUDA_ARRAY3D_DESCRIPTOR {
+    std::size_t Width;
+    std::size_t Height;
+    std::size_t Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+};
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_KERNEL = 0;
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10;
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_MEM_FREE = 11;
@@ -227,6 +246,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size,
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total);
 CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice dev);
+// CUDA arrays (textures, surfaces), plain and mipmapped: device memory too (array_hooks.cpp).
+CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray);
+CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray);
+CUresult cuArrayDestroy(CUarray hArray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
+                                unsigned int numMipmapLevels);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
 
 }  // extern "C"
 

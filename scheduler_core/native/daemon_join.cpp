@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -349,9 +350,65 @@ std::string daemon_folder(const std::string& device) {
     return folders.front();
 }
 
+// ---- whom to trust (docs/architecture.md, "Trust model"; orion_daemon/ownership.py) ------------
+// A state folder, and the folder of state folders above it, must be this user's own and writable
+// by no one else: whoever can write there can put a socket of their own where we look.
+void check_folder(const std::string& path) {
+    struct stat info {};
+    if (lstat(path.c_str(), &info) != 0) return;  // missing: connecting says there is no daemon
+    char described[512];
+    std::snprintf(described, sizeof described, "%s (owner uid %u, mode %04o)", path.c_str(),
+                  static_cast<unsigned>(info.st_uid), static_cast<unsigned>(info.st_mode & 07777));
+    const std::string refusing = std::string("refusing the state folder ") + described + ": ";
+    if (S_ISLNK(info.st_mode)) throw JoinFailure{refusing + "it is a symlink"};
+    if (!S_ISDIR(info.st_mode)) throw JoinFailure{refusing + "it is not a folder"};
+    if (info.st_uid != getuid()) {
+        throw JoinFailure{refusing + "it belongs to another user (this is uid " +
+                          std::to_string(getuid()) + ")"};
+    }
+    if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        throw JoinFailure{refusing + "others may write to it (it must be 0700)"};
+    }
+}
+
+std::string parent_of(const std::string& path) {
+    const std::size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The daemon is whoever listens on the socket, as the kernel says: it must run as this user.
+void check_daemon_peer(int fd, const std::string& path) {
+    ucred peer{};
+    socklen_t size = sizeof peer;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+        throw JoinFailure{"cannot tell who runs the daemon at " + path + ": " +
+                          std::strerror(errno)};
+    }
+    if (peer.uid != getuid()) {
+        throw JoinFailure{"refusing the orion daemon at " + path + ": it runs as uid " +
+                          std::to_string(peer.uid) + ", not as this user (uid " +
+                          std::to_string(getuid()) + ")"};
+    }
+}
+
+// The only variables a daemon's answer may set (orion_daemon/ownership.py, ANSWER_VARIABLES);
+// ORION_PRELOAD, which daemons of earlier versions sent, is ignored: the library is loaded.
+bool daemon_may_set(const std::string& name) {
+    static const char* const kAllowed[] = {"ORION_RUN", "ORION_CLIENT", "ORION_STRICT",
+                                           "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY",
+                                           "CUDA_MPS_LOG_DIRECTORY"};
+    for (const char* allowed : kAllowed) {
+        if (name == allowed) return true;
+    }
+    return false;
+}
+
 // ---- the conversation -------------------------------------------------------------------------
 std::string ask_daemon(const std::string& folder, const std::string& device,
                        const std::string& request) {
+    check_folder(parent_of(folder));
+    check_folder(folder);
     const std::string path = folder + "/daemon.sock";
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
@@ -372,6 +429,7 @@ std::string ask_daemon(const std::string& folder, const std::string& device,
         throw JoinFailure{"no orion daemon runs for GPU " + device + " (state folder " + folder +
                           ": " + std::strerror(errno) + "); start one with `orion up`"};
     }
+    check_daemon_peer(fd, path);
     std::size_t sent = 0;
     while (sent < request.size()) {
         const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
@@ -409,11 +467,20 @@ void apply_answer(const std::string& line) {
     if (variables == nullptr || variables->type != Json::Type::kObject) {
         throw JoinFailure{"the daemon's answer to join has no environment"};
     }
+    // All or nothing: an answer that tries to set anything else is not orion's to follow.
+    std::vector<std::pair<std::string, std::string>> accepted;
     for (const auto& [name, value] : variables->members) {
-        // The library is loaded already; the rest is for this process and the driver.
-        if (name == "ORION_PRELOAD" || value.type != Json::Type::kString) continue;
-        setenv(name.c_str(), value.text.c_str(), 1);
+        if (name == "ORION_PRELOAD") continue;  // the library is loaded already
+        if (!daemon_may_set(name)) {
+            throw JoinFailure{"refusing the daemon's answer: it sets '" + name.substr(0, 64) +
+                              "', which is not one of the variables a daemon may set"};
+        }
+        if (value.type != Json::Type::kString || value.text.find('\0') != std::string::npos) {
+            throw JoinFailure{"refusing the daemon's answer: " + name + " is not text"};
+        }
+        accepted.emplace_back(name, value.text);
     }
+    for (const auto& [name, value] : accepted) setenv(name.c_str(), value.c_str(), 1);
 }
 
 }  // namespace

@@ -22,6 +22,11 @@
 // CUDA_VISIBLE_DEVICES as the GPU's UUID, the MPS folders), before the driver initialises, so the
 // driver itself sees the MPS folders; from then on the process is an ordinary lenient client.
 //
+// Whom it trusts (docs/architecture.md, "Trust model"): the state folder and the folder above it
+// must be this user's, writable by no one else and not symlinks; the process listening on the
+// socket must run as this user (SO_PEERCRED); and the answer may set only the variables above,
+// or it is refused whole (never LD_PRELOAD: the library already loaded is the one that runs).
+//
 // A join that fails (no daemon for the GPU, a second HP, no free slot, a limit over the GPU, a
 // malformed variable) prints one line on stderr and ends the process with kJoinRefusedExit. Not
 // running ungated instead: a process that asked for a memory limit or for priority and quietly

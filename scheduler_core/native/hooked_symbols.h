@@ -36,6 +36,9 @@
     X(cuMemAllocManaged)           \
     X(cuMemCreate)                 \
     X(cuMemRelease)                \
+    X(cuArrayDestroy)              \
+    X(cuMipmappedArrayCreate)      \
+    X(cuMipmappedArrayDestroy)     \
     X(cuGraphExecNodeSetParams)
 
 // Entry points exported under a versioned name (cuda.h maps `cuMemAlloc` to `cuMemAlloc_v2`):
@@ -49,6 +52,8 @@
     X(cuMemFree, cuMemFree_v2, 3020)                                        \
     X(cuMemGetInfo, cuMemGetInfo_v2, 3020)                                  \
     X(cuDeviceTotalMem, cuDeviceTotalMem_v2, 3020)                          \
+    X(cuArrayCreate, cuArrayCreate_v2, 3020)                                \
+    X(cuArray3DCreate, cuArray3DCreate_v2, 3020)                            \
     X(cuGraphExecUpdate, cuGraphExecUpdate_v2, 12000)                       \
     X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2, 12000)
 

@@ -46,6 +46,18 @@ void MemoryLedger::record_handle(CUmemGenericAllocationHandle handle, std::uint6
     handles_[handle] = bytes;
 }
 
+void MemoryLedger::record_array(const void* array, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    arrays_[array] = bytes;
+}
+
+void MemoryLedger::forget_array(const void* array) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t bytes = take_size(arrays_, array);
+    lock.unlock();
+    unreserve(bytes);
+}
+
 void MemoryLedger::forget_pointer(CUdeviceptr pointer) {
     std::unique_lock<std::mutex> lock(mutex_);
     const std::uint64_t bytes = take_size(pointers_, pointer);

@@ -1,7 +1,8 @@
 // Per-client GPU memory accounting and limits (jobs.json `memory_limit`).
 //
 // Every allocation route of the driver (cuMemAlloc, pitched, managed, stream-ordered and from a
-// pool, and the virtual-memory API's cuMemCreate that PyTorch's expandable segments use) reserves
+// pool, the virtual-memory API's cuMemCreate that PyTorch's expandable segments use, and CUDA
+// arrays, plain, 3D and mipmapped, counted by the size of their elements) reserves
 // its size in the client's slot of the run's shared memory before the real call; one that would
 // take the client's use past its limit fails with CUDA_ERROR_OUT_OF_MEMORY without reaching the
 // driver, so PyTorch and CuPy raise their usual out-of-memory errors. Frees give the size back
@@ -35,9 +36,12 @@ public:
     // An allocation reserved and made: remembered so that its free gives the size back.
     void record_pointer(CUdeviceptr pointer, std::uint64_t bytes);
     void record_handle(CUmemGenericAllocationHandle handle, std::uint64_t bytes);
+    // CUDA arrays (plain and mipmapped), by their handle.
+    void record_array(const void* array, std::uint64_t bytes);
     // A successful free: the remembered size goes back (unknown pointers: nothing).
     void forget_pointer(CUdeviceptr pointer);
     void forget_handle(CUmemGenericAllocationHandle handle);
+    void forget_array(const void* array);
 
     // The limit in force (0: none).
     std::uint64_t limit() const;
@@ -52,6 +56,7 @@ private:
     std::mutex mutex_;
     std::unordered_map<CUdeviceptr, std::uint64_t> pointers_;
     std::unordered_map<CUmemGenericAllocationHandle, std::uint64_t> handles_;
+    std::unordered_map<const void*, std::uint64_t> arrays_;
 };
 
 }  // namespace orion

@@ -347,6 +347,14 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
     return gone;
 }
 
+bool expire_registered(const RunMapping& run, std::uint32_t client) {
+    require_open(run);
+    check_client(run, client);
+    ClientSlot& slot = run.view().client(client);
+    return end_slot(slot, ClientState::kRegistered, ClientState::kExited) ==
+           ClientState::kRegistered;
+}
+
 void release_slot(const RunMapping& run, std::uint32_t client) {
     require_open(run);
     check_client(run, client);

@@ -109,6 +109,10 @@ void register_slot(const RunMapping& run, std::uint32_t client, std::int32_t cla
 // Open runs: the slots whose process is gone, found now (marked exited or dead, memory use zeroed)
 // or before; the caller reads their statistics, then releases them.
 std::vector<std::uint32_t> reap_slots(const RunMapping& run);
+// Ends a registered slot that no process has attached to (its claimer is alive but never
+// attached within the daemon's bound): exited, for reap_slots to report. False when a process
+// attached (or the slot ended) in the meantime: then nothing changes.
+bool expire_registered(const RunMapping& run, std::uint32_t client);
 // Open runs: empties a slot whose process is gone (or that was never registered) for reuse.
 void release_slot(const RunMapping& run, std::uint32_t client);
 // The controller saw the process of an attached client end (crashed: killed).

@@ -895,6 +895,50 @@ CUresult cuMemCreate(unsigned long long* handle, size_t bytes, const void*, unsi
     return fake_allocate("cuMemCreate", handle, bytes);
 }
 CUresult cuMemRelease(unsigned long long handle) { return fake_release("cuMemRelease", handle); }
+// CUDA arrays: cuda.h's descriptors; an array takes the bytes of its elements (no padding here).
+struct FakeArrayDescriptor {
+    size_t width, height;
+    int format;
+    unsigned channels;
+};
+struct FakeArray3DDescriptor {
+    size_t width, height, depth;
+    int format;
+    unsigned channels, flags;
+};
+size_t fake_element_bytes(int format) {
+    if (format == 0x01 || format == 0x08) return 1;
+    if (format == 0x02 || format == 0x09 || format == 0x10) return 2;
+    if (format == 0x03 || format == 0x0a || format == 0x20) return 4;
+    return 16;
+}
+size_t fake_array_bytes(size_t width, size_t height, size_t depth, int format, unsigned channels) {
+    return std::max<size_t>(width, 1) * std::max<size_t>(height, 1) * std::max<size_t>(depth, 1) *
+           std::max(channels, 1U) * fake_element_bytes(format);
+}
+CUresult cuArrayCreate_v2(unsigned long long* handle, const FakeArrayDescriptor* d) {
+    return fake_allocate("cuArrayCreate", handle,
+                         fake_array_bytes(d->width, d->height, 0, d->format, d->channels));
+}
+CUresult cuArray3DCreate_v2(unsigned long long* handle, const FakeArray3DDescriptor* d) {
+    return fake_allocate("cuArray3DCreate", handle,
+                         fake_array_bytes(d->width, d->height, d->depth, d->format, d->channels));
+}
+CUresult cuArrayDestroy(unsigned long long handle) { return fake_release("cuArrayDestroy", handle); }
+CUresult cuMipmappedArrayCreate(unsigned long long* handle, const FakeArray3DDescriptor* d,
+                                unsigned levels) {
+    size_t bytes = 0, width = d->width, height = d->height, depth = d->depth;
+    for (unsigned level = 0; level < std::max(levels, 1U); ++level) {
+        bytes += fake_array_bytes(width, height, depth, d->format, d->channels);
+        width = std::max<size_t>(width / 2, 1);
+        height = height == 0 ? 0 : std::max<size_t>(height / 2, 1);
+        depth = depth == 0 ? 0 : std::max<size_t>(depth / 2, 1);
+    }
+    return fake_allocate("cuMipmappedArrayCreate", handle, bytes);
+}
+CUresult cuMipmappedArrayDestroy(unsigned long long handle) {
+    return fake_release("cuMipmappedArrayDestroy", handle);
+}
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     *free_bytes = mem_total() - g_mem_used;
@@ -1055,6 +1099,13 @@ const Entry kEntries[] = {
     FAKE_PTSZ(cuMemFreeAsync),
     FAKE_PLAIN(cuMemCreate),
     FAKE_PLAIN(cuMemRelease),
+    {"cuArrayCreate", reinterpret_cast<void*>(&cuArrayCreate_v2),
+     reinterpret_cast<void*>(&cuArrayCreate_v2)},
+    {"cuArray3DCreate", reinterpret_cast<void*>(&cuArray3DCreate_v2),
+     reinterpret_cast<void*>(&cuArray3DCreate_v2)},
+    FAKE_PLAIN(cuArrayDestroy),
+    FAKE_PLAIN(cuMipmappedArrayCreate),
+    FAKE_PLAIN(cuMipmappedArrayDestroy),
     {"cuGraphExecUpdate", reinterpret_cast<void*>(&cuGraphExecUpdate_v2),
      reinterpret_cast<void*>(&cuGraphExecUpdate_v2), 12000},
     {"cuGraphExecKernelNodeSetParams", reinterpret_cast<void*>(&cuGraphExecKernelNodeSetParams_v2),

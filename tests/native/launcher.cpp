@@ -91,6 +91,20 @@ using MemFreeAsyncFn = CUresult (*)(unsigned long long, void*);
 using MemCreateFn = CUresult (*)(unsigned long long*, size_t, const void*, unsigned long long);
 using MemInfoFn = CUresult (*)(size_t*, size_t*);
 using TotalMemFn = CUresult (*)(size_t*, int);
+// cuda.h's CUDA_ARRAY_DESCRIPTOR and CUDA_ARRAY3D_DESCRIPTOR.
+struct ArrayDescriptor {
+    size_t width, height;
+    int format;
+    unsigned channels;
+};
+struct Array3DDescriptor {
+    size_t width, height, depth;
+    int format;
+    unsigned channels, flags;
+};
+using ArrayCreateFn = CUresult (*)(unsigned long long*, const ArrayDescriptor*);
+using Array3DCreateFn = CUresult (*)(unsigned long long*, const Array3DDescriptor*);
+using MipmappedCreateFn = CUresult (*)(unsigned long long*, const Array3DDescriptor*, unsigned);
 }
 
 namespace {
@@ -164,7 +178,8 @@ void* resolve_memory(const std::string& base) {
     static const std::map<std::string, std::string> kVersioned = {
         {"cuMemAlloc", "cuMemAlloc_v2"},   {"cuMemAllocPitch", "cuMemAllocPitch_v2"},
         {"cuMemFree", "cuMemFree_v2"},     {"cuMemGetInfo", "cuMemGetInfo_v2"},
-        {"cuDeviceTotalMem", "cuDeviceTotalMem_v2"}};
+        {"cuDeviceTotalMem", "cuDeviceTotalMem_v2"}, {"cuArrayCreate", "cuArrayCreate_v2"},
+        {"cuArray3DCreate", "cuArray3DCreate_v2"}};
     const auto versioned = kVersioned.find(base);
     if (g_route == "direct") {
         if (base == "cuMemAlloc") return reinterpret_cast<void*>(&cuMemAlloc_v2);
@@ -187,6 +202,8 @@ void* resolve_memory(const std::string& base) {
 std::vector<unsigned long long> g_plain;    // cuMemAlloc, managed, pitched: cuMemFree
 std::vector<unsigned long long> g_ordered;  // stream-ordered: cuMemFreeAsync
 std::vector<unsigned long long> g_handles;  // cuMemCreate: cuMemRelease
+std::vector<unsigned long long> g_arrays;   // cuArrayCreate, cuArray3DCreate: cuArrayDestroy
+std::vector<unsigned long long> g_mipmaps;  // cuMipmappedArrayCreate: cuMipmappedArrayDestroy
 
 void print_rc(const std::string& what, CUresult rc) {
     std::printf("%s rc=%d\n", what.c_str(), rc);
@@ -216,6 +233,19 @@ void allocate(const std::string& kind, size_t bytes) {
     } else if (kind == "vmm") {
         rc = reinterpret_cast<MemCreateFn>(resolve_memory("cuMemCreate"))(&out, bytes, nullptr, 0);
         keep = &g_handles;
+    } else if (kind == "array") {  // `bytes` one-byte elements in a row
+        const ArrayDescriptor desc{bytes, 0, 0x01, 1};
+        rc = reinterpret_cast<ArrayCreateFn>(resolve_memory("cuArrayCreate"))(&out, &desc);
+        keep = &g_arrays;
+    } else if (kind == "array3d") {  // 4-channel floats, 16 bytes each, 1 x 1 deep: `bytes`
+        const Array3DDescriptor desc{bytes / 16, 1, 1, 0x20, 4, 0};
+        rc = reinterpret_cast<Array3DCreateFn>(resolve_memory("cuArray3DCreate"))(&out, &desc);
+        keep = &g_arrays;
+    } else if (kind == "mipmap") {  // two levels of a row: `bytes` + `bytes` / 2
+        const Array3DDescriptor desc{bytes, 0, 0, 0x01, 1, 0};
+        rc = reinterpret_cast<MipmappedCreateFn>(resolve_memory("cuMipmappedArrayCreate"))(
+            &out, &desc, 2);
+        keep = &g_mipmaps;
     } else {
         usage("unknown allocation kind");
     }
@@ -231,9 +261,17 @@ void free_all() {
     for (unsigned long long h : g_handles) {
         reinterpret_cast<MemFreeFn>(resolve_memory("cuMemRelease"))(h);
     }
+    for (unsigned long long a : g_arrays) {
+        reinterpret_cast<MemFreeFn>(resolve_memory("cuArrayDestroy"))(a);
+    }
+    for (unsigned long long m : g_mipmaps) {
+        reinterpret_cast<MemFreeFn>(resolve_memory("cuMipmappedArrayDestroy"))(m);
+    }
     g_plain.clear();
     g_ordered.clear();
     g_handles.clear();
+    g_arrays.clear();
+    g_mipmaps.clear();
 }
 
 void* stream_arg(const std::string& token) {

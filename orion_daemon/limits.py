@@ -1,0 +1,142 @@
+"""`orion quota` on a daemon's client: a ``quota`` request on the daemon's socket.
+
+The daemon admits clients by the GPU-time shares promised to those running and by the GPU's
+memory. A change written straight into the shared memory (as `orion quota` does for a run
+directory) would go past it, and a later join would be checked against figures that no longer
+hold. So a daemon's client is changed by the daemon: the same rules as a join, against what is
+promised now, then applied to the shared state and kept where admission reads it, and appended to
+the state folder's ``limits.csv`` by the records thread.
+
+Request: ``{"op": "quota", "client": NAME}`` plus any of ``memory_limit`` (bytes, or null to lift
+the limit; absent: unchanged), ``min_util``, ``max_util`` (absent or null: unchanged). Answer:
+``changes``, one ``{field, old, new, in_use}`` per value that changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from orion_common.errors import OrionError
+from orion_common.sizes import format_size
+from orion_daemon import state
+from orion_daemon.protocol import request
+from orion_daemon.status import Client
+
+UNCHANGED = object()
+"""What ``memory_limit`` is when it is not to change (None lifts the limit)."""
+
+
+def _share(message: dict[str, Any], key: str) -> float | None:
+    value = message.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise OrionError(f"quota: {key} must be a number")
+    if not 0.0 <= value <= 1.0:
+        raise OrionError(f"--{key.replace('_', '-')} must be between 0 and 1 (got {value:g})")
+    return float(value)
+
+
+def _memory_limit(message: dict[str, Any], gpu_memory_bytes: int | None) -> object:
+    if "memory_limit" not in message:
+        return UNCHANGED
+    limit = message["memory_limit"]
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise OrionError("quota: memory_limit must be a whole number of bytes, at least 1")
+    if gpu_memory_bytes is not None and limit > gpu_memory_bytes:
+        raise OrionError(
+            f"memory limit {format_size(limit)} is larger than the GPU's "
+            f"{format_size(gpu_memory_bytes)}"
+        )
+    return limit
+
+
+def apply_change(
+    message: dict[str, Any],
+    clients: Iterable[Client],
+    scheduler: Any,
+    *,
+    policy: str,
+    shares: bool,
+    gpu_memory_bytes: int | None,
+) -> list[dict[str, Any]]:
+    """Checks and applies a ``quota`` request to the daemon's ``clients`` (updated in place, so
+    admission counts the new shares) and ``scheduler``; the changes made. Nothing is applied
+    when anything is refused."""
+    clients = list(clients)
+    name = message.get("client")
+    client = next((c for c in clients if c.name == name), None)
+    if client is None:
+        known = ", ".join(sorted(c.name for c in clients)) or "none"
+        raise OrionError(f"no client {name!r} on this daemon (clients: {known})")
+    limit = _memory_limit(message, gpu_memory_bytes)
+    min_util, max_util = _share(message, "min_util"), _share(message, "max_util")
+    if min_util is not None or max_util is not None:
+        if not shares and policy != "quota":
+            raise OrionError(
+                "this daemon enforces no GPU-time shares (--min-util / --max-util)",
+                hint="start it with `orion up --shares`",
+            )
+        if client.role == "hp" and policy != "quota":
+            raise OrionError(
+                f"policy {policy!r} never holds HP work back; GPU-time shares apply to BE "
+                "clients (every client under policy 'quota')"
+            )
+    new_min = client.min_util if min_util is None else min_util
+    new_max = client.max_util if max_util is None else max_util
+    if new_min > new_max:
+        raise OrionError(f"min_util {new_min:g} would be above max_util {new_max:g}")
+    others = sum(c.min_util for c in clients if c is not client)
+    if new_min > client.min_util and others + new_min > 1.0 + 1e-9:
+        raise OrionError(
+            f"min_util would add up to {others + new_min:g} over the clients; at most 1"
+        )
+    changes = []
+    if limit is not UNCHANGED:
+        scheduler.set_memory_limit(client.slot, limit)
+        in_use = int(scheduler.client_stats(client.slot).get("memory_used", 0))
+        changes.append(_change("memory_limit", client.memory_limit, limit, in_use))
+        client.memory_limit = limit  # type: ignore[assignment]
+    if (new_min, new_max) != (client.min_util, client.max_util):
+        scheduler.set_quota(client.slot, new_min, new_max)
+        for field, old, new in (("min_util", client.min_util, new_min),
+                                ("max_util", client.max_util, new_max)):  # fmt: skip
+            if old != new:
+                changes.append(_change(field, old, new, 0))
+        client.min_util, client.max_util = new_min, new_max
+    return changes
+
+
+def _change(field: str, old: object, new: object, in_use: int) -> dict[str, Any]:
+    return {"field": field, "old": old, "new": new, "in_use": in_use}
+
+
+def change_limits(
+    folder: Path,
+    client: str,
+    *,
+    memory_limit: object = UNCHANGED,
+    min_util: float | None = None,
+    max_util: float | None = None,
+) -> list[dict[str, Any]]:
+    """Asks the daemon whose state folder is ``folder`` to change ``client``'s limits
+    (``memory_limit``: bytes, None to lift it, or left out); the changes it made."""
+    record = state.live_record(folder)
+    if record is None:
+        raise OrionError(
+            f"{folder}: no orion daemon runs there; limits change only while it runs",
+            hint="`orion status` says which daemons run",
+        )
+    message: dict[str, Any] = {"op": "quota", "client": client}
+    if memory_limit is not UNCHANGED:
+        message["memory_limit"] = memory_limit
+    if min_util is not None:
+        message["min_util"] = min_util
+    if max_util is not None:
+        message["max_util"] = max_util
+    return list(request(Path(record["socket"]), message).get("changes", []))
