@@ -279,9 +279,11 @@ class Worker:
             notes: list[str] = []
             with private_mps_daemon(folder, notes=notes) as daemon:
                 environment.update(daemon.environment)
-                # An MPS client sees the GPUs of its MPS server (this one only) as its devices:
-                # its own CUDA_VISIBLE_DEVICES=<index> would name a GPU that is not there.
-                environment.pop("CUDA_VISIBLE_DEVICES")
+                # An MPS client's CUDA numbers the GPUs of its MPS server (this one) from 0, so
+                # CUDA_VISIBLE_DEVICES=<index> names a GPU that is not there ("no CUDA GPUs").
+                # Unset, torch counts devices through NVML, which MPS does not narrow (4 on a
+                # 4-GPU host), and fails at device 1. 0 is right for both.
+                environment["CUDA_VISIBLE_DEVICES"] = "0"
                 result = self.run_clients(cell, folder, environment, mode)
             result["notes"] = notes
             return result
