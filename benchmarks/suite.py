@@ -290,32 +290,26 @@ class Worker:
         if mode == "orion":
             state = folder / "state"
             environment.pop("CUDA_VISIBLE_DEVICES")  # orion run sets it to the daemon's GPU
-            up = subprocess.run(
-                orion_cli("up", "--gpu", str(self.gpu), "--state-dir", str(state)),
-                env=environment,
-                capture_output=True,
-                text=True,
-                timeout=180,
-                cwd=folder,
-                check=False,
-            )
-            (folder / "orion-up.log").write_text(up.stdout + up.stderr)
-            if up.returncode != 0:
-                raise CellFailed(f"orion up failed ({up.returncode}): see orion-up.log")
+            up = self.daemon_command("up", state, environment, folder)
+            if up != 0:
+                raise CellFailed(f"orion up failed ({up}): see orion-up.log")
             try:
                 return self.run_clients(cell, folder, environment, mode, state)
             finally:
-                down = subprocess.run(
-                    orion_cli("down", "--gpu", str(self.gpu), "--state-dir", str(state)),
-                    env=environment,
-                    capture_output=True,
-                    text=True,
-                    timeout=180,
-                    check=False,
-                    cwd=folder,
-                )
-                (folder / "orion-down.log").write_text(down.stdout + down.stderr)
+                self.daemon_command("down", state, environment, folder)
         return self.run_clients(cell, folder, environment, mode)
+
+    def daemon_command(
+        self, verb: str, state: Path, environment: dict[str, str], folder: Path
+    ) -> int:
+        """``orion up`` or ``orion down`` for this GPU and the cell's state folder, its output in
+        ``orion-<verb>.log``; returns its exit status."""
+        done = subprocess.run(
+            orion_cli(verb, "--gpu", str(self.gpu), "--state-dir", str(state)),
+            env=environment, capture_output=True, text=True, timeout=180, cwd=folder, check=False,
+        )  # fmt: skip
+        (folder / f"orion-{verb}.log").write_text(done.stdout + done.stderr)
+        return done.returncode
 
     def run_clients(
         self,
