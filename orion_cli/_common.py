@@ -8,9 +8,10 @@ tracebacks for problems a user can fix.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
@@ -19,7 +20,7 @@ import typer
 from orion_cli.console import console, error_console, shown
 from orion_common.errors import OrionError, UsageError
 
-__all__ = ["console", "error_console", "fail", "handle_errors", "interactive"]
+__all__ = ["as_usage", "console", "error_console", "fail", "handle_errors", "interactive"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,6 +53,19 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+@contextlib.contextmanager
+def as_usage() -> Iterator[None]:
+    """The checks inside judge what the user typed on the command line (a workload's mode, a
+    window): a library's :class:`OrionError` there is a usage error, exit status 2. The same
+    check reading a file (a jobs file's workload) stays an error, exit status 1."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except OrionError as error:
+        raise UsageError(error.message, error.hint) from None
 
 
 def interactive() -> bool:

@@ -309,6 +309,24 @@ BEFORE_THE_MACHINE = [
     ("run --memory-limit 4gib", [*RUN_BE, "--memory-limit", "4gib", "--", "true"], "4gib", 2),
     ("run --name of 40", [*RUN_BE, "--name", "n" * 40, "--", "true"], "1 to 31 bytes", 2),
     ("run a file, not a program", [*RUN_BE, "--", "{file}"], "Permission denied", 126),
+    (
+        "colocate --policy nope",
+        ["colocate", "examples/headline.json", "--policy", "nope"],
+        "--policy: unknown policy 'nope'",
+        2,
+    ),
+    (
+        "colocate --duration -1",
+        ["colocate", "examples/headline.json", "--duration", "-1"],
+        "--duration: must be > 0 (got -1)",
+        2,
+    ),
+    (
+        "colocate --duration nan",
+        ["colocate", "examples/headline.json", "--duration", "nan"],
+        "--duration: must be a finite number",
+        2,
+    ),
     ("run-plan a bogus policy", ["run-plan", "{bogus_plan}"], "gpus[0].policy: must be one", 1),
     ("run-plan -d nan", [*RUN_PLAN, "-d", "nan"], "--duration: must be a finite number", 2),
     ("run-plan -d -1", [*RUN_PLAN, "-d", "-1"], "--duration: must be > 0 (got -1)", 2),
@@ -350,6 +368,7 @@ def test_an_option_is_checked_before_the_machine(
         raise AssertionError(f"orion run started the program: {arguments}")
 
     monkeypatch.setattr(os, "execve", no_exec)  # a row that is not refused must not exec
+    monkeypatch.chdir(ROOT)
     (tmp_path / "existing.txt").write_text("keep me\n")
     filled = [arg.format(**plans) if arg.strip("{}") in plans else arg for arg in args]
     result = runner.invoke(app, _fill(filled, tmp_path))
