@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orion_cli._common import MatrixDirOpt, console, handle_errors
+from orion_cli._common import MatrixDirOpt, console, error_console, handle_errors, interactive
 from orion_cli.console import JsonOpt, print_json, print_table, shown
 from orion_common.output_paths import check_output_file
 from placement.fleet import OBJECTIVES
@@ -62,7 +62,12 @@ def plan_command(
         check_output_file(output, "plan file")
     spec = load_fleet(fleet)
     matrices = load_matrices(spec.gpu_kinds(), matrix_dir)
-    plan = solve(spec, matrices, objective)
+    if interactive():
+        # a large fleet takes minutes to solve: say which stage it is in, on stderr
+        with error_console.status("planning", spinner="dots") as status:
+            plan = solve(spec, matrices, objective, progress=lambda stage: status.update(stage))
+    else:
+        plan = solve(spec, matrices, objective)
     if as_json:
         written = None if output is None else str(write_plan(plan, output))
         print_json({**plan.to_dict(), "written": written})

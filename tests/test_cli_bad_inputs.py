@@ -219,6 +219,21 @@ BAD_FILES = [
         "no pair matrix for GPU kind",
     ),
     (
+        "plan: 1000 GPUs beside 2000 BE jobs",
+        _plan(
+            lambda d: d.update(
+                gpus=[{"kind": d["gpus"][0]["kind"], "count": 1000}],
+                be=[{"name": f"b{i}", "job": d["be"][i % 3]["job"]} for i in range(2000)],
+            )
+        ),
+        "more than 200,000 placement options",
+    ),
+    (
+        "simulate: jobs_per_hour 1e-300",
+        _simulate(_set("simulation", "arrivals", {"kind": "poisson", "jobs_per_hour": 1e-300})),
+        "brought no job",
+    ),
+    (
         "simulate: iterations 1e30",
         _simulate(lambda d: d["simulation"]["job_mix"][0].update(iterations=1e30)),
         "iterations: must be at most",
