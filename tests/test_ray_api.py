@@ -217,6 +217,15 @@ def test_a_join_fraction_is_that_share_of_the_gpus_memory_an_explicit_limit_wins
         check_join(JoinRequest("be", "x", memory_fraction=2.0), [], 8 * GIB)
 
 
+@pytest.mark.parametrize("target", ["nan", "inf", "-inf"])
+def test_the_daemon_refuses_a_join_whose_latency_target_is_not_a_number(target):
+    """ORION_LATENCY_TARGET_MS=nan set by hand passed the daemon, and the program died at its
+    first CUDA call; the join is refused with the reason instead."""
+    message = {"role": "hp", "name": "web", "latency_target_ms": float(target)}
+    with pytest.raises(OrionError, match="--latency-target-ms must be a positive number"):
+        check_join(JoinRequest.from_message(message), [], 8 * GIB)
+
+
 def test_a_join_message_may_give_its_limit_as_people_write_sizes():
     request = JoinRequest.from_message({"role": "be", "name": "x", "memory_limit": "1.5GiB"})
     assert request.memory_limit == 3 * GIB // 2
