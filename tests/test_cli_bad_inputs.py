@@ -196,6 +196,11 @@ BAD_FILES = [
     ),
     ("jobs: warmup_steps 10^30", _colocate(_set("run", "warmup_steps", 10**30)), "warmup_steps"),
     ("jobs: duration_s 1e15", _colocate(_set("run", "duration_s", 1e15)), "duration_s"),
+    (
+        "jobs: HP rate 1e308 per s",
+        _colocate(lambda d: d["clients"][0]["arrivals"].update(rate_per_s=1e308)),
+        "clients[0].arrivals.rate_per_s: must be <= 1000000",
+    ),
     ("report: deeply nested run.json", _nested_run_json, "nested too deeply"),
     ("plan: count 1e9 GPUs", _plan(lambda d: d["gpus"][0].update(count=10**9)), "at most 4,096"),
     ("plan: HP rate 800/s, measured at 80/s", _plan_rate, "was measured at 80/s"),
