@@ -124,9 +124,8 @@ def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
     joining library, which names the client ``<program>-<pid>`` (``orion.ray``'s default)."""
     if request.role not in ROLES:
         raise UsageError(f"a client's role is 'hp' or 'be' (got {request.role!r})")
-    if name_pending and not request.name:
-        pass
-    elif not request.name or len(request.name.encode()) > MAX_NAME_CHARS:
+    left_to_library = name_pending and not request.name
+    if not left_to_library and not 1 <= len(request.name.encode()) <= MAX_NAME_CHARS:
         raise UsageError(f"a client name has 1 to {MAX_NAME_CHARS} bytes (got {request.name!r})")
     fraction = request.memory_fraction
     if fraction is not None and not 0.0 < fraction <= 1.0:
