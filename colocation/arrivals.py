@@ -105,18 +105,25 @@ class ClosedArrivals(StrictModel):
     think_ms: Annotated[float, Field(ge=0)] = 0.0
 
 
+MAX_RATE_PER_S = 1_000_000.0
+"""The highest request rate a client may be given: a million a second is far past what one GPU
+serves, so a larger one (``1e308``) is a slip in the number, said before the machine is checked
+(the same bound as a fleet's HP services, ``placement.fleet``)."""
+RatePerS = Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)]
+
+
 class PoissonArrivals(StrictModel):
     """Open loop: exponential inter-arrival times with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"]
-    rate_per_s: Annotated[float, Field(gt=0)]
+    rate_per_s: RatePerS
 
 
 class UniformArrivals(StrictModel):
     """Open loop: one request every ``1 / rate_per_s`` seconds, the first at the start."""
 
     kind: Literal["uniform"]
-    rate_per_s: Annotated[float, Field(gt=0)]
+    rate_per_s: RatePerS
 
 
 class TraceArrivals(StrictModel):

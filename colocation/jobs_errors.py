@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from colocation.arrivals import ARRIVAL_KINDS, ARRIVAL_MODELS
 from colocation.jobs_fields import Problem, StrictModel, number, show
@@ -144,3 +144,24 @@ def problem_order(problem: Problem) -> tuple[int, int]:
     if match:
         return (1, int(match.group(1)) if match.group(1) is not None else -1)
     return (2, 0)
+
+
+def value_problem(model: type[StrictModel], field: str, value: Any) -> str | None:
+    """Why ``value`` cannot be ``model``'s ``field``, in the words a jobs file gets (None: it
+    can), by the field's declared type and bounds (not its validator functions).
+
+    For an option or argument that is a jobs-file field by another name (`orion run-plan -d` is
+    ``run.duration_s``, `orion quota --max-util` a client's ``max_util``): its bounds are stated
+    once, in the model, and say the same on the command line as in a file."""
+    info = model.model_fields[field]
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[(annotation, *info.metadata)]  # type: ignore[valid-type]
+    adapter: TypeAdapter[Any] = TypeAdapter(
+        annotation, config=ConfigDict(strict=True, allow_inf_nan=False)
+    )
+    try:
+        adapter.validate_python(value)
+    except ValidationError as error:
+        return _message(error.errors()[0])[1]
+    return None

@@ -75,12 +75,32 @@ def _check_client(data: dict[str, Any], client: str) -> None:
         raise OrionError(f"no client {client!r} in this run (clients: {known})")
 
 
+def _gpu_memory_bytes(data: dict[str, Any]) -> int | None:
+    """The GPU's memory as the live record says it: a run's ``environment.gpu_memory_mib``
+    (NVML's total), a daemon's ``gpu.memory_bytes``; None when it says neither."""
+    environment = data.get("environment")
+    if isinstance(environment, dict):
+        mib = environment.get("gpu_memory_mib")
+        if isinstance(mib, int) and not isinstance(mib, bool) and mib > 0:
+            return mib << 20
+    gpu = data.get("gpu")
+    if isinstance(gpu, dict):
+        size = gpu.get("memory_bytes")
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return size
+    return None
+
+
 def change_memory_limit(run_dir: Path, client: str, limit: int | None) -> LimitChange:
     """Sets ``client``'s memory limit (bytes; None: none) in the live run at ``run_dir``."""
+    from orion_daemon.admission import memory_limit_problem
     from scheduler_core import LiveRun
 
     data = _live_record(run_dir)
     _check_client(data, client)
+    problem = memory_limit_problem(limit, _gpu_memory_bytes(data))
+    if problem is not None:
+        raise OrionError(problem, hint="give a limit in the GPU's memory, or 'none'")
     scheduler = data["scheduler"]
     with LiveRun(str(scheduler["shm"])) as run:
         index = run.client_index(client)

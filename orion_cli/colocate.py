@@ -15,7 +15,7 @@ from rich.text import Text
 
 from orion_cli._common import console, error_console, fail, handle_errors, interactive
 from orion_cli.console import print_table, warn
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_common.output_paths import check_output_folder
 
 _PLAIN_INTERVAL_S = 5.0
@@ -201,8 +201,10 @@ def colocate_command(
 
     A plan from `orion plan -o plan.json` is run by `orion run-plan`.
     """
-    from colocation.config import example_jobs, load_jobs
+    from colocation.config import RunConfig, example_jobs, load_jobs
+    from colocation.jobs_errors import value_problem
     from colocation.overrides import with_overrides
+    from colocation.policies import get_policy
     from colocation.preflight import prepare_run
     from colocation.runner import run_jobs
 
@@ -210,7 +212,16 @@ def colocate_command(
         typer.echo(example_jobs(), nl=False)
         return
     if jobs is None:
-        raise OrionError("give a jobs file: orion colocate JOBS.json", hint=_EXAMPLE_HINT)
+        raise UsageError("give a jobs file: orion colocate JOBS.json", hint=_EXAMPLE_HINT)
+    # the options first, by the jobs file's own rules: a bad one is a usage error (status 2)
+    if policy is not None:
+        try:
+            get_policy(policy)
+        except OrionError as error:
+            raise UsageError(f"--policy: {error.message}") from None
+    problem = None if duration is None else value_problem(RunConfig, "duration_s", duration)
+    if problem is not None:
+        raise UsageError(f"--duration: {problem}")
     config = with_overrides(
         load_jobs(jobs), source=jobs, policy=policy, output_dir=output_dir, duration_s=duration
     )

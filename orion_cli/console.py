@@ -11,6 +11,11 @@
 A new command prints a table with :func:`print_table` (any ``rich.table.Table``), a note with
 ``console.print(...)``, a warning with :func:`warn`, and its ``--json`` document (option
 :data:`JsonOpt`) with :func:`print_json`.
+
+- What a user wrote (a client's name, a command line, a path, a GPU's name) is shown as written:
+  rich reads ``[...]`` in a printed string as console markup and drops it (``svc[ray]`` became
+  ``svc``), so such a string goes through :func:`shown` before it is printed among markup.
+  :func:`warn` and the CLI's error line do it for their whole message.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -59,9 +65,14 @@ JsonOpt = Annotated[
 ]
 
 
+def shown(text: object) -> str:
+    """``text`` as it will be shown, never read as console markup (``svc[ray]`` stays whole)."""
+    return escape(str(text))
+
+
 def warn(message: str) -> None:
-    """A warning, on stderr, one line however narrow the terminal."""
-    error_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    """A warning, on stderr, one line however narrow the terminal; its text shown as written."""
+    error_console.print(f"[yellow]warning:[/] {shown(message)}", highlight=False, soft_wrap=True)
 
 
 def note(message: str) -> None:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from orion.ray.checks import ray_checks
 from orion_cli._common import console, handle_errors
-from orion_cli.console import JsonOpt, print_json, print_table
+from orion_cli.console import JsonOpt, print_json, print_table, shown
 from orion_common.prerequisites import Check, blockers, machine_checks
 from scheduler_core.library import native_checks
 
@@ -64,15 +64,20 @@ def doctor_command(as_json: JsonOpt = False) -> None:
     table.add_column("found")
     table.add_column("needed by")
     for check in checks:
-        table.add_row(check.name, _MARK[check.ok], check.value, ", ".join(check.needed_for) or "-")
+        table.add_row(
+            shown(check.name),
+            _MARK[check.ok],
+            shown(check.value),
+            ", ".join(check.needed_for) or "-",
+        )
     print_table(table)
     for check in checks:
         if check.ok is False and check.hint:
-            console.print(f"[yellow]{check.name}:[/] {check.hint}", highlight=False)
+            console.print(f"[yellow]{shown(check.name)}:[/] {shown(check.hint)}", highlight=False)
     missing = blockers(checks)
     for command, names in missing.items():
         if names:
-            console.print(f"[red]orion {command} cannot run:[/] missing {', '.join(names)}")
+            console.print(f"[red]orion {command} cannot run:[/] missing {shown(', '.join(names))}")
         else:
             console.print(f"[green]orion {command}: ready[/]")
     if any(missing.values()):

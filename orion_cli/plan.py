@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orion_cli._common import MatrixDirOpt, console, handle_errors
-from orion_cli.console import JsonOpt, print_json, print_table
+from orion_cli._common import MatrixDirOpt, console, error_console, handle_errors, interactive
+from orion_cli.console import JsonOpt, print_json, print_table, shown
 from orion_common.output_paths import check_output_file
 from placement.fleet import OBJECTIVES
 
@@ -62,7 +62,12 @@ def plan_command(
         check_output_file(output, "plan file")
     spec = load_fleet(fleet)
     matrices = load_matrices(spec.gpu_kinds(), matrix_dir)
-    plan = solve(spec, matrices, objective)
+    if interactive():
+        # a large fleet takes minutes to solve: say which stage it is in, on stderr
+        with error_console.status("planning", spinner="dots") as status:
+            plan = solve(spec, matrices, objective, progress=lambda stage: status.update(stage))
+    else:
+        plan = solve(spec, matrices, objective)
     if as_json:
         written = None if output is None else str(write_plan(plan, output))
         print_json({**plan.to_dict(), "written": written})
@@ -91,7 +96,7 @@ def plan_command(
             )
             or "-"
         )
-        table.add_row(str(gpu.index), gpu.kind, jobs, hp_text, be_text)
+        table.add_row(str(gpu.index), shown(gpu.kind), shown(jobs), hp_text, shown(be_text))
     print_table(table)
     totals = plan.totals
     min_ratio = totals["min_weighted_be_ratio"]
@@ -101,9 +106,9 @@ def plan_command(
         f"GPUs used: {totals['gpus_used']} of {len(plan.gpus)}; BE throughput "
         f"{totals['be_throughput_per_s']:.1f}/s (weighted {weighted:.1f}); "
         f"min weighted BE ratio {min_text}; "
-        f"unplaced: {', '.join(plan.unplaced) or 'none'}"
+        f"unplaced: {shown(', '.join(plan.unplaced) or 'none')}"
     )
     for note in plan.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {shown(note)}", highlight=False)
     if output is not None:
-        console.print(f"plan written to {write_plan(plan, output)}")
+        console.print(f"plan written to {shown(write_plan(plan, output))}")

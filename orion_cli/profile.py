@@ -32,12 +32,13 @@ from orion_cli._common import (
     CudaGraphOpt,
     DTypeOpt,
     ModeOpt,
+    as_usage,
     console,
     handle_errors,
     interactive,
 )
 from orion_cli.console import print_table, warn
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -227,7 +228,7 @@ def profile_command(
     """
     program = ctx.meta.get(PROGRAM_KEY)
     if workload is not None and program is not None:
-        raise OrionError(
+        raise UsageError(
             f"give a workload or a program after --, not both (got workload {workload!r})",
             hint="orion profile resnet50 -b 4, or orion profile --window profiler-api -- CMD",
         )
@@ -246,7 +247,7 @@ def profile_command(
             metric_set=metric_set,
         )
     elif workload is None:
-        raise OrionError(
+        raise UsageError(
             "nothing to profile: give a workload, or a program after --",
             hint="orion profile resnet50 -b 4, or orion profile --window profiler-api -- CMD",
         )
@@ -285,24 +286,25 @@ def _profile_workload(
     """Today's workload profile: a live run, or post-processing redone from a saved CSV."""
     from workloads import WorkloadSpec
 
-    spec = WorkloadSpec(
-        workload, mode=mode, batch_size=batch_size, dtype=dtype, cuda_graph=cuda_graph
-    )
-    spec.validate()
+    with as_usage():
+        spec = WorkloadSpec(
+            workload, mode=mode, batch_size=batch_size, dtype=dtype, cuda_graph=cuda_graph
+        )
+        spec.validate()
     if output is not None:
         _check_output_folder(output)
     if from_ncu is None:
         if measured is not None:
-            raise OrionError("--measured only applies with --from-ncu")
+            raise UsageError("--measured only applies with --from-ncu")
         return _profile_live(spec, output, replay_mode, warmup, metric_set)
     if replay_mode is not None or warmup is not None:
-        raise OrionError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
+        raise UsageError("--replay-mode and --warmup apply to a live run, not to --from-ncu")
     if cuda_graph:
-        raise OrionError(
+        raise UsageError(
             "--cuda-graph applies to a live run; --from-ncu takes what the CSV recorded"
         )
     if metric_set is not None:
-        raise OrionError(
+        raise UsageError(
             "--metric-set applies to a live run: with --from-ncu the CSV's columns decide "
             "(SOL metrics: full, sub-metrics only: fast)"
         )
@@ -331,7 +333,7 @@ def _refuse(given: set[str], options: tuple[str, ...], to: str) -> None:
     wrong = ["--" + key.replace("_", "-") for key in options if key in given]
     if wrong:
         verb = "applies" if len(wrong) == 1 else "apply"
-        raise OrionError(f"{', '.join(wrong)} {verb} only to {to}")
+        raise UsageError(f"{', '.join(wrong)} {verb} only to {to}")
 
 
 def _profile_program(
@@ -356,19 +358,20 @@ def _profile_program(
     from scheduler_core.library import PRELOAD_LIBRARY_NAME
 
     if not program:
-        raise OrionError(
+        raise UsageError(
             "no program after --", hint="orion profile --window profiler-api -- python serve.py"
         )
-    target = ProgramTarget(
-        tuple(program),
-        name or default_name(program),
-        choose_window(window, skip, count),
-        cuda_graph,
-    )
-    target.validate()
-    replay = check_replay_mode(replay_mode or DEFAULT_PROGRAM_REPLAY_MODE)
-    if metric_set is not None:
-        check_metric_set(metric_set)
+    with as_usage():
+        target = ProgramTarget(
+            tuple(program),
+            name or default_name(program),
+            choose_window(window, skip, count),
+            cuda_graph,
+        )
+        target.validate()
+        replay = check_replay_mode(replay_mode or DEFAULT_PROGRAM_REPLAY_MODE)
+        if metric_set is not None:
+            check_metric_set(metric_set)
     if output is not None:
         _check_output_folder(output)
     if find_command(program) is None:
@@ -409,12 +412,13 @@ def _profile_live(
     from profiler.ncu_runner import check_metric_set, check_replay_mode
     from profiler.pipeline import profile_workload
 
-    if replay_mode is not None:
-        check_replay_mode(replay_mode)
-    if metric_set is not None:
-        check_metric_set(metric_set)
+    with as_usage():
+        if replay_mode is not None:
+            check_replay_mode(replay_mode)
+        if metric_set is not None:
+            check_metric_set(metric_set)
     if warmup is not None and warmup < 0:
-        raise OrionError(f"--warmup must be >= 0, got {warmup}")
+        raise UsageError(f"--warmup must be >= 0, got {warmup}")
     with _progress_listener() as listener:
         return profile_workload(
             spec,

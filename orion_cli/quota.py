@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from orion_cli._common import console, handle_errors
+from orion_cli.console import shown
 
 
 @handle_errors
@@ -54,7 +55,10 @@ def quota_command(
     (CUDA out of memory) until it is back under. Each change is appended to the run
     directory's limits.csv with its time on the run clock.
     """
+    from colocation.config import ClientConfig
+    from colocation.jobs_errors import value_problem
     from colocation.live_limits import change_memory_limit, change_shares
+    from orion_common.errors import UsageError
     from orion_common.sizes import format_size, parse_size
 
     if memory_limit is None and max_util is None and min_util is None:
@@ -67,26 +71,31 @@ def quota_command(
             limit = parse_size(memory_limit)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--memory-limit") from None
-    for name, value in (("--max-util", max_util), ("--min-util", min_util)):
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise typer.BadParameter(f"must be between 0 and 1 (got {value:g})", param_hint=name)
+    for flag, field, value in (
+        ("--max-util", "max_util", max_util),
+        ("--min-util", "min_util", min_util),
+    ):
+        # a client's share, bounded as in a jobs file
+        problem = None if value is None else value_problem(ClientConfig, field, value)
+        if problem is not None:
+            raise UsageError(f"{flag}: {problem}")
     if _is_daemon_folder(run_dir):
         _change_through_daemon(run_dir, client, memory_limit, limit, min_util, max_util)
         return
     if max_util is not None or min_util is not None:
         for share in change_shares(run_dir, client, min_util, max_util):
             console.print(
-                f"{client}: {share.field} {share.old:g} -> {share.new:g} "
+                f"{shown(client)}: {share.field} {share.old:g} -> {share.new:g} "
                 f"at run time {share.time_s:.3f} s"
             )
     if memory_limit is not None:
         change = change_memory_limit(run_dir, client, limit)
 
-        def shown(value: float | None) -> str:
+        def size(value: float | None) -> str:
             return "none" if value is None else format_size(int(value))
 
         console.print(
-            f"{client}: memory limit {shown(change.old)} -> {shown(change.new)} "
+            f"{shown(client)}: memory limit {size(change.old)} -> {size(change.new)} "
             f"(in use {format_size(change.in_use)}) at run time {change.time_s:.3f} s"
         )
 

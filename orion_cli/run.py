@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from orion_cli._common import error_console, fail, handle_errors
+from orion_cli._common import error_console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
 
 
@@ -92,36 +92,44 @@ def run_command(
 
     Example: orion run --hp --name web -- python serve.py --port 8000
     """
+    from orion_common.errors import OrionError, UsageError
     from orion_common.sizes import parse_size
-    from orion_daemon.admission import JoinRequest
+    from orion_daemon.admission import JoinRequest, check_request
     from orion_daemon.joining import (
-        COMMAND_NOT_FOUND,
         check_join_now,
+        command_failure,
         find_command,
         join_environment,
         ungated_environment,
     )
 
+    # Input first, the machine after: every value is checked before any daemon is looked for.
     if not command:
-        raise fail("no command to run", hint="orion run --be -- python train.py")
+        raise UsageError("no command to run", hint="orion run --be -- python train.py")
     if hp == be and not no_daemon:
-        raise fail("say whether the program is --hp or --be")
-    executable = find_command(command)
-    if executable is None:
-        error_console.print(f"orion run: {command[0]}: command not found", highlight=False)
-        raise typer.Exit(COMMAND_NOT_FOUND)
+        raise UsageError("say whether the program is --hp or --be")
+    limit = None
+    if memory_limit is not None:
+        try:
+            limit = parse_size(memory_limit)
+        except ValueError as error:
+            raise UsageError(f"--memory-limit: {error}") from None
     if no_daemon:
-        environment = ungated_environment(os.environ)
+        given = {
+            "--memory-limit": memory_limit is not None,
+            "--min-util": min_util != 0.0,
+            "--max-util": max_util != 1.0,
+            "--latency-target-ms": latency_target_ms is not None,
+            "--profile": profile is not None,
+        }
+        ignored = [flag for flag, set_ in given.items() if set_]
+        if ignored:
+            raise UsageError(
+                f"{', '.join(ignored)} cannot apply with --no-daemon: the program runs ungated, "
+                "with no daemon to hold it to them",
+                hint="leave out --no-daemon (and start one with `orion up`), or the options",
+            )
     else:
-        limit = None
-        if memory_limit is not None:
-            try:
-                limit = parse_size(memory_limit)
-            except ValueError as error:
-                raise fail(f"--memory-limit: {error}") from None
-        if profile is not None and not profile.is_file():
-            raise fail(f"--profile: no such file: {profile}")
-        folder = daemon_folder(gpu, state_dir)
         request = JoinRequest(
             role="hp" if hp else "be",
             name=name or default_name(command),
@@ -132,6 +140,18 @@ def run_command(
             max_util=max_util,
             latency_target_ms=latency_target_ms,
         )
+        check_request(request)
+        if profile is not None and not profile.is_file():
+            raise OrionError(f"--profile: no such file: {profile}")  # a missing file: 1
+    executable = find_command(command)
+    if executable is None:
+        status, why = command_failure(command)
+        error_console.print(f"orion run: {command[0]}: {why}", highlight=False, markup=False)
+        raise typer.Exit(status)
+    if no_daemon:
+        environment = ungated_environment(os.environ)
+    else:
+        folder = daemon_folder(gpu, state_dir)
         record = check_join_now(gpu, request, folder)
         # The daemon's GPU by UUID when it has one: the name CUDA cannot renumber.
         device = (record.get("gpu") or {}).get("uuid") or str(gpu)
@@ -141,5 +161,7 @@ def run_command(
     try:
         os.execve(executable, command, environment)
     except OSError as error:
-        error_console.print(f"orion run: {command[0]}: {error.strerror}", highlight=False)
+        error_console.print(
+            f"orion run: {command[0]}: {error.strerror}", highlight=False, markup=False
+        )
         raise typer.Exit(126) from None

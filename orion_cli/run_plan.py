@@ -33,8 +33,9 @@ def run_plan_command(
     `orion report` on that directory compares what was measured with what the plan predicted.
     """
     from orion_common.plan_run_format import PLAN_RUN_FILE
-    from placement.plan_run import run_plan
+    from placement.plan_run import check_plan_run, run_plan
 
+    check_plan_run(plan, duration, output_dir)  # before saying it runs
     console.print(f"running the plan {plan} (one run per GPU, all at once)", highlight=False)
     root = run_plan(plan, duration, output_dir)
     record = json.loads((root / PLAN_RUN_FILE).read_text())

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from orion_cli._common import MatrixDirOpt, console, handle_errors
+from orion_cli._common import MatrixDirOpt, console, error_console, handle_errors, interactive
 from orion_cli.console import JsonOpt, print_json, print_table
 from orion_common.output_paths import check_output_folder
 
@@ -56,7 +56,10 @@ def simulate_command(
         check_output_folder(output, "simulation folder")
     spec = load_simulation(fleet)
     matrices = load_matrices(spec.fleet.gpu_kinds(), matrix_dir)
-    jobs, results = simulate(spec, matrices)
+    if interactive():
+        jobs, results = _simulate_with_progress(spec, matrices)
+    else:
+        jobs, results = simulate(spec, matrices)
     document = summary(spec, jobs, results)
     if as_json:
         written = None if output is None else [str(p) for p in write_outputs(document, output)]
@@ -94,3 +97,23 @@ def simulate_command(
     if output is not None:
         json_path, png_path = write_outputs(document, output)
         console.print(f"written: {json_path}, {png_path}")
+
+
+def _simulate_with_progress(spec: Any, matrices: Any) -> tuple[list[Any], dict[str, Any]]:
+    """:func:`placement.simulate.simulate` with a bar per policy on stderr (a terminal only):
+    a week of a large fleet takes minutes. A bar's total is the most rounds the policy may
+    take; it ends early when every job is done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from placement.simulate import simulate
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=error_console, transient=True) as bars:
+        tasks: dict[str, Any] = {}
+
+        def advance(policy: str, rounds: int, most: int) -> None:
+            if policy not in tasks:
+                tasks[policy] = bars.add_task(f"{policy} (rounds)", total=most)
+            bars.update(tasks[policy], completed=rounds)
+
+        return simulate(spec, matrices, progress_of_rounds=advance)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from orion_cli._common import console, handle_errors, interactive
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
-from orion_cli.console import print_json, print_table
+from orion_cli.console import print_json, print_table, shown
 
 
 def _size(value: int | None) -> str:
@@ -39,12 +39,13 @@ def _sources(client: dict[str, Any]) -> str:
 def status_table(status: dict[str, Any]) -> Table:
     """One row per client, HP first."""
     title = (
-        f"GPU {status['gpu']} ({status.get('gpu_name') or 'unknown'}): policy {status['policy']}, "
+        f"GPU {status['gpu']} ({shown(status.get('gpu_name') or 'unknown')}): policy "
+        f"{status['policy']}, "
         f"sharing {status['sharing']}, daemon pid {status['pid']}, up {status['uptime_s']:.0f} s, "
         f"{status['free_slots']} free slots"
     )
     if status.get("owner"):
-        title += f"; started by the `orion colocate` run in {status['owner']}"
+        title += f"; started by the `orion colocate` run in {shown(status['owner'])}"
     if status.get("records"):  # the daemon schedules on; its records are incomplete
         title += f"; records degraded: {status['records']}"
     table = Table(title=title, title_justify="left")
@@ -55,7 +56,7 @@ def status_table(status: dict[str, Any]) -> Table:
     for client in status["clients"]:
         rate = client["launches_per_s"]
         table.add_row(
-            client["name"],
+            shown(client["name"]),
             str(client["pid"]),
             client["role"],
             "-" if rate is None else f"{rate:,.0f}",
@@ -65,7 +66,7 @@ def status_table(status: dict[str, Any]) -> Table:
             _held(client),
             _sources(client),
             "-" if client["interference"] is None else f"{client['interference']:.2f}x",
-            " ".join(client["command"]),
+            shown(" ".join(client["command"])),
         )
     return table
 
@@ -85,8 +86,8 @@ def _save_learned(learned: dict[str, Any], path: Path) -> None:
     graphs = kernels["graph"].dropna().nunique()
     written = write_profile(profile, path)
     console.print(
-        f"wrote {written}: {int(kernels['graph'].isna().sum())} kernels and {graphs} graphs "
-        f"learned by {learned['client']!r} (source: online)"
+        f"wrote {shown(written)}: {int(kernels['graph'].isna().sum())} kernels and {graphs} "
+        f"graphs learned by {shown(repr(learned['client']))} (source: online)"
     )
 
 

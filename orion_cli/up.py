@@ -77,13 +77,7 @@ def up_command(
     live records in its state folder. One daemon per GPU. It detaches and prints where it is,
     unless `--foreground`. Stop it with `orion down` or SIGTERM: gates open, clients run on.
     """
-    from scheduler_core.run_state import BE_GRAPH_GATES
-
-    if be_graph_gate is not None and be_graph_gate not in BE_GRAPH_GATES:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(BE_GRAPH_GATES)}, not {be_graph_gate!r}",
-            param_hint="--be-graph-gate",
-        )
+    # gpu_settings checks every option (control.check_options) before it looks at the GPU
     from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
     from orion_daemon.ownership import private_folder
 

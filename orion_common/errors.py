@@ -21,3 +21,12 @@ class OrionError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UsageError(OrionError):
+    """A value the caller gave is not one the command or function takes: an option out of its
+    range, options that contradict each other.
+
+    The CLI exits with status 2 for it, as for any usage error (typer's own included), and 1 for
+    every other :class:`OrionError`: one exit-code rule for every command, so a script can tell
+    "called wrongly" from "failed"."""

@@ -6,11 +6,12 @@ refusal is one line that says what is wrong and what is allowed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_common.sizes import format_size, parse_size
 
 ROLES = ("hp", "be")
@@ -103,15 +104,55 @@ def memory_limit(request: JoinRequest, gpu_memory_bytes: int | None) -> int | No
     return max(1, int(request.memory_fraction * gpu_memory_bytes))
 
 
+def memory_limit_problem(limit: int | None, gpu_memory_bytes: int | None) -> str | None:
+    """Why a client cannot have the memory limit ``limit`` on a GPU of ``gpu_memory_bytes``
+    (None: it can, or either is unknown): a limit over the GPU limits nothing and is a slip in
+    the number or its unit. For a join, and for `orion quota` changing a live client's."""
+    if limit is None or gpu_memory_bytes is None or limit <= gpu_memory_bytes:
+        return None
+    gpu = format_size(gpu_memory_bytes)
+    return f"memory limit {format_size(limit)} is larger than the GPU's {gpu}"
+
+
+def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
+    """Raises :class:`UsageError` with the reason when ``request`` is wrong in itself, whatever
+    runs on the GPU: a role, name, limit, share or latency target out of its range.
+
+    The one statement of these rules: the daemon applies them to every join (:func:`check_join`),
+    and `orion run` and ``orion.ray.runtime_env`` before anything starts, so a bad value is said
+    before any daemon or GPU is looked for. ``name_pending``: an empty name is left to the
+    joining library, which names the client ``<program>-<pid>`` (``orion.ray``'s default)."""
+    if request.role not in ROLES:
+        raise UsageError(f"a client's role is 'hp' or 'be' (got {request.role!r})")
+    left_to_library = name_pending and not request.name
+    if not left_to_library and not 1 <= len(request.name.encode()) <= MAX_NAME_CHARS:
+        raise UsageError(f"a client name has 1 to {MAX_NAME_CHARS} bytes (got {request.name!r})")
+    fraction = request.memory_fraction
+    if fraction is not None and not 0.0 < fraction <= 1.0:
+        raise UsageError(f"a memory fraction is above 0 and at most 1 (got {fraction:g})")
+    if request.memory_limit is not None and request.memory_limit < 1:
+        raise UsageError(f"a memory limit is at least 1 byte (got {request.memory_limit})")
+    for name, value in (("--min-util", request.min_util), ("--max-util", request.max_util)):
+        if not 0.0 <= value <= 1.0:  # false for nan too
+            raise UsageError(f"{name} must be between 0 and 1 (got {value:g})")
+    if request.min_util > request.max_util:
+        raise UsageError(
+            f"--min-util {request.min_util:g} is above --max-util {request.max_util:g}"
+        )
+    target = request.latency_target_ms
+    if target is not None and not (math.isfinite(target) and target > 0):
+        raise UsageError(f"--latency-target-ms must be a positive number (got {target:g})")
+    if target is not None and request.role != "hp":
+        raise UsageError("--latency-target-ms is the HP client's target; a BE client has none")
+
+
 def check_join(
     request: JoinRequest, live: Iterable[LiveClient], gpu_memory_bytes: int | None
 ) -> None:
-    """Raises :class:`OrionError` with the reason when ``request`` cannot join beside ``live``."""
+    """Raises :class:`OrionError` with the reason when ``request`` cannot join beside ``live``:
+    :func:`check_request`'s rules, then those of the GPU and its clients."""
     live = list(live)
-    if request.role not in ROLES:
-        raise OrionError(f"a client's role is 'hp' or 'be' (got {request.role!r})")
-    if not request.name or len(request.name.encode()) > MAX_NAME_CHARS:
-        raise OrionError(f"a client name has 1 to {MAX_NAME_CHARS} bytes (got {request.name!r})")
+    check_request(request)
     if any(client.name == request.name for client in live):
         raise OrionError(
             f"a client named {request.name!r} is already running on this GPU",
@@ -125,24 +166,9 @@ def check_join(
                     "HP client at a time",
                     hint="run this program with --be, or stop the other HP client first",
                 )
-    fraction = request.memory_fraction
-    if fraction is not None and not 0.0 < fraction <= 1.0:
-        raise OrionError(f"a memory fraction is above 0 and at most 1 (got {fraction:g})")
-    if request.memory_limit is not None:
-        if request.memory_limit < 1:
-            raise OrionError(f"a memory limit is at least 1 byte (got {request.memory_limit})")
-        if gpu_memory_bytes is not None and request.memory_limit > gpu_memory_bytes:
-            raise OrionError(
-                f"memory limit {format_size(request.memory_limit)} is larger than the GPU's "
-                f"{format_size(gpu_memory_bytes)}"
-            )
-    for name, value in (("--min-util", request.min_util), ("--max-util", request.max_util)):
-        if not 0.0 <= value <= 1.0:
-            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
-    if request.min_util > request.max_util:
-        raise OrionError(
-            f"--min-util {request.min_util:g} is above --max-util {request.max_util:g}"
-        )
+    problem = memory_limit_problem(request.memory_limit, gpu_memory_bytes)
+    if problem is not None:
+        raise OrionError(problem)
     promised = sum(client.min_util for client in live)
     if request.min_util > 0 and promised + request.min_util > 1.0 + 1e-9:
         left = max(0.0, 1.0 - promised)
@@ -150,9 +176,3 @@ def check_join(
             f"--min-util {request.min_util:g} is over what is left unpromised on this GPU "
             f"({left:g}: the running clients are promised {promised:g})"
         )
-    if request.latency_target_ms is not None and request.latency_target_ms <= 0:
-        raise OrionError(
-            f"--latency-target-ms must be positive (got {request.latency_target_ms:g})"
-        )
-    if request.latency_target_ms is not None and request.role != "hp":
-        raise OrionError("--latency-target-ms is the HP client's target; a BE client has none")

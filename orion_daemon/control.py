@@ -8,6 +8,7 @@ daemon answers on its socket, or says why it could not start.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_common.processes import same_process
 from orion_daemon import state
 from orion_daemon.ownership import private_folder
@@ -25,6 +26,38 @@ from orion_daemon.server import ATTACH_TIMEOUT_S, DaemonSettings
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+
+
+def check_options(
+    *,
+    policy: str = "orion",
+    sharing: str = "",
+    queue_limit_us: float | None = None,
+    be_graph_gate: str = "",
+    folder: Path | None = None,
+) -> None:
+    """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
+    `orion up` and orion.ray's :func:`~orion.ray.start_daemons` say a bad ``--policy`` as such,
+    not as "no GPU". The policy and sharing rules are :class:`DaemonSettings`' own, applied to
+    stand-in facts of a GPU; ``folder``, the state folder, must be a folder this user can
+    write (else :class:`OrionError`, as for any folder orion cannot write)."""
+    from orion_common.output_paths import check_output_folder
+    from scheduler_core.run_state import BE_GRAPH_GATES
+
+    if be_graph_gate and be_graph_gate not in BE_GRAPH_GATES:
+        raise UsageError(
+            f"--be-graph-gate must be one of {', '.join(BE_GRAPH_GATES)}, not {be_graph_gate!r}"
+        )
+    if queue_limit_us is not None and not (math.isfinite(queue_limit_us) and queue_limit_us > 0):
+        raise UsageError(
+            f"--queue-limit-us must be a positive number of microseconds (got {queue_limit_us:g})"
+        )
+    try:
+        DaemonSettings(gpu=0, sm_count=1, folder=Path("."), policy=policy, sharing=sharing)
+    except OrionError as error:
+        raise UsageError(error.message, error.hint) from None
+    if folder is not None:
+        check_output_folder(folder, "state folder")  # an error of the file system: status 1
 
 
 def gpu_settings(
@@ -40,12 +73,20 @@ def gpu_settings(
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
-    Refuses, with what is missing, a GPU that is not there, a missing preload library, and
+    Refuses options no daemon runs with first (:func:`check_options`), then, with what is
+    missing, a GPU that is not there, a missing preload library, and
     ``mps`` sharing (asked for, or the policy's default when ``sharing`` is empty) without the
     MPS control daemon."""
     from orion_common import prerequisites, sysinfo
     from scheduler_core import check_preload_library
 
+    check_options(
+        policy=policy,
+        sharing=sharing,
+        queue_limit_us=queue_limit_us,
+        be_graph_gate=be_graph_gate,
+        folder=folder,
+    )
     ok, problem = check_preload_library()
     if not ok:
         raise OrionError(problem)

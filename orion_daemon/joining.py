@@ -28,6 +28,9 @@ from orion_daemon.protocol import request
 
 COMMAND_NOT_FOUND = 127
 """The exit status a shell gives a command it cannot find; `orion run` gives the same."""
+COMMAND_NOT_EXECUTABLE = 126
+"""The exit status a shell gives a command it finds but cannot execute (a file without execute
+permission, a folder); `orion run` gives the same."""
 JOIN_REFUSED_EXIT = 75
 """The exit status of a program whose library could not join (daemon_join.h, kJoinRefusedExit)."""
 JOIN_VARIABLES = {
@@ -54,6 +57,16 @@ def find_command(command: list[str]) -> str | None:
     if "/" in program:
         return program if os.access(program, os.X_OK) and Path(program).is_file() else None
     return shutil.which(program)
+
+
+def command_failure(command: list[str]) -> tuple[int, str]:
+    """Why :func:`find_command` found nothing for ``command``, as a shell says it: its exit
+    status and message (``/etc/passwd``: 126, ``Permission denied``; ``nosuch``: 127)."""
+    program = command[0] if command else ""
+    if "/" in program and Path(program).exists():
+        why = "Is a directory" if Path(program).is_dir() else "Permission denied"
+        return COMMAND_NOT_EXECUTABLE, why
+    return COMMAND_NOT_FOUND, "command not found"
 
 
 def join_variables(join_request: JoinRequest) -> dict[str, str]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from colocation.arrivals import MAX_RATE_PER_S  # a service's rate, bounded as a client's is
 from orion_common.json_fields import (
     FieldError,
     array,
@@ -20,7 +21,6 @@ from orion_common.json_fields import (
 
 OBJECTIVES = ("max-total-be", "max-min-be", "fewest-gpus")
 MAX_GPUS = 4096
-MAX_RATE_PER_S = 1e6
 MAX_SLO_MS = 3.6e6  # an hour
 MAX_WEIGHT = 1e6
 """Weights and rates enter the planner's program as coefficients: bounded, so that an

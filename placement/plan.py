@@ -11,11 +11,13 @@ tie-break are solved in two stages (the first optimum fixed, then the most BE th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import csr_array
 
 from orion_common.errors import OrionError
 from placement.fleet import BeJob, Fleet, HpService
@@ -23,6 +25,12 @@ from placement.pair_matrix import PairMatrix, default_matrix_dir, load_pair_matr
 from placement.plan_file import Plan, PlanClient, PlanGpu
 
 RATE_TOLERANCE = 1e-6
+MAX_OPTIONS = 200_000
+"""The most (GPU, group) options one plan is solved over. The program has one binary variable
+per option; beyond this (a thousand GPUs beside two thousand BE jobs gave billions) it would
+take hours and tens of GB, so such a fleet is refused before anything is built."""
+SOLVER_TIME_LIMIT_S = 600.0
+"""How long HiGHS may search for one optimum before the plan is refused as too hard."""
 """An HP service's rate must be the one its pair was measured at (relative tolerance)."""
 
 _TOLERANCE = 1e-6
@@ -110,9 +118,27 @@ def _ms(value: float) -> str:
     return str(round(value, 2))
 
 
-def _kind_options(fleet: Fleet, kind: str, matrix: PairMatrix) -> list[Option]:
-    """The feasible groups on one GPU of ``kind`` (``gpu`` left at -1)."""
-    options: list[Option] = []
+class _TooManyOptions(Exception):
+    """More options than a plan is solved over (:data:`MAX_OPTIONS`)."""
+
+
+class _Options(list[Option]):
+    """The options of one GPU kind, refused past ``limit`` as they are enumerated, so that a
+    fleet too large to plan never builds its billions of them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def append(self, option: Option) -> None:
+        if len(self) >= self.limit:
+            raise _TooManyOptions
+        super().append(option)
+
+
+def _kind_options(fleet: Fleet, kind: str, matrix: PairMatrix, limit: int) -> list[Option]:
+    """The feasible groups on one GPU of ``kind`` (``gpu`` left at -1); at most ``limit``."""
+    options: list[Option] = _Options(limit)
     fits_alone = {
         s.name for s in fleet.hp if (matrix.jobs[s.job].alone_p99_ms or 0.0) <= s.p99_slo_ms
     }
@@ -202,29 +228,64 @@ def _infeasible(fleet: Fleet, matrices: dict[str, PairMatrix]) -> OrionError:
     )
 
 
-def solve(fleet: Fleet, matrices: dict[str, PairMatrix], objective: str | None = None) -> Plan:
-    """The optimal plan for ``fleet`` under ``objective`` (default: the fleet file's)."""
+def _options_per_kind(
+    fleet: Fleet, matrices: dict[str, PairMatrix], kinds: list[str]
+) -> dict[str, list[Option]]:
+    """Each GPU kind's options, refused in one line when all GPUs' together would be more than
+    :data:`MAX_OPTIONS` (each kind's options count once per GPU of that kind)."""
+    gpus = {kind: kinds.count(kind) for kind in matrices}
+    per_kind: dict[str, list[Option]] = {}
+    left = MAX_OPTIONS
+    try:
+        for kind, matrix in matrices.items():
+            count = max(gpus[kind], 1)
+            per_kind[kind] = _kind_options(fleet, kind, matrix, left // count)
+            left -= len(per_kind[kind]) * count
+    except _TooManyOptions:
+        raise OrionError(
+            f"this fleet has more than {MAX_OPTIONS:,} placement options ({len(kinds):,} GPUs, "
+            f"each beside the groups of {len(fleet.hp):,} HP services and {len(fleet.be):,} BE "
+            "jobs that fit it): too many to solve as one plan",
+            hint="plan the fleet in parts: fewer GPUs or BE jobs per fleet file",
+        ) from None
+    return per_kind
+
+
+def solve(
+    fleet: Fleet,
+    matrices: dict[str, PairMatrix],
+    objective: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Plan:
+    """The optimal plan for ``fleet`` under ``objective`` (default: the fleet file's);
+    ``progress`` is told each stage as it starts (the solve of a large fleet takes minutes)."""
     objective = objective or fleet.objective
     check_jobs(fleet, matrices)
     _precheck(fleet, matrices)
     kinds = fleet.gpu_kinds()
-    per_kind = {kind: _kind_options(fleet, kind, matrices[kind]) for kind in matrices}
+    report = progress or (lambda message: None)
+    report(f"listing the groups each of {len(kinds):,} GPUs can hold")
+    per_kind = _options_per_kind(fleet, matrices, kinds)
     options = [
         Option(gpu, o.kind, o.hp, o.be, o.hp_p99_ms, o.hp_p99_upper_ms, o.be_ratio, o.be_throughput)
         for gpu, kind in enumerate(kinds)
         for o in per_kind[kind]
     ]
     n = len(options)
+    report(f"solving over {n:,} options (GPU and group)")
     size = n + 1  # the last variable is t (max-min only; fixed at 0 otherwise)
-    rows: list[np.ndarray] = []
+    # sparse: each option appears in a handful of rows, and a dense matrix of a large fleet
+    # would hold (GPUs + jobs) x options numbers, mostly zeros
+    entries: tuple[list[int], list[int], list[float]] = ([], [], [])
     lower: list[float] = []
     upper: list[float] = []
 
     def add(coefficients: dict[int, float], lo: float, hi: float) -> None:
-        row = np.zeros(size)
+        row = len(lower)
         for index, value in coefficients.items():
-            row[index] += value
-        rows.append(row)
+            entries[0].append(row)
+            entries[1].append(index)
+            entries[2].append(value)
         lower.append(lo)
         upper.append(hi)
 
@@ -262,14 +323,23 @@ def solve(fleet: Fleet, matrices: dict[str, PairMatrix], objective: str | None =
     t_only[n] = 1.0
 
     def run(cost: np.ndarray) -> np.ndarray:
+        rows, columns, values = entries
+        matrix = csr_array((values, (rows, columns)), shape=(len(lower), size))
         result = milp(
             c=cost,
-            constraints=LinearConstraint(np.array(rows), np.array(lower), np.array(upper)),
+            constraints=LinearConstraint(matrix, np.array(lower), np.array(upper)),
             integrality=np.array([1] * n + [0]),
             bounds=Bounds(np.zeros(size), np.array([1.0] * n + [t_upper])),
+            options={"time_limit": SOLVER_TIME_LIMIT_S},
         )
         if result.status == 2:
             raise _infeasible(fleet, matrices)
+        if result.status == 1:
+            raise OrionError(
+                f"the MILP solver found no optimum over {n:,} options within "
+                f"{SOLVER_TIME_LIMIT_S:g} s",
+                hint="plan the fleet in parts: fewer GPUs or BE jobs per fleet file",
+            )
         if result.status != 0 or result.x is None:
             raise OrionError(f"the MILP solver stopped without a plan: {result.message}")
         return result.x

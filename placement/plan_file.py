@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from colocation.policies import POLICY_NAMES
 from orion_common.atomic_io import write_text_atomic
 from orion_common.json_fields import (
     FieldError,
@@ -186,7 +187,8 @@ def _parse(data: Any) -> Plan:
             PlanGpu(
                 index,
                 string(spec["kind"], join(path, "kind")),
-                string(spec["policy"], join(path, "policy")),
+                # the jobs file's policy names: each plan GPU runs as a jobs file
+                string(spec["policy"], join(path, "policy"), POLICY_NAMES),
                 dict(spec["settings"]),
                 clients,
             )

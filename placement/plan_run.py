@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from colocation.config import parse_jobs
+from colocation.config import RunConfig, parse_jobs
+from colocation.jobs_errors import value_problem
 from colocation.processes import own_code_environment
 from colocation.rundir import create_run_dir
 from orion_common.atomic_io import write_json_atomic
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
+from orion_common.output_paths import check_output_folder
 from orion_common.plan_run_format import (
     GPU_JOBS_FILE,
     GPU_LOG_FILE,
@@ -162,6 +164,19 @@ def _run_dir_of(gpu_dir: Path) -> Path | None:
     return runs[-1] if runs else None
 
 
+def check_plan_run(plan_path: Path, duration_s: float, output_dir: Path) -> Plan:
+    """The plan at ``plan_path``, once everything a run of it takes from the user holds: the
+    duration (``run.duration_s``'s bounds), the plan, every GPU's jobs file (validated as `orion
+    colocate` would) and a writable output folder. Input first: this looks at no GPU."""
+    problem = value_problem(RunConfig, "duration_s", duration_s)
+    if problem is not None:
+        raise UsageError(f"--duration: {problem}")
+    plan = load_plan(plan_path)
+    check_output_folder(output_dir, "plan-run folder")
+    plan_jobs(plan, duration_s, Path(output_dir).absolute())
+    return plan
+
+
 def run_plan(
     plan_path: Path,
     duration_s: float,
@@ -175,9 +190,7 @@ def run_plan(
     ``command`` is how a GPU's jobs file is run (default: this Python's `orion colocate`);
     ``available_gpus`` overrides the count of GPUs this host shows (both for tests).
     """
-    plan = load_plan(plan_path)
-    if duration_s <= 0:
-        raise OrionError(f"--duration must be positive (got {duration_s:g})")
+    plan = check_plan_run(plan_path, duration_s, output_dir)
     indices = [gpu.index for gpu in plan.gpus]
     _check_gpus(indices, _visible_gpus() if available_gpus is None else available_gpus)
     record = PlanRunRecord.create(plan_path, output_dir)

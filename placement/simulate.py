@@ -255,6 +255,15 @@ def arrivals(spec: SimulationSpec) -> list[Arrival]:
             Arrival(f"j{len(jobs) + 1:04d}", entry.job, entry.weight, entry.iterations, clock)
         )
         clock += float(rng.exponential(mean_gap_s))
+    if not jobs:
+        # as for an empty trace: a week of "0 BE jobs" simulated with success says nothing
+        rate = float(sim.arrivals["jobs_per_hour"])
+        raise OrionError(
+            f"simulation.arrivals: {rate:g} jobs per hour over {sim.duration_s:g} s brought no "
+            f"job (seed {sim.seed}; about {rate * sim.duration_s / 3600:.3g} expected): a "
+            "simulation needs at least one",
+            hint="raise simulation.arrivals.jobs_per_hour or simulation.duration_s",
+        )
     return jobs
 
 
@@ -452,10 +461,19 @@ def make_policy(name: str, fleet: Fleet, matrices: dict[str, PairMatrix]) -> Pol
 # ---------------------------------------------------------------- the round loop
 
 
+RoundProgress = Callable[[str, int, int], None]
+"""Told ``(policy, rounds done, most rounds)`` after each round of a policy's simulation."""
+
+
 def run_policy(
-    name: str, spec: SimulationSpec, matrices: dict[str, PairMatrix], jobs: list[Arrival]
+    name: str,
+    spec: SimulationSpec,
+    matrices: dict[str, PairMatrix],
+    jobs: list[Arrival],
+    progress_of_rounds: RoundProgress | None = None,
 ) -> PolicyResult:
-    """Simulates one policy on ``jobs`` round by round until every job is done (or stuck)."""
+    """Simulates one policy on ``jobs`` round by round until every job is done (or stuck);
+    ``progress_of_rounds`` hears of each round (a week of a large fleet takes minutes)."""
     fleet, sim = spec.fleet, spec.simulation
     kinds = fleet.gpu_kinds()
     policy = make_policy(name, fleet, matrices)
@@ -503,6 +521,8 @@ def run_policy(
         busy += in_use
         used = max(used, in_use)
         rounds += 1
+        if progress_of_rounds is not None:
+            progress_of_rounds(name, rounds, max_rounds)
         active = [job for job in active if job.name not in finish]
         if active and not progress and next_job >= len(pending):
             break  # nothing runs and nothing more arrives: the rest never finishes
@@ -524,11 +544,14 @@ def simulate(
     spec: SimulationSpec,
     matrices: dict[str, PairMatrix],
     policies: tuple[str, ...] = POLICIES,
+    progress_of_rounds: RoundProgress | None = None,
 ) -> tuple[list[Arrival], dict[str, PolicyResult]]:
-    """Every policy on the same arrivals."""
+    """Every policy on the same arrivals (``progress_of_rounds``: see :func:`run_policy`)."""
     check_mix(spec, matrices)
     jobs = arrivals(spec)
-    return jobs, {name: run_policy(name, spec, matrices, jobs) for name in policies}
+    return jobs, {
+        name: run_policy(name, spec, matrices, jobs, progress_of_rounds) for name in policies
+    }
 
 
 # ---------------------------------------------------------------- output

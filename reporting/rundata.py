@@ -209,6 +209,8 @@ def load_run(path: str | Path) -> RunData:
         raise OrionError(f"{root / 'run.json'} lists client(s) twice: {', '.join(duplicates)}")
 
     recorded = _recorded_rows(meta, root, notes)
+    if recorded is None and status == STATUS_COMPLETE:
+        recorded = _rows_done(root, raw_clients, clients)
     cut: list[str] = []
     tables: dict[str, pd.DataFrame] = {}
     for info in clients:
@@ -217,6 +219,8 @@ def load_run(path: str | Path) -> RunData:
         if info.table_path.is_file():
             table = read_table(info.table_path, columns, notes=notes)
             rows_ok = _check_rows(relative, len(table), recorded, notes, cut)
+            rows_ok = _check_unique_ids(table, columns[0].name, relative, notes, cut) and rows_ok
+            rows_ok = _check_cut_line(table, relative, status, cut) and rows_ok
             tables[info.name] = _without_bad_values(table, columns, relative, notes, cut)
             if rows_ok and tables[info.name].empty and status == STATUS_COMPLETE:
                 notes.append(
@@ -230,13 +234,21 @@ def load_run(path: str | Path) -> RunData:
         if info.failed:
             notes.append(f"client {info.name!r} failed: {_client_error_text(info)}")
 
-    gpu = _read_extra_table(root, run_format.GPU_TABLE, GPU_COLUMNS, recorded, notes, cut)
-    trace = _read_extra_table(root, run_format.TRACE_TABLE, TRACE_COLUMNS, recorded, notes, cut)
+    gpu = _read_extra_table(root, run_format.GPU_TABLE, GPU_COLUMNS, recorded, notes, cut, status)
+    trace = _read_extra_table(
+        root, run_format.TRACE_TABLE, TRACE_COLUMNS, recorded, notes, cut, status
+    )
     if trace is not None:
         trace["kernel_class"] = trace["kernel_class"].fillna("unknown")
-    memory = _read_extra_table(root, run_format.MEMORY_TABLE, MEMORY_COLUMNS, recorded, notes, cut)
-    limits = _read_extra_table(root, run_format.LIMITS_TABLE, LIMIT_COLUMNS, recorded, notes, cut)
-    shares = _read_extra_table(root, run_format.SHARES_TABLE, SHARE_COLUMNS, recorded, notes, cut)
+    memory = _read_extra_table(
+        root, run_format.MEMORY_TABLE, MEMORY_COLUMNS, recorded, notes, cut, status
+    )
+    limits = _read_extra_table(
+        root, run_format.LIMITS_TABLE, LIMIT_COLUMNS, recorded, notes, cut, status
+    )
+    shares = _read_extra_table(
+        root, run_format.SHARES_TABLE, SHARE_COLUMNS, recorded, notes, cut, status
+    )
 
     return RunData(
         path=root,
@@ -281,6 +293,50 @@ def _recorded_rows(meta: dict[str, Any], root: Path, notes: list[str]) -> dict[s
         if count is not None and count >= 0:
             recorded[str(key)] = count
     return recorded
+
+
+def _rows_done(root: Path, raw_clients: list[Any], clients: Sequence[ClientInfo]) -> dict[str, int]:
+    """The rows of each client's table in a complete run from before ``table_rows`` was
+    recorded: its entry's ``done`` (requests or iterations finished), which its writer put one
+    row for each of (so in all 455 tables of such runs committed under benchmarks/results/);
+    a client without one is read unchecked, as before."""
+    rows = {}
+    for entry, info in zip(raw_clients, clients, strict=True):
+        done = _as_int(entry.get("done")) if isinstance(entry, dict) else None
+        if done is not None and done >= 0:
+            rows[_relative(root, info.table_path)] = done
+    return rows
+
+
+def _check_cut_line(frame: pd.DataFrame, relative: str, status: str, cut: list[str]) -> bool:
+    """A complete run's writers ended every table with a whole line: a cut last line there (its
+    note is :func:`read_table`'s) is damage after the run, so the run is not complete. In a run
+    that did not finish, a cut line is what its end left, and the status says so already."""
+    if not frame.attrs.pop(_CUT_LINE, False) or status != STATUS_COMPLETE:
+        return True
+    if relative not in cut:
+        cut.append(relative)
+    return False
+
+
+def _check_unique_ids(
+    table: pd.DataFrame, column: str, relative: str, notes: list[str], cut: list[str]
+) -> bool:
+    """A client table numbers its rows (``request``, ``iteration``) once each: a number
+    written twice is a table copied into itself or edited, whose figures cannot be trusted (a
+    run from before row counts were recorded has nothing else to tell it by)."""
+    if column not in table.columns:
+        return True
+    repeated = int(table[column].dropna().duplicated().sum())
+    if not repeated:
+        return True
+    notes.append(
+        f"{relative} has {repeated:,} row(s) whose {column} appears earlier in the table: the "
+        "table was changed after the run; figures from it are wrong"
+    )
+    if relative not in cut:
+        cut.append(relative)
+    return False
 
 
 def _relative(root: Path, path: Path) -> str:
@@ -332,6 +388,7 @@ def _read_extra_table(
     recorded: dict[str, int] | None,
     notes: list[str],
     cut: list[str],
+    status: str,
 ) -> pd.DataFrame | None:
     """An optional table (``gpu.csv``, ``trace.csv``, ``memory.csv``, ``shares.csv``,
     ``limits.csv``): ``None`` when absent, and checked against its recorded rows where run.json
@@ -352,11 +409,14 @@ def _read_extra_table(
     frame = read_table(path, columns, notes=notes)
     frame.attrs.pop(_BAD_VALUES, None)
     _check_rows(relative, len(frame), recorded, notes, cut)
+    _check_cut_line(frame, relative, status, cut)
     return frame
 
 
 _SHOWN_BAD_ROWS = 3
 _BAD_VALUES = "orion_bad_values"
+_CUT_LINE = "orion_cut_last_line"
+"""Set in a table's ``attrs`` by :func:`read_table` when it dropped a cut last line."""
 
 
 def _without_bad_values(
@@ -451,12 +511,22 @@ def read_table(path: Path, columns: Sequence[Column], *, notes: list[str]) -> pd
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise OrionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    cut_line = ""
     if text and not text.endswith("\n"):
         keep = text.rfind("\n") + 1
-        cut = text[keep:]
+        cut_line = text[keep:].strip()
         text = text[:keep]
-        if cut.strip():
-            notes.append(f"{path.name}: dropped a cut last line ({_shorten(cut)!r})")
+        if cut_line:
+            notes.append(f"{path.name}: dropped a cut last line ({_shorten(cut_line)!r})")
+    frame = _parse_table(path, text, columns)
+    if cut_line:
+        frame.attrs[_CUT_LINE] = True
+    return frame
+
+
+def _parse_table(path: Path, text: str, columns: Sequence[Column]) -> pd.DataFrame:
+    """The table ``text`` (whole lines) of ``path``, its declared columns typed and its bad
+    values found (``attrs``)."""
     if not text.strip():
         return empty_table(columns)
     text_dtypes = {c.name: str for c in columns if c.kind == "str"}
@@ -532,8 +602,18 @@ def _read_run_json(root: Path) -> dict[str, Any]:
             f"run.json in {root} is not valid JSON (cut or corrupted): {reason}",
             hint="the run's record is damaged (the runner only ever replaces it whole)",
         ) from None
-    if not isinstance(meta, dict) or meta.get("format") != RUN_FORMAT:
-        raise not_a_run
+    if not isinstance(meta, dict):
+        # there is a run.json: say what it holds, not that it is missing
+        raise OrionError(
+            f"{path} holds a JSON {_json_kind(meta)}, not a run record (an object)",
+            hint="the run's record is damaged (the runner only ever replaces it whole)",
+        )
+    if meta.get("format") != RUN_FORMAT:
+        raise OrionError(
+            f"{path} is not an orion run record (format {meta.get('format')!r}, not "
+            f"{RUN_FORMAT!r})",
+            hint="pass a directory written by `orion colocate`",
+        )
     version = meta.get("version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise OrionError(f"{root / 'run.json'} has no integer 'version'")
@@ -543,6 +623,17 @@ def _read_run_json(root: Path) -> dict[str, Any]:
             hint="report it with the orion version that wrote it",
         )
     return meta
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON document holds, in JSON's words (a list, a string, a number, ...)."""
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool) or value is None:
+        return "literal (true, false or null)"
+    return "number"
 
 
 def _client_info(root: Path, entry: Any, index: int) -> ClientInfo:

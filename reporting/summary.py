@@ -748,6 +748,16 @@ def _verdict(row: dict[str, Any]) -> str:
     return f"{label}: {head}: {clauses}{caveat}."
 
 
+def _digits_apart(value: float, bound: float, digits: int) -> int:
+    """The fewest decimals, from ``digits`` up to three more, at which ``value`` and ``bound``
+    read differently: a verdict that says a figure is past its bound must show it past (1.051
+    is not "1.05×, 0.00× over the 1.05× limit")."""
+    for more in range(digits, digits + 4):
+        if f"{value:.{more}f}" != f"{bound:.{more}f}":
+            return more
+    return digits + 3
+
+
 def _hp_clause(row: dict[str, Any], slowdown: float) -> str:
     if row["hp_target_met"] is None and not row["hp_clients"]:
         return "no HP client"
@@ -755,9 +765,10 @@ def _hp_clause(row: dict[str, Any], slowdown: float) -> str:
         return "HP p99 slowdown unknown (no completed HP requests or no matching dedicated client)"
     if row["hp_target_met"]:
         return f"HP p99 is {slowdown:.2f}× dedicated (limit {HP_P99_SLOWDOWN_MAX:g}×)"
+    digits = _digits_apart(slowdown, HP_P99_SLOWDOWN_MAX, 2)
     return (
-        f"HP p99 is {slowdown:.2f}× dedicated, {row['hp_slowdown_excess']:.2f}× over the "
-        f"{HP_P99_SLOWDOWN_MAX:g}× limit"
+        f"HP p99 is {slowdown:.{digits}f}× dedicated, {row['hp_slowdown_excess']:.{digits}f}× "
+        f"over the {HP_P99_SLOWDOWN_MAX:g}× limit"
     )
 
 
@@ -768,10 +779,11 @@ def _be_clause(row: dict[str, Any], fraction: float) -> str:
         return "BE throughput fraction unknown (no matching dedicated client)"
     if row["be_target_met"]:
         return f"BE throughput is {fraction:.0%} of dedicated (floor {BE_FRACTION_MIN:.0%})"
+    digits = _digits_apart(fraction * 100, BE_FRACTION_MIN * 100, 0)
     shortfall = row["be_fraction_shortfall"] * 100
     return (
-        f"BE throughput is {fraction:.0%} of dedicated, {shortfall:.0f} percentage points "
-        f"under the {BE_FRACTION_MIN:.0%} floor"
+        f"BE throughput is {fraction:.{digits}%} of dedicated, {shortfall:.{digits}f} "
+        f"percentage points under the {BE_FRACTION_MIN:.0%} floor"
     )
 
 

@@ -64,9 +64,11 @@ same H100 (p10-p90 151.0-151.6 us), by the same probe."""
 
 NO_TRACE_NOTE = 'no kernel trace: the tail attribution needs `"trace": true` in the run config'
 MISSING_TRACE_NOTE = (
-    "trace.csv is missing: the run traced its kernels, but the file is not in the run "
-    "directory (traces are large and often not kept); the tail attribution needs it"
+    "no tail attribution: the run traced its kernels, but its trace is not in the run directory "
+    "(traces are large and often not kept)"
 )
+"""The tail section's line for a run whose trace file is gone; the run's own note (a warning,
+:mod:`reporting.rundata`) names the file, so a report says "trace.csv is missing" once."""
 
 
 def no_trace_note(run: RunData) -> str:

@@ -69,20 +69,24 @@ class StandInNode:
 
 
 class StandInCluster:
-    """A head without GPUs and worker nodes added with :meth:`add_node`; the driver connects."""
+    """A head without GPUs and worker nodes added with :meth:`add_node`; the driver connects.
 
-    def __init__(self, folder: Path) -> None:
+    ``from_checkout``: the driver works from the repository's root, as a user runs
+    ``python examples/ray/half_a_gpu_each.py``, and its workers are given no path to orion:
+    Ray puts the driver's folder first on their import path, so they import the checkout's
+    packages (which hold no built library). Otherwise the driver works from the cluster's folder
+    and its workers import the orion this test imports."""
+
+    def __init__(self, folder: Path, *, from_checkout: bool = False) -> None:
         import ray
         from ray.cluster_utils import Cluster
 
         self.folder = folder
+        self.from_checkout = from_checkout
         self.nodes: list[StandInNode] = []
         self._count = 0
-        # Ray puts the driver's working folder first on its workers' import path: from a source
-        # checkout (pytest's own folder) they would import orion from it, without its built
-        # library, not the orion this test imports. The driver works from the cluster's folder.
         self._previous_folder = os.getcwd()
-        os.chdir(folder)
+        os.chdir(REPO if from_checkout else folder)
         self.cluster = Cluster(
             initialize_head=True,
             head_node_args={
@@ -93,17 +97,15 @@ class StandInCluster:
         )
         ray.init(address=self.cluster.address)
 
-    @staticmethod
-    def _environment(state_dir: Path, gpus: list[dict[str, Any]]) -> dict[str, str]:
+    def _environment(self, state_dir: Path, gpus: list[dict[str, Any]]) -> dict[str, str]:
         # Workers import the orion this test imports (installed, or the checkout with its built
-        # library), never a checkout without the library, and tests/ for the tests' job hosts;
-        # they see the node's stand-in GPUs and state folder, as a real node's workers see its GPUs.
+        # library), unless the test is of a checkout, and tests/ for the tests' job hosts; they
+        # see the node's stand-in GPUs and state folder, as a real node's workers see its GPUs.
         import orion_daemon
 
         installed = Path(orion_daemon.__file__).resolve().parent.parent
-        path = os.pathsep.join(
-            [str(installed), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
-        )
+        first = [] if self.from_checkout else [str(installed)]
+        path = os.pathsep.join([*first, str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
         environment = {"PYTHONPATH": path, "ORION_STATE_DIR": str(state_dir)}
         if gpus:
             environment["ORION_STAND_IN_GPUS"] = json.dumps(gpus)

@@ -196,6 +196,11 @@ BAD_FILES = [
     ),
     ("jobs: warmup_steps 10^30", _colocate(_set("run", "warmup_steps", 10**30)), "warmup_steps"),
     ("jobs: duration_s 1e15", _colocate(_set("run", "duration_s", 1e15)), "duration_s"),
+    (
+        "jobs: HP rate 1e308 per s",
+        _colocate(lambda d: d["clients"][0]["arrivals"].update(rate_per_s=1e308)),
+        "clients[0].arrivals.rate_per_s: must be <= 1000000",
+    ),
     ("report: deeply nested run.json", _nested_run_json, "nested too deeply"),
     ("plan: count 1e9 GPUs", _plan(lambda d: d["gpus"][0].update(count=10**9)), "at most 4,096"),
     ("plan: HP rate 800/s, measured at 80/s", _plan_rate, "was measured at 80/s"),
@@ -219,6 +224,21 @@ BAD_FILES = [
         "no pair matrix for GPU kind",
     ),
     (
+        "plan: 1000 GPUs beside 2000 BE jobs",
+        _plan(
+            lambda d: d.update(
+                gpus=[{"kind": d["gpus"][0]["kind"], "count": 1000}],
+                be=[{"name": f"b{i}", "job": d["be"][i % 3]["job"]} for i in range(2000)],
+            )
+        ),
+        "more than 200,000 placement options",
+    ),
+    (
+        "simulate: jobs_per_hour 1e-300",
+        _simulate(_set("simulation", "arrivals", {"kind": "poisson", "jobs_per_hour": 1e-300})),
+        "brought no job",
+    ),
+    (
         "simulate: iterations 1e30",
         _simulate(lambda d: d["simulation"]["job_mix"][0].update(iterations=1e30)),
         "iterations: must be at most",
@@ -236,3 +256,150 @@ def test_a_bad_file_is_one_error_line_naming_the_bound(
     assert result.exit_code == 1, result.output
     assert message in result.output, result.output
     assert "no NVIDIA GPU" not in result.output
+
+
+# --- options checked before the machine (issue 38): one row each, with its exit status --------
+# 2: the command was called wrongly (an option out of its range, options that contradict each
+# other), as typer exits for usage; 1: anything else (a folder that cannot be written, a file's
+# content); 126: the shell's status for a command found but not executable.
+
+UP = ["up", "--state-dir", "{tmp}/state"]
+RUN_BE = ["run", "--be", "--state-dir", "{tmp}/state"]
+RUN_HP = ["run", "--hp", "--state-dir", "{tmp}/state"]
+RUN_PLAN = ["run-plan", "{plan}", "-o", "{tmp}/plan-runs"]
+BEFORE_THE_MACHINE = [
+    ("up --policy nosuch", [*UP, "--policy", "nosuch"], "policy must be one of orion", 2),
+    ("up --sharing mig", [*UP, "--sharing", "mig"], "sharing must be one of mps, timeslice", 2),
+    (
+        "up priority time-sliced",
+        [*UP, "--policy", "priority", "--sharing", "timeslice"],
+        "policy 'priority' runs under 'mps' only",
+        2,
+    ),
+    ("up --queue-limit-us inf", [*UP, "--queue-limit-us", "inf"], "--queue-limit-us must be", 2),
+    ("up --queue-limit-us nan", [*UP, "--queue-limit-us", "nan"], "'--queue-limit-us'", 2),
+    ("up --state-dir /proc", ["up", "--state-dir", "{proc}"], "cannot write state folder", 1),
+    ("up --state-dir a file", ["up", "--state-dir", "{file}"], "is a file, not a folder", 1),
+    ("run --min-util 1.5", [*RUN_BE, "--min-util", "1.5", "--", "true"], "(got 1.5)", 2),
+    ("run --min-util -0.1", [*RUN_BE, "--min-util", "-0.1", "--", "true"], "(got -0.1)", 2),
+    ("run --min-util nan", [*RUN_BE, "--min-util", "nan", "--", "true"], "(got nan)", 2),
+    ("run --max-util 2", [*RUN_BE, "--max-util", "2", "--", "true"], "--max-util must be", 2),
+    (
+        "run min above max",
+        [*RUN_BE, "--min-util", "0.6", "--max-util", "0.4", "--", "true"],
+        "--min-util 0.6 is above --max-util 0.4",
+        2,
+    ),
+    (
+        "run --latency-target-ms -5",
+        [*RUN_HP, "--latency-target-ms", "-5", "--", "true"],
+        "--latency-target-ms must be a positive number (got -5)",
+        2,
+    ),
+    (
+        "run --latency-target-ms nan",
+        [*RUN_HP, "--latency-target-ms", "nan", "--", "true"],
+        "(got nan)",
+        2,
+    ),
+    (
+        "run --latency-target-ms inf",
+        [*RUN_HP, "--latency-target-ms", "inf", "--", "true"],
+        "(got inf)",
+        2,
+    ),
+    (
+        "run --latency-target-ms on BE",
+        [*RUN_BE, "--latency-target-ms", "5", "--", "true"],
+        "a BE client has none",
+        2,
+    ),
+    (
+        "run --no-daemon --memory-limit 4GiB",
+        ["run", "--no-daemon", "--memory-limit", "4GiB", "--", "true"],
+        "--memory-limit cannot apply with --no-daemon",
+        2,
+    ),
+    (
+        "run --no-daemon --memory-limit 4gib",
+        ["run", "--no-daemon", "--memory-limit", "4gib", "--", "true"],
+        '"4gib" is not a size',
+        2,
+    ),
+    ("run --memory-limit 4gib", [*RUN_BE, "--memory-limit", "4gib", "--", "true"], "4gib", 2),
+    ("run --name of 40", [*RUN_BE, "--name", "n" * 40, "--", "true"], "1 to 31 bytes", 2),
+    ("run a file, not a program", [*RUN_BE, "--", "{file}"], "Permission denied", 126),
+    (
+        "colocate --policy nope",
+        ["colocate", "examples/headline.json", "--policy", "nope"],
+        "--policy: unknown policy 'nope'",
+        2,
+    ),
+    (
+        "colocate --duration -1",
+        ["colocate", "examples/headline.json", "--duration", "-1"],
+        "--duration: must be > 0 (got -1)",
+        2,
+    ),
+    (
+        "colocate --duration nan",
+        ["colocate", "examples/headline.json", "--duration", "nan"],
+        "--duration: must be a finite number",
+        2,
+    ),
+    ("run-plan a bogus policy", ["run-plan", "{bogus_plan}"], "gpus[0].policy: must be one", 1),
+    ("run-plan -d nan", [*RUN_PLAN, "-d", "nan"], "--duration: must be a finite number", 2),
+    ("run-plan -d -1", [*RUN_PLAN, "-d", "-1"], "--duration: must be > 0 (got -1)", 2),
+    ("run-plan -o /proc", ["run-plan", "{plan}", "-o", "{proc}"], "cannot write plan-run", 1),
+]
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A plan of the placement fixtures, and the same with a policy no jobs file knows."""
+    folder = tmp_path_factory.mktemp("plans")
+    plan = folder / "plan.json"
+    result = runner.invoke(
+        app,
+        ["plan", str(DATA / "fleet.json"), "--matrix-dir", str(DATA / "pairs"), "-o", str(plan)],
+    )
+    assert result.exit_code == 0, result.output
+    bogus = _json_with(plan, lambda d: d["gpus"][0].update(policy="bogus"), folder, "bogus.json")
+    return {"plan": str(plan), "bogus_plan": str(bogus)}
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "message", "status"),
+    BEFORE_THE_MACHINE,
+    ids=[c[0] for c in BEFORE_THE_MACHINE],
+)
+def test_an_option_is_checked_before_the_machine(
+    case: str,
+    args: list[str],
+    message: str,
+    status: int,
+    plans: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    def no_exec(*arguments: object) -> None:
+        raise AssertionError(f"orion run started the program: {arguments}")
+
+    monkeypatch.setattr(os, "execve", no_exec)  # a row that is not refused must not exec
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "existing.txt").write_text("keep me\n")
+    filled = [arg.format(**plans) if arg.strip("{}") in plans else arg for arg in args]
+    result = runner.invoke(app, _fill(filled, tmp_path))
+    assert not isinstance(result.exception, Exception), result.output  # no traceback
+    output = " ".join(result.output.split())
+    assert message in output, result.output
+    assert result.exit_code == status, result.output
+    for machine in ("no NVIDIA GPU", "no orion daemon", "this host has", "preload library"):
+        assert machine not in output, result.output
+    errors = [
+        line for line in result.output.splitlines() if "rror:" in line or "orion run:" in line
+    ]
+    assert len(errors) == 1, result.output  # one line says it (a hint may follow)
+    assert not (tmp_path / "plan-runs").exists()  # nothing started, nothing written

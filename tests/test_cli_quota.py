@@ -181,7 +181,7 @@ def test_a_share_outside_zero_to_one_is_refused(live_shares_run):
     _, run_dir = live_shares_run
     result = quota(str(run_dir), "be", "--max-util", "1.5")
     assert result.exit_code == 2
-    assert "must be between 0 and 1" in " ".join(result.output.split())
+    assert "--max-util: must be <= 1 (got 1.5)" in " ".join(result.output.split())
 
 
 def test_nothing_to_change_is_refused(live_run):
@@ -189,3 +189,20 @@ def test_nothing_to_change_is_refused(live_run):
     result = quota(str(run_dir), "be")
     assert result.exit_code == 2
     assert "give at least one of" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    ("record", "size"),
+    [
+        ({"environment": {"gpu_memory_mib": 8192}}, "900GiB"),  # a run on a GPU of 8 GiB
+        ({"gpu": {"memory_bytes": 8 * GIB}}, "8193MiB"),  # a daemon's record says it so
+    ],
+)
+def test_a_memory_limit_over_the_gpu_is_refused_and_changes_nothing(live_run, record, size):
+    run, run_dir = live_run
+    edit_record(run_dir, **record)
+    result = quota(str(run_dir), "be", "--memory-limit", size)
+    assert result.exit_code == 1, result.output
+    assert "is larger than the GPU's 8 GiB" in " ".join(result.output.split())
+    assert run.stats()["be"]["memory_limit"] == 10_000
+    assert not (run_dir / "limits.csv").exists()

@@ -751,6 +751,46 @@ def test_a_policy_override_keeps_an_explicit_sharing_and_checks_it(tmp_path: Pat
         with_overrides(config, source=source, policy="mps")
 
 
+@pytest.mark.parametrize(
+    "policy", ["dedicated", "timeslice", "mps", "mps-priority", "mps-share", "priority", "reef"]
+)
+def test_a_policy_override_of_the_example_runs_that_policys_own_defaults(
+    policy: str, tmp_path: Path
+) -> None:
+    """`orion colocate --example > jobs.json && orion colocate jobs.json --policy P` (the
+    README's second command): the example leaves sharing and the BE graph gate to its policy,
+    so the override gets P's defaults, exactly as P written in the file would."""
+    from colocation.config import example_jobs
+    from colocation.overrides import with_overrides
+
+    source = tmp_path / "jobs.json"
+    source.write_text(example_jobs())
+    overridden = with_overrides(load_jobs(source), source=source, policy=policy)
+    written = json.loads(example_jobs())
+    written["run"]["policy"] = policy
+    in_file = parse_jobs(written, tmp_path)
+    assert overridden.policy == in_file.policy
+    assert overridden.policy.sharing == POLICIES[policy].sharing  # the table's default
+    assert overridden.be_graph_gate == in_file.be_graph_gate
+    assert overridden.run.sharing is None and overridden.run.be_graph_gate is None
+
+
+def test_a_policy_override_keeps_an_explicit_be_graph_gate(tmp_path: Path) -> None:
+    from colocation.overrides import with_overrides
+
+    data = base()
+    data["run"]["be_graph_gate"] = "inside"  # orion's time-sliced default would be "whole"
+    source = tmp_path / "jobs.json"
+    config = with_overrides(parse_jobs(data, DATA), source=source, policy="reef")
+    assert config.policy.sharing == "mps"
+    assert config.be_graph_gate == "inside"
+    data["run"]["be_graph_gate"] = None
+    data["run"]["policy"] = "reef"
+    assert with_overrides(parse_jobs(data, DATA), source=source, policy="orion").be_graph_gate == (
+        "whole"
+    )
+
+
 @pytest.mark.parametrize("policy", ["dedicated", "timeslice", "mps"])
 def test_policies_without_hp_accept_zero_hp_clients(policy: str) -> None:
     data = base()

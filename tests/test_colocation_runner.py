@@ -473,20 +473,24 @@ def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
-def test_a_bad_override_is_reported_like_the_file(tmp_path: Path) -> None:
+def test_a_bad_override_is_reported_in_the_files_words_as_a_usage_error(tmp_path: Path) -> None:
+    # the rule is the jobs file's (run.duration_s, the policy table); the option is named, and
+    # a command called wrongly exits 2
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps(jobs_data(tmp_path)))
     result = CLI.invoke(cli(), ["colocate", str(path), "--duration", "-1"])
-    assert result.exit_code == 1
-    assert "run.duration_s: must be > 0 (got -1)" in result.output
+    assert result.exit_code == 2
+    assert "--duration: must be > 0 (got -1)" in result.output
     result = CLI.invoke(cli(), ["colocate", str(path), "--policy", "fifo"])
-    assert result.exit_code == 1
-    assert "run.policy: must be one of dedicated, timeslice" in result.output
+    assert result.exit_code == 2
+    assert "--policy: unknown policy 'fifo'; known policies: dedicated, timeslice" in " ".join(
+        result.output.split()
+    )
 
 
 def test_no_jobs_file_is_an_error_with_a_hint() -> None:
     result = CLI.invoke(cli(), ["colocate"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # called wrongly: a usage error
     assert "give a jobs file" in result.output
     assert "--example" in result.output
 

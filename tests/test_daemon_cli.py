@@ -90,11 +90,12 @@ def test_status_json_gives_every_field_of_every_client(harness, daemon):
 @pytest.mark.parametrize(
     ("arguments", "code", "message"),
     [
-        ([], 1, "no command to run"),
-        (["--be"], 1, "no command to run"),
-        (["--", "true"], 1, "say whether the program is --hp or --be"),
+        # 2: called wrongly (usage), as typer exits; 1: every other error
+        ([], 2, "no command to run"),
+        (["--be"], 2, "no command to run"),
+        (["--", "true"], 2, "say whether the program is --hp or --be"),
         (["--be", "--", "no-such-program-xyz"], 127, "no-such-program-xyz: command not found"),
-        (["--be", "--memory-limit", "lots", "--", "true"], 1, "--memory-limit"),
+        (["--be", "--memory-limit", "lots", "--", "true"], 2, "--memory-limit"),
         (["--be", "--memory-limit", "9GiB", "--", "true"], 1, "larger than the GPU's 8 GiB"),
         (["--be", "--gpu", "3", "--", "true"], 1, "no orion daemon runs for GPU 3"),
         (["--be", "--profile", "/no/such.csv", "--", "true"], 1, "no such file"),

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orion_common.errors import OrionError
-from placement.fleet import parse_fleet
+from placement.fleet import load_fleet, parse_fleet
 from placement.plan import load_matrices, solve
 from placement.plan_file import Plan
 
@@ -164,3 +164,11 @@ def test_invalid_fleet_is_one_line_naming_the_field(changes: dict[str, Any], exp
         parse_fleet(_fleet(**changes), source="fleet.json")
     assert caught.value.message.startswith("fleet.json: ")
     assert expected in caught.value.message
+
+
+def test_the_solve_says_each_stage_as_it_starts() -> None:
+    fleet = load_fleet(DATA / "fleet.json")
+    stages: list[str] = []
+    solve(fleet, load_matrices(fleet.gpu_kinds(), DATA / "pairs"), progress=stages.append)
+    assert stages[0] == "listing the groups each of 2 GPUs can hold"
+    assert stages[1].startswith("solving over ") and stages[1].endswith(" options (GPU and group)")

@@ -236,3 +236,30 @@ def test_cli_error_is_one_line(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "simulation.round_s: must be positive, not 0" in result.output
+
+
+def test_each_round_of_each_policy_is_told_to_the_progress(tmp_path: Path) -> None:
+    spec = parse_simulation(_two_job(tmp_path, gpus=1), "sim.json", tmp_path)
+    heard: dict[str, list[tuple[int, int]]] = {}
+    matrices = load_matrices(spec.fleet.gpu_kinds(), PAIRS)
+    _, results = simulate(
+        spec, matrices, progress_of_rounds=lambda p, r, m: heard.setdefault(p, []).append((r, m))
+    )
+    assert set(heard) == set(results)
+    for policy, rounds in heard.items():
+        assert [r for r, _ in rounds] == list(range(1, results[policy].metrics()["rounds"] + 1))
+        assert all(r <= most for r, most in rounds)
+
+
+def test_a_terminal_gets_progress_and_the_same_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    import orion_cli.plan
+    import orion_cli.simulate
+
+    monkeypatch.setattr(orion_cli.simulate, "interactive", lambda: True)
+    monkeypatch.setattr(orion_cli.plan, "interactive", lambda: True)
+    result = runner.invoke(app, ["simulate", str(FIXTURE), "--matrix-dir", str(PAIRS)])
+    assert result.exit_code == 0, result.output
+    assert "orion simulate (" in result.output
+    result = runner.invoke(app, ["plan", str(DATA / "fleet.json"), "--matrix-dir", str(PAIRS)])
+    assert result.exit_code == 0, result.output
+    assert "orion plan (" in result.output

@@ -84,6 +84,6 @@ def test_a_live_graph_profile_records_cuda_graph(
 )
 def test_bad_graph_requests_are_one_line_before_any_gpu_work(args: list[str], message: str) -> None:
     result = _invoke(*args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # what was typed, a usage error
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output

@@ -131,9 +131,9 @@ def test_live_run_with_plain_progress_and_summary(
         ),
     ],
 )
-def test_bad_input_is_one_line_and_exit_1(args: list[str], message: str) -> None:
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = _invoke(*args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error: what was typed, not what the machine lacks
     assert message in result.output
     assert "Traceback" not in result.output
     error_lines = [line for line in result.output.splitlines() if line.startswith("error:")]

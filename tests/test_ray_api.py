@@ -17,7 +17,7 @@ from orion.ray.agent import NodeGpu, NodeInventory
 from orion.ray.env import options, runtime_env
 from orion.ray.plan import place
 from orion_common import sysinfo
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_daemon.admission import JoinRequest, check_join, memory_limit
 from placement.plan_file import Plan, PlanClient, PlanGpu
 
@@ -62,11 +62,58 @@ def test_options_give_ray_and_orion_the_same_fraction():
         ({"role": "be", "num_gpus": 2}, r"at most 1 \(got 2\)"),
         ({"role": "be", "num_gpus": 0}, "above 0"),
         ({"role": "be", "memory_limit": "lots"}, 'memory_limit: "lots" is not a size'),
+        ({"role": "be", "num_gpus": float("nan")}, r"at most 1 \(got nan\)"),
+        ({"role": "be", "max_util": 1.5}, r"--max-util must be between 0 and 1 \(got 1.5\)"),
+        ({"role": "be", "min_util": -0.2}, r"--min-util must be between 0 and 1 \(got -0.2\)"),
+        ({"role": "be", "min_util": 0.6, "max_util": 0.4}, "--min-util 0.6 is above --max-util"),
+        ({"role": "be", "latency_target_ms": 5}, "a BE client has none"),
+        ({"role": "hp", "latency_target_ms": -1}, r"must be a positive number \(got -1\)"),
+        ({"role": "hp", "latency_target_ms": float("nan")}, r"positive number \(got nan\)"),
+        ({"role": "hp", "latency_target_ms": float("inf")}, r"positive number \(got inf\)"),
+        ({"role": "be", "name": "n" * 40}, "a client name has 1 to 31 bytes"),
     ],
 )
 def test_a_runtime_env_that_cannot_work_is_refused_where_it_is_declared(arguments, message):
-    with pytest.raises(OrionError, match=message):
+    # the daemon's own join rules (admission.check_request), said where the actor is declared
+    with pytest.raises(UsageError, match=message):
         runtime_env(**arguments)
+
+
+def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
+    """`orion up` without --sharing runs the policy's default (orion: time-sliced); the node
+    agents start their daemons with the same, from the same rule."""
+    import inspect
+
+    from orion.ray.agent import DaemonOptions, start_daemons
+    from orion_daemon.server import DaemonSettings
+    from scheduler_core.sharing import default_sharing
+
+    assert inspect.signature(start_daemons).parameters["sharing"].default is None
+    agents = DaemonOptions()
+    settings = DaemonSettings(
+        gpu=0, sm_count=1, folder=tmp_path, policy=agents.policy, sharing=agents.sharing
+    )
+    assert settings.sharing == default_sharing("orion") == "timeslice"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"policy": "nosuch"}, "policy must be one of"),
+        ({"policy": "priority", "sharing": "timeslice"}, "runs under 'mps' only"),
+        ({"sharing": "mig"}, "sharing must be one of mps, timeslice"),
+        ({"queue_limit_us": float("inf")}, "--queue-limit-us must be a positive number"),
+    ],
+)
+def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, monkeypatch):
+    import orion.ray.agent as agent
+
+    def no_cluster(address):
+        raise AssertionError("Ray was reached before the options were checked")
+
+    monkeypatch.setattr(agent, "connect", no_cluster)
+    with pytest.raises(UsageError, match=message):
+        agent.start_daemons(**arguments)
 
 
 def test_the_example_declares_its_actors_with_and_without_orion():
@@ -168,6 +215,15 @@ def test_a_join_fraction_is_that_share_of_the_gpus_memory_an_explicit_limit_wins
         memory_limit(JoinRequest("be", "x", memory_fraction=0.5), None)
     with pytest.raises(OrionError, match="at most 1"):
         check_join(JoinRequest("be", "x", memory_fraction=2.0), [], 8 * GIB)
+
+
+@pytest.mark.parametrize("target", ["nan", "inf", "-inf"])
+def test_the_daemon_refuses_a_join_whose_latency_target_is_not_a_number(target):
+    """ORION_LATENCY_TARGET_MS=nan set by hand passed the daemon, and the program died at its
+    first CUDA call; the join is refused with the reason instead."""
+    message = {"role": "hp", "name": "web", "latency_target_ms": float(target)}
+    with pytest.raises(OrionError, match="--latency-target-ms must be a positive number"):
+        check_join(JoinRequest.from_message(message), [], 8 * GIB)
 
 
 def test_a_join_message_may_give_its_limit_as_people_write_sizes():

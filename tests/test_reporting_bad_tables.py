@@ -38,6 +38,36 @@ def _cut_half(run: Path) -> None:
     path.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
 
 
+def _cut_last_line(run: Path) -> None:
+    path = run / "clients" / "hp.csv"
+    text = path.read_text()
+    path.write_text(text[: len(text) - 12])  # a write cut in the middle of its last line
+
+
+def _duplicate_rows(count: int) -> Callable[[Path], None]:
+    def change(run: Path) -> None:
+        path = run / "clients" / "hp.csv"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([*lines, *lines[1 : count + 1]]) + "\n")
+
+    return change
+
+
+def _older(damage: Callable[[Path], None]) -> Callable[[Path], None]:
+    """``damage`` to a run in the older format: no ``table_rows`` in run.json, each client's
+    ``done`` (requests or iterations finished, one row each) instead."""
+
+    def change(run: Path) -> None:
+        meta = json.loads((run / "run.json").read_text())
+        rows = meta.pop("table_rows")
+        for client in meta["clients"]:
+            client["done"] = rows[client["table"]]
+        (run / "run.json").write_text(json.dumps(meta))
+        damage(run)
+
+    return change
+
+
 # (case, damage, words of the warning that names file and row)
 CASES = [
     ("non-numeric latency", _set_cell("hp", 5, "latency_ms", "abc"), "row 5: latency_ms is 'abc'"),
@@ -49,6 +79,19 @@ CASES = [
     ),
     ("infinite BE duration", _set_cell("be", 2, "duration_ms", "inf"), "clients/be.csv has 1 row"),
     ("hp.csv cut to half", _cut_half, "rows recorded at close: the table was cut"),
+    ("a cut last line", _cut_last_line, "hp.csv: dropped a cut last line"),
+    ("100 duplicated rows", _duplicate_rows(100), "more than the 103 recorded at close"),
+    (
+        "older run: hp.csv cut to half",
+        _older(_cut_half),
+        "clients/hp.csv has 51 of 103 rows recorded at close: the table was cut",
+    ),
+    ("older run: a cut last line", _older(_cut_last_line), "hp.csv: dropped a cut last line"),
+    (
+        "older run: 100 duplicated rows",
+        _older(_duplicate_rows(100)),
+        "has 100 row(s) whose request appears earlier in the table",
+    ),
 ]
 
 
@@ -91,4 +134,5 @@ def test_a_missing_trace_is_said_and_leaves_the_run_complete(tmp_path: Path) -> 
     assert orion["complete"] is True
     assert any("trace.csv is missing" in note for note in orion["notes"])
     text = runner.invoke(app, ["report", "--no-plots", str(runs["orion"])]).output
-    assert "trace.csv is missing: the run traced its kernels" in text
+    assert "no tail attribution: the run traced its kernels" in text
+    assert text.count("trace.csv is missing") == 1  # said once (a warning), not twice

@@ -55,23 +55,36 @@ def test_optional_files_absent(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "make",
+    ("make", "message"),
     [
-        pytest.param(lambda d: None, id="empty-dir"),
+        pytest.param(
+            lambda d: None, "{d} is not an orion run directory (no run.json)", id="empty-dir"
+        ),
         pytest.param(
             lambda d: (d / "run.json").write_text(json.dumps({"format": "orion-profile"})),
+            "{d}/run.json is not an orion run record (format 'orion-profile', not 'orion-run')",
             id="other-format",
         ),
-        pytest.param(lambda d: (d / "run.json").write_text("[1, 2]"), id="json-list"),
+        # a run.json that is there is never called missing
+        pytest.param(
+            lambda d: (d / "run.json").write_text("[1, 2]"),
+            "{d}/run.json holds a JSON list, not a run record (an object)",
+            id="json-list",
+        ),
+        pytest.param(
+            lambda d: (d / "run.json").write_text("[]"),
+            "{d}/run.json holds a JSON list, not a run record (an object)",
+            id="empty-json-list",
+        ),
     ],
 )
-def test_a_directory_that_is_not_a_run_is_one_line_error(tmp_path: Path, make) -> None:
+def test_a_directory_that_is_not_a_run_is_one_line_error(tmp_path: Path, make, message) -> None:
     target = tmp_path / "notarun"
     target.mkdir()
     make(target)
     with pytest.raises(OrionError) as info:
         load_run(target)
-    assert str(info.value) == f"{target} is not an orion run directory (no run.json)"
+    assert str(info.value) == message.format(d=target)
     assert "\n" not in str(info.value)
 
 

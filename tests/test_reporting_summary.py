@@ -127,3 +127,32 @@ def test_runs_with_nothing_measured_still_report(tmp_path: Path) -> None:
     assert "figure left out" in text
     assert not list((tmp_path / "out").glob("*.png"))
     json.dumps(report_json(runs), allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    ("fields", "clause"),
+    [
+        (
+            {"hp_p99_slowdown": 1.051, "hp_slowdown_excess": 0.001},
+            "HP p99 is 1.051× dedicated, 0.001× over the 1.05× limit",
+        ),
+        (
+            {"hp_p99_slowdown": 2.0, "hp_slowdown_excess": 0.95},
+            "HP p99 is 2.00× dedicated, 0.95× over the 1.05× limit",
+        ),
+        (
+            {"be_throughput_fraction": 0.898, "be_fraction_shortfall": 0.002},
+            "BE throughput is 89.8% of dedicated, 0.2 percentage points under the 90% floor",
+        ),
+    ],
+)
+def test_a_figure_just_past_its_limit_is_shown_past_it(fields, clause) -> None:
+    """1.051 was "1.05× dedicated, 0.00× over the 1.05× limit"."""
+    from reporting.summary import _be_clause, _hp_clause
+
+    row = {"hp_target_met": False, "hp_clients": 1, "be_target_met": False, "be_clients": 1}
+    row |= fields
+    if "hp_p99_slowdown" in fields:
+        assert _hp_clause(row, fields["hp_p99_slowdown"]) == clause
+    else:
+        assert _be_clause(row, fields["be_throughput_fraction"]) == clause

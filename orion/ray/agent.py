@@ -35,7 +35,9 @@ class DaemonOptions:
     """How the agents start missing daemons (`orion up`'s options)."""
 
     policy: str = "orion"
-    sharing: str = "mps"
+    sharing: str = ""
+    """Empty: the policy's own default (:func:`scheduler_core.sharing.default_sharing`), as
+    `orion up` without ``--sharing``."""
     shares: bool = False
     queue_limit_us: float | None = None
 
@@ -177,7 +179,7 @@ def start_daemons(
     address: str | None = None,
     *,
     policy: str = "orion",
-    sharing: str = "mps",
+    sharing: str | None = None,
     shares: bool = False,
     queue_limit_us: float | None = None,
     timeout_s: float = 120.0,
@@ -188,9 +190,14 @@ def start_daemons(
     and each agent starts the daemons its node lacks with these options (`orion up`'s). Returns
     each node's GPUs and daemons. Call it again after nodes join the cluster. A node where
     daemons cannot start is reported with its ``problem``; this raises only when none could.
+    ``sharing`` None: the policy's default, as `orion up` without ``--sharing``. Options no
+    daemon runs with are refused here, before Ray is reached.
     """
+    from orion_daemon.control import check_options
+
+    check_options(policy=policy, sharing=sharing or "", queue_limit_us=queue_limit_us)
     ray = connect(address)
-    options = DaemonOptions(policy, sharing, shares, queue_limit_us)
+    options = DaemonOptions(policy, sharing or "", shares, queue_limit_us)
     nodes = _alive_nodes(ray)
     agents = [agent(ray, node["NodeID"], options) for node in nodes]
     reports = ray.get([handle.ensure.remote() for handle in agents], timeout=timeout_s)

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orion_common.errors import OrionError
+from orion_common.errors import UsageError
 from orion_common.sizes import parse_size
-from orion_daemon.admission import ROLES, JoinRequest
+from orion_daemon.admission import ROLES, JoinRequest, check_request
 from orion_daemon.joining import join_variables
 
 
@@ -63,11 +63,11 @@ def runtime_env(
     **orion_env["env_vars"]}}``.
     """
     if role not in ROLES:
-        raise OrionError(f"role must be 'hp' or 'be' (got {role!r})")
+        raise UsageError(f"role must be 'hp' or 'be' (got {role!r})")
     fraction = None
     if num_gpus is not None:
         if not 0 < num_gpus <= 1:
-            raise OrionError(
+            raise UsageError(
                 f"an actor under orion uses one GPU or a part of one: num_gpus is above 0 and "
                 f"at most 1 (got {num_gpus:g})"
             )
@@ -78,7 +78,7 @@ def runtime_env(
         try:
             limit = parse_size(memory_limit)
         except ValueError as error:
-            raise OrionError(f"memory_limit: {error}") from None
+            raise UsageError(f"memory_limit: {error}") from None
     request = JoinRequest(
         role=role,
         name=name or "",
@@ -89,6 +89,8 @@ def runtime_env(
         max_util=1.0 if max_util is None else float(max_util),
         latency_target_ms=latency_target_ms,
     )
+    # the daemon's own rules, here: a bad value is said now, not as the actor's exit status 75
+    check_request(request, name_pending=name is None)
     env_vars = join_variables(request)
     env_vars["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     # Ray expands ${VAR} from the worker's own environment: a preload the node sets is kept.
