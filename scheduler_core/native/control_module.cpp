@@ -265,6 +265,7 @@ public:
         out["closes"] = block.closes.load();
         out["keeper_wakeups"] = block.wakeups.load();
         out["hp_activity"] = block.hp_activity.load();
+        out["hold_passes"] = block.hold_passes.load();
         return out;
     }
 
@@ -351,6 +352,8 @@ public:
         out["sampled_launches"] = s.sampled_launches.load();
         out["sampled_ns"] = s.sampled_ns.load();
         out["sampled_expected_ns"] = s.sampled_expected_ns.load();
+        out["sampling_holds"] = s.sampling_holds.load();
+        out["held_samples"] = s.held_samples.load();
         py::dict reasons;
         for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
             reasons[reason_name(static_cast<Reason>(r))] = s.reasons[r].load();
@@ -563,8 +566,10 @@ int quota_holder_for(const py::list& clients, std::uint64_t window_ns, int curre
 
 py::tuple decide_for(const std::string& policy, const std::string& role, const py::dict& kernel,
                      std::uint32_t sm_count, std::uint64_t queue_limit_ns,
-                     std::uint64_t be_outstanding_ns, const py::list& hp_in_flight) {
+                     std::uint64_t be_outstanding_ns, const py::list& hp_in_flight,
+                     bool sampling_hold) {
     Snapshot snapshot;
+    snapshot.sampling_hold = sampling_hold;
     snapshot.sm_count = sm_count;
     snapshot.queue_limit_ns = queue_limit_ns;
     snapshot.be_outstanding_ns = be_outstanding_ns;
@@ -602,7 +607,7 @@ PYBIND11_MODULE(_native, m) {
           "Under `quota`: the index of the client that holds the GPU next, -1 for nobody.");
     m.def("decide", &orion::decide_for, py::arg("policy"), py::arg("role"), py::arg("kernel"),
           py::arg("sm_count"), py::arg("queue_limit_ns"), py::arg("be_outstanding_ns"),
-          py::arg("hp_in_flight"),
+          py::arg("hp_in_flight"), py::arg("sampling_hold") = false,
           "Runs the scheduling policy on a hand-made snapshot: (launch?, reason).");
     py::class_<Run>(m, "Run")
         .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),

@@ -189,6 +189,14 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
     }
     std::uint64_t expected_change = 0;
     bool all_idle = true;
+    // An HP client taking clean samples of its unlearned work: no BE gate opens until the hold
+    // ends (the HP bounds it), whatever the policy or a share would say.
+    const bool hold = policy_holds_be_for_hp(policy) && sampling_hold_in_force(header, now_ns);
+    if (hold) {
+        all_idle = false;
+        expected_change = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+        block.hold_passes.fetch_add(1, std::memory_order_relaxed);
+    }
     for (std::uint32_t client = 0; client < count; ++client) {
         const bool gated = policy == Policy::kQuota || view_.client(client).role ==
                                                            static_cast<std::uint32_t>(Role::kBestEffort);
@@ -215,6 +223,7 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
                 if (verdict == QuotaVerdict::kCapped) open = false;
                 if (verdict == QuotaVerdict::kOwed) open = true;
             }
+            if (hold) open = false;
             if (snapshot.hp_in_flight != 0 || snapshot.hp_backlog) {
                 all_idle = false;
                 if (snapshot.earliest_end_ns != 0 &&
