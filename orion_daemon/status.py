@@ -21,6 +21,7 @@ HELD_REASONS = (
     "class_clash",
     "hp_backlog",
     "hp_busy",
+    "sampling_hold",
 )
 """Reasons a BE launch waited (the library counts each blocked launch once per reason)."""
 
@@ -86,6 +87,21 @@ def _interference(samples: list[ClientSample]) -> float | None:
     return None if slowdown is None else round(slowdown, 3)
 
 
+def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | None:
+    """The client's slowdown over the last ``period_s`` of samples: the GPU time of its timed
+    launches over what they took alone (None without timed launches in that span). What the
+    daemon's latency loop reads (orion_daemon.latency_control)."""
+    if len(samples) < 2:
+        return None
+    last = samples[-1]
+    first = next((s for s in samples if s.time_s >= last.time_s - period_s), samples[0])
+    if first is last:
+        first = samples[-2]
+    return interference(
+        last.sampled_ns - first.sampled_ns, last.sampled_expected_ns - first.sampled_expected_ns
+    )
+
+
 def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     """One client's row of `orion status` (also its ``--json`` object)."""
     samples = list(client.samples)
@@ -122,6 +138,10 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         "graphs_gated": int(stats.get("graphs_gated", 0)),
         "graphs_ungated": int(stats.get("graphs_ungated", 0)),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
+        # An HP's launches that asked BE to stand aside so its unlearned work is timed alone,
+        # and the samples learned from while BE stood aside (docs/scheduler.md, sampling holds).
+        "sampling_holds": int(stats.get("sampling_holds", 0)),
+        "held_samples": int(stats.get("held_samples", 0)),
         "profile_sources": profile_sources(stats),
         # GPU time of its timed launches over what they took alone (profiled or learned alone),
         # over the last seconds: the slowdown the client suffers from its neighbours.

@@ -187,6 +187,9 @@ public:
         orion::set_queue_limit(run(), queue_limit_ns, unknown_duration_ns);
     }
 
+    void set_hold_long_be(bool hold) { orion::set_hold_long_be(run(), hold); }
+    bool hold_long_be() const { return header().hold_long_be.load() != 0; }
+
     bool open_slots() const { return header().open_slots != 0; }
     std::uint32_t be_mask() const { return header().be_mask.load(std::memory_order_acquire); }
 
@@ -266,6 +269,7 @@ public:
         out["keeper_wakeups"] = block.wakeups.load();
         out["hp_activity"] = block.hp_activity.load();
         out["hold_passes"] = block.hold_passes.load();
+        out["long_holds"] = block.long_holds.load();
         return out;
     }
 
@@ -642,6 +646,8 @@ PYBIND11_MODULE(_native, m) {
         .def("shut_down", &Run::shut_down, py::call_guard<py::gil_scoped_release>())
         .def("set_queue_limit", &Run::set_queue_limit, py::arg("queue_limit_ns"),
              py::arg("unknown_duration_ns"))
+        .def("set_hold_long_be", &Run::set_hold_long_be, py::arg("hold"))
+        .def_property_readonly("hold_long_be", &Run::hold_long_be)
         .def_property_readonly("open_slots", &Run::open_slots)
         .def_property_readonly("be_mask", &Run::be_mask)
         .def("add_kernel", &Run::add_kernel, py::arg("client"), py::arg("key"),

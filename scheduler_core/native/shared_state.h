@@ -372,6 +372,7 @@ struct alignas(64) GateBlock {
     // them (a controller killed with SIGKILL), a closed gate would hold BE work forever.
     std::atomic<std::uint64_t> keeper_heartbeat_ns;
     std::atomic<std::uint64_t> hold_passes;  // keeper passes a sampling hold kept BE gates shut
+    std::atomic<std::uint64_t> long_holds;   // gates kept shut on long BE work (hold_long_be)
     GateWord gates[kMaxClients];
 };
 static_assert(sizeof(GateBlock) <= kPageBytes, "the gates must fit one registered page");

@@ -215,6 +215,25 @@ bool be_may_run(const RunView& view, std::uint64_t now_ns) {
     return false;
 }
 
+std::uint64_t hp_last_launch_ns(const RunView& view) {
+    const RunHeader& header = view.header();
+    std::uint64_t newest = 0;
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        const ClientSlot& slot = view.client(client);
+        if (slot.role != static_cast<std::uint32_t>(Role::kHighPriority) ||
+            !client_participates(slot)) {
+            continue;
+        }
+        const std::uint64_t seq = slot.published_seq.load(std::memory_order_acquire);
+        InflightLaunch launch;
+        if (seq != 0 && read_inflight(view.inflight(client)[seq & kRingMask], seq, &launch) == seq) {
+            newest = std::max(newest, launch.launch_ns);
+        }
+    }
+    return newest;
+}
+
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
     const RunHeader& header = view.header();
     KernelInfo batch;

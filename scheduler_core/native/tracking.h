@@ -44,6 +44,9 @@ inline bool sampling_hold_in_force(const RunHeader& header, std::uint64_t now_ns
 // unfinished one counts.
 bool be_may_run(const RunView& view, std::uint64_t now_ns);
 
+// When the newest launch of any HP client was made (monotonic ns), 0 if none.
+std::uint64_t hp_last_launch_ns(const RunView& view);
+
 // Whether `client` has launches the GPU has not finished. For a client whose completions the GPU
 // writes this is exact however long its work waits (behind a closed gate, say): the newest
 // launch's word is checked, never the staleness bound. Otherwise its estimated ends decide.
