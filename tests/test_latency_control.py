@@ -220,3 +220,31 @@ def test_at_its_tightest_the_keeper_holds_long_be_work_until_the_hp_is_quiet(har
         if b - a >= MS // 2 and b > be_launch
     )
     assert be_start >= earliest
+
+
+def test_the_loop_reads_the_slowdown_as_felt_where_it_was_measured():
+    from orion_daemon.status import recent_slowdown
+
+    def samples(*periods: tuple[float, float, float | None]) -> list[ClientSample]:
+        """Cumulative counters after each (end time, GPU-time slowdown, felt slowdown) period,
+        10 ms of expected work per second."""
+        out = [ClientSample(0.0, 0)]
+        for end, gpu, felt in periods:
+            last = out[-1]
+            expected = int((end - last.time_s) * 1e7)
+            out.append(
+                ClientSample(
+                    end, last.launches + 100,
+                    last.sampled_ns + int(expected * gpu), last.sampled_expected_ns + expected,
+                    last.felt_ns + int(expected * (felt or 0)),
+                    last.felt_expected_ns + (expected if felt else 0),
+                )
+            )  # fmt: skip
+        return out
+
+    # The GPU time of the HP's launches reads as alone; from call to end they took twice as long.
+    assert recent_slowdown(samples((2, 1.0, 2.0), (4, 1.0, 2.0)), 2.0) == pytest.approx(2.0)
+    # No launch timed as felt in the span: the GPU-time figure.
+    assert recent_slowdown(samples((2, 1.2, None), (4, 1.2, None)), 2.0) == pytest.approx(1.2)
+    # Only the last period counts.
+    assert recent_slowdown(samples((2, 3.0, 3.0), (4, 1.0, 1.0)), 2.0) == pytest.approx(1.0)

@@ -310,3 +310,31 @@ def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_p
         if not any(b_start < end and start < b_end for b_start, b_end in be_runs)
     ]
     assert len(alone) >= 5
+
+
+def test_an_hp_launch_that_waits_for_the_gpu_is_slower_as_felt_than_as_gpu_time(harness, tmp_path):
+    # Each HP request (a 0.5-ms kernel, waited for) finds the stand-in's GPU held elsewhere for
+    # 1 ms before its work starts, as a time-sliced GPU keeps a BE context until it drains and
+    # switches. The GPU time of its launches reads as alone (what `interference` compared, 1.00
+    # on an H100 while the HP's p99 was 2.18x); the time from the launch call to the end of its
+    # work reads about 3x.
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.5)))
+        be = run.add_client("be", "be")
+        run.publish()
+        be_process = harness.start(
+            "func long 3000000 launch long 1 32 0 say launched sync 0",
+            env=run.client_environment(be),
+            log=tmp_path / "be.log",
+        )
+        try:
+            assert be_process.stdout.readline().strip() == "launched"
+            script = "func h 500 repeat 320 launch h 8 64 0 sync 0 end"
+            run_client(harness, tmp_path, run, hp, script, {"FAKE_RESUME_DELAY_US": "1000"})
+            stats = run.client_stats(hp)
+        finally:
+            be_process.kill()
+            be_process.wait(timeout=10)
+    assert stats["felt_samples"] >= 4  # one in 64 launches, each finding its own queue empty
+    assert 0.9 <= stats["sampled_ns"] / stats["sampled_expected_ns"] < 1.5
+    assert stats["felt_ns"] / stats["felt_expected_ns"] >= 2.5

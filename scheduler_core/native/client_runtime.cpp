@@ -337,6 +337,14 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
     // An HP kernel timed beside BE work would look slower than alone: it is not learned from.
     use.learn = for_learning && clean;
     ticket->sample = sampler_.begin(ticket->own_stream);
+    // Timed as the user feels it, too, when nothing of its own was before it on the GPU (so all
+    // it waited for is its neighbours' work): not a learning sample (one writer per entry).
+    if (ticket->sample >= 0 && for_interference && !use.learn &&
+        advance_low_water(view_, index_, ticket->launch_ns) + 1 >= ticket->seq &&
+        sampler_.claim_felt()) {
+        use.call_ns = ticket->enqueue_ns;
+        use.alone = !be_has_work(ticket->launch_ns);
+    }
 }
 
 bool ClientRuntime::learns_alone(const LearnedEntry& entry, std::uint64_t now_ns) {

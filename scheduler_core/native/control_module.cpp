@@ -358,6 +358,9 @@ public:
         out["sampled_expected_ns"] = s.sampled_expected_ns.load();
         out["sampling_holds"] = s.sampling_holds.load();
         out["held_samples"] = s.held_samples.load();
+        out["felt_samples"] = s.felt_samples.load();
+        out["felt_ns"] = s.felt_ns.load();
+        out["felt_expected_ns"] = s.felt_expected_ns.load();
         py::dict reasons;
         for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
             reasons[reason_name(static_cast<Reason>(r))] = s.reasons[r].load();

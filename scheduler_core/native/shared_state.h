@@ -339,6 +339,13 @@ struct ClientStats {
     std::atomic<std::uint64_t> graphs_gated;      // instantiations given gate wait nodes
     std::atomic<std::uint64_t> graph_gate_waits;  // the wait nodes they were given
     std::atomic<std::uint64_t> graphs_ungated;    // graphs orion could not rewrite (run whole)
+    // An HP client's launches timed as the user feels them (layout 11): from the launch call to
+    // the end of its work on the GPU, for launches that found the client's own queue empty, and
+    // what the same took alone (its duration alone plus the client's measured overhead alone:
+    // launching and noticing the end). Their ratio is `orion status`'s `felt_slowdown`.
+    std::atomic<std::uint64_t> felt_samples;
+    std::atomic<std::uint64_t> felt_ns;
+    std::atomic<std::uint64_t> felt_expected_ns;
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
