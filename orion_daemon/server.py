@@ -524,23 +524,32 @@ class Daemon:
         latency_control): the BE queue bound between its floor and the bound the HP's step gives
         without the loop, and long BE work held at the floor. Not when `orion up` fixed the bound,
         nor before the HP's step is known."""
-        from scheduler_core.thresholds import MIN_QUEUE_LIMIT_NS, queue_limit_for_step_ns
+        from scheduler_core.thresholds import (
+            FALLBACK_QUEUE_LIMIT_NS,
+            MIN_QUEUE_LIMIT_NS,
+            queue_limit_for_step_ns,
+        )
 
         hp = next((c for c in self.clients.values() if c.role == "hp"), None)
         if hp is None or self.settings.queue_limit_ns is not None:
             self._stop_control()
             return
         step, alone = self._hp_step_ns(hp)
-        if step <= 0:
-            return
         target = hp.latency_target_ms * 1e6 if hp.latency_target_ms is not None else None
-        ceiling = queue_limit_for_step_ns(step, target)
+        if step > 0:
+            ceiling = queue_limit_for_step_ns(step, target)
+        elif self._control is not None or self.queue_limit_ns == FALLBACK_QUEUE_LIMIT_NS:
+            ceiling = FALLBACK_QUEUE_LIMIT_NS  # an eager HP, learned: no step, the fallback
+        else:
+            return  # not learned yet: the tight bound of its join holds
         state = self._control
         if state is None:
             state = latency_control.ControlState(ceiling, MIN_QUEUE_LIMIT_NS, ceiling)
         elif state.ceiling_ns != ceiling:
             state = latency_control.rebound(state, ceiling, MIN_QUEUE_LIMIT_NS)
-        allowed = latency_control.allowed_slowdown(hp.latency_target_ms, alone / 1e6)
+        allowed = latency_control.allowed_slowdown(
+            hp.latency_target_ms, alone / 1e6 if alone > 0 else None
+        )
         state = latency_control.next_control(state, _hp_slowdown(hp), allowed)
         self._control = state
         self._apply_queue_limit(state.queue_limit_ns)
@@ -555,6 +564,8 @@ class Daemon:
         hp = next((c for c in self.clients.values() if c.role == "hp"), None)
         if hp is None:
             return None
+        if self.settings.queue_limit_ns is not None:
+            return {"state": "off: `orion up --queue-limit-us` fixed the bound"}
         _, alone = self._hp_step_ns(hp)
         allowed = latency_control.allowed_slowdown(
             hp.latency_target_ms, alone / 1e6 if alone > 0 else None
