@@ -475,12 +475,13 @@ class Daemon:
             return
         self._apply_queue_limit(UNLEARNED_HP_QUEUE_LIMIT_NS)
 
-    def _apply_queue_limit(self, limit: int) -> None:
-        from scheduler_core.thresholds import default_unknown_duration_ns
-
+    def _apply_queue_limit(self, limit: int, untightened: int | None = None) -> None:
+        """Sets the BE bound; the duration assumed for an unknown kernel follows the bound
+        before the latency loop tightened it (``untightened``): an HP kernel nobody knows
+        must not count as finished sooner because BE is held tighter."""
         if limit != self.queue_limit_ns:
             self.queue_limit_ns = limit
-            self._scheduler.set_queue_limit(limit, default_unknown_duration_ns(limit))
+            self._scheduler.set_queue_limit(limit, self._unknown_duration_ns(untightened or limit))
 
     def _hp_step_ns(self, hp: Client) -> tuple[float, float]:
         """The HP's step as the daemon knows it, (GPU time, latency alone): its profile's (the
@@ -552,7 +553,7 @@ class Daemon:
         )
         state = latency_control.next_control(state, _hp_slowdown(hp), allowed)
         self._control = state
-        self._apply_queue_limit(state.queue_limit_ns)
+        self._apply_queue_limit(state.queue_limit_ns, state.ceiling_ns)
         self._scheduler.set_hold_long_be(state.hold_long_be)
 
     def _stop_control(self) -> None:

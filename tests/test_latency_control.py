@@ -136,6 +136,9 @@ def test_the_daemon_applies_the_loop_to_the_shared_state(daemon):
         feed(daemon, slot, 1.0)  # no room counted yet: first samples set the start
     feed(daemon, slot, 1.4)
     assert header.queue_limit_ns == ceiling // 2  # what BE clients read at their next launch
+    # An unknown kernel still counts as long as before: HP work nobody knows must not count as
+    # finished sooner because BE is held tighter.
+    assert daemon._scheduler.settings.unknown_duration_ns == ceiling
     while header.queue_limit_ns > MIN_QUEUE_LIMIT_NS:
         feed(daemon, slot, 1.4)
     assert not header.hold_long_be
