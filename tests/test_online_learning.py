@@ -313,11 +313,11 @@ def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_p
 
 
 def test_an_hp_launch_that_waits_for_the_gpu_is_slower_as_felt_than_as_gpu_time(harness, tmp_path):
-    # Each HP request (a 0.5-ms kernel, waited for) finds the stand-in's GPU held elsewhere for
-    # 1 ms before its work starts, as a time-sliced GPU keeps a BE context until it drains and
-    # switches. The GPU time of its launches reads as alone (what `interference` compared, 1.00
-    # on an H100 while the HP's p99 was 2.18x); the time from the launch call to the end of its
-    # work reads about 3x.
+    # Each HP request (a 0.5-ms kernel, waited for, 2 ms apart) finds the stand-in's GPU held
+    # elsewhere for 1 ms before its work starts, as a time-sliced GPU keeps a BE context until it
+    # drains and switches. The GPU time of its launches reads as alone (what `interference`
+    # compared, 1.00 on an H100 while the HP's p99 was 2.18x); the time from the launch call to
+    # the end of its work reads about 3x.
     with SchedulerRun(settings()) as run:
         hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.5)))
         be = run.add_client("be", "be")
@@ -329,7 +329,8 @@ def test_an_hp_launch_that_waits_for_the_gpu_is_slower_as_felt_than_as_gpu_time(
         )
         try:
             assert be_process.stdout.readline().strip() == "launched"
-            script = "func h 500 repeat 320 launch h 8 64 0 sync 0 end"
+            # A request every few milliseconds: the GPU is someone else's between them.
+            script = "func h 500 repeat 320 launch h 8 64 0 sync 0 sleep 2000 end"
             run_client(harness, tmp_path, run, hp, script, {"FAKE_RESUME_DELAY_US": "1000"})
             stats = run.client_stats(hp)
         finally:

@@ -253,7 +253,7 @@ private:
         std::vector<std::uint64_t> waits;  // event waits for the next op
         bool legacy = false;
         bool blocking = true;
-        bool drained = true;  // every op submitted so far is done: the next one "resumes" the lane
+        std::uint64_t last_done_ns = 0;  // when its latest op finished (0: none yet)
         std::string label;  // " stream=HANDLE" in its kernels' log lines (legacy: (nil))
     };
 
@@ -280,8 +280,9 @@ private:
     }
 
     void run(Lane& lane) {
-        // FAKE_RESUME_DELAY_US: a lane that ran dry waits this long before its next op, as work
-        // arriving at a GPU another context holds waits for that context to drain and switch out.
+        // FAKE_RESUME_DELAY_US: a lane idle for at least a millisecond waits this long before its
+        // next op, as work arriving at a GPU another context took meanwhile waits for that
+        // context to drain and switch out. (Ops that follow one another closely never wait.)
         const char* resume_text = std::getenv("FAKE_RESUME_DELAY_US");
         const std::uint64_t resume_ns =
             resume_text != nullptr ? std::strtoull(resume_text, nullptr, 10) * 1000 : 0;
@@ -293,8 +294,7 @@ private:
                 changed_.wait(lock, [&] { return !lane.queue.empty() && ready(lane.queue.front()); });
                 op = lane.queue.front();
                 lane.queue.pop_front();
-                resumed = lane.drained;
-                lane.drained = false;
+                resumed = now_ns() >= lane.last_done_ns + 1'000'000;
             }
             if (resumed && resume_ns != 0) {
                 log_line("resume_delay" + lane.label);
@@ -319,7 +319,7 @@ private:
                 std::lock_guard<std::mutex> lock(mutex_);
                 done_.insert(op.id);
                 ++lane.completed;
-                if (lane.queue.empty()) lane.drained = true;
+                lane.last_done_ns = now_ns();
             }
             changed_.notify_all();
         }
