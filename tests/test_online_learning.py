@@ -268,7 +268,9 @@ def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_p
     # this BE client the HP kernel was never learned. Now its first launches ask BE to stand aside
     # (no BE gate opens, every BE launch waits behind a gate of its own) and later ones, timed
     # once nothing of BE can run, are learned from.
-    with SchedulerRun(dataclasses.replace(settings(queue_limit_ms=3.0), be_gate=be_gate)) as run:
+    # A 10-ms bound: BE keeps several 2-ms kernels on the GPU, so it has unfinished work whenever
+    # the HP launches (with a tighter one a CPU-gated BE runs a kernel at a time, with gaps).
+    with SchedulerRun(dataclasses.replace(settings(queue_limit_ms=10.0), be_gate=be_gate)) as run:
         hp = run.add_client("hp", "hp")
         be = run.add_client("be", "be")
         run.publish()
