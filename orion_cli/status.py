@@ -36,6 +36,14 @@ def _sources(client: dict[str, Any]) -> str:
     return " / ".join(f"{shares[source]:.0%}" for source in ("offline", "online", "unknown"))
 
 
+def _slowdown(client: dict[str, Any]) -> str:
+    """As the program feels it where measured (waiting for the GPU included), else GPU time."""
+    felt = client.get("felt_slowdown")
+    if felt is not None:
+        return f"{felt:.2f}x felt"
+    return "-" if client["interference"] is None else f"{client['interference']:.2f}x"
+
+
 def status_table(status: dict[str, Any]) -> Table:
     """One row per client, HP first."""
     title = (
@@ -48,6 +56,12 @@ def status_table(status: dict[str, Any]) -> Table:
         title += f"; started by the `orion colocate` run in {shown(status['owner'])}"
     if status.get("records"):  # the daemon schedules on; its records are incomplete
         title += f"; records degraded: {status['records']}"
+    loop = status.get("latency_control")
+    if loop:
+        title += f"; latency loop: {loop['state']}"
+        if loop.get("queue_limit_us") is not None:
+            held = ", long BE work held" if loop.get("hold_long_be") else ""
+            title += f" (BE bound {loop['queue_limit_us']:g} us{held})"
     table = Table(title=title, title_justify="left")
     for column in ("client", "pid", "role", "launches/s", "GPU share", "memory", "limit",
                    "BE held (why)", "launches offline/online/unknown", "slowdown",
@@ -65,7 +79,7 @@ def status_table(status: dict[str, Any]) -> Table:
             _size(client["memory_limit_bytes"]),
             _held(client),
             _sources(client),
-            "-" if client["interference"] is None else f"{client['interference']:.2f}x",
+            _slowdown(client),
             shown(" ".join(client["command"])),
         )
     return table

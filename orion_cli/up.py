@@ -46,7 +46,8 @@ def up_command(
         typer.Option(
             "--queue-limit-us",
             help="BE work allowed on the GPU at once beside HP (default: from the HP client's "
-            "profile and latency target when it joins).",
+            "profile and latency target when it joins, then moved by the daemon's latency loop; "
+            "fixed, the loop is off).",
             show_default=False,
             min=1,
         ),

@@ -21,6 +21,7 @@ second and run ungated.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import selectors
 import signal
@@ -40,7 +41,7 @@ from orion_common.errors import OrionError
 from orion_common.processes import process_alive, process_start_time
 from orion_common.run_format import LIMITS_TABLE
 from orion_common.runclock import RunClock, utc_now
-from orion_daemon import state
+from orion_daemon import latency_control, state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
 from orion_daemon.background import Heartbeat, RecordWriter
 from orion_daemon.connections import ConnectionServer
@@ -177,6 +178,8 @@ class Daemon:
         self._closed = False
         self._refused_uids: set[int] = set()
         self._expired: set[int] = set()  # slots given back because nothing attached in time
+        self._control: latency_control.ControlState | None = None
+        self._next_control = 0.0
         self.notes: list[str] = []
         """What happened that the one who started the daemon should know (printed at the end
         of :meth:`serve`)."""
@@ -405,6 +408,9 @@ class Daemon:
             stats = self._scheduler.client_stats(slot)
             client.samples.append(ClientSample.from_stats(now, stats))
         self._follow_learned_hp()
+        if now >= self._next_control:
+            self._next_control = now + latency_control.CONTROL_PERIOD_S
+            self._control_latency()
 
     def _sample_records(self) -> None:
         """Every half second, on the records thread."""
@@ -538,6 +544,13 @@ class Daemon:
             from postprocess import read_profile
 
             profile = read_profile(request.profile)
+        if request.role == "hp" and request.latency_target_ms is not None and profile is not None:
+            from scheduler_core.thresholds import alone_latency_ns, target_below_alone_refusal
+
+            alone = alone_latency_ns(profile.kernels, profile.metadata)
+            refusal = target_below_alone_refusal(alone, request.latency_target_ms * 1e6)
+            if refusal:
+                raise OrionError(refusal, hint="give a target above it, or none")
         slot = add_profiled_client(
             self._scheduler,
             request.name,
@@ -550,6 +563,8 @@ class Daemon:
         try:
             if request.role == "hp" and profile is not None:
                 self._set_queue_limit(profile.kernels, request.latency_target_ms)
+            elif request.role == "hp":
+                self._protect_unlearned_hp()
             self._scheduler.register(slot, pid)
         except OrionError:
             self._scheduler.release(slot)
@@ -593,11 +608,43 @@ class Daemon:
             self.queue_limit_ns, self._unknown_duration_ns(self.queue_limit_ns)
         )
 
+    def _protect_unlearned_hp(self) -> None:
+        """An HP client joins with no profile: until its step is learned the BE queue bound is
+        the tight one of scheduler_core.thresholds.UNLEARNED_HP_QUEUE_LIMIT_NS, so BE work
+        already running cannot hold its first requests up by the fallback's 50 us (its first
+        launches also hold BE back while they are timed: sampling holds, docs/scheduler.md)."""
+        from scheduler_core.thresholds import UNLEARNED_HP_QUEUE_LIMIT_NS
+
+        if self.settings.queue_limit_ns is not None:
+            return
+        self._apply_queue_limit(UNLEARNED_HP_QUEUE_LIMIT_NS)
+
+    def _apply_queue_limit(self, limit: int, untightened: int | None = None) -> None:
+        """Sets the BE bound; the duration assumed for an unknown kernel follows the bound
+        before the latency loop tightened it (``untightened``): an HP kernel nobody knows
+        must not count as finished sooner because BE is held tighter."""
+        if limit != self.queue_limit_ns:
+            self.queue_limit_ns = limit
+            self._scheduler.set_queue_limit(limit, self._unknown_duration_ns(untightened or limit))
+
+    def _hp_step_ns(self, hp: Client) -> tuple[float, float]:
+        """The HP's step as the daemon knows it, (GPU time, latency alone): its profile's (the
+        kernels' time as the join's bound used, the graph's span), else its longest learned
+        graph's for both; 0 while not known."""
+        from scheduler_core.thresholds import learned_step_ns
+
+        if hp.profile is not None:
+            return _profile_step_ns(hp.profile)
+        step = learned_step_ns(self._scheduler.learned(hp.slot))
+        return step, step
+
     def _follow_learned_hp(self) -> None:
         """An HP client without an offline profile: the BE queue bound follows its step as it is
-        learned (scheduler_core.thresholds.learned_step_ns), unless `orion up` fixed it."""
+        learned (scheduler_core.thresholds.learned_step_ns), unless `orion up` fixed it; an
+        eager HP (no step the library can see) gets the fallback once every kernel it launched
+        has a duration."""
         from scheduler_core.thresholds import (
-            default_unknown_duration_ns,
+            FALLBACK_QUEUE_LIMIT_NS,
             learned_step_ns,
             queue_limit_for_step_ns,
         )
@@ -607,14 +654,68 @@ class Daemon:
         hp = next((c for c in self.clients.values() if c.role == "hp"), None)
         if hp is None or hp.profile is not None:
             return
-        step = learned_step_ns(self._scheduler.learned(hp.slot))
+        learned = self._scheduler.learned(hp.slot)
+        step = learned_step_ns(learned)
         if step <= 0:
+            if learned and all(int(e.get("duration_ns") or 0) > 0 for e in learned):
+                self._apply_queue_limit(FALLBACK_QUEUE_LIMIT_NS)
             return
         target = hp.latency_target_ms * 1e6 if hp.latency_target_ms is not None else None
-        limit = queue_limit_for_step_ns(step, target)
-        if limit != self.queue_limit_ns:
-            self.queue_limit_ns = limit
-            self._scheduler.set_queue_limit(limit, default_unknown_duration_ns(limit))
+        if self._control is None:
+            self._apply_queue_limit(queue_limit_for_step_ns(step, target))
+
+    def _control_latency(self) -> None:
+        """One step of the loop closed on the HP's measured slowdown (orion_daemon.
+        latency_control): the BE queue bound between its floor and the bound the HP's step gives
+        without the loop, and long BE work held at the floor. Not when `orion up` fixed the bound,
+        nor before the HP's step is known."""
+        from scheduler_core.thresholds import (
+            FALLBACK_QUEUE_LIMIT_NS,
+            MIN_QUEUE_LIMIT_NS,
+            queue_limit_for_step_ns,
+        )
+
+        hp = next((c for c in self.clients.values() if c.role == "hp"), None)
+        if hp is None or self.settings.queue_limit_ns is not None:
+            self._stop_control()
+            return
+        step, alone = self._hp_step_ns(hp)
+        target = hp.latency_target_ms * 1e6 if hp.latency_target_ms is not None else None
+        if step > 0:
+            ceiling = queue_limit_for_step_ns(step, target)
+        elif self._control is not None or self.queue_limit_ns == FALLBACK_QUEUE_LIMIT_NS:
+            ceiling = FALLBACK_QUEUE_LIMIT_NS  # an eager HP, learned: no step, the fallback
+        else:
+            return  # not learned yet: the tight bound of its join holds
+        state = self._control
+        if state is None:
+            state = latency_control.ControlState(ceiling, MIN_QUEUE_LIMIT_NS, ceiling)
+        elif state.ceiling_ns != ceiling:
+            state = latency_control.rebound(state, ceiling, MIN_QUEUE_LIMIT_NS)
+        allowed = latency_control.allowed_slowdown(
+            hp.latency_target_ms, alone / 1e6 if alone > 0 else None
+        )
+        state = latency_control.next_control(state, _hp_slowdown(hp), allowed)
+        self._control = state
+        self._apply_queue_limit(state.queue_limit_ns, state.ceiling_ns)
+        self._scheduler.set_hold_long_be(state.hold_long_be)
+
+    def _stop_control(self) -> None:
+        if self._control is not None:
+            self._control = None
+            self._scheduler.set_hold_long_be(False)
+
+    def _latency_status(self) -> dict[str, Any] | None:
+        hp = next((c for c in self.clients.values() if c.role == "hp"), None)
+        if hp is None:
+            return None
+        if self.settings.queue_limit_ns is not None:
+            return {"state": "off: `orion up --queue-limit-us` fixed the bound"}
+        _, alone = self._hp_step_ns(hp)
+        allowed = latency_control.allowed_slowdown(
+            hp.latency_target_ms, alone / 1e6 if alone > 0 else None
+        )
+        return latency_control.status(self._control, allowed)
 
     def _env(self, slot: int, strict: bool) -> dict[str, str]:
         environment = {
@@ -661,6 +762,8 @@ class Daemon:
 
             self._writer.attempt(last_records)
         with self._lock:
+            if self.clients.get(slot) is not None and self.clients[slot].role == "hp":
+                self._stop_control()  # the next HP starts from its own bounds
             stats = self._scheduler.client_stats(slot)
             client = self.clients.pop(slot, None)
             if client is not None:
@@ -764,6 +867,7 @@ class Daemon:
             "pid": os.getpid(),
             "uptime_s": round(self.clock.now(), 3),
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
+            "latency_control": self._latency_status(),
             "free_slots": self._free_slots(),
             "owner": self.settings.owner,
             "records": None if self._writer is None else self._writer.degraded,
@@ -796,3 +900,23 @@ class Daemon:
 
     def _free_slots(self) -> int:
         return self._max_clients() - len(self.clients)
+
+
+def _hp_slowdown(hp: Client) -> float | None:
+    """The HP's slowdown over the last control period, from the daemon's samples of its timed
+    launches (orion_daemon.status): the felt one (launch call to the end of its work, against
+    alone) where the library measured it, else the GPU-time one; None without timed launches."""
+    from orion_daemon.status import recent_slowdown
+
+    return recent_slowdown(list(hp.samples), latency_control.CONTROL_PERIOD_S)
+
+
+@functools.lru_cache(maxsize=16)
+def _profile_step_ns(path: str) -> tuple[float, float]:
+    """An HP profile's step, (GPU time, latency alone: scheduler_core.thresholds), read once:
+    the loop and `orion status` ask every few seconds."""
+    from postprocess import read_profile
+    from scheduler_core.thresholds import alone_latency_ns, step_gpu_time_ns
+
+    profile = read_profile(path)
+    return step_gpu_time_ns(profile.kernels), alone_latency_ns(profile.kernels, profile.metadata)

@@ -21,19 +21,24 @@ HELD_REASONS = (
     "class_clash",
     "hp_backlog",
     "hp_busy",
+    "sampling_hold",
 )
 """Reasons a BE launch waited (the library counts each blocked launch once per reason)."""
 
 
 @dataclass(frozen=True)
 class ClientSample:
-    """One reading of the counters rates are taken from: launches (launches per second), and the
-    measured and expected GPU time of timed launches (the interference)."""
+    """One reading of the counters rates are taken from: launches (launches per second), the
+    measured and expected GPU time of timed launches (the interference), and the felt and
+    expected time of launches timed from their call to the end of their work (the felt
+    slowdown)."""
 
     time_s: float
     launches: int
     sampled_ns: int = 0
     sampled_expected_ns: int = 0
+    felt_ns: int = 0
+    felt_expected_ns: int = 0
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
@@ -42,6 +47,8 @@ class ClientSample:
             launches=int(stats.get("launches", 0)),
             sampled_ns=int(stats.get("sampled_ns", 0)),
             sampled_expected_ns=int(stats.get("sampled_expected_ns", 0)),
+            felt_ns=int(stats.get("felt_ns", 0)),
+            felt_expected_ns=int(stats.get("felt_expected_ns", 0)),
         )
 
 
@@ -76,14 +83,41 @@ def _launch_rate(samples: list[ClientSample]) -> float | None:
     return (last.launches - first.launches) / span if span > 0 else None
 
 
-def _interference(samples: list[ClientSample]) -> float | None:
+def _interference(samples: list[ClientSample], felt: bool = False) -> float | None:
     if len(samples) < 2:
         return None
     first, last = samples[0], samples[-1]
-    slowdown = interference(
+    if felt:
+        slowdown = interference(
+            last.felt_ns - first.felt_ns, last.felt_expected_ns - first.felt_expected_ns
+        )
+    else:
+        slowdown = interference(
+            last.sampled_ns - first.sampled_ns,
+            last.sampled_expected_ns - first.sampled_expected_ns,
+        )
+    return None if slowdown is None else round(slowdown, 3)
+
+
+def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | None:
+    """The client's slowdown over the last ``period_s`` of samples, what the daemon's latency
+    loop reads (orion_daemon.latency_control): as felt (launch call to the end of its work,
+    against alone) where the library timed launches so, else the GPU time of its timed launches
+    over what they took alone; None without timed launches in that span."""
+    if len(samples) < 2:
+        return None
+    last = samples[-1]
+    first = next((s for s in samples if s.time_s >= last.time_s - period_s), samples[0])
+    if first is last:
+        first = samples[-2]
+    felt = interference(
+        last.felt_ns - first.felt_ns, last.felt_expected_ns - first.felt_expected_ns
+    )
+    if felt is not None:
+        return felt
+    return interference(
         last.sampled_ns - first.sampled_ns, last.sampled_expected_ns - first.sampled_expected_ns
     )
-    return None if slowdown is None else round(slowdown, 3)
 
 
 def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
@@ -122,10 +156,17 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         "graphs_gated": int(stats.get("graphs_gated", 0)),
         "graphs_ungated": int(stats.get("graphs_ungated", 0)),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
+        # An HP's launches that asked BE to stand aside so its unlearned work is timed alone,
+        # and the samples learned from while BE stood aside (docs/scheduler.md, sampling holds).
+        "sampling_holds": int(stats.get("sampling_holds", 0)),
+        "held_samples": int(stats.get("held_samples", 0)),
         "profile_sources": profile_sources(stats),
         # GPU time of its timed launches over what they took alone (profiled or learned alone),
         # over the last seconds: the slowdown the client suffers from its neighbours.
         "interference": _interference(samples),
+        # The same as the program feels it: an HP launch from its call to the end of its work
+        # (waiting for the GPU included), against alone, over the last seconds.
+        "felt_slowdown": _interference(samples, felt=True),
         "latency_target_ms": client.latency_target_ms,
         "joined_s": round(client.joined_s, 3),
     }

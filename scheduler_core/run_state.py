@@ -297,6 +297,11 @@ class SchedulerRun:
             self.settings, queue_limit_ns=queue_limit_ns, unknown_duration_ns=unknown_duration_ns
         )
 
+    def set_hold_long_be(self, hold: bool) -> None:
+        """The latency controller's strictest step (orion_daemon.latency_control): the gate
+        keeper holds BE work longer than the queue limit while the HP client is active."""
+        self._run.set_hold_long_be(hold)
+
     def heartbeat(self) -> None:
         """The daemon's pulse: clients of an open run stop gating when it falls silent."""
         self._run.heartbeat()

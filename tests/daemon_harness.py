@@ -92,6 +92,10 @@ class RunningDaemon:
         record = state.require_daemon(0, self.folder)
         return request(Path(record["socket"]), {"op": "status"})["status"]
 
+    def learned(self, name: str) -> dict:
+        record = state.require_daemon(0, self.folder)
+        return request(Path(record["socket"]), {"op": "learned", "client": name})["learned"]
+
     def names(self) -> list[str]:
         return [client["name"] for client in self.status()["clients"]]
 

@@ -24,7 +24,8 @@ STATUS_FIELDS = {
     "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes", "allocations_refused",
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
     "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
-    "profile_sources", "interference",
+    "sampling_holds", "held_samples",
+    "profile_sources", "interference", "felt_slowdown",
     "latency_target_ms", "joined_s",
 }  # fmt: skip
 

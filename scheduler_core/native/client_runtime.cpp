@@ -306,8 +306,11 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
     if (tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota)) {
         // Under the GPU-side gate the launch returns at once (the GPU holds it); if the gate
         // cannot be used, it waits here as under the CPU gate.
+        // Its sequence number first: the stream marks it started as it passes its gate wait.
         if (gpu_gate_ && !gate_failed_.load(std::memory_order_relaxed) && ensure_gate_mapped() &&
-            gate_on_gpu(ticket.own_stream, ticket.kernel, &ticket.gate_wait)) {
+            (ticket.seq = slot_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1) != 0 &&
+            gate_on_gpu(ticket.own_stream, ticket.kernel, ticket.seq, &ticket.gate_wait,
+                        &ticket.guard_seq)) {
             ticket.reason = Reason::kGpuGate;
         } else {
             ticket.reason = wait_for_turn(ticket.kernel, &waited);
@@ -323,15 +326,21 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         // per graph, also for a client that estimates its kernels' ends. Without mapped words
         // it is estimated like a kernel (and the client's log says why).
         ticket.gpu_written = shape.function == nullptr && ensure_completion_words();
+        // An HP launch to be timed for learning: whether it would be timed alone, asking BE to
+        // stand aside if not. Before the launch is published and the gates closed, so the
+        // keeper, which reads the hold before it opens, never lets BE in beside it.
+        const bool clean = !sample_to_learn || role_ != Role::kHighPriority ||
+                           ticket.sample_use.entry == nullptr ||
+                           learns_alone(*ticket.sample_use.entry, ticket.launch_ns);
         ticket.seq = track_launch(ticket.kernel, ticket.key, ticket.launch_ns, ticket.gpu_written,
-                                  shape.function == nullptr);
+                                  shape.function == nullptr, ticket.seq, ticket.guard_seq);
         // Published first, then the gates closed: the keeper's open-after-check protocol
         // (shared_state.h, GateBlock) relies on that order.
         if (role_ == Role::kHighPriority && policy_holds_be_for_hp(policy_) &&
             header.be_gate == static_cast<std::uint32_t>(BeGate::kGpu)) {
             close_be_gates(ticket.launch_ns);
         }
-        start_sampling(&ticket, sample_to_learn, launch_count, shape.function == nullptr);
+        start_sampling(&ticket, sample_to_learn, clean, launch_count, shape.function == nullptr);
     }
     return ticket;
 }
@@ -346,10 +355,10 @@ void ClientRuntime::use_learned(LearnedEntry* entry, LaunchTicket* ticket, bool*
         ticket->kernel.duration_ns = duration;
     }
     ticket->sample_use.entry = entry;
-    *sample = KernelLearner::wants_sample(launches);
+    *sample = KernelLearner::wants_sample(launches, KernelLearner::duration(*entry) != 0);
 }
 
-void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning,
+void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool clean,
                                    std::uint64_t launch_count, bool graph) {
     // Besides learning, an HP client times one launch in kInterferenceEvery (graphs: each a
     // request, so more often) of those with a duration alone to compare with.
@@ -362,8 +371,54 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning,
     SampleUse& use = ticket->sample_use;
     use.expected_ns = ticket->kernel.known ? ticket->kernel.duration_ns : 0;
     // An HP kernel timed beside BE work would look slower than alone: it is not learned from.
-    use.learn = for_learning && (role_ != Role::kHighPriority || !be_has_work(ticket->launch_ns));
+    use.learn = for_learning && clean;
     ticket->sample = sampler_.begin(ticket->own_stream);
+    // Timed as the user feels it, too, when nothing of its own was before it on the GPU (so all
+    // it waited for is its neighbours' work): not a learning sample (one writer per entry).
+    if (ticket->sample >= 0 && for_interference && !use.learn &&
+        advance_low_water(view_, index_, ticket->launch_ns) + 1 >= ticket->seq &&
+        sampler_.claim_felt()) {
+        use.call_ns = ticket->enqueue_ns;
+        use.alone = !be_has_work(ticket->launch_ns);
+    }
+}
+
+bool ClientRuntime::learns_alone(const LearnedEntry& entry, std::uint64_t now_ns) {
+    // Holds are for work not yet learned, a bounded number of its launches, and only where HP
+    // holds BE back at all.
+    const bool may_hold =
+        policy_holds_be_for_hp(policy_) && KernelLearner::duration(entry) == 0 &&
+        entry.launches.load(std::memory_order_relaxed) <= KernelLearner::kHoldLaunches;
+    if (may_hold && sampling_hold_in_force(view_.header(), now_ns) &&
+        (!be_has_work(now_ns) || !be_may_run(view_, now_ns))) {
+        // Nothing of BE runs (every unfinished BE launch waits at a gate wait the GPU has not
+        // passed): this launch runs alone. The hold must outlast it too.
+        if (!extend_sampling_hold(now_ns)) return false;
+        slot_->stats.held_samples.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+    if (!be_has_work(now_ns)) return true;
+    if (!may_hold) return false;
+    if (extend_sampling_hold(now_ns)) {
+        slot_->stats.sampling_holds.fetch_add(1, std::memory_order_relaxed);
+    }
+    return false;
+}
+
+bool ClientRuntime::extend_sampling_hold(std::uint64_t now_ns) {
+    RunHeader& header = view_.header();
+    const std::uint64_t until = now_ns + kSamplingHoldNs;
+    std::uint64_t current = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+    const std::uint64_t added = until - std::max(current, now_ns);
+    if (until <= current) return true;  // already held that long
+    if (hold_granted_ns_.fetch_add(added, std::memory_order_relaxed) + added > kSamplingHoldBudgetNs) {
+        return false;  // this client has held BE long enough: learned beside BE, or not at all
+    }
+    while (current < until && !header.sampling_hold_until_ns.compare_exchange_weak(
+                                  current, until, std::memory_order_acq_rel,
+                                  std::memory_order_acquire)) {
+    }
+    return true;
 }
 
 bool ClientRuntime::be_has_work(std::uint64_t now_ns) const {

@@ -46,6 +46,7 @@ struct LaunchTicket {
     bool gpu_written = false;  // a graph whose completion the GPU writes (whatever the mode)
     bool gate_wait = false;    // a GPU-side gate wait was put on the stream before this launch
     bool redirected = false;   // an HP legacy-stream launch moved to the private stream
+    std::uint64_t guard_seq = 0;  // BE under the GPU-side gate: the launch whose wait guards it
     int sample = -1;           // the LaunchSampler pair timing this launch, -1 if none
     SampleUse sample_use;      // what that timing is for
 };
@@ -131,11 +132,20 @@ private:
     // samples (the kernel then counts as known), and whether this launch is timed for learning.
     void use_learned(LearnedEntry* entry, LaunchTicket* ticket, bool* sample);
     // Decides whether this launch is timed (for learning, or for the interference figure) and
-    // starts the timing on its stream: the last thing before the launch.
-    void start_sampling(LaunchTicket* ticket, bool for_learning, std::uint64_t launch_count,
-                        bool graph);
+    // starts the timing on its stream: the last thing before the launch. `clean`: a duration
+    // measured now would be one alone (see learns_alone).
+    void start_sampling(LaunchTicket* ticket, bool for_learning, bool clean,
+                        std::uint64_t launch_count, bool graph);
     // Whether a BE client has unfinished work: an HP duration measured then is not one alone.
     bool be_has_work(std::uint64_t now_ns) const;
+    // HP, a launch of unlearned `entry` to be timed for learning: whether its duration would be
+    // one alone. If BE work may run beside it, asks BE to stand aside (a sampling hold, bounded
+    // per entry and per client) so that a later launch of it is timed alone; a launch timed
+    // while the hold keeps every BE launch behind a closed gate extends the hold over itself.
+    bool learns_alone(const LearnedEntry& entry, std::uint64_t now_ns);
+    // Extends the sampling hold to `now_ns` + kSamplingHoldNs; false when this client's hold
+    // budget is spent.
+    bool extend_sampling_hold(std::uint64_t now_ns);
     bool stream_is_capturing(CUstream own_stream) const;
     void ensure_completion_tracking();
     // Registers this client's completion words with the driver (once); false if it cannot.
@@ -150,12 +160,16 @@ private:
     // BE under be_gate kGpu: puts a wait on this client's gate before `kernel` on `stream` when
     // the work since the stream's last wait would pass the queue limit. False if the driver
     // refused the wait (the launch is then gated on the CPU).
-    bool gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited);
+    // `seq` is the launch's sequence number, reserved before; `*guard_seq` the launch whose wait
+    // guards it (InflightEntry::guard_seq), 0 when not known.
+    bool gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, std::uint64_t seq,
+                     bool* waited, std::uint64_t* guard_seq);
     // HP under be_gate kGpu, after publishing a launch: closes every BE gate, wakes the keeper;
     // opens them instead when the keeper is gone (no heartbeat since kKeeperStaleNs).
     void close_be_gates(std::uint64_t now_ns);
     std::uint64_t track_launch(const KernelInfo& kernel, std::uint64_t key, std::uint64_t now_ns,
-                               bool gpu_written, bool graph);
+                               bool gpu_written, bool graph, std::uint64_t seq = 0,
+                               std::uint64_t guard_seq = 0);
     void mark_finished_by_cpu(std::uint64_t seq);
     void write_trace(const LaunchTicket& ticket);
 
@@ -186,6 +200,7 @@ private:
         // Profiled work launched since the stream's last gate wait, with kWaitPending set while a
         // launch that decided to wait has not yet put its wait on the stream.
         std::atomic<std::uint64_t> since_wait_ns{0};
+        std::atomic<std::uint64_t> last_guard{0};  // the launch that put the stream's last wait
     };
     static constexpr std::uint64_t kWaitPending = 1ULL << 63;
     static constexpr std::uint32_t kStreamSlots = 256;
@@ -237,6 +252,15 @@ private:
     MemoryLedger memory_;
 
     bool learning_ = false;  // learns kernels its profile lacks (every client whose launches are tracked)
+    // HP: sampling-hold time this client has asked for so far, against its budget.
+    std::atomic<std::uint64_t> hold_granted_ns_{0};
+    // A sampling hold lasts this long past the latest HP launch that asked for it or was timed
+    // under it: long enough for BE work let through before it to drain and for the HP's next
+    // request (at 10 per second or more) to come while it holds.
+    static constexpr std::uint64_t kSamplingHoldNs = 100'000'000;
+    // The most BE time one HP client may hold, over its life: an HP whose kernels keep changing
+    // shape (new keys forever) must not starve BE. Beyond it HP work is learned only when BE idles.
+    static constexpr std::uint64_t kSamplingHoldBudgetNs = 3'000'000'000;
     KernelLearner learner_;
     LaunchSampler sampler_;
     // CUDA graphs gated inside (graph_gating.cpp): whether this client's graphs get gate waits;

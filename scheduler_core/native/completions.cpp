@@ -51,9 +51,10 @@ void ClientRuntime::ensure_completion_tracking() {
 }
 
 std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_t key,
-                                          std::uint64_t now_ns, bool gpu_written, bool graph) {
+                                          std::uint64_t now_ns, bool gpu_written, bool graph,
+                                          std::uint64_t seq, std::uint64_t guard_seq) {
     ensure_completion_tracking();
-    const std::uint64_t seq = slot_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (seq == 0) seq = slot_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
     InflightEntry& entry = view_.inflight(index_)[seq & kRingMask];
     std::uint64_t previous_end = slot_->last_expected_end_ns.load(std::memory_order_relaxed);
     std::uint64_t expected_end = 0;
@@ -71,6 +72,7 @@ std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_
     launch.known = kernel.known;
     launch.gpu_written = gpu_written;
     launch.graph = graph;
+    launch.guard_seq = guard_seq;
     write_inflight(entry, seq, launch);
     std::uint64_t published = slot_->published_seq.load(std::memory_order_relaxed);
     while (published < seq && !slot_->published_seq.compare_exchange_weak(

@@ -188,6 +188,9 @@ public:
         orion::set_queue_limit(run(), queue_limit_ns, unknown_duration_ns);
     }
 
+    void set_hold_long_be(bool hold) { orion::set_hold_long_be(run(), hold); }
+    bool hold_long_be() const { return header().hold_long_be.load() != 0; }
+
     bool open_slots() const { return header().open_slots != 0; }
     std::uint32_t be_mask() const { return header().be_mask.load(std::memory_order_acquire); }
 
@@ -266,6 +269,8 @@ public:
         out["closes"] = block.closes.load();
         out["keeper_wakeups"] = block.wakeups.load();
         out["hp_activity"] = block.hp_activity.load();
+        out["hold_passes"] = block.hold_passes.load();
+        out["long_holds"] = block.long_holds.load();
         return out;
     }
 
@@ -352,6 +357,11 @@ public:
         out["sampled_launches"] = s.sampled_launches.load();
         out["sampled_ns"] = s.sampled_ns.load();
         out["sampled_expected_ns"] = s.sampled_expected_ns.load();
+        out["sampling_holds"] = s.sampling_holds.load();
+        out["held_samples"] = s.held_samples.load();
+        out["felt_samples"] = s.felt_samples.load();
+        out["felt_ns"] = s.felt_ns.load();
+        out["felt_expected_ns"] = s.felt_expected_ns.load();
         py::dict reasons;
         for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
             reasons[reason_name(static_cast<Reason>(r))] = s.reasons[r].load();
@@ -564,8 +574,10 @@ int quota_holder_for(const py::list& clients, std::uint64_t window_ns, int curre
 
 py::tuple decide_for(const std::string& policy, const std::string& role, const py::dict& kernel,
                      std::uint32_t sm_count, std::uint64_t queue_limit_ns,
-                     std::uint64_t be_outstanding_ns, const py::list& hp_in_flight) {
+                     std::uint64_t be_outstanding_ns, const py::list& hp_in_flight,
+                     bool sampling_hold) {
     Snapshot snapshot;
+    snapshot.sampling_hold = sampling_hold;
     snapshot.sm_count = sm_count;
     snapshot.queue_limit_ns = queue_limit_ns;
     snapshot.be_outstanding_ns = be_outstanding_ns;
@@ -603,7 +615,7 @@ PYBIND11_MODULE(_native, m) {
           "Under `quota`: the index of the client that holds the GPU next, -1 for nobody.");
     m.def("decide", &orion::decide_for, py::arg("policy"), py::arg("role"), py::arg("kernel"),
           py::arg("sm_count"), py::arg("queue_limit_ns"), py::arg("be_outstanding_ns"),
-          py::arg("hp_in_flight"),
+          py::arg("hp_in_flight"), py::arg("sampling_hold") = false,
           "Runs the scheduling policy on a hand-made snapshot: (launch?, reason).");
     py::class_<Run>(m, "Run")
         .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),
@@ -639,6 +651,8 @@ PYBIND11_MODULE(_native, m) {
         .def("shut_down", &Run::shut_down, py::call_guard<py::gil_scoped_release>())
         .def("set_queue_limit", &Run::set_queue_limit, py::arg("queue_limit_ns"),
              py::arg("unknown_duration_ns"))
+        .def("set_hold_long_be", &Run::set_hold_long_be, py::arg("hold"))
+        .def_property_readonly("hold_long_be", &Run::hold_long_be)
         .def_property_readonly("open_slots", &Run::open_slots)
         .def_property_readonly("be_mask", &Run::be_mask)
         .def("add_kernel", &Run::add_kernel, py::arg("client"), py::arg("key"),

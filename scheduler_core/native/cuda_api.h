@@ -170,6 +170,7 @@ constexpr CUdriverProcAddressQueryResult CU_GET_PROC_ADDRESS_SUCCESS = 0;
 constexpr unsigned int CU_MEMHOSTREGISTER_PORTABLE = 0x01;
 constexpr unsigned int CU_MEMHOSTREGISTER_DEVICEMAP = 0x02;
 constexpr unsigned int CU_EVENT_DEFAULT = 0x0;
+constexpr unsigned int CU_EVENT_BLOCKING_SYNC = 0x1;
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned int CU_STREAM_DEFAULT = 0x0;
 constexpr unsigned int CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;
@@ -281,6 +282,7 @@ using GraphKernelNodeGetParamsFn = CUresult (*)(CUgraphNode hNode,
 using EventQueryFn = CUresult (*)(CUevent hEvent);
 using EventElapsedTimeFn = CUresult (*)(float* pMilliseconds, CUevent hStart, CUevent hEnd);
 using EventDestroyFn = CUresult (*)(CUevent hEvent);
+using EventSynchronizeFn = CUresult (*)(CUevent hEvent);
 using CtxSetCurrentFn = CUresult (*)(CUcontext ctx);
 using OccupancyMaxActiveBlocksPerMultiprocessorFn = CUresult (*)(int* numBlocks, CUfunction func,
                                                                  int blockSize,

@@ -113,6 +113,7 @@ const Helpers& helpers() {
         resolve(h.event_query, "cuEventQuery");
         resolve(h.event_elapsed_time, "cuEventElapsedTime");
         resolve(h.event_destroy, "cuEventDestroy");
+        resolve(h.event_synchronize, "cuEventSynchronize");
         resolve(h.ctx_set_current, "cuCtxSetCurrent");
         resolve(h.occupancy_max_active_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
         resolve(h.kernel_get_function, "cuKernelGetFunction");

@@ -42,6 +42,7 @@ struct Helpers {
     cuda::EventQueryFn event_query = nullptr;
     cuda::EventElapsedTimeFn event_elapsed_time = nullptr;
     cuda::EventDestroyFn event_destroy = nullptr;
+    cuda::EventSynchronizeFn event_synchronize = nullptr;
     cuda::CtxSetCurrentFn ctx_set_current = nullptr;
     cuda::OccupancyMaxActiveBlocksPerMultiprocessorFn occupancy_max_active_blocks = nullptr;
     cuda::KernelGetFunctionFn kernel_get_function = nullptr;

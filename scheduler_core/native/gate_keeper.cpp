@@ -26,6 +26,10 @@ constexpr std::uint64_t kQuotaPollNs = 100'000;
 // look. Handing the GPU over at every such gap would charge each hand-over's idle look and queued
 // work to the clients; the GPU idles this long when the holder has really stopped.
 constexpr std::uint64_t kReturnGraceNs = 5 * kQuotaPollNs;
+// Under RunHeader::hold_long_be, BE work longer than the queue limit waits until the HP has
+// launched nothing for this long: the gaps between an eager request's launches (its host
+// thread launching the next kernel) are shorter, so a long BE kernel never lands inside one.
+constexpr std::uint64_t kLongHoldQuietNs = 2'000'000;
 
 }  // namespace
 
@@ -189,6 +193,21 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
     }
     std::uint64_t expected_change = 0;
     bool all_idle = true;
+    // An HP client taking clean samples of its unlearned work: no BE gate opens until the hold
+    // ends (the HP bounds it), whatever the policy or a share would say.
+    const bool hold = policy_holds_be_for_hp(policy) && sampling_hold_in_force(header, now_ns);
+    if (hold) {
+        all_idle = false;
+        expected_change = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+        block.hold_passes.fetch_add(1, std::memory_order_relaxed);
+    }
+    // The latency controller's strictest step: the end of the HP's quiet spell long BE work
+    // waits for (0: not held).
+    std::uint64_t long_held_until = 0;
+    if (header.hold_long_be.load(std::memory_order_acquire) != 0 && policy_holds_be_for_hp(policy)) {
+        const std::uint64_t last = hp_last_launch_ns(view_);
+        if (last != 0 && now_ns < last + kLongHoldQuietNs) long_held_until = last + kLongHoldQuietNs;
+    }
     for (std::uint32_t client = 0; client < count; ++client) {
         const bool gated = policy == Policy::kQuota || view_.client(client).role ==
                                                            static_cast<std::uint32_t>(Role::kBestEffort);
@@ -214,6 +233,15 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
                 const QuotaVerdict verdict = quota_verdict(shares[client], header.quota_window_ns);
                 if (verdict == QuotaVerdict::kCapped) open = false;
                 if (verdict == QuotaVerdict::kOwed) open = true;
+            }
+            if (hold) open = false;
+            if (open && long_held_until != 0 &&
+                (!batch.known || batch.duration_ns > header.queue_limit_ns)) {
+                open = false;
+                block.long_holds.fetch_add(1, std::memory_order_relaxed);
+                if (expected_change == 0 || long_held_until < expected_change) {
+                    expected_change = long_held_until;
+                }
             }
             if (snapshot.hp_in_flight != 0 || snapshot.hp_backlog) {
                 all_idle = false;

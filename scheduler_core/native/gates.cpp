@@ -55,7 +55,8 @@ ClientRuntime::StreamBudget* ClientRuntime::stream_budget(CUstream stream) {
                               stream, stream_of);
 }
 
-bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, bool* waited) {
+bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel,
+                                std::uint64_t seq, bool* waited, std::uint64_t* guard_seq) {
     std::uint64_t work = kernel.duration_ns;
     if (!kernel.known && policy_ == Policy::kQuota) {
         // No profile: what its launches measured on the GPU (the keeper's figure), once there
@@ -66,6 +67,7 @@ bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, b
     }
     work = std::max<std::uint64_t>(work, 1);
     *waited = false;
+    *guard_seq = 0;
     // The first launch on a stream, and every launch that would take the work past one gate over
     // the spacing (the queue limit under reef and orion), waits on the gate: an HP request never
     // finds more than the limit of BE work let through by one opening (the same bound the CPU
@@ -87,7 +89,11 @@ bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, b
         } while (!budget->since_wait_ns.compare_exchange_weak(
             seen, next, std::memory_order_acq_rel, std::memory_order_acquire));
     }
-    if (!must_wait) return true;
+    if (!must_wait) {
+        // Behind the stream's last wait: it starts once that one is passed.
+        *guard_seq = budget->last_guard.load(std::memory_order_acquire);
+        return true;
+    }
     const CUresult result = driver::helpers().stream_wait_value32(own_stream, gate_device_,
                                                                   kGateOpen,
                                                                   CU_STREAM_WAIT_VALUE_AND);
@@ -100,7 +106,19 @@ bool ClientRuntime::gate_on_gpu(CUstream own_stream, const KernelInfo& kernel, b
     }
     // On the stream now: later launches may go behind it without a wait of their own. (Another
     // thread's wait may still be on its way; its kernel is behind that wait whatever this does.)
-    if (budget != nullptr) budget->since_wait_ns.fetch_and(~kWaitPending, std::memory_order_release);
+    // The stream marks the launch started as it passes the wait, so an HP client taking samples
+    // can tell held BE work from running work (tracking.h, be_may_run). Without the mark the
+    // launch counts as running: the safe side.
+    if (ensure_completion_words() &&
+        driver::helpers().stream_write_value64(
+            own_stream, completion_device_base_ + sizeof(std::uint64_t) * (seq & kRingMask),
+            seq | kStartedMark, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS) {
+        *guard_seq = seq;
+    }
+    if (budget != nullptr) {
+        budget->last_guard.store(*guard_seq, std::memory_order_release);
+        budget->since_wait_ns.fetch_and(~kWaitPending, std::memory_order_release);
+    }
     slot_->stats.gate_waits.fetch_add(1, std::memory_order_relaxed);
     *waited = true;
     return true;

@@ -54,6 +54,13 @@ public:
         return launches <= 2 * kLearnSamples || launches % kRefreshEvery == 0;
     }
     static constexpr std::uint64_t kRefreshEvery = 64;
+    // An entry without a duration yet keeps being timed up to this many launches, and an HP
+    // client's launches of it may ask BE to stand aside for a clean sample (a sampling hold,
+    // client_runtime.h) as often: a bound on what learning one kernel may cost BE.
+    static constexpr std::uint64_t kHoldLaunches = 64;
+    static bool wants_sample(std::uint64_t launches, bool learned) {
+        return wants_sample(launches) || (!learned && launches <= kHoldLaunches);
+    }
 
     // Adds one measured duration (the sampler thread; one writer per entry).
     static void add_sample(LearnedEntry& entry, std::uint64_t duration_ns);

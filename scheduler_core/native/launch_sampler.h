@@ -8,6 +8,14 @@
 // sampler's own reads finished pairs about every millisecond and sleeps on a futex while none is
 // pending, so a client that samples nothing never wakes it. Only sampled launches pay (two event
 // records, a few microseconds); the others pay one load and branch.
+//
+// An HP launch may also be timed as the user feels it: from its launch call to the end of its
+// work, the time it waited for the GPU (a BE context to drain and switch out, a BE graph to
+// finish) included, which the pair's own events cannot see (the first is stamped only when the
+// HP's work reaches the GPU). One such launch at a time: a thread of its own blocks on the
+// second event (created with blocking sync, so it sleeps rather than spins) and reads the clock
+// as it returns; the client's overhead alone (launching, noticing the end) is measured the same
+// way on launches that found no BE work, and is what "alone" adds to a launch's duration.
 #pragma once
 
 #include <atomic>
@@ -24,6 +32,8 @@ struct SampleUse {
     LearnedEntry* entry = nullptr;  // learning: the entry the duration is added to
     bool learn = false;             // false: not a duration alone (an HP launch beside BE work)
     std::uint64_t expected_ns = 0;  // interference: what it took alone (profiled or learned); 0: none
+    std::uint64_t call_ns = 0;      // felt: the launch call (monotonic ns); 0: not timed so
+    bool alone = false;             // felt: no BE work was unfinished at the call
 };
 
 class LaunchSampler {
@@ -41,10 +51,14 @@ public:
     // Just after it: records the second event and queues the pair for reading, or gives the pair
     // back when the launch failed.
     void end(int pair, CUstream stream, bool launched, const SampleUse& use);
+    // Whether the launch about to end() may be timed as felt (set SampleUse::call_ns): one at a
+    // time. A claim is given back by end() (or by unclaim_felt() if the launch is not timed).
+    bool claim_felt() { return !felt_busy_.exchange(true, std::memory_order_acq_rel); }
+    void unclaim_felt() { felt_busy_.store(false, std::memory_order_release); }
 
 private:
     static constexpr int kPairs = 32;  // samples in flight at once; bits of free_mask_
-    enum : std::uint32_t { kFree = 0, kRecording = 1, kPending = 2 };
+    enum : std::uint32_t { kFree = 0, kRecording = 1, kPending = 2, kFelt = 3 };
     struct Pair {
         std::atomic<std::uint32_t> state{kFree};
         CUevent start = nullptr;
@@ -59,12 +73,20 @@ private:
     // Reads pair `index` if the GPU has reached its second event; true once it is done with it.
     bool read(Pair& pair, CUcontext* current);
     void deliver(const SampleUse& use, std::uint64_t duration_ns);
+    // The felt-latency thread: waits for a pair handed to it, blocks on its second event.
+    void felt_loop();
+    void time_felt(Pair& pair, CUcontext* current);
 
     ClientStats* stats_ = nullptr;
     Pair pairs_[kPairs];
     std::atomic<std::uint32_t> free_mask_{0xffffffffU};
     std::atomic<std::uint32_t> pending_{0};  // pairs queued for reading; the reader's futex word
     std::once_flag reader_once_;
+    std::atomic<bool> felt_busy_{false};
+    std::atomic<std::uint32_t> felt_posted_{0};  // futex word: bumped when a pair is handed over
+    std::atomic<int> felt_pair_{-1};
+    std::once_flag felt_once_;
+    std::uint64_t overhead_ns_ = 0;  // felt alone minus duration (the felt thread's only)
     static_assert(kPairs == 32, "free_mask_ holds a bit per pair");
 };
 

@@ -43,6 +43,11 @@ Decision reef_decide(const KernelInfo& kernel, const Snapshot& snapshot) {
 
 Decision decide(Policy policy, Role role, const KernelInfo& kernel, const Snapshot& snapshot) {
     if (role == Role::kHighPriority) return {true, Reason::kHighPriority};
+    // A sampling hold is short and bounded, and without it an HP client that joins beside busy
+    // BE work is never learned: it comes first.
+    if (snapshot.sampling_hold && policy_holds_be_for_hp(policy)) {
+        return {false, Reason::kSamplingHold};
+    }
     switch (policy) {
         case Policy::kReef:
             return reef_decide(kernel, snapshot);
@@ -111,6 +116,7 @@ const char* const kReasonNames[] = {
     "high_priority", "not_gated",       "hp_idle",         "fits_beside",
     "queue_full",    "unknown_beside_hp", "hp_kernel_unknown", "not_enough_sms",
     "class_clash",   "hp_backlog",      "hp_busy",         "gpu_gate",
+    "sampling_hold",
 };
 static_assert(std::size(kReasonNames) == static_cast<std::size_t>(Reason::kCount));
 

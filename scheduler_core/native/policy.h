@@ -32,6 +32,9 @@ struct Snapshot {
     // When the first in-flight launch is expected to finish (profiled durations), 0 if none:
     // not used by the policy, only by a waiting client to decide when to look again.
     std::uint64_t earliest_end_ns = 0;
+    // An HP client's sampling hold is in force (RunHeader::sampling_hold_until_ns): BE stands
+    // aside so the HP's unlearned work is timed alone. Bounded in time by the HP client.
+    bool sampling_hold = false;
 };
 
 struct Decision {

@@ -264,6 +264,10 @@ void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
     header.unknown_duration_ns = unknown_duration_ns;
 }
 
+void set_hold_long_be(const RunMapping& run, bool hold) {
+    run.view().header().hold_long_be.store(hold ? 1 : 0, std::memory_order_release);
+}
+
 void heartbeat(const RunMapping& run) {
     run.view().header().daemon_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
 }

@@ -93,6 +93,9 @@ bool needs_gate_keeper(const RunMapping& run);
 // an HP client joins or once its step is learned; clients read them at each launch).
 void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
                      std::uint64_t unknown_duration_ns);
+// The latency controller's strictest step (RunHeader::hold_long_be): the gate keeper holds BE
+// work longer than the queue limit while the HP client is active.
+void set_hold_long_be(const RunMapping& run, bool hold);
 // The daemon's pulse: now, on the monotonic clock.
 void heartbeat(const RunMapping& run);
 // Every client passes through from now on.

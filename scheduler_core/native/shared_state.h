@@ -37,7 +37,11 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //    and GPU time by profile source, sampled durations (ClientStats); CUDA graphs gated inside:
 //    ClientStats::graphs_gated, graph_gate_waits, graphs_ungated
 // 10: RunHeader::be_graph_gate (BE graphs gated inside or admitted whole; was reserved32)
-constexpr std::uint32_t kLayoutVersion = 10;
+// 11: sampling holds (an HP client learned beside busy BE clients): RunHeader::
+//     sampling_hold_until_ns, InflightEntry::guard_seq and the started mark of completion words
+//     (kStartedMark), GateBlock::hold_passes, ClientStats::sampling_holds and held_samples,
+//     Reason::kSamplingHold; RunHeader::hold_long_be (the latency controller's strictest step)
+constexpr std::uint32_t kLayoutVersion = 11;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -198,7 +202,12 @@ struct InflightEntry {
     // known from the launch call.
     std::atomic<std::uint8_t> gpu_written;
     std::atomic<std::uint8_t> graph;  // 1: a graph launch; `key` is then the graph's identity
-    std::uint64_t reserved2[2];
+    // BE launches behind a GPU-side gate wait: the launch whose own wait guards it (itself, or
+    // the one before it on its stream that put the stream's last wait); 0: none known. The GPU
+    // marks that launch's completion word started (kStartedMark) when it passes the wait, so an
+    // unmarked guard means this launch cannot have started (tracking.h, be_may_run).
+    std::atomic<std::uint64_t> guard_seq;
+    std::uint64_t reserved2;
 };
 static_assert(sizeof(InflightEntry) == 64);
 static_assert(std::atomic<std::uint8_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -214,6 +223,7 @@ struct InflightLaunch {
     bool known = false;
     bool gpu_written = false;
     bool graph = false;
+    std::uint64_t guard_seq = 0;
 };
 
 inline void write_inflight(InflightEntry& entry, std::uint64_t seq, const InflightLaunch& launch) {
@@ -228,6 +238,7 @@ inline void write_inflight(InflightEntry& entry, std::uint64_t seq, const Inflig
     entry.known.store(launch.known ? 1 : 0, std::memory_order_relaxed);
     entry.gpu_written.store(launch.gpu_written ? 1 : 0, std::memory_order_relaxed);
     entry.graph.store(launch.graph ? 1 : 0, std::memory_order_relaxed);
+    entry.guard_seq.store(launch.guard_seq, std::memory_order_relaxed);
     entry.seq.store(seq, std::memory_order_release);
 }
 
@@ -248,6 +259,7 @@ inline std::uint64_t read_inflight(const InflightEntry& entry, std::uint64_t seq
     out->known = entry.known.load(std::memory_order_relaxed) != 0;
     out->gpu_written = entry.gpu_written.load(std::memory_order_relaxed) != 0;
     out->graph = entry.graph.load(std::memory_order_relaxed) != 0;
+    out->guard_seq = entry.guard_seq.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     return entry.seq.load(std::memory_order_relaxed);
 }
@@ -266,7 +278,8 @@ enum class Reason : std::uint8_t {
     kHpBacklog = 9,         // more HP kernels in flight than orion inspects
     kHpBusy = 10,           // REEF: HP has work in flight
     kGpuGate = 11,          // BE launch returned at once; its stream waits on the GPU-side gate
-    kCount = 12,
+    kSamplingHold = 12,     // an HP client is taking clean samples of its unlearned work
+    kCount = 13,
 };
 
 // One launch in a client's trace ring (capacity a power of two; record i in slot i % capacity).
@@ -318,11 +331,21 @@ struct ClientStats {
     // Launch reasons count each launch once; wait reasons count each blocked launch once per
     // distinct reason it waited for.
     std::atomic<std::uint64_t> reasons[static_cast<int>(Reason::kCount)];
-    std::atomic<std::uint64_t> reserved[2];
+    // An HP client's sampling holds (layout 11): launches that asked BE to stand aside for a
+    // clean sample of unlearned work, and samples learned from while a hold was in force.
+    std::atomic<std::uint64_t> sampling_holds;
+    std::atomic<std::uint64_t> held_samples;
     // CUDA graphs gated inside (graph_gating.cpp; layout 9):
     std::atomic<std::uint64_t> graphs_gated;      // instantiations given gate wait nodes
     std::atomic<std::uint64_t> graph_gate_waits;  // the wait nodes they were given
     std::atomic<std::uint64_t> graphs_ungated;    // graphs orion could not rewrite (run whole)
+    // An HP client's launches timed as the user feels them (layout 11): from the launch call to
+    // the end of its work on the GPU, for launches that found the client's own queue empty, and
+    // what the same took alone (its duration alone plus the client's measured overhead alone:
+    // launching and noticing the end). Their ratio is `orion status`'s `felt_slowdown`.
+    std::atomic<std::uint64_t> felt_samples;
+    std::atomic<std::uint64_t> felt_ns;
+    std::atomic<std::uint64_t> felt_expected_ns;
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
@@ -355,11 +378,16 @@ struct alignas(64) GateBlock {
     // clients stop closing gates (and open them) when it is 0 or stale: with nobody left to open
     // them (a controller killed with SIGKILL), a closed gate would hold BE work forever.
     std::atomic<std::uint64_t> keeper_heartbeat_ns;
+    std::atomic<std::uint64_t> hold_passes;  // keeper passes a sampling hold kept BE gates shut
+    std::atomic<std::uint64_t> long_holds;   // gates kept shut on long BE work (hold_long_be)
     GateWord gates[kMaxClients];
 };
 static_assert(sizeof(GateBlock) <= kPageBytes, "the gates must fit one registered page");
 
 constexpr std::uint32_t kGateOpen = 1;
+// A BE launch's completion word holds `seq | kStartedMark` once the GPU passed the gate wait
+// right before it (written by the stream, after the wait), and `seq` once it finished.
+constexpr std::uint64_t kStartedMark = 1ULL << 63;
 constexpr std::uint64_t kDaemonStaleNs = 1'000'000'000;  // a daemon silent this long is gone
 constexpr std::uint64_t kKeeperStaleNs = 250'000'000;  // a keeper silent this long is gone
 
@@ -473,7 +501,15 @@ struct alignas(64) RunHeader {
     // an open run stop gating when it is older than kDaemonStaleNs (a daemon killed with SIGKILL).
     std::atomic<std::uint64_t> daemon_heartbeat_ns;
     std::uint64_t learned_offset;  // page aligned: a LearnedBlock per client
-    std::uint64_t reserved[7];
+    // A sampling hold (layout 11): an HP client that cannot learn its kernels beside busy BE work
+    // asks BE to stand aside until `sampling_hold_until_ns` (monotonic; the hold is in force
+    // while now is before it): no BE gate opens, and no BE launch passes the CPU gate, meanwhile.
+    std::atomic<std::uint64_t> sampling_hold_until_ns;
+    std::uint32_t reserved32;
+    // 1: the daemon's latency controller is at its strictest: the keeper holds BE work longer
+    // than the queue limit (a whole graph, a long kernel) while the HP client is active.
+    std::atomic<std::uint32_t> hold_long_be;
+    std::uint64_t reserved[5];
 };
 
 static_assert(std::is_standard_layout_v<RunHeader>);

@@ -118,6 +118,7 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
     out->hp_in_flight = 0;
     out->hp_backlog = false;
     out->earliest_end_ns = 0;
+    out->sampling_hold = sampling_hold_in_force(header, now_ns);
     for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
          ++client) {
         const ClientSlot& slot = view.client(client);
@@ -162,6 +163,10 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
             }
         }
     }
+    // Nothing changes for a held BE launch before the hold ends: it sleeps until then.
+    if (out->sampling_hold) {
+        out->earliest_end_ns = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+    }
 }
 
 bool client_has_work(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
@@ -178,6 +183,55 @@ bool client_has_work(const RunView& view, std::uint32_t client, std::uint64_t no
         }
     }
     return published > advance_low_water(view, client, now_ns);
+}
+
+bool be_may_run(const RunView& view, std::uint64_t now_ns) {
+    const RunHeader& header = view.header();
+    const std::uint32_t be_clients = header.be_mask.load(std::memory_order_acquire);
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        const ClientSlot& slot = view.client(client);
+        const bool best_effort = header.open_slots != 0
+                                     ? (be_clients & (1U << client)) != 0
+                                     : slot.role == static_cast<std::uint32_t>(Role::kBestEffort);
+        if (!best_effort || !client_participates(slot)) continue;
+        const std::uint64_t low = advance_low_water(view, client, now_ns);
+        const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
+        if (published <= low) continue;
+        if (published - low > kMaxScan) return true;  // too much to look at: assume it runs
+        const InflightEntry* ring = view.inflight(client);
+        for (std::uint64_t seq = low + 1; seq <= published; ++seq) {
+            if (launch_finished(view, client, seq, now_ns)) continue;
+            InflightLaunch launch;
+            if (read_inflight(ring[seq & kRingMask], seq, &launch) != seq) return true;
+            if (launch.guard_seq == 0 || launch.guard_seq > seq) return true;
+            // Its guard's word: the guard's started mark or finish, or a later launch's number
+            // (the ring wrapped: the guard is long done), means the wait was passed.
+            const std::uint64_t word =
+                view.completion(client)[launch.guard_seq & kRingMask].load(std::memory_order_acquire);
+            if ((word & ~kStartedMark) >= launch.guard_seq) return true;
+        }
+    }
+    return false;
+}
+
+std::uint64_t hp_last_launch_ns(const RunView& view) {
+    const RunHeader& header = view.header();
+    std::uint64_t newest = 0;
+    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+         ++client) {
+        const ClientSlot& slot = view.client(client);
+        if (slot.role != static_cast<std::uint32_t>(Role::kHighPriority) ||
+            !client_participates(slot)) {
+            continue;
+        }
+        const std::uint64_t seq = slot.published_seq.load(std::memory_order_acquire);
+        InflightLaunch launch;
+        if (seq != 0 && read_inflight(view.inflight(client)[seq & kRingMask], seq, &launch) == seq) {
+            newest = std::max(newest, launch.launch_ns);
+        }
+    }
+    return newest;
 }
 
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {

@@ -32,6 +32,21 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
 // gate then opens only when HP is idle, for whatever the client launches next.
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
 
+// Whether an HP client's sampling hold is in force at `now_ns` (RunHeader::sampling_hold_until_ns).
+inline bool sampling_hold_in_force(const RunHeader& header, std::uint64_t now_ns) {
+    return now_ns < header.sampling_hold_until_ns.load(std::memory_order_acquire);
+}
+
+// Whether BE work may be running on the GPU, as an HP client asks before taking a sample to
+// learn from: some BE client has an unfinished launch whose guarding gate wait the GPU may have
+// passed (InflightEntry::guard_seq: the guard's completion word carries neither its started mark
+// nor a later launch's number). Under the CPU gate every published launch was admitted, so any
+// unfinished one counts.
+bool be_may_run(const RunView& view, std::uint64_t now_ns);
+
+// When the newest launch of any HP client was made (monotonic ns), 0 if none.
+std::uint64_t hp_last_launch_ns(const RunView& view);
+
 // Whether `client` has launches the GPU has not finished. For a client whose completions the GPU
 // writes this is exact however long its work waits (behind a closed gate, say): the newest
 // launch's word is checked, never the staleness bound. Otherwise its estimated ends decide.

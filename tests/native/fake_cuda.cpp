@@ -228,6 +228,15 @@ public:
         changed_.wait(lock, [&] { return lane.completed >= target; });
     }
 
+    // cuEventSynchronize: waits until the GPU reached the event's latest record.
+    void wait_event_reached(void* event) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] {
+            const auto found = events_.find(event);
+            return found == events_.end() || done_.count(found->second) != 0;
+        });
+    }
+
     bool idle(void* stream) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (is_legacy_handle(stream)) return done_.size() >= next_id_;
@@ -244,6 +253,7 @@ private:
         std::vector<std::uint64_t> waits;  // event waits for the next op
         bool legacy = false;
         bool blocking = true;
+        std::uint64_t last_done_ns = 0;  // when its latest op finished (0: none yet)
         std::string label;  // " stream=HANDLE" in its kernels' log lines (legacy: (nil))
     };
 
@@ -270,13 +280,25 @@ private:
     }
 
     void run(Lane& lane) {
+        // FAKE_RESUME_DELAY_US: a lane idle for at least a millisecond waits this long before its
+        // next op, as work arriving at a GPU another context took meanwhile waits for that
+        // context to drain and switch out. (Ops that follow one another closely never wait.)
+        const char* resume_text = std::getenv("FAKE_RESUME_DELAY_US");
+        const std::uint64_t resume_ns =
+            resume_text != nullptr ? std::strtoull(resume_text, nullptr, 10) * 1000 : 0;
         for (;;) {
             Op op;
+            bool resumed = false;
             {
                 std::unique_lock<std::mutex> lock(mutex_);
                 changed_.wait(lock, [&] { return !lane.queue.empty() && ready(lane.queue.front()); });
                 op = lane.queue.front();
                 lane.queue.pop_front();
+                resumed = now_ns() >= lane.last_done_ns + 1'000'000;
+            }
+            if (resumed && resume_ns != 0) {
+                log_line("resume_delay" + lane.label);
+                sleep_for(resume_ns);
             }
             if (op.kind == Op::kKernel) {
                 log_line("exec_start " + op.name + lane.label);
@@ -297,6 +319,7 @@ private:
                 std::lock_guard<std::mutex> lock(mutex_);
                 done_.insert(op.id);
                 ++lane.completed;
+                lane.last_done_ns = now_ns();
             }
             changed_.notify_all();
         }
@@ -979,6 +1002,11 @@ CUresult cuEventRecord(void* event, void* stream) {
     return 0;
 }
 CUresult cuEventQuery(void* event) { return gpu().event_reached(event) ? 0 : 600; }
+CUresult cuEventSynchronize(void* event) {
+    gpu().wait_event_reached(event);
+    log_line("event_sync");
+    return 0;
+}
 CUresult cuEventElapsedTime(float* milliseconds, void* start, void* end) {
     const std::uint64_t from = gpu().event_time(start);
     const std::uint64_t to = gpu().event_time(end);
@@ -1064,6 +1092,7 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuStreamWaitEvent),
     FAKE_PLAIN(cuEventQuery),
     FAKE_PLAIN(cuEventElapsedTime),
+    FAKE_PLAIN(cuEventSynchronize),
     FAKE_PLAIN(cuEventDestroy),
     FAKE_PLAIN(cuCtxSetCurrent),
     FAKE_PLAIN(cuOccupancyMaxActiveBlocksPerMultiprocessor),

@@ -1,0 +1,134 @@
+"""The daemon's loop closed on the HP client's own slowdown: tighten BE admission when the HP
+runs slower than it may, loosen it again when there is room.
+
+Why a loop: a latency target cannot be turned into a BE queue bound in advance. The bound used
+to be half of the target's slack over the HP step's GPU time, but a p99 target is far above the
+step's GPU time for reasons BE has nothing to do with (requests queue behind one another, the
+host launches them), so the bound came out loose: on an H100 a 2.6-ms target for an HP with a
+1.2-ms step and a 2.39-ms p99 alone made it about 790 us instead of 25 us, and the HP's p99 went
+to 1.83x of alone. So the target now sets only how much slower than alone the HP may run
+(:func:`allowed_slowdown`), and the daemon moves the bound by what it measures.
+
+The rule (:func:`next_control`, a pure function of the state and one reading):
+
+- **Tighten at once** when a reading is above the allowed slowdown: the queue bound halves, down
+  to ``floor_ns``; a reading above it at the floor sets ``hold_long_be`` (the gate keeper then
+  holds BE work longer than the bound, a whole graph or a long kernel, while the HP is active).
+- **Loosen slowly**: only after ``LOOSEN_AFTER`` readings in a row with room (the slowdown under
+  half of what is allowed), first ``hold_long_be`` off, then the bound up by a quarter at a
+  time, up to ``ceiling_ns``.
+- Between the two (the hysteresis band) nothing changes; no reading (no HP samples in the
+  period) changes nothing.
+
+Both ends are bounded: the floor is the smallest bound that still admits a BE kernel at a time
+(:data:`scheduler_core.thresholds.MIN_QUEUE_LIMIT_NS`), the ceiling the bound the HP's step
+gives with no loop at all, so a loop fed a reading that misses the harm (a slowdown signal blind
+to the time an HP launch waits for the GPU) can never leave BE freer than orion without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from scheduler_core.thresholds import DEFAULT_SLOWDOWN
+
+TIGHTEN_FACTOR = 0.5
+LOOSEN_FACTOR = 1.25
+LOOSEN_AFTER = 3
+"""Readings in a row with room before a step looser: BE gets back slowly what the HP lost
+quickly."""
+ROOM_SHARE = 0.5
+"""A reading has room when the HP's slowdown uses less than this share of what is allowed."""
+CONTROL_PERIOD_S = 2.0
+"""How often the daemon reads the HP's slowdown and steps the loop: long enough for an HP
+serving tens of requests a second to give a few dozen timed launches per reading."""
+
+
+def allowed_slowdown(target_ms: float | None, alone_ms: float | None) -> float:
+    """How much slower than alone the HP may run: its latency target over its latency alone, but
+    never more than orion's own goal (1 + DEFAULT_SLOWDOWN): a target asks for more protection,
+    never for less. Without a target or without an alone latency, orion's goal."""
+    default = 1.0 + DEFAULT_SLOWDOWN
+    if target_ms is None or alone_ms is None or alone_ms <= 0:
+        return default
+    return min(default, target_ms / alone_ms)
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """Where the loop stands: the BE queue bound it set, whether long BE work is held, and how
+    many readings in a row had room."""
+
+    queue_limit_ns: int
+    floor_ns: int
+    ceiling_ns: int
+    hold_long_be: bool = False
+    room_readings: int = 0
+    last_slowdown: float | None = None
+
+    @property
+    def tightest(self) -> bool:
+        """At the floor with long BE work held: nothing left to tighten."""
+        return self.hold_long_be and self.queue_limit_ns <= self.floor_ns
+
+
+def next_control(state: ControlState, slowdown: float | None, allowed: float) -> ControlState:
+    """One step of the loop for one reading of the HP's slowdown (None: no reading)."""
+    if slowdown is None:
+        return state
+    state = replace(state, last_slowdown=slowdown)
+    if slowdown > allowed:
+        if state.queue_limit_ns > state.floor_ns:
+            tighter = max(state.floor_ns, int(state.queue_limit_ns * TIGHTEN_FACTOR))
+            return replace(state, queue_limit_ns=tighter, room_readings=0)
+        return replace(state, hold_long_be=True, room_readings=0)
+    if slowdown < 1.0 + ROOM_SHARE * (allowed - 1.0):
+        room = state.room_readings + 1
+        if room < LOOSEN_AFTER:
+            return replace(state, room_readings=room)
+        if state.hold_long_be:
+            return replace(state, hold_long_be=False, room_readings=0)
+        looser = min(
+            state.ceiling_ns,
+            max(state.queue_limit_ns + 1, int(state.queue_limit_ns * LOOSEN_FACTOR)),
+        )
+        return replace(state, queue_limit_ns=looser, room_readings=0)
+    return replace(state, room_readings=0)
+
+
+def rebound(state: ControlState, ceiling_ns: int, floor_ns: int) -> ControlState:
+    """The same loop under new bounds (the HP's step was learned, or it changed): the bound
+    starts again from the new ceiling when the loop had not tightened, else stays where it is,
+    within the new bounds."""
+    tightened = state.queue_limit_ns < state.ceiling_ns or state.hold_long_be
+    limit = min(state.queue_limit_ns, ceiling_ns) if tightened else ceiling_ns
+    return replace(
+        state, queue_limit_ns=max(floor_ns, limit), floor_ns=floor_ns, ceiling_ns=ceiling_ns
+    )
+
+
+def status(state: ControlState | None, allowed: float) -> dict[str, object]:
+    """What `orion status` shows of the loop: the slowdown allowed and last measured, the bound
+    and hold it chose, and whether the target is out of reach (tightest, still too slow)."""
+    if state is None:
+        return {"allowed_slowdown": round(allowed, 4), "state": "waiting for the HP"}
+    measured = state.last_slowdown
+    over = measured is not None and measured > allowed
+    if state.tightest and over:
+        verdict = (
+            "out of reach: BE is held as far as orion can and the HP is still "
+            f"{measured:.3f}x of alone (allowed {allowed:.3f}x)"
+        )
+    elif over:
+        verdict = "tightening"
+    elif measured is None:
+        verdict = "no reading yet"
+    else:
+        verdict = "within the target"
+    return {
+        "allowed_slowdown": round(allowed, 4),
+        "measured_slowdown": None if measured is None else round(measured, 4),
+        "queue_limit_us": state.queue_limit_ns / 1e3,
+        "hold_long_be": state.hold_long_be,
+        "state": verdict,
+    }

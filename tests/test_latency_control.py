@@ -1,0 +1,253 @@
+"""The daemon's loop closed on the HP's measured slowdown (orion_daemon.latency_control).
+
+What users rely on: a latency target protects the HP, never loosens BE admission past what orion
+uses without one; the daemon tightens at once when the HP runs slower than allowed (the BE queue
+bound down to its floor, then long BE work held), loosens slowly when there is room (never past
+the bound the HP's step gives), and says when the target is out of reach; a target below the
+HP's latency alone is refused at join with both numbers. Readings are scripted: no GPU, no clock.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orion_common.errors import OrionError
+from orion_daemon import latency_control
+from orion_daemon.admission import JoinRequest
+from orion_daemon.latency_control import (
+    LOOSEN_AFTER,
+    ControlState,
+    allowed_slowdown,
+    next_control,
+    rebound,
+)
+from orion_daemon.server import Daemon, DaemonSettings
+from orion_daemon.status import ClientSample
+from scheduler_core.thresholds import MIN_QUEUE_LIMIT_NS, UNLEARNED_HP_QUEUE_LIMIT_NS
+
+US = 1_000
+GRAPH_PROFILE = (
+    Path(__file__).parent.parent
+    / "profiles/nvidia-h100-80gb-hbm3/resnet50-infer-bs4-fp32-graph/profile.csv"
+)
+
+
+def run_loop(state: ControlState, readings: list[float | None], allowed: float = 1.05):
+    """The loop's states after each reading."""
+    states = []
+    for reading in readings:
+        state = next_control(state, reading, allowed)
+        states.append(state)
+    return states
+
+
+def test_a_slow_hp_tightens_the_bound_at_once_down_to_the_floor_then_holds_long_be_work():
+    start = ControlState(queue_limit_ns=32 * US, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=32 * US)
+    states = run_loop(start, [1.3] * 7)
+    assert [s.queue_limit_ns for s in states] == [16 * US, 8 * US, 4 * US, 2 * US, 1 * US, 1 * US,
+                                                  1 * US]  # fmt: skip
+    assert [s.hold_long_be for s in states] == [False] * 5 + [True, True]
+    assert states[-1].tightest
+    # Out of reach, and said so with both figures.
+    shown = latency_control.status(states[-1], 1.05)
+    assert shown["state"].startswith("out of reach")
+    assert "1.300x of alone (allowed 1.050x)" in shown["state"]
+
+
+def test_room_loosens_slowly_long_work_first_and_never_past_the_ceiling():
+    tight = ControlState(
+        queue_limit_ns=MIN_QUEUE_LIMIT_NS, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=2 * US,
+        hold_long_be=True,
+    )  # fmt: skip
+    states = run_loop(tight, [1.0] * (8 * LOOSEN_AFTER))
+    # Nothing moves before LOOSEN_AFTER readings in a row with room; then long work first.
+    assert [s.hold_long_be for s in states[: LOOSEN_AFTER - 1]] == [True] * (LOOSEN_AFTER - 1)
+    assert not states[LOOSEN_AFTER - 1].hold_long_be
+    assert states[LOOSEN_AFTER - 1].queue_limit_ns == MIN_QUEUE_LIMIT_NS
+    limits = [s.queue_limit_ns for s in states]
+    assert limits == sorted(limits)  # only ever up
+    assert max(limits) == 2 * US  # the ceiling, never more
+    assert states[2 * LOOSEN_AFTER - 1].queue_limit_ns == 1250  # a quarter at a time
+
+
+def test_readings_in_the_band_or_missing_change_nothing_and_reset_the_count():
+    start = ControlState(queue_limit_ns=8 * US, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=32 * US)
+    # Allowed 1.05: above it tightens, under 1.025 has room, between is the hysteresis band.
+    readings = [1.0] * (LOOSEN_AFTER - 1) + [1.04, None] + [1.0] * (LOOSEN_AFTER - 1)
+    states = run_loop(start, readings)
+    assert all(s.queue_limit_ns == 8 * US for s in states)
+    assert states[LOOSEN_AFTER - 1].room_readings == 0  # the band reading reset the count
+    assert next_control(states[-1], 1.0, 1.05).queue_limit_ns == 10 * US
+
+
+def test_a_target_asks_for_more_protection_never_for_less():
+    assert allowed_slowdown(None, 1.3) == pytest.approx(1.05)
+    assert allowed_slowdown(2.6, 1.2) == pytest.approx(1.05)  # a loose target: orion's own goal
+    assert allowed_slowdown(1.33, 1.3) == pytest.approx(1.33 / 1.3)  # a tight one: its own
+    assert allowed_slowdown(2.0, None) == pytest.approx(1.05)  # nothing known alone yet
+
+
+def test_new_bounds_keep_what_the_loop_tightened_and_follow_an_untouched_bound():
+    untouched = ControlState(queue_limit_ns=50 * US, floor_ns=1 * US, ceiling_ns=50 * US)
+    assert rebound(untouched, 30 * US, 1 * US).queue_limit_ns == 30 * US
+    tightened = ControlState(queue_limit_ns=4 * US, floor_ns=1 * US, ceiling_ns=50 * US)
+    moved = rebound(tightened, 30 * US, 1 * US)
+    assert (moved.queue_limit_ns, moved.ceiling_ns) == (4 * US, 30 * US)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    serving = Daemon(DaemonSettings(gpu=0, sm_count=132, folder=tmp_path / "gpu0",
+                                    sharing="timeslice", memory_bytes=8 << 30))  # fmt: skip
+    with serving.running():
+        yield serving
+
+
+def feed(daemon: Daemon, slot: int, slowdown: float) -> None:
+    """One control period of HP samples at ``slowdown``, then one step of the daemon's loop
+    (what its sampling tick does every CONTROL_PERIOD_S)."""
+    samples = daemon.clients[slot].samples
+    last = samples[-1] if samples else ClientSample(0.0, 0)
+    expected = 10_000_000  # 10 ms of timed HP launches per period
+    samples.append(
+        ClientSample(
+            time_s=last.time_s + latency_control.CONTROL_PERIOD_S,
+            launches=last.launches + 100,
+            sampled_ns=last.sampled_ns + int(expected * slowdown),
+            sampled_expected_ns=last.sampled_expected_ns + expected,
+        )
+    )
+    daemon._control_latency()
+
+
+def test_the_daemon_applies_the_loop_to_the_shared_state(daemon):
+    joined = daemon._admit(
+        JoinRequest(role="hp", name="serve", profile=str(GRAPH_PROFILE), latency_target_ms=3.0),
+        os.getpid(),
+    )
+    slot = joined["slot"]
+    ceiling = daemon.queue_limit_ns
+    header = daemon._scheduler._run
+    assert ceiling is not None and header.queue_limit_ns == ceiling
+    for _ in range(2):
+        feed(daemon, slot, 1.0)  # no room counted yet: first samples set the start
+    feed(daemon, slot, 1.4)
+    assert header.queue_limit_ns == ceiling // 2  # what BE clients read at their next launch
+    # An unknown kernel still counts as long as before: HP work nobody knows must not count as
+    # finished sooner because BE is held tighter.
+    assert daemon._scheduler.settings.unknown_duration_ns == ceiling
+    while header.queue_limit_ns > MIN_QUEUE_LIMIT_NS:
+        feed(daemon, slot, 1.4)
+    assert not header.hold_long_be
+    feed(daemon, slot, 1.4)
+    assert header.hold_long_be  # the gate keeper now holds long BE work
+    shown = daemon.status()["latency_control"]
+    assert shown["state"].startswith("out of reach") and shown["hold_long_be"]
+    for _ in range(LOOSEN_AFTER):
+        feed(daemon, slot, 1.0)
+    assert not header.hold_long_be
+    for _ in range(200):
+        feed(daemon, slot, 1.0)
+    assert header.queue_limit_ns == ceiling  # back, and no further
+    assert daemon.status()["latency_control"]["state"] == "within the target"
+
+
+def test_a_target_below_the_hp_alone_is_refused_at_join_with_both_numbers(daemon):
+    with pytest.raises(OrionError) as refused:
+        daemon._admit(
+            JoinRequest(role="hp", name="serve", profile=str(GRAPH_PROFILE),
+                        latency_target_ms=0.5),
+            os.getpid(),
+        )  # fmt: skip
+    assert "latency target 0.5 ms is below this HP's latency alone, 1.3" in refused.value.message
+    assert daemon.clients == {}
+
+
+def test_an_hp_joining_with_nothing_known_gets_a_tight_bound_until_it_is_learned(daemon):
+    assert daemon.status()["queue_limit_us"] is None
+    daemon._admit(JoinRequest(role="hp", name="serve"), os.getpid())
+    assert daemon.status()["queue_limit_us"] == UNLEARNED_HP_QUEUE_LIMIT_NS / 1e3
+    assert daemon._scheduler._run.queue_limit_ns == UNLEARNED_HP_QUEUE_LIMIT_NS
+
+
+def test_at_its_tightest_the_keeper_holds_long_be_work_until_the_hp_is_quiet(harness, tmp_path):
+    # An eager HP request: 50-us kernels launched about 0.5 ms apart, so between two of them
+    # the HP has no work on the GPU, where `reef` lets BE in. A BE kernel profiled at 5 ms
+    # (longer than the 2.5-ms bound) is held through all of them: it starts only once the HP has
+    # launched nothing for 2 ms.
+    from native_harness import MS, kernel_table, read_log
+
+    from scheduler_core import SchedulerRun, SchedulerSettings
+
+    settings = SchedulerSettings(
+        policy="reef", sm_count=132, queue_limit_ns=int(2.5 * MS),
+        unknown_duration_ns=int(2.5 * MS), hp_completion="gpu-write", be_gate="gpu",
+    )  # fmt: skip
+    # Warmed up first: a first launch sets up completion tracking, so it is stamped well before it
+    # reaches the driver.
+    request = "repeat 800 launch h 8 64 0 sleep 500 end"
+    hp_script = f"func h 50 launch h 8 64 0 sync 0 say go {request} sync 0"
+    with SchedulerRun(settings) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.05)))
+        be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 5)))
+        run.publish()
+        run.set_hold_long_be(True)
+        hp_process = harness.start(hp_script, env=run.client_environment(hp),
+                                   log=tmp_path / "hp.log")  # fmt: skip
+        try:
+            assert hp_process.stdout.readline().strip() == "go"
+            be_script = "func bek 5000 launch bek 8 128 0 sync 0"
+            result = harness.run(be_script, env=run.client_environment(be),
+                                 log=tmp_path / "be.log")  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            assert hp_process.wait(timeout=60) == 0
+            long_holds = run._run.gate_stats()["long_holds"]
+        finally:
+            hp_process.kill()
+            hp_process.wait(timeout=10)
+    hp_launches = [e.time_ns for e in read_log(tmp_path / "hp.log") if e.kind == "launch"]
+    be_launch = next(e.time_ns for e in read_log(tmp_path / "be.log") if e.kind == "launch")
+    be_start = next(e.time_ns for e in read_log(tmp_path / "be.log") if e.kind == "exec_start")
+    assert be_launch < hp_launches[-1]  # BE asked while the HP request went on
+    assert long_holds >= 1
+    # It ran only once the HP had been quiet, in a quiet spell not over when it asked: no
+    # launch for 2 ms, less up to 1.5 ms between the hook stamping a launch and the stand-in
+    # logging it on a busy machine. `reef` alone lets it in at the end of any HP kernel, 50 us
+    # after its launch.
+    earliest = min(
+        max(a + MS // 2, be_launch)
+        for a, b in zip(hp_launches, [*hp_launches[1:], float("inf")], strict=True)
+        if b - a >= MS // 2 and b > be_launch
+    )
+    assert be_start >= earliest
+
+
+def test_the_loop_reads_the_slowdown_as_felt_where_it_was_measured():
+    from orion_daemon.status import recent_slowdown
+
+    def samples(*periods: tuple[float, float, float | None]) -> list[ClientSample]:
+        """Cumulative counters after each (end time, GPU-time slowdown, felt slowdown) period,
+        10 ms of expected work per second."""
+        out = [ClientSample(0.0, 0)]
+        for end, gpu, felt in periods:
+            last = out[-1]
+            expected = int((end - last.time_s) * 1e7)
+            out.append(
+                ClientSample(
+                    end, last.launches + 100,
+                    last.sampled_ns + int(expected * gpu), last.sampled_expected_ns + expected,
+                    last.felt_ns + int(expected * (felt or 0)),
+                    last.felt_expected_ns + (expected if felt else 0),
+                )
+            )  # fmt: skip
+        return out
+
+    # The GPU time of the HP's launches reads as alone; from call to end they took twice as long.
+    assert recent_slowdown(samples((2, 1.0, 2.0), (4, 1.0, 2.0)), 2.0) == pytest.approx(2.0)
+    # No launch timed as felt in the span: the GPU-time figure.
+    assert recent_slowdown(samples((2, 1.2, None), (4, 1.2, None)), 2.0) == pytest.approx(1.2)
+    # Only the last period counts.
+    assert recent_slowdown(samples((2, 3.0, 3.0), (4, 1.0, 1.0)), 2.0) == pytest.approx(1.0)
