@@ -9,6 +9,7 @@ scraper that hangs holds up nothing (clients go on being gated, `orion status` a
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -237,6 +238,27 @@ def test_scrapers_that_hang_hold_up_no_heartbeat_and_no_request(harness, metrics
                 scraper.connection.close()
     # And the next scrape is served.
     assert client_names(parse(scrape(port))) <= {"trainer"}
+
+
+def test_orion_up_passes_its_metrics_address_to_the_daemon(tmp_path, monkeypatch):
+    """`orion up --metrics-port` as a user types it (a stand-in GPU): the detached daemon serves
+    there and says where; `orion down` stops serving."""
+    monkeypatch.setenv("ORION_STAND_IN_GPUS", json.dumps([{"uuid": "GPU-0", "name": "stand-in"}]))
+    port = free_port()
+    runner = CliRunner()
+    started = runner.invoke(app, ["up", "--metrics-port", str(port), "--state-dir", str(tmp_path)])
+    try:
+        assert started.exit_code == 0, started.output
+        assert f"metrics at http://127.0.0.1:{port}/metrics" in started.output
+        samples = parse(scrape(port))
+        assert value(samples, "orion_daemon_free_slots") == 16
+        record = json.loads((tmp_path / "gpu0" / state.RECORD).read_text())
+        assert record["settings"]["metrics_listen"] == f"127.0.0.1:{port}"
+    finally:
+        stopped = runner.invoke(app, ["down", "--state-dir", str(tmp_path)])
+    assert stopped.exit_code == 0, stopped.output
+    with pytest.raises(OSError):
+        scrape(port)
 
 
 # -- bad input: one line, nothing started --------------------------------------------------
