@@ -63,3 +63,33 @@ def test_systemd_accepts_the_unit_and_its_mps_drop_in(tmp_path):
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr
     assert checked.stderr.strip() == "", checked.stderr
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_daemon_serves():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from orion_daemon.metrics import families
+    from orion_daemon.status import Client, client_status
+
+    hp = Client(slot=0, name="web", role="hp", claim_pid=1, command=["serve"], profile=None,
+                memory_limit=None, min_util=0.0, max_util=1.0, latency_target_ms=None,
+                joined_s=0.0)  # fmt: skip
+    status = {"gpu": 0, "gpu_name": "x", "policy": "orion", "sharing": "timeslice", "pid": 1,
+              "uptime_s": 1.0, "queue_limit_us": 100.0, "free_slots": 15, "records": None,
+              "records_pending": 0, "record_writes": 1, "record_write_failures": 0,
+              "heartbeat_age_s": 0.01, "client_events": {"join": 1},
+              "requests": {"status": {"count": 1, "seconds": 0.001}},
+              "clients": [{**client_status(hp, {"memory_limit": 1 << 30}),
+                           "interference": 1.2}]}  # fmt: skip
+
+    class Snapshot:
+        def collect(self):
+            return families(status)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Snapshot())
+    served = set(re.findall(r"^(orion_\w+?)[{ ]", generate_latest(registry).decode(), re.M))
+    dashboard = (DEPLOY / "grafana" / "orion.json").read_text()
+    json.loads(dashboard)
+    queried = set(re.findall(r"\b(orion_\w+)", dashboard))
+    assert queried and queried <= served, queried - served
