@@ -221,10 +221,10 @@ def test_scrapers_that_hang_hold_up_no_heartbeat_and_no_request(harness, metrics
                                                                 tmp_path):  # fmt: skip
     daemon, port = metrics_daemon
     with be_launching(harness, daemon, tmp_path) as be:
-        # More hanging scrapers than the server serves at once: silent ones hold their threads
-        # until the deadline; a refused one is hung up on.
-        scrapers = [SilentScraper(port, b"") for _ in range(metrics.MAX_SCRAPES + 2)]
-        scrapers += [SilentScraper(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")]
+        # More hanging scrapers than the server serves at once: one that asks and never reads,
+        # silent ones that hold their threads until the deadline, and refused ones, hung up on.
+        scrapers = [SilentScraper(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")]
+        scrapers += [SilentScraper(port, b"") for _ in range(metrics.MAX_SCRAPES + 2)]
         try:
             # While they hang: BE goes on waiting at its gates (it never saw the heartbeat stop)
             # and every status request is answered.
