@@ -319,3 +319,21 @@ def test_the_daemon_itself_refuses_a_port_in_use_before_it_starts(tmp_path):
     ]
     assert "running" not in ended.stdout
     assert not (folder / state.RECORD).exists() and not (folder / state.SOCKET).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "allow_remote", "spelled"),
+    [
+        ("9400", False, "127.0.0.1:9400"),
+        ("localhost:9400", False, "localhost:9400"),
+        ("[::1]:9400", False, "[::1]:9400"),
+        ("127.0.0.2:1", False, "127.0.0.2:1"),
+        ("0.0.0.0:65535", True, "0.0.0.0:65535"),
+        ("[::]:9400", True, "[::]:9400"),
+    ],
+)
+def test_good_metrics_addresses_are_kept_in_one_spelling(text, allow_remote, spelled):
+    address = metrics.parse_address(text, allow_remote=allow_remote)
+    assert str(address) == spelled
+    assert metrics.parse_address(str(address), allow_remote=allow_remote) == address
+    assert address.url == f"http://{spelled}/metrics"
