@@ -10,6 +10,7 @@ import typer
 
 from orion_cli._common import console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
+from orion_cli._metrics_options import MetricsAllowRemoteOpt, MetricsListenOpt, MetricsPortOpt
 
 
 @handle_errors
@@ -70,6 +71,9 @@ def up_command(
         typer.Option("--foreground", help="Stay in the foreground (systemd, containers)."),
     ] = False,
     state_dir: StateDirOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_listen: MetricsListenOpt = None,
+    metrics_allow_remote: MetricsAllowRemoteOpt = False,
 ) -> None:
     """Start the orion daemon of one GPU: programs join it with `orion run`.
 
@@ -79,6 +83,14 @@ def up_command(
     unless `--foreground`. Stop it with `orion down` or SIGTERM: gates open, clients run on.
     """
     # gpu_settings checks every option (control.check_options) before it looks at the GPU
+    from orion_daemon import metrics
+
+    # Before the GPU is read or anything starts: a bad address or a port in use, in one line.
+    address = metrics.address_from_options(
+        metrics_port, metrics_listen, allow_remote=metrics_allow_remote
+    )
+    if address is not None:
+        metrics.check_free(address)
     from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
     from orion_daemon.ownership import private_folder
 
@@ -91,6 +103,8 @@ def up_command(
         shares=shares,
         queue_limit_us=queue_limit_us,
         be_graph_gate=be_graph_gate or "",
+        metrics_listen=None if address is None else str(address),
+        metrics_allow_remote=metrics_allow_remote,
     )
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.
@@ -103,7 +117,8 @@ def up_command(
     console.print(
         f"orion daemon for GPU {gpu} ({settings.gpu_name}) running: pid {record['pid']}, policy "
         f"{policy}, sharing {settings.sharing}\nstate folder {folder} (log: {record['log']})\n"
-        f"join it with `orion run --gpu {gpu} --hp|--be -- COMMAND`",
+        f"join it with `orion run --gpu {gpu} --hp|--be -- COMMAND`"
+        + ("" if address is None else f"\nmetrics at {address.url}"),
         highlight=False,
         soft_wrap=True,
     )

@@ -33,6 +33,8 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--hp-completion", choices=("estimate", "gpu-write"), default="estimate")
     parser.add_argument("--stop-with", type=int, metavar="PID")
     parser.add_argument("--attach-timeout-s", type=float, default=ATTACH_TIMEOUT_S)
+    parser.add_argument("--metrics-listen", metavar="ADDR:PORT")
+    parser.add_argument("--metrics-allow-remote", action="store_true")
     args = parser.parse_args(argv)
     return DaemonSettings(
         gpu=args.gpu,
@@ -50,6 +52,8 @@ def parse(argv: list[str]) -> DaemonSettings:
         hp_completion=args.hp_completion,
         stop_with_pid=args.stop_with,
         attach_timeout_s=args.attach_timeout_s,
+        metrics_listen=args.metrics_listen,
+        metrics_allow_remote=args.metrics_allow_remote,
     )
 
 

@@ -28,6 +28,13 @@ class Heartbeat:
         self._interval_s = interval_s
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="orion-heartbeat", daemon=True)
+        self._last_beat: float | None = None  # time.monotonic() of the last beat
+
+    def age_s(self) -> float | None:
+        """Seconds since the last beat (None before the first): a daemon's health as its
+        clients see it, for `orion status` and the metrics."""
+        last = self._last_beat
+        return None if last is None else round(time.monotonic() - last, 6)
 
     def start(self) -> None:
         self._thread.start()
@@ -35,6 +42,7 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stopped.is_set():
             self._beat()
+            self._last_beat = time.monotonic()
             self._stopped.wait(self._interval_s)
 
     def stop(self) -> None:
@@ -63,6 +71,8 @@ class RecordWriter:
         self.degraded: str | None = None
         """Why records are incomplete (the first failed write), or None."""
         self.failed_writes = 0
+        self.written = 0
+        """Writes (and samples) done without failing, for `orion status` and the metrics."""
         self._counts = threading.Lock()
         self._submitted = 0
         self._done = 0
@@ -88,11 +98,15 @@ class RecordWriter:
         try:
             write()
         except (OSError, OrionError) as error:
-            self.failed_writes += 1
+            with self._counts:  # attempts come from the records thread and the daemon's own
+                self.failed_writes += 1
             if self.degraded is None:
                 message = error.message if isinstance(error, OrionError) else str(error)
                 self.degraded = message
                 self._log(f"records degraded, scheduling goes on: {message}")  # never raises
+        else:
+            with self._counts:
+                self.written += 1
 
     def _run(self) -> None:
         next_sample = time.monotonic()

@@ -70,6 +70,8 @@ def gpu_settings(
     queue_limit_us: float | None = None,
     be_graph_gate: str = "",
     stop_with_pid: int | None = None,
+    metrics_listen: str | None = None,
+    metrics_allow_remote: bool = False,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
@@ -112,6 +114,8 @@ def gpu_settings(
         shares=shares,
         be_graph_gate=be_graph_gate,
         stop_with_pid=stop_with_pid,
+        metrics_listen=metrics_listen,
+        metrics_allow_remote=metrics_allow_remote,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for
         prerequisites.require(prerequisites.check_mps_control())
@@ -147,6 +151,7 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
         ("--gpu-name", settings.gpu_name),
         ("--memory-bytes", settings.memory_bytes),
         ("--stop-with", settings.stop_with_pid),
+        ("--metrics-listen", settings.metrics_listen),
         (
             "--queue-limit-us",
             queue_limit_us,
@@ -156,6 +161,8 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
             arguments += [flag, str(value)]
     if settings.shares:
         arguments.append("--shares")
+    if settings.metrics_allow_remote:
+        arguments.append("--metrics-allow-remote")
     if settings.attach_timeout_s != ATTACH_TIMEOUT_S:
         arguments += ["--attach-timeout-s", repr(settings.attach_timeout_s)]
     return arguments

@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
@@ -47,6 +48,7 @@ from orion_daemon.background import Heartbeat, RecordWriter
 from orion_daemon.connections import ConnectionServer
 from orion_daemon.limits import apply_change
 from orion_daemon.lock import already_running, folder_lock
+from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
 from orion_daemon.protocol import answer
 from orion_daemon.records import Recordings, SchedulerRecorder
@@ -99,6 +101,11 @@ class DaemonSettings:
     attach_timeout_s: float = ATTACH_TIMEOUT_S
     """A slot taken (``join``) whose process has not attached within this long is given back,
     even while its claimer lives: a claimer that hangs must not hold a slot for ever."""
+    metrics_listen: str | None = None
+    """Where Prometheus metrics are served (``ADDR:PORT``, :mod:`orion_daemon.metrics`); None:
+    nowhere."""
+    metrics_allow_remote: bool = False
+    """Whether ``metrics_listen`` may be an address other hosts reach."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -114,6 +121,15 @@ class DaemonSettings:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
         if not self.attach_timeout_s > 0:
             raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
+        if self.metrics_listen is not None:  # checked, and kept in one spelling
+            address = parse_address(self.metrics_listen, allow_remote=self.metrics_allow_remote)
+            object.__setattr__(self, "metrics_listen", str(address))
+
+    @property
+    def metrics_address(self) -> MetricsAddress | None:
+        if self.metrics_listen is None:
+            return None
+        return parse_address(self.metrics_listen, allow_remote=self.metrics_allow_remote)
 
     def to_json(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -180,6 +196,11 @@ class Daemon:
         self._expired: set[int] = set()  # slots given back because nothing attached in time
         self._control: latency_control.ControlState | None = None
         self._next_control = 0.0
+        # What `orion status --json` and the metrics say of the daemon's own health: clients'
+        # comings and goings by event (clients.csv's), and each request's count and time.
+        self._client_events: dict[str, int] = {}
+        self._request_times: dict[str, list[float]] = {}
+        self._request_times_lock = threading.Lock()
         self.notes: list[str] = []
         """What happened that the one who started the daemon should know (printed at the end
         of :meth:`serve`)."""
@@ -235,6 +256,13 @@ class Daemon:
         from scheduler_core.thresholds import FALLBACK_QUEUE_LIMIT_NS
 
         s = self.settings
+        metrics_address = s.metrics_address
+        if metrics_address is not None:
+            from orion_daemon import metrics
+
+            # First of all: a port in use stops the start before anything else is made.
+            metrics_server = metrics.bind(metrics_address)
+            stack.callback(metrics_server.server_close)
         queue_limit = self.queue_limit_ns or FALLBACK_QUEUE_LIMIT_NS
         self._scheduler = stack.enter_context(
             SchedulerRun(
@@ -294,6 +322,8 @@ class Daemon:
         # The first record is written here and now: without it no client finds the daemon, so
         # a disk that cannot take it stops the start (later ones only degrade records).
         write_json_atomic(self.folder / state.RECORD, self._record())
+        if metrics_address is not None:
+            stack.enter_context(metrics.serving(metrics_server, self.snapshot, self._log))
 
     def _unknown_duration_ns(self, queue_limit_ns: int) -> int:
         from scheduler_core.thresholds import default_unknown_duration_ns
@@ -310,10 +340,12 @@ class Daemon:
 
     def _started_line(self) -> str:
         s = self.settings
-        return (
+        line = (
             f"orion daemon for GPU {s.gpu} ({s.gpu_name or 'unknown GPU'}) running: policy "
             f"{s.policy}, sharing {s.sharing}, pid {os.getpid()}, state folder {self.folder}"
         )
+        address = s.metrics_address
+        return line if address is None else f"{line}, metrics {address.url}"
 
     def _close_limits(self) -> None:
         if self._limits is not None:
@@ -430,6 +462,7 @@ class Daemon:
 
     def _handle(self, message: dict[str, Any], connection: socket.socket) -> dict[str, Any]:
         """The answer to one request (on the connection's own thread); every failure is one."""
+        started = time.monotonic()
         try:
             return self._dispatch(message, peer_credentials(connection)[0])
         except OrionError as error:
@@ -439,6 +472,13 @@ class Daemon:
         except Exception as error:  # a bug must cost one request, never the daemon
             traceback.print_exc()
             return self._refusal(f"the daemon failed on this request: {error!r}")
+        finally:
+            op = message.get("op")
+            op = op if op in REQUEST_OPS else "other"  # bounded: a metric's label
+            with self._request_times_lock:
+                timed = self._request_times.setdefault(op, [0, 0.0])
+                timed[0] += 1
+                timed[1] += time.monotonic() - started
 
     def _dispatch(self, message: dict[str, Any], pid: int) -> dict[str, Any]:
         op = message.get("op")
@@ -792,6 +832,7 @@ class Daemon:
         command: list[str],
         detail: str,
     ) -> None:
+        self._client_events[event] = self._client_events.get(event, 0) + 1
         events, writer = self._events, self._writer
         if events is None or writer is None:
             return
@@ -872,11 +913,29 @@ class Daemon:
             "owner": self.settings.owner,
             "records": None if self._writer is None else self._writer.degraded,
             "records_pending": 0 if self._writer is None else self._writer.pending,
+            "record_writes": 0 if self._writer is None else self._writer.written,
+            "record_write_failures": 0 if self._writer is None else self._writer.failed_writes,
+            "heartbeat_age_s": None if self._heartbeat is None else self._heartbeat.age_s(),
+            "client_events": dict(self._client_events),
+            "requests": self._request_summary(),
             "clients": [
                 client_status(c, self._scheduler.client_stats(c.slot))
                 for c in sorted(self.clients.values(), key=lambda c: (c.role != "hp", c.slot))
             ],
         }
+
+    def snapshot(self) -> dict[str, Any]:
+        """:meth:`status` as the ``status`` request takes it (under the state lock, briefly):
+        what the metrics are built from, so they and `orion status --json` agree."""
+        with self._lock:
+            if self._closed:
+                raise OrionError("the orion daemon is stopping")
+            return self.status()
+
+    def _request_summary(self) -> dict[str, dict[str, float]]:
+        with self._request_times_lock:
+            return {op: {"count": int(count), "seconds": round(seconds, 6)}
+                    for op, (count, seconds) in self._request_times.items()}  # fmt: skip
 
     def learned(self, name: str) -> dict[str, Any]:
         """What client ``name`` learned online (``SchedulerRun.learned``), with what a saved
