@@ -103,6 +103,16 @@ void sleep_for(std::uint64_t ns) {
     }
 }
 
+// A clock the test controls: FAKE_HOLD_KERNEL=NAME makes each kernel named NAME (a launched
+// graph runs as one named "graph") run on past its duration until the file FAKE_RELEASE_FILE
+// exists, so a test can tell "before it ended" from "after" by the order of events alone.
+void hold_until_released(const std::string& name) {
+    const char* held = std::getenv("FAKE_HOLD_KERNEL");
+    const char* release = std::getenv("FAKE_RELEASE_FILE");
+    if (held == nullptr || release == nullptr || name != held) return;
+    while (access(release, F_OK) != 0) sleep_for(1'000'000);
+}
+
 std::mutex g_log_mutex;
 FILE* g_log = nullptr;
 
@@ -281,6 +291,7 @@ private:
             if (op.kind == Op::kKernel) {
                 log_line("exec_start " + op.name + lane.label);
                 sleep_for(op.duration_ns);
+                hold_until_released(op.name);
                 log_line("exec_end " + op.name + lane.label);
             } else if (op.kind == Op::kWaitValue) {
                 const auto* word = reinterpret_cast<const std::uint32_t*>(op.address);
