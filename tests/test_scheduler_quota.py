@@ -11,13 +11,12 @@ below any useful bar. How much of a share a client's work then gets on a real GP
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from native_harness import MS, kernel_table, read_log
+from native_harness import MS, kernel_table, read_log, wait_for
 
 from orion_common.errors import OrionError
 from orion_common.runclock import monotonic_ns
@@ -258,8 +257,10 @@ def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_
     changed_at: list[int] = []
 
     def lower_a(run, indices):
-
-        time.sleep(0.6)
+        # Once the keeper has charged a 100 ms under its first cap (a has 1.4 s of work left,
+        # which at 0.2 outlasts the window checked below however slow the machine).
+        wait_for(lambda: client_stats(run)["a"]["gpu_busy_ns"] >= 100 * MS,
+                 what="a to run under its first cap")  # fmt: skip
         run.set_quota(indices[0], 0.0, 0.2)
         changed_at.append(monotonic_ns())
 
@@ -315,12 +316,17 @@ def test_a_share_must_be_a_fraction_with_min_below_max(low, high, problem):
 
 
 def test_an_idle_run_with_shares_lets_the_keeper_sleep():
-    # Nobody has work: the keeper sleeps (5 ms at a time) instead of polling every 250 us.
+    # Nobody has work: the keeper sleeps (5 ms at a time) instead of polling every 250 us. Its
+    # next 50 wake-ups take about 250 ms so, 12.5 ms polling; a busy machine only stretches
+    # them, so a floor of 100 ms (2 ms a wake-up) tells the two apart with room on both sides.
+    def wakeups() -> int:
+        return run.gate_stats()["keeper_wakeups"]
+
     with SchedulerRun(quota_settings()) as run:
         run.add_client("a", "be", max_util=0.5)
         run.publish()
-        time.sleep(0.2)
-        before = run.gate_stats()["keeper_wakeups"]
-        time.sleep(0.5)
-        woke = run.gate_stats()["keeper_wakeups"] - before
-    assert woke < 250
+        wait_for(lambda: wakeups() > 0, what="the keeper's first wake-up")
+        before, started_ns = wakeups(), monotonic_ns()
+        wait_for(lambda: wakeups() >= before + 50, what="50 more keeper wake-ups")
+        took_ns = monotonic_ns() - started_ns
+    assert took_ns >= 100 * MS, f"50 wake-ups in {took_ns / MS:.1f} ms: the idle keeper polls"
