@@ -282,8 +282,10 @@ def test_be_threads_launching_at_once_are_held_on_the_gpu_without_deadlock(
             env = {**run.client_environment(be), "FAKE_WAIT_VALUE_DELAY_US": "5000"}
             be_process = harness.start(script, env=env, log=be_log)
             # HP's kernel runs until released: every thread's launch calls must return first.
-            wait_for(lambda: len(calls(be_log, "launch")) == threads * per_thread,
-                     what="every BE thread's launch calls to return while HP's kernel runs")  # fmt: skip
+            wait_for(
+                lambda: len(calls(be_log, "launch")) == threads * per_thread,
+                what="every BE thread's launch calls to return while HP's kernel runs",
+            )
             hold.release()
             assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
             assert hp_process.wait(timeout=30) == 0
