@@ -121,9 +121,9 @@ def test_a_plan_for_three_nodes_puts_each_job_where_the_plan_put_it(cluster, tmp
     assert "Plan: measured against predicted" in (tmp_path / "report" / "report.md").read_text()
 
 
-def measured_rows(output: Path, client: str) -> int:
-    """Rows client ``client``'s table has so far under the plan run's ``output`` folder."""
-    tables = list(output.glob(f"**/clients/{client}.csv"))
+def measured_rows(node_tmp: Path, client: str) -> int:
+    """Rows job ``client``'s table has so far in its folder on a node (under its TMPDIR)."""
+    tables = list(node_tmp.glob(f"orion-job-{client}-*/clients/{client}.csv"))
     return max((len(t.read_text().splitlines()) - 1 for t in tables), default=0)
 
 
@@ -145,7 +145,7 @@ def test_a_node_lost_mid_run_leaves_complete_records_for_the_others(cluster, tmp
         what="the job on the doomed node to join",
     )
     wait_for(
-        lambda: measured_rows(tmp_path / "runs", "b") > 0,
+        lambda: measured_rows(doomed.state_dir / "tmp", "b") > 0,
         timeout_s=120,
         what="the job on the doomed node to measure",
     )
