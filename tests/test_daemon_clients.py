@@ -20,6 +20,7 @@ import pytest
 from daemon_harness import (
     BE_SCRIPT,
     GIB,
+    SLOT_BACK_S,
     RunningDaemon,
     be_held_behind_hp,
     held_work_started,
@@ -44,7 +45,7 @@ def test_clients_join_and_leave_while_the_daemon_runs(harness, daemon, tmp_path)
         assert daemon.names() == [f"trainer{round_}"]
         result = harness.run(BE_SCRIPT, env=env, log=tmp_path / f"be{round_}.log")
         assert result.returncode == 0, result.stderr
-        wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
+        wait_for(lambda: daemon.names() == [], timeout_s=SLOT_BACK_S, what="the slot to come back")
     events = [(e["event"], e["client"], e["slot"]) for e in daemon.events()]
     assert events == [
         ("join", "trainer0", "0"),
@@ -135,7 +136,7 @@ def test_a_killed_client_gives_its_slot_memory_and_share_back(harness, daemon, t
     env = daemon.join("be", "doomed", memory_limit=GIB)
     result = harness.run("alloc mem 5000 kill_self", env=env, log=tmp_path / "be.log")
     assert result.returncode == -signal.SIGKILL
-    wait_for(lambda: daemon.names() == [], timeout_s=1, what="the daemon to find it dead")
+    wait_for(lambda: daemon.names() == [], timeout_s=SLOT_BACK_S, what="the daemon to find it dead")
     assert [e["event"] for e in daemon.events()] == ["join", "dead"]
     # The slot is clean for the next client: no memory counted, no limit, the full share.
     daemon.join("be", "next")
@@ -154,7 +155,7 @@ def test_a_claimer_that_ends_before_any_process_attaches_frees_its_slot(daemon):
         f"join(0, JoinRequest(role='be', name='never'), pathlib.Path({str(daemon.folder)!r}))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30, cwd=daemon.folder)
-    wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
+    wait_for(lambda: daemon.names() == [], timeout_s=SLOT_BACK_S, what="the slot to come back")
 
 
 def test_down_with_clients_running_opens_their_gates_and_they_finish(harness, daemon, tmp_path):
