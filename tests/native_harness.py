@@ -149,6 +149,26 @@ def kernel_table(*rows: tuple[str, int, int, int, str, float]) -> pd.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class HeldKernel:
+    """A kernel the stand-in runs until the test releases it (``FAKE_HOLD_KERNEL``; a launched
+    graph runs as one kernel named "graph"): a clock the test controls, so "while HP's kernel
+    runs" and "after it ended" are told apart by the order of events, not by how long it takes."""
+
+    name: str
+    release_file: Path
+
+    def env(self) -> dict[str, str]:
+        return {"FAKE_HOLD_KERNEL": self.name, "FAKE_RELEASE_FILE": str(self.release_file)}
+
+    def release(self) -> int:
+        """Lets the held kernel end; returns a monotonic time (ns, the stand-in's clock) taken
+        before it can."""
+        released_ns = time.monotonic_ns()
+        self.release_file.touch()
+        return released_ns
+
+
 def wait_for(condition, timeout_s: float = 20, what: str = "condition") -> None:
     """Polls ``condition`` every 2 ms until it holds; fails the test after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

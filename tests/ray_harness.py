@@ -106,7 +106,14 @@ class StandInCluster:
         installed = Path(orion_daemon.__file__).resolve().parent.parent
         first = [] if self.from_checkout else [str(installed)]
         path = os.pathsep.join([*first, str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
-        environment = {"PYTHONPATH": path, "ORION_STATE_DIR": str(state_dir)}
+        # The node's temporary files (its jobs' folders, where their tables grow) under its
+        # state folder, where a test can watch them.
+        (state_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        environment = {
+            "PYTHONPATH": path,
+            "ORION_STATE_DIR": str(state_dir),
+            "TMPDIR": str(state_dir / "tmp"),
+        }
         if gpus:
             environment["ORION_STAND_IN_GPUS"] = json.dumps(gpus)
         return environment

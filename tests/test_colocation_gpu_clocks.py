@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from native_harness import wait_for
 
 from colocation.gpu_monitor import GpuMonitor
 from colocation.rundir import GPU_COLUMNS as WRITTEN_COLUMNS
@@ -46,7 +46,7 @@ class ClockNvml:
 def _sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nvml: ClockNvml) -> GpuMonitor:
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     with GpuMonitor(tmp_path / "gpu.csv", RunClock.starting_now(), interval_s=0.01) as monitor:
-        time.sleep(0.15)
+        wait_for(lambda: monitor.samples > 3, what="four samples")
     return monitor
 
 

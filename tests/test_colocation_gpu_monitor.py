@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from native_harness import wait_for
 
 from colocation.gpu_monitor import GpuMonitor
 from orion_common.runclock import RunClock
@@ -38,7 +38,7 @@ def test_samples_land_in_gpu_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
     clock = RunClock.starting_now()
     with GpuMonitor(tmp_path / "gpu.csv", clock, interval_s=0.01) as monitor:
-        time.sleep(0.2)
+        wait_for(lambda: monitor.samples > 3, what="four samples")
     assert monitor.note is None
     rows = read_table(tmp_path / "gpu.csv", GPU_COLUMNS, notes=[])
     assert len(rows) == monitor.samples > 3

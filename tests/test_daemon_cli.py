@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from daemon_harness import RunningDaemon
+from daemon_harness import SLOT_BACK_S, RunningDaemon
 from native_harness import Harness, wait_for
 from typer.testing import CliRunner
 
@@ -65,7 +65,7 @@ def test_the_programs_exit_status_is_orion_runs(harness, daemon):
     assert result.returncode == 0, result.stderr
     result = orion_run(harness, "--be", "--", "sh", "-c", "exit 7")
     assert result.returncode == 7
-    wait_for(lambda: daemon.names() == [], timeout_s=1, what="the slot to come back")
+    wait_for(lambda: daemon.names() == [], timeout_s=SLOT_BACK_S, what="the slot to come back")
     # The library takes the slot at the program's first driver call: a shell that never uses
     # the GPU never joins.
     events = [(e["event"], e["client"]) for e in daemon.events()]

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from daemon_harness import GIB, RunningDaemon
+from daemon_harness import GIB, SLOT_BACK_S, RunningDaemon
 from native_harness import Harness, build_harness, read_log, wait_for
 
 from orion_daemon.admission import JoinRequest
@@ -63,7 +63,7 @@ def test_a_program_joins_with_the_role_and_name_of_its_variables(harness, daemon
     env = env_for(tmp_path, "be", name="trainer")
     result = harness.run(SHORT, env=env, log=tmp_path / "be.log")
     assert result.returncode == 0, result.stderr
-    wait_for(lambda: len(daemon.events()) == 2, timeout_s=2, what="the slot to come back")
+    wait_for(lambda: len(daemon.events()) == 2, timeout_s=SLOT_BACK_S, what="the slot to come back")
     events = daemon.events()
     assert [(e["event"], e["client"], e["role"]) for e in events] == [
         ("join", "trainer", "be"),
@@ -176,7 +176,7 @@ def test_a_second_hp_is_refused_while_the_first_runs(harness, daemon, tmp_path):
     finally:
         first.kill()
         first.wait(timeout=10)
-    wait_for(lambda: daemon.names() == [], timeout_s=2, what="the killed client's slot")
+    wait_for(lambda: daemon.names() == [], timeout_s=SLOT_BACK_S, what="the killed client's slot")
 
 
 def test_with_no_gpu_visible_the_program_runs_without_joining(harness, daemon, tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +121,12 @@ def test_a_plan_for_three_nodes_puts_each_job_where_the_plan_put_it(cluster, tmp
     assert "Plan: measured against predicted" in (tmp_path / "report" / "report.md").read_text()
 
 
+def measured_rows(node_tmp: Path, client: str) -> int:
+    """Rows job ``client``'s table has so far in its folder on a node (under its TMPDIR)."""
+    tables = list(node_tmp.glob(f"orion-job-{client}-*/clients/{client}.csv"))
+    return max((len(t.read_text().splitlines()) - 1 for t in tables), default=0)
+
+
 def test_a_node_lost_mid_run_leaves_complete_records_for_the_others(cluster, tmp_path):
     doomed = cluster.add_node("a100", gpus=1)
     layout = [("h100", (hp("search"), be("a"))), ("a100", (be("b"),))]
@@ -129,14 +134,21 @@ def test_a_node_lost_mid_run_leaves_complete_records_for_the_others(cluster, tmp
     result: dict[str, Path] = {}
     runner = threading.Thread(target=lambda: result.update(root=run(plan, tmp_path / "runs")))
     runner.start()
-    # Once the lost node's job is measuring (its table has rows), the node goes.
-    deadline = time.monotonic() + 120
-    while not any(doomed.state_dir.glob("gpu0/clients.csv")) or not [
-        e for e in doomed.events(0) if e["event"] == "join"
-    ]:
-        assert time.monotonic() < deadline, "the job on the doomed node never joined"
-        time.sleep(0.2)
-    time.sleep(DURATION_S / 2)
+    # Once the lost node's job has joined its daemon and is measuring (its table has rows),
+    # the node goes: whenever that is on a busy machine, not a fixed time after the join.
+    wait_for(
+        lambda: (
+            any(doomed.state_dir.glob("gpu0/clients.csv"))
+            and any(e["event"] == "join" for e in doomed.events(0))
+        ),
+        timeout_s=120,
+        what="the job on the doomed node to join",
+    )
+    wait_for(
+        lambda: measured_rows(doomed.state_dir / "tmp", "b") > 0,
+        timeout_s=120,
+        what="the job on the doomed node to measure",
+    )
     cluster.remove_node(doomed)
     runner.join(timeout=180)
     assert not runner.is_alive()

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from native_harness import MS, Harness, kernel_table, read_log, wait_for
+from native_harness import MS, Harness, HeldKernel, kernel_table, read_log, wait_for
 
 from orion_common.errors import OrionError
 from scheduler_core import SchedulerRun, SchedulerSettings
@@ -46,10 +46,12 @@ def start_hp_kernel(
     be_sms: int = 8,
     be_class: str = "memory",
     keeper: bool = True,
+    hold: HeldKernel | None = None,
 ):
     """Registers an HP client (one compute kernel of ``hp_ms``) and a BE client (1 ms kernels),
     publishes the run (``keeper=False``: then stops its gate keeper, as if it had died) and
-    starts HP's kernel; returns (hp index, be index, HP process)."""
+    starts HP's kernel (``hold``: it runs on until released); returns (hp index, be index, HP
+    process)."""
     hp = run.add_client("hp", "hp", kernel_table(("long", 1, 32, hp_sms, "compute", hp_ms)))
     be = run.add_client("be", "be", kernel_table(("bek", 8, 128, be_sms, be_class, 1)))
     run.publish()
@@ -57,10 +59,27 @@ def start_hp_kernel(
         run._run.stop_gate_keeper()
     process = harness.start(
         f"func long {hp_ms * 1000} launch long 1 32 0 sync 0",
-        env=run.client_environment(hp),
+        env={**run.client_environment(hp), **(hold.env() if hold else {})},
         log=tmp_path / "hp.log",
     )
     return hp, be, process
+
+
+def hold_hp(tmp_path: Path) -> HeldKernel:
+    """HP's kernel "long", run until the test releases it."""
+    return HeldKernel("long", tmp_path / "release-hp")
+
+
+def stop(*processes) -> None:
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def not_started(log: Path) -> bool:
+    """No kernel of the log's process has started on the (simulated) GPU yet."""
+    return not calls(log, "exec_start")
 
 
 def hp_kernel_end_ns(tmp_path: Path) -> int:
@@ -68,20 +87,30 @@ def hp_kernel_end_ns(tmp_path: Path) -> int:
 
 
 def test_held_be_launches_return_at_once_and_run_after_the_hp_kernel(harness, tmp_path):
+    hold = hold_hp(tmp_path)
+    be_log = tmp_path / "be.log"
     with SchedulerRun(gate_settings()) as run:
-        _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
-        wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
-        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        assert hp_process.wait(timeout=30) == 0
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run, hold=hold)
+        be_process = None
+        try:
+            wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
+            be_process = harness.start(BE_SCRIPT, env=run.client_environment(be), log=be_log)
+            # HP's kernel runs until released: a program held in its thread never gets here.
+            wait_for(lambda: len(calls(be_log, "launch")) == 10,
+                     what="BE's ten launch calls to return while HP's kernel runs")  # fmt: skip
+            assert not_started(be_log)
+            released_ns = hold.release()
+            assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
+            assert hp_process.wait(timeout=30) == 0
+        finally:
+            stop(hp_process, be_process)
         stats = run.stats()["be"]
-    be_calls = calls(tmp_path / "be.log", "launch")
+    be_calls = calls(be_log, "launch")
     hp_end = hp_kernel_end_ns(tmp_path)
-    be_starts = calls(tmp_path / "be.log", "exec_start")
+    be_starts = calls(be_log, "exec_start")
     assert len(be_calls) == len(be_starts) == 10
-    # The program never stopped: all ten launch calls within a fraction of the HP kernel ...
-    assert be_calls[-1].time_ns - be_calls[0].time_ns < 100 * MS
-    assert be_calls[0].time_ns < hp_end - 100 * MS
+    # The program never stopped: all ten launch calls returned while HP's kernel ran ...
+    assert be_calls[-1].time_ns < released_ns <= hp_end
     # ... but the GPU ran none of them before HP's kernel ended.
     assert all(start.time_ns >= hp_end for start in be_starts)
     assert stats["blocked_launches"] == 0
@@ -112,10 +141,14 @@ def test_ending_the_run_opens_every_gate(harness, tmp_path):
             BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log"
         )
         wait_for(lambda: len(calls(tmp_path / "be.log", "launch")) == 10, what="BE's launches")
-        time.sleep(0.3)
-        assert be_process.poll() is None  # held on the (simulated) GPU behind the closed gate
+        # held on the (simulated) GPU behind the closed gate, for HP's 20 s kernel
+        assert be_process.poll() is None and not_started(tmp_path / "be.log")
+        closed_ns = time.monotonic_ns()
         run.close()  # what Ctrl-C and SIGTERM of `orion colocate` end in
         assert be_process.wait(timeout=5) == 0
+        # Its work ran once the run ended (not before; HP's kernel is still running).
+        be_starts = calls(tmp_path / "be.log", "exec_start")
+        assert len(be_starts) == 10 and all(e.time_ns > closed_ns for e in be_starts)
     finally:
         for process in (hp_process, be_process):
             if process is not None and process.poll() is None:
@@ -127,14 +160,20 @@ def test_ending_the_run_opens_every_gate(harness, tmp_path):
 def test_without_a_gate_keeper_hp_leaves_be_ungated(harness, tmp_path):
     # A controller killed with SIGKILL takes its keeper with it: HP launches must then stop
     # closing gates, or BE work would be held forever with nobody to open it.
+    hold = hold_hp(tmp_path)
     with SchedulerRun(gate_settings()) as run:
-        _, be, hp_process = start_hp_kernel(harness, tmp_path, run, keeper=False)
-        assert not run.gate_stats()["keeper_running"]
-        wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
-        assert run.gate_open(be)
-        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        assert hp_process.wait(timeout=30) == 0
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run, keeper=False, hold=hold)
+        try:
+            assert not run.gate_stats()["keeper_running"]
+            wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+            assert run.gate_open(be)
+            # HP's kernel runs until released: BE's work must all run beside it.
+            result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
+            assert result.returncode == 0, result.stderr
+            hold.release()
+            assert hp_process.wait(timeout=30) == 0
+        finally:
+            stop(hp_process)
     assert calls(tmp_path / "be.log", "exec_end")[-1].time_ns < hp_kernel_end_ns(tmp_path)
 
 
@@ -145,14 +184,28 @@ def test_without_a_gate_keeper_hp_leaves_be_ungated(harness, tmp_path):
 def test_orion_opens_the_gate_beside_hp_only_for_work_that_fits(
     harness, tmp_path, be_class, runs_beside
 ):
+    hold = hold_hp(tmp_path)
+    be_log = tmp_path / "be.log"
     with SchedulerRun(gate_settings("orion")) as run:
         _, be, hp_process = start_hp_kernel(
-            harness, tmp_path, run, hp_sms=100, be_sms=20, be_class=be_class
+            harness, tmp_path, run, hp_sms=100, be_sms=20, be_class=be_class, hold=hold
         )
-        wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
-        result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
-        assert result.returncode == 0, result.stderr
-        assert hp_process.wait(timeout=30) == 0
+        be_process = None
+        try:
+            wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+            be_process = harness.start(BE_SCRIPT, env=run.client_environment(be), log=be_log)
+            # HP's kernel runs until released: work that fits beside it finishes before that;
+            # work that does not has all its launch calls in and waits on the GPU.
+            if runs_beside:
+                assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
+            else:
+                wait_for(lambda: len(calls(be_log, "launch")) == 10, what="BE's launches")
+                assert not_started(be_log)
+            hold.release()
+            assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
+            assert hp_process.wait(timeout=30) == 0
+        finally:
+            stop(hp_process, be_process)
     be_ends = calls(tmp_path / "be.log", "exec_end")
     assert len(be_ends) == 10
     # 20 SMs fit beside HP's 100 of 132; only the complementary class may share them.
@@ -217,15 +270,27 @@ def test_be_threads_launching_at_once_are_held_on_the_gpu_without_deadlock(
         f"func bek 1000 stream s plain threads {threads} "
         f"repeat {per_thread} launch bek 8 128 {stream} end sync {stream} end"
     )
+    hold = hold_hp(tmp_path)
+    be_log = tmp_path / "be.log"
     with SchedulerRun(gate_settings()) as run:
-        _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
-        wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
-        # A wait call that takes 5 ms lets the other threads' launches come while it is on its
-        # way, every run.
-        env = {**run.client_environment(be), "FAKE_WAIT_VALUE_DELAY_US": "5000"}
-        result = harness.run(script, env=env, log=tmp_path / "be.log", timeout=30)
-        assert result.returncode == 0, result.stderr
-        assert hp_process.wait(timeout=30) == 0
+        _, be, hp_process = start_hp_kernel(harness, tmp_path, run, hold=hold)
+        be_process = None
+        try:
+            wait_for(lambda: not run.gate_open(be), what="HP's launch to close the BE gate")
+            # A wait call that takes 5 ms lets the other threads' launches come while it is on
+            # its way, every run.
+            env = {**run.client_environment(be), "FAKE_WAIT_VALUE_DELAY_US": "5000"}
+            be_process = harness.start(script, env=env, log=be_log)
+            # HP's kernel runs until released: every thread's launch calls must return first.
+            wait_for(
+                lambda: len(calls(be_log, "launch")) == threads * per_thread,
+                what="every BE thread's launch calls to return while HP's kernel runs",
+            )
+            hold.release()
+            assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
+            assert hp_process.wait(timeout=30) == 0
+        finally:
+            stop(hp_process, be_process)
         stats = run.stats()["be"]
     hp_end = hp_kernel_end_ns(tmp_path)
     launches = calls(tmp_path / "be.log", "launch")

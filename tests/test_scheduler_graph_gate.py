@@ -336,11 +336,10 @@ def test_an_hp_arrival_finds_at_most_one_queue_limit_of_a_be_graph_let_through(h
     starts = [e.time_ns for e in be_events if e.kind == "exec_start"]
     ends = [e.time_ns for e in be_events if e.kind == "exec_end"]
     assert len(starts) == len(ends) == 10  # ten pieces, one per wait
-    beside_hp = sum(
-        max(0, min(end, hp_end) - max(start, hp_start))
-        for start, end in zip(starts, ends, strict=True)
-    )
-    # At most the kernel running when HP arrived (20 ms), plus one let through in a race with
-    # HP's close; far from the 150+ ms an ungated graph would run beside HP.
-    assert beside_hp <= 45 * MS
+    # Counted in pieces, not milliseconds (a busy machine stretches every 20-ms sleep): besides
+    # the piece running when HP arrived, at most one let through in a race with HP's close
+    # starts while HP's kernel runs; an ungated graph would start its remaining 7+ pieces then.
+    started_beside_hp = [start for start in starts if hp_start < start < hp_end]
+    assert len(started_beside_hp) <= 1
+    assert sum(1 for start in starts if start < hp_start) >= 1  # HP arrived while BE's ran
     assert ends[-1] > hp_end  # the rest ran after HP

@@ -11,13 +11,12 @@ below any useful bar. How much of a share a client's work then gets on a real GP
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from native_harness import MS, kernel_table, read_log
+from native_harness import MS, kernel_table, read_log, wait_for
 
 from orion_common.errors import OrionError
 from orion_common.runclock import monotonic_ns
@@ -173,6 +172,15 @@ def run_two(harness, tmp_path, settings, shares, roles=("be", "be"), scripts=Non
     return tmp_path / "a.log", tmp_path / "b.log", ledger
 
 
+def assert_held_to_cap(share: float, cap: float) -> None:
+    """A saturating client's share of a window, ``cap`` its max_util: never above the cap (the
+    rule; 0.05 for the keeper's own wake-ups) and most of it (the keeper let it use what it
+    may). The floor is wider than the ceiling: a loaded 2-core machine leaves a client's process
+    without the CPU to launch at times, which lowers its share, never raises it (a client held
+    far below its cap, e.g. to its neighbour's share, is still found)."""
+    assert cap - 0.15 <= share <= cap + 0.05, f"a share of {share:.3f} under a cap of {cap}"
+
+
 def first_start(log: Path) -> int:
     return next(e.time_ns for e in read_log(log) if e.kind == "exec_start")
 
@@ -187,14 +195,17 @@ def windows(a: Path, b: Path, window_ms: int = WINDOW_MS) -> list[tuple[int, int
 def test_caps_split_the_gpu_between_two_saturating_clients(harness, tmp_path):
     a, b, ledger = run_two(harness, tmp_path, quota_settings(), [(0.0, 0.3), (0.0, 0.7)])
     for start, end in windows(a, b):
-        assert ledger.share("a", start, end) == pytest.approx(0.3, abs=0.05)
-        assert ledger.share("b", start, end) == pytest.approx(0.7, abs=0.05)
+        assert_held_to_cap(ledger.share("a", start, end), 0.3)
+        assert_held_to_cap(ledger.share("b", start, end), 0.7)
 
 
 def test_a_promise_holds_beside_a_greedier_client(harness, tmp_path):
-    a, b, ledger = run_two(harness, tmp_path, quota_settings(), [(0.6, 1.0), (0.0, 1.0)])
+    # Without the promise the least-served rule splits the GPU evenly (0.5 each). A promise of
+    # 0.8 is told from that by a floor of 0.65 with room on both sides: a loaded machine lowers
+    # a client's share (its process lacks the CPU to launch at times), never raises it.
+    a, b, ledger = run_two(harness, tmp_path, quota_settings(), [(0.8, 1.0), (0.0, 1.0)])
     for start, end in windows(a, b):
-        assert ledger.share("a", start, end) >= 0.55
+        assert ledger.share("a", start, end) >= 0.65
 
 
 def test_a_promise_holds_for_a_client_whose_work_comes_in_steps(harness, tmp_path):
@@ -212,8 +223,9 @@ def test_a_promise_holds_for_a_client_whose_work_comes_in_steps(harness, tmp_pat
         [(0.6, 1.0), (0.0, 1.0)],
         scripts=(steps, saturating(3000)),
     )
+    # 0.6 promised against the old rule's 0.30: the floor is halfway, room for a loaded machine.
     for start, end in windows(a, b, window_ms):
-        assert ledger.share("a", start, end) >= 0.55
+        assert ledger.share("a", start, end) >= 0.45
 
 
 def test_a_neighbour_without_a_profile_waits_at_each_of_its_long_launches(harness, tmp_path):
@@ -250,16 +262,18 @@ def test_caps_hold_for_clients_without_profiles_whose_kernels_run_long(harness, 
         scripts=(long_kernels, long_kernels),
     )
     for start, end in windows(a, b):
-        assert ledger.share("a", start, end) == pytest.approx(0.3, abs=0.05)
-        assert ledger.share("b", start, end) == pytest.approx(0.7, abs=0.05)
+        assert_held_to_cap(ledger.share("a", start, end), 0.3)
+        assert_held_to_cap(ledger.share("b", start, end), 0.7)
 
 
 def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_path):
     changed_at: list[int] = []
 
     def lower_a(run, indices):
-
-        time.sleep(0.6)
+        # Once the keeper has charged a 100 ms under its first cap (a has 1.4 s of work left,
+        # which at 0.2 outlasts the window checked below however slow the machine).
+        wait_for(lambda: client_stats(run)["a"]["gpu_busy_ns"] >= 100 * MS,
+                 what="a to run under its first cap")  # fmt: skip
         run.set_quota(indices[0], 0.0, 0.2)
         changed_at.append(monotonic_ns())
 
@@ -267,7 +281,7 @@ def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_
         harness, tmp_path, quota_settings(), [(0.0, 0.5), (0.0, 1.0)], change=lower_a
     )
     after = changed_at[0] + WINDOW_MS * MS  # a window after the change
-    assert ledger.share("a", after, after + WINDOW_MS * MS) == pytest.approx(0.2, abs=0.05)
+    assert_held_to_cap(ledger.share("a", after, after + WINDOW_MS * MS), 0.2)
 
 
 def test_under_orion_a_be_promise_is_kept_beside_a_busy_hp(harness, tmp_path):
@@ -291,7 +305,8 @@ def test_under_orion_a_be_promise_is_kept_beside_a_busy_hp(harness, tmp_path):
     hp_end = [e.time_ns for e in hp_events if e.kind == "exec_end"][-1]
     start = first_start(tmp_path / "h.log") + 400 * MS
     assert hp_end > start + 400 * MS  # HP was busy over the whole measured span
-    assert ledger.share("be", start, start + 400 * MS) >= 0.25
+    # 0.3 promised against none at all without the promise: half of it tells them apart.
+    assert ledger.share("be", start, start + 400 * MS) >= 0.15
 
 
 def test_shares_need_the_gpu_gate():
@@ -315,12 +330,17 @@ def test_a_share_must_be_a_fraction_with_min_below_max(low, high, problem):
 
 
 def test_an_idle_run_with_shares_lets_the_keeper_sleep():
-    # Nobody has work: the keeper sleeps (5 ms at a time) instead of polling every 250 us.
+    # Nobody has work: the keeper sleeps (5 ms at a time) instead of polling every 250 us. Its
+    # next 50 wake-ups take about 250 ms so, 12.5 ms polling; a busy machine only stretches
+    # them, so a floor of 100 ms (2 ms a wake-up) tells the two apart with room on both sides.
+    def wakeups() -> int:
+        return run.gate_stats()["keeper_wakeups"]
+
     with SchedulerRun(quota_settings()) as run:
         run.add_client("a", "be", max_util=0.5)
         run.publish()
-        time.sleep(0.2)
-        before = run.gate_stats()["keeper_wakeups"]
-        time.sleep(0.5)
-        woke = run.gate_stats()["keeper_wakeups"] - before
-    assert woke < 250
+        wait_for(lambda: wakeups() > 0, what="the keeper's first wake-up")
+        before, started_ns = wakeups(), monotonic_ns()
+        wait_for(lambda: wakeups() >= before + 50, what="50 more keeper wake-ups")
+        took_ns = monotonic_ns() - started_ns
+    assert took_ns >= 100 * MS, f"50 wake-ups in {took_ns / MS:.1f} ms: the idle keeper polls"

@@ -103,6 +103,25 @@ void sleep_for(std::uint64_t ns) {
     }
 }
 
+// A clock the test controls: FAKE_HOLD_KERNEL=NAME makes each kernel named NAME (a launched
+// graph runs as one named "graph") run on past its duration until the file FAKE_RELEASE_FILE
+// exists, so a test can tell "before it ended" from "after" by the order of events alone.
+void hold_until_released(const std::string& name) {
+    const char* held = std::getenv("FAKE_HOLD_KERNEL");
+    const char* release = std::getenv("FAKE_RELEASE_FILE");
+    if (held == nullptr || release == nullptr || name != held) return;
+    while (access(release, F_OK) != 0) sleep_for(1'000'000);
+}
+
+// FAKE_EVENT_CLOCK=simulated: a timing event is stamped with its stream's simulated time (the
+// durations of the kernels the stream ran before it), not the host's clock, so the time between
+// two events of a stream is exactly the kernels' durations between them, however late a busy
+// machine woke the simulated GPU. (Events of different streams are then not comparable.)
+bool simulated_event_clock() {
+    const char* clock = std::getenv("FAKE_EVENT_CLOCK");
+    return clock != nullptr && std::strcmp(clock, "simulated") == 0;
+}
+
 std::mutex g_log_mutex;
 FILE* g_log = nullptr;
 
@@ -255,6 +274,7 @@ private:
         bool blocking = true;
         std::uint64_t last_done_ns = 0;  // when its latest op finished (0: none yet)
         std::string label;  // " stream=HANDLE" in its kernels' log lines (legacy: (nil))
+        std::uint64_t simulated_ns = 1;  // the durations of the kernels it ran (never 0: unset)
     };
 
     Lane& lane_for(void* stream) {
@@ -303,6 +323,8 @@ private:
             if (op.kind == Op::kKernel) {
                 log_line("exec_start " + op.name + lane.label);
                 sleep_for(op.duration_ns);
+                hold_until_released(op.name);
+                lane.simulated_ns += op.duration_ns;  // only this lane's thread touches it
                 log_line("exec_end " + op.name + lane.label);
             } else if (op.kind == Op::kWaitValue) {
                 const auto* word = reinterpret_cast<const std::uint32_t*>(op.address);
@@ -312,8 +334,9 @@ private:
                 __atomic_store_n(op.address, op.value, __ATOMIC_RELEASE);
                 log_line("write " + std::to_string(op.value));
             } else if (op.kind == Op::kRecord) {
+                static const bool simulated = simulated_event_clock();
                 std::lock_guard<std::mutex> lock(mutex_);
-                stamps_[op.address] = now_ns();
+                stamps_[op.address] = simulated ? lane.simulated_ns : now_ns();
             }
             {
                 std::lock_guard<std::mutex> lock(mutex_);
