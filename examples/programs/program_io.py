@@ -64,9 +64,9 @@ class Clock:
 class ProgressLog:
     """A trainer's work done, recorded at the points where it synchronises with the GPU."""
 
-    def __init__(self, sample_per_step: int) -> None:
+    def __init__(self, samples_per_step: int) -> None:
         self.clock = Clock()
-        self.samples_per_step = sample_per_step
+        self.samples_per_step = samples_per_step
         self.rows: list[tuple[float, int, int]] = []
 
     def record(self, steps: int) -> None:
