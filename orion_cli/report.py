@@ -281,6 +281,7 @@ _SUITE_VIEW = [
     ("rounds", "rounds", "{}"),
     ("hp_p99_ratio", "HP p99 / alone [95% CI]", "{}"),
     ("be_ratios", "BE throughput / alone [95% CI]", "{}"),
+    ("status_slowdown", "HP slowdown in orion status", "{}"),
     ("failures", "failed", "{}"),
 ]
 

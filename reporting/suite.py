@@ -153,6 +153,7 @@ class PairFigures:
     be_ratios: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     hp_interference: list[float] = field(default_factory=list)
+    hp_felt_slowdown: list[float] = field(default_factory=list)
 
     @property
     def be_together(self) -> float:
@@ -178,9 +179,8 @@ class PairFigures:
             "hp_p99_ratio": interval(self.hp_p99_ratio),
             "be_ratios": {name: interval(value) for name, value in self.be_ratios.items()},
             "be_together": None if math.isnan(self.be_together) else round(self.be_together, 4),
-            "hp_interference_shown": (
-                round(float(np.mean(self.hp_interference)), 4) if self.hp_interference else None
-            ),
+            "hp_interference_shown": _mean(self.hp_interference),
+            "hp_felt_slowdown_shown": _mean(self.hp_felt_slowdown),
             "failures": self.failures,
         }
 
@@ -193,15 +193,22 @@ def _alone_cells(cells: list[Cell]) -> dict[tuple[int, int, str], Cell]:
     }
 
 
-def _status_interference(cell: Cell, hp_name: str) -> list[float]:
+def _mean(values: list[float]) -> float | None:
+    return round(float(np.mean(values)), 4) if values else None
+
+
+def _status_figure(cell: Cell, hp_name: str, field_name: str) -> list[float]:
+    """Every value ``orion status --json`` showed for the HP's ``field_name`` in the cell's
+    window (``interference``, or ``felt_slowdown`` where the daemon measures it): what a user
+    watching the daemon was told, to set beside the p99 ratio measured."""
     path = cell.folder / "status_samples.json"
     if not path.is_file():
         return []
     values = []
     for sample in json.loads(path.read_text()):
         for client in sample.get("clients", []):
-            if client.get("name") == hp_name and client.get("interference") is not None:
-                values.append(float(client["interference"]))
+            if client.get("name") == hp_name and client.get(field_name) is not None:
+                values.append(float(client[field_name]))
     return values
 
 
@@ -250,7 +257,8 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_requests.append(len(shared_hp))
             result.hp_p99_ms.append(float(np.percentile(shared_hp, 99)))
             result.hp_p99_alone_ms.append(float(np.percentile(alone_hp, 99)))
-            result.hp_interference += _status_interference(cell, "hp")
+            result.hp_interference += _status_figure(cell, "hp", "interference")
+            result.hp_felt_slowdown += _status_figure(cell, "hp", "felt_slowdown")
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
             result.be_ratios = {
@@ -358,6 +366,15 @@ def neighbour_check(cells: list[Cell]) -> dict[str, Any] | None:
     return None
 
 
+def _shown_slowdown(pair: dict[str, Any]) -> str:
+    """What `orion status` told about the HP, to read beside its measured p99 ratio: the felt
+    slowdown where the daemon measures it, else the GPU-time interference."""
+    felt, gpu_time = pair.get("hp_felt_slowdown_shown"), pair.get("hp_interference_shown")
+    if felt is not None:
+        return f"{felt:.2f} felt"
+    return "-" if gpu_time is None else f"{gpu_time:.2f} GPU time"
+
+
 def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
     """One row per pair and mode, with texts for the terminal and Markdown."""
 
@@ -381,6 +398,7 @@ def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
                     f"{name} {text(value)}" for name, value in pair["be_ratios"].items()
                 )
                 or "-",
+                "status_slowdown": _shown_slowdown(pair),
                 "failures": len(pair["failures"]),
             }
         )
