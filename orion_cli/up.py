@@ -66,6 +66,25 @@ def up_command(
             show_default=False,
         ),
     ] = None,
+    be_when_daemon_gone: Annotated[
+        str,
+        typer.Option(
+            "--be-when-daemon-gone",
+            help="What a BE client does when this daemon falls silent (killed, stopped, "
+            "stalled for a second): open (runs ungated from then on, as without orion) or hold "
+            "(holds its new launches until the daemon beats again, at most "
+            "--daemon-gone-hold-s, then runs ungated). HP never holds.",
+        ),
+    ] = "open",
+    daemon_gone_hold_s: Annotated[
+        float | None,
+        typer.Option(
+            "--daemon-gone-hold-s",
+            help="Under --be-when-daemon-gone hold, how long BE holds for a silent daemon "
+            "(default: 30 s).",
+            show_default=False,
+        ),
+    ] = None,
     foreground: Annotated[
         bool,
         typer.Option("--foreground", help="Stay in the foreground (systemd, containers)."),
@@ -105,6 +124,8 @@ def up_command(
         be_graph_gate=be_graph_gate or "",
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,
+        be_when_daemon_gone=be_when_daemon_gone,
+        **({} if daemon_gone_hold_s is None else {"daemon_gone_hold_s": daemon_gone_hold_s}),
     )
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.
