@@ -140,17 +140,16 @@ def test_held_be_runs_ungated_once_the_bound_passes(harness, tmp_path):
                            "--daemon-gone-hold-s", "2")  # fmt: skip
     log = tmp_path / "be.log"
     try:
-        with be_launching(harness, daemon, log) as lines:
-            with stopped(daemon):
-                wait_for(lambda: lines.having(HOLDS), timeout_s=GENEROUS_S, what="BE to hold")
-                wait_for(lambda: lines.having("runs ungated"), timeout_s=GENEROUS_S,
-                         what="BE to give up after the bound")  # fmt: skip
-                gave_up_ns = time.monotonic_ns()
-                (line,) = lines.having("runs ungated")  # one line says it
-                assert "stayed silent for 2000 ms" in line, line
-                wait_for(lambda: launched_between(log, "exec_start", gave_up_ns,
-                                                  time.monotonic_ns()) > 10,
-                         timeout_s=GENEROUS_S, what="BE's kernels to run on")  # fmt: skip
+        with be_launching(harness, daemon, log) as lines, stopped(daemon):
+            wait_for(lambda: lines.having(HOLDS), timeout_s=GENEROUS_S, what="BE to hold")
+            wait_for(lambda: lines.having("runs ungated"), timeout_s=GENEROUS_S,
+                     what="BE to give up after the bound")  # fmt: skip
+            gave_up_ns = time.monotonic_ns()
+            (line,) = lines.having("runs ungated")  # one line says it
+            assert "stayed silent for 2000 ms" in line, line
+            wait_for(lambda: launched_between(log, "exec_start", gave_up_ns,
+                                              time.monotonic_ns()) > 10,
+                     timeout_s=GENEROUS_S, what="BE's kernels to run on")  # fmt: skip
     finally:
         daemon.close()
 
