@@ -110,7 +110,7 @@ def up_command(
     )
     if address is not None:
         metrics.check_free(address)
-    from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
+    from orion_daemon.control import daemon_arguments, gpu_settings, hold_bound, start_detached
     from orion_daemon.ownership import private_folder
 
     folder = daemon_folder(gpu, state_dir)
@@ -125,7 +125,7 @@ def up_command(
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,
         be_when_daemon_gone=be_when_daemon_gone,
-        **({} if daemon_gone_hold_s is None else {"daemon_gone_hold_s": daemon_gone_hold_s}),
+        **hold_bound(daemon_gone_hold_s),
     )
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.

@@ -28,6 +28,12 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
+def hold_bound(daemon_gone_hold_s: float | None) -> dict[str, float]:
+    """The ``daemon_gone_hold_s`` keyword when one was given: None leaves the daemon's default
+    (:data:`orion_daemon.server.DAEMON_GONE_HOLD_S`) in the one place it is declared."""
+    return {} if daemon_gone_hold_s is None else {"daemon_gone_hold_s": daemon_gone_hold_s}
+
+
 def check_options(
     *,
     policy: str = "orion",
