@@ -27,7 +27,7 @@ from orion_daemon.control import daemon_arguments
 from orion_daemon.server import DaemonSettings
 
 GENEROUS_S = 30.0  # a bound for a busy CI machine, not a measure of speed
-STOPPED_S = 3.0  # how long the daemon stays stopped once BE holds: the scenario, not a wait
+STOPPED_S = 4.0  # stopped this long once BE holds (~5 s in all, as issue 37 asks): the scenario
 STEADY_BE = "func bek 1000 repeat 600000 launch bek 8 128 0 sync 0 end"
 HOLDS = "holds its launches"
 
