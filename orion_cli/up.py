@@ -66,6 +66,25 @@ def up_command(
             show_default=False,
         ),
     ] = None,
+    be_when_daemon_gone: Annotated[
+        str,
+        typer.Option(
+            "--be-when-daemon-gone",
+            help="What a BE client does when this daemon falls silent (killed, stopped, "
+            "stalled for a second): open (runs ungated from then on, as without orion) or hold "
+            "(holds its new launches until the daemon beats again, at most "
+            "--daemon-gone-hold-s, then runs ungated). HP never holds.",
+        ),
+    ] = "open",
+    daemon_gone_hold_s: Annotated[
+        float | None,
+        typer.Option(
+            "--daemon-gone-hold-s",
+            help="Under --be-when-daemon-gone hold, how long BE holds for a silent daemon "
+            "(default: 30 s).",
+            show_default=False,
+        ),
+    ] = None,
     foreground: Annotated[
         bool,
         typer.Option("--foreground", help="Stay in the foreground (systemd, containers)."),
@@ -91,7 +110,7 @@ def up_command(
     )
     if address is not None:
         metrics.check_free(address)
-    from orion_daemon.control import daemon_arguments, gpu_settings, start_detached
+    from orion_daemon.control import daemon_arguments, gpu_settings, hold_bound, start_detached
     from orion_daemon.ownership import private_folder
 
     folder = daemon_folder(gpu, state_dir)
@@ -105,6 +124,8 @@ def up_command(
         be_graph_gate=be_graph_gate or "",
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,
+        be_when_daemon_gone=be_when_daemon_gone,
+        **hold_bound(daemon_gone_hold_s),
     )
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.

@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 
 from orion_common.errors import OrionError
-from orion_daemon.server import ATTACH_TIMEOUT_S, POLICIES, Daemon, DaemonSettings
+from orion_daemon.server import (
+    ATTACH_TIMEOUT_S,
+    BE_WHEN_DAEMON_GONE,
+    DAEMON_GONE_HOLD_S,
+    POLICIES,
+    Daemon,
+    DaemonSettings,
+)
 from scheduler_core.run_state import BE_GRAPH_GATES
 from scheduler_core.sharing import SHARINGS
 
@@ -35,6 +42,8 @@ def parse(argv: list[str]) -> DaemonSettings:
     parser.add_argument("--attach-timeout-s", type=float, default=ATTACH_TIMEOUT_S)
     parser.add_argument("--metrics-listen", metavar="ADDR:PORT")
     parser.add_argument("--metrics-allow-remote", action="store_true")
+    parser.add_argument("--be-when-daemon-gone", choices=BE_WHEN_DAEMON_GONE, default="open")
+    parser.add_argument("--daemon-gone-hold-s", type=float, default=DAEMON_GONE_HOLD_S)
     args = parser.parse_args(argv)
     return DaemonSettings(
         gpu=args.gpu,
@@ -54,6 +63,8 @@ def parse(argv: list[str]) -> DaemonSettings:
         attach_timeout_s=args.attach_timeout_s,
         metrics_listen=args.metrics_listen,
         metrics_allow_remote=args.metrics_allow_remote,
+        be_when_daemon_gone=args.be_when_daemon_gone,
+        daemon_gone_hold_s=args.daemon_gone_hold_s,
     )
 
 

@@ -22,10 +22,16 @@ from orion_common.processes import same_process
 from orion_daemon import state
 from orion_daemon.ownership import private_folder
 from orion_daemon.protocol import request
-from orion_daemon.server import ATTACH_TIMEOUT_S, DaemonSettings
+from orion_daemon.server import ATTACH_TIMEOUT_S, DAEMON_GONE_HOLD_S, DaemonSettings
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+
+
+def hold_bound(daemon_gone_hold_s: float | None) -> dict[str, float]:
+    """The ``daemon_gone_hold_s`` keyword when one was given: None leaves the daemon's default
+    (:data:`orion_daemon.server.DAEMON_GONE_HOLD_S`) in the one place it is declared."""
+    return {} if daemon_gone_hold_s is None else {"daemon_gone_hold_s": daemon_gone_hold_s}
 
 
 def check_options(
@@ -35,6 +41,8 @@ def check_options(
     queue_limit_us: float | None = None,
     be_graph_gate: str = "",
     folder: Path | None = None,
+    be_when_daemon_gone: str = "open",
+    daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
 ) -> None:
     """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
     `orion up` and orion.ray's :func:`~orion.ray.start_daemons` say a bad ``--policy`` as such,
@@ -53,7 +61,15 @@ def check_options(
             f"--queue-limit-us must be a positive number of microseconds (got {queue_limit_us:g})"
         )
     try:
-        DaemonSettings(gpu=0, sm_count=1, folder=Path("."), policy=policy, sharing=sharing)
+        DaemonSettings(
+            gpu=0,
+            sm_count=1,
+            folder=Path("."),
+            policy=policy,
+            sharing=sharing,
+            be_when_daemon_gone=be_when_daemon_gone,
+            daemon_gone_hold_s=daemon_gone_hold_s,
+        )
     except OrionError as error:
         raise UsageError(error.message, error.hint) from None
     if folder is not None:
@@ -72,6 +88,8 @@ def gpu_settings(
     stop_with_pid: int | None = None,
     metrics_listen: str | None = None,
     metrics_allow_remote: bool = False,
+    be_when_daemon_gone: str = "open",
+    daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
@@ -88,6 +106,8 @@ def gpu_settings(
         queue_limit_us=queue_limit_us,
         be_graph_gate=be_graph_gate,
         folder=folder,
+        be_when_daemon_gone=be_when_daemon_gone,
+        daemon_gone_hold_s=daemon_gone_hold_s,
     )
     ok, problem = check_preload_library()
     if not ok:
@@ -116,6 +136,8 @@ def gpu_settings(
         stop_with_pid=stop_with_pid,
         metrics_listen=metrics_listen,
         metrics_allow_remote=metrics_allow_remote,
+        be_when_daemon_gone=be_when_daemon_gone,
+        daemon_gone_hold_s=daemon_gone_hold_s,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for
         prerequisites.require(prerequisites.check_mps_control())
@@ -163,6 +185,10 @@ def daemon_arguments(settings: DaemonSettings) -> list[str]:
         arguments.append("--shares")
     if settings.metrics_allow_remote:
         arguments.append("--metrics-allow-remote")
+    if settings.be_when_daemon_gone != "open":
+        arguments += ["--be-when-daemon-gone", settings.be_when_daemon_gone]
+    if settings.daemon_gone_hold_s != DAEMON_GONE_HOLD_S:
+        arguments += ["--daemon-gone-hold-s", repr(settings.daemon_gone_hold_s)]
     if settings.attach_timeout_s != ATTACH_TIMEOUT_S:
         arguments += ["--attach-timeout-s", repr(settings.attach_timeout_s)]
     return arguments

@@ -45,7 +45,14 @@ JOIN_VARIABLES = {
 }
 """Each join request field and the variable the library reads it from."""
 _DEFAULTS: dict[str, Any] = {"min_util": 0.0, "max_util": 1.0}
-ORION_VARIABLES = ("ORION_RUN", "ORION_CLIENT", "ORION_STRICT", *JOIN_VARIABLES.values())
+ORION_VARIABLES = (
+    "ORION_RUN",
+    "ORION_CLIENT",
+    "ORION_STRICT",
+    "ORION_BE_WHEN_DAEMON_GONE",
+    "ORION_DAEMON_GONE_HOLD_S",
+    *JOIN_VARIABLES.values(),
+)
 """Every variable that makes a program take part in a run or join a daemon."""
 
 

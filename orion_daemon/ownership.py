@@ -27,6 +27,8 @@ ANSWER_VARIABLES = frozenset(
         "ORION_RUN",
         "ORION_CLIENT",
         "ORION_STRICT",
+        "ORION_BE_WHEN_DAEMON_GONE",  # what a BE client does when the daemon falls silent
+        "ORION_DAEMON_GONE_HOLD_S",
         "ORION_PRELOAD",  # sent by daemons of earlier versions; ignored (a client loads its own)
         "CUDA_VISIBLE_DEVICES",  # the GPU's UUID: the driver must number the GPU as the daemon
         "CUDA_MPS_PIPE_DIRECTORY",  # the daemon's private MPS daemon (sharing "mps")

@@ -66,6 +66,16 @@ ATTACH_TIMEOUT_S = 60.0
 in the same call; a program started by another claimer (`orion colocate`'s clients) attaches as
 it starts."""
 POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
+BE_WHEN_DAEMON_GONE = ("open", "hold")
+"""What a BE client does when its daemon falls silent (no heartbeat for a second: killed, stopped,
+stalled): ``open`` runs it ungated from then on, as it would run without orion; ``hold`` holds its
+new launches until the daemon beats again, at most :data:`DAEMON_GONE_HOLD_S`, then runs it
+ungated. HP never holds."""
+DAEMON_GONE_HOLD_S = 30.0
+"""How long a BE client holds for a silent daemon before it runs ungated (scheduler_core/native/
+shared_state.h, kDefaultDaemonGoneHoldS, is the library's own default; kMaxDaemonGoneHoldS its
+bound)."""
+MAX_DAEMON_GONE_HOLD_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,12 @@ class DaemonSettings:
     nowhere."""
     metrics_allow_remote: bool = False
     """Whether ``metrics_listen`` may be an address other hosts reach."""
+    be_when_daemon_gone: str = "open"
+    """:data:`BE_WHEN_DAEMON_GONE`. ``open`` by default: a daemon that is gone for good (killed,
+    its node drained) then costs BE work nothing, and HP is never worse off than without orion;
+    ``hold`` trades BE's progress for HP's latency while a daemon is stopped or stalled."""
+    daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S
+    """Under ``hold``, how long BE holds for a silent daemon before it runs ungated."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -119,6 +135,16 @@ class DaemonSettings:
             object.__setattr__(self, "be_graph_gate", default_be_graph_gate(self.sharing))
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+        if self.be_when_daemon_gone not in BE_WHEN_DAEMON_GONE:
+            raise OrionError(
+                f"be_when_daemon_gone must be one of {', '.join(BE_WHEN_DAEMON_GONE)} "
+                f"(got {self.be_when_daemon_gone!r})"
+            )
+        if not 0 < self.daemon_gone_hold_s <= MAX_DAEMON_GONE_HOLD_S:
+            raise OrionError(
+                f"daemon_gone_hold_s must be over 0 and at most {MAX_DAEMON_GONE_HOLD_S:g} s "
+                f"(got {self.daemon_gone_hold_s:g})"
+            )
         if not self.attach_timeout_s > 0:
             raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
         if self.metrics_listen is not None:  # checked, and kept in one spelling
@@ -765,6 +791,9 @@ class Daemon:
             # have without orion; a benchmark run's is strict instead: it attaches as it starts
             # and exits rather than spoil a measurement.
             "ORION_STRICT": "1" if strict else "0",
+            # What a BE client does when this daemon falls silent (the library reads these).
+            "ORION_BE_WHEN_DAEMON_GONE": self.settings.be_when_daemon_gone,
+            "ORION_DAEMON_GONE_HOLD_S": repr(self.settings.daemon_gone_hold_s),
         }
         if self.settings.gpu_uuid:
             environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid

@@ -278,6 +278,18 @@ BEFORE_THE_MACHINE = [
     ),
     ("up --queue-limit-us inf", [*UP, "--queue-limit-us", "inf"], "--queue-limit-us must be", 2),
     ("up --queue-limit-us nan", [*UP, "--queue-limit-us", "nan"], "'--queue-limit-us'", 2),
+    (
+        "up --be-when-daemon-gone shut",
+        [*UP, "--be-when-daemon-gone", "shut"],
+        "be_when_daemon_gone must be one of open, hold (got 'shut')",
+        2,
+    ),
+    (
+        "up --daemon-gone-hold-s 0",
+        [*UP, "--be-when-daemon-gone", "hold", "--daemon-gone-hold-s", "0"],
+        "daemon_gone_hold_s must be over 0 and at most 3600 s (got 0)",
+        2,
+    ),
     ("up --state-dir /proc", ["up", "--state-dir", "{proc}"], "cannot write state folder", 1),
     ("up --state-dir a file", ["up", "--state-dir", "{file}"], "is a file, not a folder", 1),
     ("run --min-util 1.5", [*RUN_BE, "--min-util", "1.5", "--", "true"], "(got 1.5)", 2),

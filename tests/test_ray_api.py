@@ -103,6 +103,8 @@ def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
         ({"policy": "priority", "sharing": "timeslice"}, "runs under 'mps' only"),
         ({"sharing": "mig"}, "sharing must be one of mps, timeslice"),
         ({"queue_limit_us": float("inf")}, "--queue-limit-us must be a positive number"),
+        ({"be_when_daemon_gone": "shut"}, "be_when_daemon_gone must be one of open, hold"),
+        ({"daemon_gone_hold_s": -1.0}, "daemon_gone_hold_s must be over 0"),
     ],
 )
 def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, monkeypatch):

@@ -40,6 +40,9 @@ class DaemonOptions:
     `orion up` without ``--sharing``."""
     shares: bool = False
     queue_limit_us: float | None = None
+    be_when_daemon_gone: str = "open"
+    daemon_gone_hold_s: float | None = None
+    """None: the daemon's own default (`orion up` without ``--daemon-gone-hold-s``)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class NodeAgent:
         return [self._ensure(index) for index in range(sysinfo.gpu_count() or 0)]
 
     def _ensure(self, index: int) -> NodeGpu:
-        from orion_daemon.control import gpu_settings, start_detached
+        from orion_daemon.control import gpu_settings, hold_bound, start_detached
         from postprocess.profile_format import gpu_slug
 
         folder = state.state_dir(index)
@@ -116,6 +119,8 @@ class NodeAgent:
                 shares=options.shares,
                 queue_limit_us=options.queue_limit_us,
                 stop_with_pid=os.getpid(),
+                be_when_daemon_gone=options.be_when_daemon_gone,
+                **hold_bound(options.daemon_gone_hold_s),
             )
             record = start_detached(settings)
             self.started[index] = folder
@@ -182,6 +187,8 @@ def start_daemons(
     sharing: str | None = None,
     shares: bool = False,
     queue_limit_us: float | None = None,
+    be_when_daemon_gone: str = "open",
+    daemon_gone_hold_s: float | None = None,
     timeout_s: float = 120.0,
 ) -> list[NodeInventory]:
     """Makes sure every GPU of every node of the Ray cluster has an orion daemon; idempotent.
@@ -193,11 +200,19 @@ def start_daemons(
     ``sharing`` None: the policy's default, as `orion up` without ``--sharing``. Options no
     daemon runs with are refused here, before Ray is reached.
     """
-    from orion_daemon.control import check_options
+    from orion_daemon.control import check_options, hold_bound
 
-    check_options(policy=policy, sharing=sharing or "", queue_limit_us=queue_limit_us)
+    check_options(
+        policy=policy,
+        sharing=sharing or "",
+        queue_limit_us=queue_limit_us,
+        be_when_daemon_gone=be_when_daemon_gone,
+        **hold_bound(daemon_gone_hold_s),
+    )
     ray = connect(address)
-    options = DaemonOptions(policy, sharing or "", shares, queue_limit_us)
+    options = DaemonOptions(
+        policy, sharing or "", shares, queue_limit_us, be_when_daemon_gone, daemon_gone_hold_s
+    )
     nodes = _alive_nodes(ray)
     agents = [agent(ray, node["NodeID"], options) for node in nodes]
     reports = ray.get([handle.ensure.remote() for handle in agents], timeout=timeout_s)

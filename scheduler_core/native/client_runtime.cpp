@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "clock.h"
 #include "daemon_join.h"
 #include "driver.h"
+#include "futex.h"
 #include "hooked_symbols.h"
 #include "kernel_key.h"
 #include "runtime_support.h"
@@ -163,7 +165,10 @@ void ClientRuntime::attach_from_environment() {
     }
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
-    if (view_.header().open_slots != 0) start_daemon_watch();
+    if (view_.header().open_slots != 0) {
+        read_daemon_gone_choice();
+        start_daemon_watch();
+    }
     if (env_flag("ORION_DEBUG")) {
         log_message((std::string("client ") + std::to_string(index_) + " attached, policy " +
                      policy_name(policy_) + ", role " +
@@ -172,23 +177,85 @@ void ClientRuntime::attach_from_environment() {
     }
 }
 
+void ClientRuntime::read_daemon_gone_choice() {
+    // The daemon's answer to `join` says what it was started with (`orion up
+    // --be-when-daemon-gone`); HP never holds: its latency is what the GPU is shared for.
+    const char* choice = std::getenv("ORION_BE_WHEN_DAEMON_GONE");
+    hold_when_daemon_gone_ = role_ == Role::kBestEffort && choice != nullptr &&
+                             std::strcmp(choice, "hold") == 0;
+    double bound_s = kDefaultDaemonGoneHoldS;
+    if (const char* text = std::getenv("ORION_DAEMON_GONE_HOLD_S")) {
+        char* end = nullptr;
+        const double parsed = std::strtod(text, &end);
+        if (end != text && *end == '\0' && parsed > 0 && parsed <= kMaxDaemonGoneHoldS) {
+            bound_s = parsed;
+        }
+    }
+    daemon_gone_hold_ns_ = static_cast<std::uint64_t>(bound_s * 1e9);
+}
+
 void ClientRuntime::start_daemon_watch() {
     std::thread([this] {
         constexpr timespec kPeriod{0, 200'000'000};
+        std::uint64_t silent_since = 0;  // when this client began to hold; 0: not holding
+        auto stop_holding = [this] {
+            daemon_hold_.store(0, std::memory_order_release);
+            futex_wake_all(daemon_hold_);
+        };
         while (active()) {
             nanosleep(&kPeriod, nullptr);
             const RunHeader& header = view_.header();
             if (header.shutdown.load(std::memory_order_acquire) != 0) {
                 leave_daemon("the daemon stopped");
+                stop_holding();
                 return;
             }
             const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
-            if (beat != 0 && monotonic_ns() > beat + kDaemonStaleNs) {
+            const std::uint64_t now = monotonic_ns();
+            if (beat == 0 || now <= beat + kDaemonStaleNs) {
+                if (silent_since != 0) {
+                    stop_holding();
+                    log_message((std::string("the daemon beats again after ") +
+                                 std::to_string((now - silent_since) / 1'000'000) + " ms; " +
+                                 std::to_string(held_launches_.load(std::memory_order_relaxed)) +
+                                 " launches of client '" + slot_->name + "' held so far go on")
+                                    .c_str());
+                    silent_since = 0;
+                }
+                continue;
+            }
+            if (!hold_when_daemon_gone_) {
                 leave_daemon("the daemon fell silent");
                 return;
             }
+            if (silent_since == 0) {
+                silent_since = now;
+                daemon_hold_.store(1, std::memory_order_release);
+                log_message((std::string("the daemon fell silent; client '") + slot_->name +
+                             "' holds its launches until it beats again, at most " +
+                             std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
+                                .c_str());
+            } else if (now - silent_since >= daemon_gone_hold_ns_) {
+                // Ungated first, then the held launches go: none of them waits at a gate again.
+                leave_daemon((std::string("the daemon stayed silent for ") +
+                              std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
+                                 .c_str());
+                stop_holding();
+                return;
+            }
         }
+        stop_holding();  // a forked child's or a detached client's held launches never wait
     }).detach();
+}
+
+void ClientRuntime::hold_while_daemon_silent() {
+    held_launches_.fetch_add(1, std::memory_order_relaxed);
+    // The watch thread wakes every sleeper when the hold ends; the timeout is only a net.
+    constexpr std::uint64_t kRecheckNs = 100'000'000;
+    for (std::uint32_t held = daemon_hold_.load(std::memory_order_acquire); held != 0;
+         held = daemon_hold_.load(std::memory_order_acquire)) {
+        futex_wait(daemon_hold_, held, kRecheckNs);
+    }
 }
 
 void ClientRuntime::leave_daemon(const char* why) {
@@ -224,6 +291,9 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
     ticket.stream = stream;
     ticket.own_stream =
         (stream == nullptr && variant == hooks::kPerThread) ? cu_stream_per_thread() : stream;
+    // A BE client whose daemon fell silent holds here, before anything is counted or gated, so
+    // the launch is decided afresh (gated again) once the daemon beats.
+    if (daemon_hold_.load(std::memory_order_acquire) != 0) hold_while_daemon_silent();
     ticket.enqueue_ns = monotonic_ns();
     ticket.trace = tracing_;
     const std::uint64_t launch_count =

@@ -115,7 +115,15 @@ private:
     // Open runs: a thread that sleeps, and leaves the daemon once it stops or falls silent (a
     // daemon killed with SIGKILL). It touches only host memory, never the driver: it must not be
     // held by a gate the way a thread of this process inside a synchronising call can be.
+    // A BE client told to hold when its daemon is gone (ORION_BE_WHEN_DAEMON_GONE=hold) holds
+    // its new launches while the daemon is silent instead, and leaves it only after the bound
+    // (ORION_DAEMON_GONE_HOLD_S): a stopped or stalled daemon that comes back finds BE gated.
     void start_daemon_watch();
+    // Reads the run's choice for a gone daemon from the daemon's answer to `join`.
+    void read_daemon_gone_choice();
+    // A launch's wait while the daemon is silent and this client holds: asleep on daemon_hold_
+    // (woken by the watch thread), off the launch path's common case.
+    void hold_while_daemon_silent();
     std::uint64_t name_hash(CUfunction function);
     // The identity of `graph` from its kernel nodes; 0 when the driver cannot list them. Fills
     // `nodes` with each kernel node's kernel key (for later changes to single nodes).
@@ -207,6 +215,12 @@ private:
     StreamBudget* stream_budget(CUstream stream);
 
     std::atomic<bool> active_{false};
+    // Non-zero while this BE client holds its new launches for a silent daemon; the launch path
+    // reads it once per launch (one load, no lock) and sleeps on it only when it is set.
+    std::atomic<std::uint32_t> daemon_hold_{0};
+    std::atomic<std::uint64_t> held_launches_{0};  // launches that waited on daemon_hold_
+    bool hold_when_daemon_gone_ = false;
+    std::uint64_t daemon_gone_hold_ns_ = 0;
     RunMapping mapping_;
     RunView view_;
     std::uint32_t index_ = 0;

@@ -396,6 +396,8 @@ void check_daemon_peer(int fd, const std::string& path) {
 // ORION_PRELOAD, which daemons of earlier versions sent, is ignored: the library is loaded.
 bool daemon_may_set(const std::string& name) {
     static const char* const kAllowed[] = {"ORION_RUN", "ORION_CLIENT", "ORION_STRICT",
+                                           "ORION_BE_WHEN_DAEMON_GONE",
+                                           "ORION_DAEMON_GONE_HOLD_S",
                                            "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY",
                                            "CUDA_MPS_LOG_DIRECTORY"};
     for (const char* allowed : kAllowed) {

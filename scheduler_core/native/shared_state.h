@@ -389,6 +389,11 @@ constexpr std::uint32_t kGateOpen = 1;
 // right before it (written by the stream, after the wait), and `seq` once it finished.
 constexpr std::uint64_t kStartedMark = 1ULL << 63;
 constexpr std::uint64_t kDaemonStaleNs = 1'000'000'000;  // a daemon silent this long is gone
+// How long a BE client that holds for a silent daemon (ORION_BE_WHEN_DAEMON_GONE=hold) waits at
+// most before it runs ungated, unless ORION_DAEMON_GONE_HOLD_S says otherwise (up to the max);
+// orion_daemon/server.py declares the same default.
+constexpr double kDefaultDaemonGoneHoldS = 30.0;
+constexpr double kMaxDaemonGoneHoldS = 3600.0;
 constexpr std::uint64_t kKeeperStaleNs = 250'000'000;  // a keeper silent this long is gone
 
 // Closes `gate` for a new epoch, whatever its state: the keeper's pending open (from the word it
