@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,81 @@ def _imports_module(path: Path, module: str, *, runtime: bool = False) -> bool:
         if isinstance(node, ast.Import) and any(a.name == module for a in node.names):
             return True
     return False
+
+
+EVERYTHING_BELOW = "everything above"
+
+
+def read_imports_column(text: str) -> dict[str, set[str]]:
+    """The orion packages each row of docs/architecture.md's package table says it imports.
+
+    A cell lists names with notes in parentheses, e.g. ``orion_common, postprocess (profile
+    reader), pandas``; the notes may hold commas, so they go first, and only the names of orion
+    packages are kept (third-party ones are not checked). ``everything above`` stands for every
+    package on a lower layer."""
+    found: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        package = cells[0].strip("`").rstrip("/")
+        if package not in RANK:
+            continue
+        if cells[2] == EVERYTHING_BELOW:
+            found[package] = {name for name, rank in RANK.items() if rank < RANK[package]}
+            continue
+        names = re.sub(r"\([^)]*\)", "", cells[2]).replace(";", ",").split(",")
+        found[package] = {name.split()[0] for name in names if name.split()} & set(RANK)
+    return found
+
+
+def imported_packages(package: str, repo: Path = REPO) -> set[str]:
+    """The other orion packages that ``package`` imports anywhere, lazily or not."""
+    return {
+        name
+        for path in sorted((repo / package).rglob("*.py"))
+        for _, name in _imports(path)
+        if name in RANK and name != package
+    }
+
+
+def imports_column_drift(text: str, repo: Path = REPO) -> list[str]:
+    """Each package whose imports column in the table differs from what its code imports."""
+    documented = read_imports_column(text)
+    problems = [f"{name}: no row in the package table" for name in RANK if name not in documented]
+    for package, written in sorted(documented.items()):
+        actual = imported_packages(package, repo)
+        if written != actual:
+            problems.append(
+                f"{package}: imports but the table leaves out {sorted(actual - written)}; "
+                f"the table lists but it does not import {sorted(written - actual)}"
+            )
+    return problems
+
+
+def test_the_package_tables_imports_column_matches_the_code() -> None:
+    """The imports column is read by people deciding where code goes; it drifted once (issue 39)
+    and nothing noticed, so it is now checked against the imports themselves."""
+    problems = imports_column_drift(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert not problems, "docs/architecture.md's imports column:\n" + "\n".join(problems)
+
+
+def test_a_drifted_imports_column_is_caught() -> None:
+    """The check itself: a row that leaves out an import and names one that is not there."""
+    text = ARCHITECTURE.read_text(encoding="utf-8").replace(
+        "| orion_common, scheduler_core (profile sources", "| orion_common, workloads (plots"
+    )
+    problems = [line for line in imports_column_drift(text) if line.startswith("reporting:")]
+    assert problems == [
+        "reporting: imports but the table leaves out ['scheduler_core']; "
+        "the table lists but it does not import ['workloads']"
+    ]
+
+
+def test_the_first_diagram_names_every_package() -> None:
+    """The data-flow diagram is the first thing a reader sees; a package missing there (as
+    orion_daemon was) is a package a newcomer does not know exists."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    diagram = text.split("```")[1]
+    missing = [name for name in RANK if not re.search(rf"\b{name}\b", diagram)]
+    assert not missing, f"add to the first diagram of docs/architecture.md: {missing}"
