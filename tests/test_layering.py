@@ -239,3 +239,51 @@ def test_the_first_diagram_names_every_package() -> None:
     diagram = text.split("```")[1]
     missing = [name for name in RANK if not re.search(rf"\b{name}\b", diagram)]
     assert not missing, f"add to the first diagram of docs/architecture.md: {missing}"
+
+
+CONSOLE_CALLS = ("print", "traceback.print_exc", "sys.stdout.write", "sys.stderr.write")
+NOT_LIBRARIES = (UI_LAYER, "benchmarks")
+CONSOLE_ALLOWED = {
+    ("orion_daemon/server.py", "traceback.print_exc"): "a bug in answering one request: its "
+    "traceback in the daemon's log, the request refused and the daemon kept",
+    ("colocation/client.py", "traceback.print_exc"): "a bug in a client process's main: its "
+    "traceback on the stderr the runner keeps, beside the error event",
+}
+"""The console writes a library may make, each with why: both are tracebacks of a bug, written
+where a traceback that escaped would have gone, by the top of a process that must not die of it."""
+
+
+def console_writes(repo: Path = REPO) -> list[tuple[str, int, str]]:
+    """(path, line, call) of every ``print`` and direct write to stdout or stderr in the library
+    packages (all but the CLI and the benchmarks, whose job is the terminal)."""
+    found = []
+    for package in RANK:
+        if package in NOT_LIBRARIES:
+            continue
+        for path in sorted((repo / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) in CONSOLE_CALLS:
+                    where = path.relative_to(repo).as_posix()
+                    found.append((where, node.lineno, ast.unparse(node.func)))
+    return found
+
+
+def test_libraries_never_print() -> None:
+    """Library code logs or returns what it has to say; only an entry point chooses where lines
+    go (docs/architecture.md), so importing a package never writes into its caller's terminal."""
+    problems = [
+        f"{path}:{line}: {call}(...) in library code: log it (orion_common.process_log) or "
+        "return it for the CLI to show"
+        for path, line, call in console_writes()
+        if (path, call) not in CONSOLE_ALLOWED
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_print_in_a_library_is_caught(tmp_path: Path) -> None:
+    """The check itself: a planted print in a library is found, one in the CLI is not."""
+    for package in ("reporting", UI_LAYER):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "planted.py").write_text("def f():\n    print('hello')\n")
+    assert console_writes(tmp_path) == [("reporting/planted.py", 2, "print")]
