@@ -287,3 +287,87 @@ def test_a_print_in_a_library_is_caught(tmp_path: Path) -> None:
         (tmp_path / package).mkdir()
         (tmp_path / package / "planted.py").write_text("def f():\n    print('hello')\n")
     assert console_writes(tmp_path) == [("reporting/planted.py", 2, "print")]
+
+
+def module_imports(package: str, repo: Path = REPO) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of the same package it imports at run time,
+    lazy imports inside functions included and ``if TYPE_CHECKING`` blocks left out (they never
+    run). ``from workloads import _runtime`` is an import of ``workloads._runtime``."""
+    paths = {
+        ".".join(path.relative_to(repo).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in sorted((repo / package).rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        skipped = {
+            id(child)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for child in ast.walk(node)
+        }
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                submodules = {f"{node.module}.{alias.name}" for alias in node.names}
+                targets.update(submodules & paths.keys() or {node.module})
+        graph[name] = {target for target in targets if target in paths and target != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules that import one another, through any chain (Tarjan's
+    strongly connected components), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in sorted(graph[name]):
+            if target not in index:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            group = []
+            while (member := stack.pop()) != name:
+                group.append(member)
+            group.append(name)
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return groups
+
+
+def test_the_workloads_package_has_no_import_cycle() -> None:
+    """A circle of lazy imports works only while every import in it stays lazy and in order;
+    workloads had one through ``build_workload`` (issue 39), which now lives in
+    ``workloads.build``, above the spec and the registry."""
+    assert import_cycles(module_imports("workloads")) == []
+
+
+def test_an_import_cycle_is_found(tmp_path: Path) -> None:
+    """The check itself: a lazy import closing a circle counts, a TYPE_CHECKING one does not."""
+    (tmp_path / "workloads").mkdir()
+    for name, code in {
+        "a": "from workloads import b\n",
+        "b": "def f():\n    from workloads.c import g\n",
+        "c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import workloads.d\n"
+        "import workloads.a\n",
+        "d": "import workloads.a\n",
+    }.items():
+        (tmp_path / "workloads" / f"{name}.py").write_text(code)
+    graph = module_imports("workloads", tmp_path)
+    assert graph["workloads.c"] == {"workloads.a"}
+    assert import_cycles(graph) == [["workloads.a", "workloads.b", "workloads.c"]]
