@@ -371,3 +371,13 @@ def test_an_import_cycle_is_found(tmp_path: Path) -> None:
     graph = module_imports("workloads", tmp_path)
     assert graph["workloads.c"] == {"workloads.a"}
     assert import_cycles(graph) == [["workloads.a", "workloads.b", "workloads.c"]]
+
+
+def test_the_wheel_ships_every_package_but_the_benchmarks() -> None:
+    """pyproject.toml lists the wheel's packages by hand: a package with a layer but left out of
+    that list installs broken (its importers fail only after `pip install`)."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = set(config["tool"]["scikit-build"]["wheel"]["packages"])
+    assert shipped == set(RANK) - {"benchmarks"}
