@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from workloads.registry import build_workload
+from workloads.build import build_workload
 from workloads.spec import WorkloadSpec
 
 SLEEP_CYCLES = 200_000_000  # about 0.1 s at Hopper clocks: far more than the host needs to queue

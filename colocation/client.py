@@ -16,6 +16,7 @@ the GPU) carries that wait, which is what a user of the service would see.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -36,7 +37,12 @@ from colocation.protocol import (
 from colocation.rundir import INFERENCE_COLUMNS, TRAINING_COLUMNS
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
+from orion_common.process_log import error_lines, log_to
 from orion_common.runclock import RunClock
+
+_LOG = logging.getLogger(__name__)
+"""A client's own lines (finished, orphaned, failed): ``main`` sends them to stderr, which the
+runner reads; a client in a Ray actor sends them to the actor's stderr, Ray's log of it."""
 
 # Idle waits sleep in slices this long, so a stop request or a progress report is never late.
 _IDLE_SLICE_S = 0.05
@@ -395,7 +401,7 @@ def _highest_stream_priority(torch: Any) -> int:
 
 
 def _log(text: str) -> None:
-    print(f"orion client {text}", file=sys.stderr, flush=True)
+    _LOG.info(f"orion client {text}")
 
 
 _JOINED = "--joined"
@@ -430,17 +436,17 @@ def _join_and_restart(run_dir: Path, name: str, events: Events) -> None:
 
 
 def _failed(error: OrionError, events: Events) -> int:
-    print(f"error: {error.message}", file=sys.stderr)
-    if error.hint:
-        print(f"hint: {error.hint}", file=sys.stderr)
+    for line in error_lines(error):
+        _LOG.error(line)
     events.send({"type": "error", "message": error.message})
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    log_to(sys.stderr, _LOG.name)  # the runner reads a client's stderr
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3) or args[2:] not in ([], [_JOINED]):
-        print("usage: python -m colocation.client RUN_DIR CLIENT_NAME", file=sys.stderr)
+        _LOG.error("usage: python -m colocation.client RUN_DIR CLIENT_NAME")
         return 2
     run_dir, name = Path(args[0]), args[1]
     command_fd, event_fd = control_fds_from_environment()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from orion_cli.simulate import simulate_command
 from orion_cli.status import status_command
 from orion_cli.up import down_command, up_command
 from orion_cli.workloads import workloads_command
+from orion_common.process_log import log_to
 
 app = typer.Typer(
     name="orion",
@@ -98,6 +100,9 @@ app.command(
 
 
 def main() -> None:
+    # A daemon on a thread of this process (`orion colocate`'s own) logs its lines here, on
+    # stdout, as it did when it printed them.
+    log_to(sys.stdout, "orion_daemon")
     app()
 
 

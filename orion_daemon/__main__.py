@@ -7,10 +7,12 @@ CUDA context) and runs until SIGTERM, Ctrl-C or `orion down`.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from orion_common.errors import OrionError
+from orion_common.process_log import error_lines, log_to
 from orion_daemon.server import (
     ATTACH_TIMEOUT_S,
     BE_WHEN_DAEMON_GONE,
@@ -21,6 +23,9 @@ from orion_daemon.server import (
 )
 from scheduler_core.run_state import BE_GRAPH_GATES
 from scheduler_core.sharing import SHARINGS
+
+_LOG = logging.getLogger("orion_daemon.main")
+"""What stops the daemon before it serves: on stderr, apart from the log of a daemon that ran."""
 
 
 def parse(argv: list[str]) -> DaemonSettings:
@@ -69,12 +74,14 @@ def parse(argv: list[str]) -> DaemonSettings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The daemon's lines go to stdout (its log file); a problem that stops it, to stderr."""
+    log_to(sys.stdout, "orion_daemon")
+    log_to(sys.stderr, _LOG.name)
     try:
         return Daemon(parse(sys.argv[1:] if argv is None else argv)).serve()
     except OrionError as error:
-        print(f"error: {error.message}", file=sys.stderr, flush=True)
-        if error.hint:
-            print(f"hint: {error.hint}", file=sys.stderr, flush=True)
+        for line in error_lines(error):
+            _LOG.error(line)
         return 1
 
 

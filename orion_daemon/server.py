@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import selectors
 import signal
@@ -65,6 +66,10 @@ ATTACH_TIMEOUT_S = 60.0
 """How long a slot waits for its process to attach: `orion run` and the library's own join attach
 in the same call; a program started by another claimer (`orion colocate`'s clients) attaches as
 it starts."""
+_LOG = logging.getLogger(__name__)
+"""The daemon's log: ``python -m orion_daemon`` sends it to its stdout, the log file `orion up`
+opened; a daemon on a thread of a run logs wherever that process chose."""
+
 POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
 BE_WHEN_DAEMON_GONE = ("open", "hold")
 """What a BE client does when its daemon falls silent (no heartbeat for a second: killed, stopped,
@@ -241,16 +246,16 @@ class Daemon:
         try:
             with self.running():
                 for note in self.notes:
-                    print(note, flush=True)
+                    _LOG.info(note)
                 self.notes.clear()
-                print(self._started_line(), flush=True)
+                _LOG.info(self._started_line())
                 self.loop()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         for note in self.notes:
-            print(note, flush=True)
-        print("orion daemon stopped: every gate open, clients run on ungated", flush=True)
+            _LOG.info(note)
+        _LOG.info("orion daemon stopped: every gate open, clients run on ungated")
         return 0
 
     @contextlib.contextmanager
@@ -392,9 +397,9 @@ class Daemon:
         self._connections.idle(timeout_s=10.0)
 
     def _log(self, line: str) -> None:
-        """A line in the daemon's log; lost, not raised, when the log's disk is full."""
-        with contextlib.suppress(OSError):
-            print(line, flush=True)
+        """A line in the daemon's log, at warning level so that it still shows (on stderr) where
+        no entry point chose a place for it; logging reports a full disk rather than raising."""
+        _LOG.warning(line)
 
     def _remove_own_files(self) -> None:
         for name in (state.SOCKET, state.RECORD):

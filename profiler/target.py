@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -72,8 +73,13 @@ def span_output(output: Path) -> Path:
     return output.with_name(f"{output.stem}_span.json")
 
 
+_LOG = logging.getLogger("profiler.target")
+"""This process's own lines; ``main`` sends them to stderr (stdout is ncu's). Named, not
+``__name__``, which is ``__main__`` when the module runs as the process."""
+
+
 def _log(message: str) -> None:
-    print(f"[orion target] {message}", file=sys.stderr, flush=True)
+    _LOG.info(f"[orion target] {message}")
 
 
 def _protect_stdout() -> None:
@@ -193,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from orion_common.process_log import log_to
+
+    log_to(sys.stderr, _LOG.name)
     args = _parser().parse_args(argv)
     return run(args)
 

@@ -5,13 +5,8 @@ workload needs.
 """
 
 from workloads.base import Workload
-from workloads.registry import (
-    OptionInfo,
-    WorkloadInfo,
-    build_workload,
-    get_workload_info,
-    list_workloads,
-)
+from workloads.build import build_workload
+from workloads.registry import OptionInfo, WorkloadInfo, get_workload_info, list_workloads
 from workloads.spec import DTYPES, MODES, WorkloadSpec
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The named workloads orion knows, what each needs, and the one entry point that builds them.
+"""The named workloads orion knows and what each needs (`workloads.build` builds them).
 
 This module must stay cheap to import: ``orion workloads`` lists these instantly and works on
 machines without torch, torchvision, transformers or CuPy. Builders therefore import their
@@ -209,26 +209,3 @@ def get_workload_info(name: str) -> WorkloadInfo:
             hint=f"did you mean {close[0]!r}?" if close else None,
         )
     return info
-
-
-def build_workload(spec: WorkloadSpec) -> Workload:
-    """Validate ``spec`` and build its workload on its device, inputs included.
-
-    Everything a step needs (model, optimizer, inputs, kernels, buffers) is made here, so that
-    ``step()`` only enqueues GPU work and the first timed step costs what the others do. With
-    ``spec.cuda_graph`` the step is also captured here, so a capture failure is a build error.
-    """
-    spec.validate()
-    info = get_workload_info(spec.name)
-    device_type = spec.device.split(":", 1)[0]
-    if device_type not in info.devices:
-        raise OrionError(
-            f"workload {spec.name!r} cannot run on device {spec.device!r}; "
-            f"it runs on: {', '.join(info.devices)}"
-        )
-    workload = info.builder(spec)
-    if spec.cuda_graph:
-        from workloads.graph import capture_inference
-
-        return capture_inference(workload)
-    return workload

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
+from orion_common.process_log import log_to
 
 
 class _Commands:
@@ -118,6 +120,7 @@ class JobHost:
         self.thread.start()
 
     def _run(self, spec: Any) -> None:
+        log_to(sys.stderr, "colocation.client")  # as a client process: its lines on stderr
         try:
             client = self.client_class()(spec, self.folder, self.commands, self.events)
             self.exit_code = client.run()
