@@ -35,7 +35,7 @@ from colocation.jobs_fields import (
 from colocation.policies import POLICIES, POLICY_NAMES, SHARE_POLICIES, Policy
 from orion_common.errors import OrionError
 from orion_common.sizes import parse_size
-from scheduler_core.run_state import DEFAULT_BE_GATE
+from scheduler_core.run_state import DEFAULT_BE_GATE, BeGraphGate
 from scheduler_core.sharing import SHARINGS, Sharing, default_be_graph_gate
 from workloads.registry import WorkloadInfo, get_workload_info
 
@@ -74,11 +74,10 @@ class RunConfig(StrictModel):
     # admits the work) or "cpu" (in the program's launching thread, which stops, so its GPU queue
     # drains).
     be_gate: Literal["cpu", "gpu"] = DEFAULT_BE_GATE
-    # How the CUDA graphs of clients gated on the GPU are held: "inside" (wait nodes on the gate
-    # inside each graph, one per queue limit of its work) or "whole" (not rewritten: each graph is
-    # admitted whole behind its launch's gate). None: the sharing mode's default
+    # How the CUDA graphs of gated clients are held (scheduler_core.run_state.BeGraphGate: wait
+    # nodes inside, whole, or split into segments). None: the sharing mode's default
     # (scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING; JobsConfig.be_graph_gate).
-    be_graph_gate: Literal["inside", "whole"] | None = None
+    be_graph_gate: BeGraphGate | None = None
     # The sliding window over which clients' min_util / max_util shares of GPU time hold.
     quota_window_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     # How the clients share the GPU: "mps" (one private MPS daemon) or "timeslice" (separate

@@ -155,6 +155,11 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         "unknown_graph_launches": int(stats.get("unknown_graph_launches", 0)),
         "graphs_gated": int(stats.get("graphs_gated", 0)),
         "graphs_ungated": int(stats.get("graphs_ungated", 0)),
+        # BE graphs split into segments launched through the gate, and why the first graph
+        # orion could not bound runs whole ("" when none).
+        "graphs_segmented": int(stats.get("graphs_segmented", 0)),
+        "graph_segments": int(stats.get("graph_segments", 0)),
+        "ungated_graph_why": str(stats.get("ungated_graph_why", "")),
         "unknown_kernels": list(stats.get("unknown_kernels", [])),
         # An HP's launches that asked BE to stand aside so its unlearned work is timed alone,
         # and the samples learned from while BE stood aside (docs/scheduler.md, sampling holds).

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pandas as pd
 
@@ -44,12 +44,14 @@ DEFAULT_BE_GATE = "gpu"
 """Measured on an H100 with the CUDA-graph headline (benchmarks/results/nvidia-h100-80gb-hbm3/
 headline-graph-gate): BE kept 0.63 of its throughput alone with the CPU gate and 0.87 with the
 GPU gate, at the same HP p99 within the runs' intervals."""
-# How a CUDA graph of a client gated on the GPU is held: "inside" (wait nodes on the client's gate
-# word are put inside the graph when it is instantiated, one per queue limit of its work) or
-# "whole" (the graph is not rewritten: it is admitted whole behind its launch's gate wait, as
-# before graphs were gated inside; for comparing the two, and for graphs that misbehave
-# rewritten).
-BE_GRAPH_GATES = ("inside", "whole")
+# How a CUDA graph of a gated client is held: "inside" (wait nodes on the client's gate word are
+# put inside the graph when it is instantiated, one per queue limit of its work; GPU gate only),
+# "whole" (the graph is not rewritten: it is admitted whole behind its launch's gate, as before
+# graphs were gated; for comparing, and for graphs that misbehave rewritten) or "segments" (the
+# graph is split into pieces of at most a queue limit of work each, one kernel where the work is
+# unknown, launched one after another through the gate like eager launches).
+BeGraphGate = Literal["inside", "whole", "segments"]
+BE_GRAPH_GATES: tuple[str, ...] = get_args(BeGraphGate)
 DEFAULT_BE_GRAPH_GATE = "inside"
 """For settings made without a sharing mode (the library's own); runs and daemons pass their
 mode's (:func:`scheduler_core.sharing.default_be_graph_gate`)."""

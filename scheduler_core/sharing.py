@@ -78,15 +78,18 @@ def default_sharing(native_policy: str) -> Sharing:
     return NATIVE_SHARINGS[native_policy][0]
 
 
-BE_GRAPH_GATE_BY_SHARING: dict[Sharing, str] = {"mps": "inside", "timeslice": "whole"}
-"""How the CUDA graphs of clients gated on the GPU are held when nothing says
-(``run.be_graph_gate``, ``orion up --be-graph-gate``), by sharing mode. Time-sliced, graphs gated
-inside lost on both figures: a BE client replaying a ResNet-50 bs4 graph beside the graph headline
-under orion (H100, two interleaved rounds of 60-s runs, ``docs/scheduler.md``, "Best-effort
-graphs, gated inside") gave HP p99 2.99x [2.69, 3.30] of dedicated with BE 0.61 gated inside,
-1.82x [1.66, 1.97] with BE 0.93 admitted whole, so time-sliced runs admit graphs ``whole``. Under
-MPS, where no context switch waits on a graph stopped at a wait node, they are gated ``inside``
-as designed; that comparison is not measured yet."""
+BE_GRAPH_GATE_BY_SHARING: dict[Sharing, str] = {"mps": "inside", "timeslice": "segments"}
+"""How the CUDA graphs of gated clients are held when nothing says (``run.be_graph_gate``,
+``orion up --be-graph-gate``), by sharing mode. Time-sliced, graphs gated inside lost on both
+figures: a BE client replaying a ResNet-50 bs4 graph beside the graph headline under orion (H100,
+two interleaved rounds of 60-s runs, ``docs/scheduler.md``, "Best-effort graphs, gated inside")
+gave HP p99 2.99x [2.69, 3.30] of dedicated with BE 0.61 gated inside, 1.82x [1.66, 1.97] with BE
+0.93 admitted whole: a graph stopped at a wait node inside it keeps its context on the GPU until
+the driver's timeslice ends. Admitted whole, an HP request waits for a whole BE graph (the suite's
+worst pair, an LLM decoder beside a BE graph server, went to 45.7x). So time-sliced runs split BE
+graphs into ``segments`` launched one after another through the gate, as eager BE work is, with
+nothing of the graph left on the GPU between two of them. Under MPS, where no context switch
+waits on a graph stopped at a wait node, they are gated ``inside``."""
 
 
 def default_be_graph_gate(sharing: str | None) -> str:

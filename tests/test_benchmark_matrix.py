@@ -77,27 +77,36 @@ def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_the
     from reporting.rundata import RunData
 
     scenario = ("--scenario", "be-graph", "--policies", "mps,reef,orion", "--repeats", "2")
-    args = parse(matrix, monkeypatch, tmp_path, *scenario, "--be-graph-gates", "inside,whole")
+    args = parse(
+        matrix, monkeypatch, tmp_path, *scenario, "--be-graph-gates", "inside,whole,segments"
+    )
     planned = matrix.planned_runs(args)
-    # Both settings in every round, interleaved with the other cells; the one that differs from
-    # its sharing mode's default is named (reef under MPS: whole; orion time-sliced: inside).
+    # Every setting in every round, interleaved with the other cells; those that differ from
+    # their sharing mode's default are named (reef under MPS: inside; orion time-sliced:
+    # segments).
     assert [cell.key for cell in planned] == [
         "dedicated", "mps", "reef@gpu-gate", "reef@gpu-gate@whole-graphs",
-        "orion@gpu-gate@inside-graphs@timeslice", "orion@gpu-gate@timeslice",
+        "reef@gpu-gate@segments-graphs", "orion@gpu-gate@inside-graphs@timeslice",
+        "orion@gpu-gate@whole-graphs@timeslice", "orion@gpu-gate@timeslice",
         "dedicated#2", "mps#2", "reef@gpu-gate#2", "reef@gpu-gate@whole-graphs#2",
-        "orion@gpu-gate@inside-graphs@timeslice#2", "orion@gpu-gate@timeslice#2",
+        "reef@gpu-gate@segments-graphs#2", "orion@gpu-gate@inside-graphs@timeslice#2",
+        "orion@gpu-gate@whole-graphs@timeslice#2", "orion@gpu-gate@timeslice#2",
     ]  # fmt: skip
     jobs = {cell.key: cell.jobs for cell in planned}
-    assert jobs["orion@gpu-gate@timeslice"]["run"]["be_graph_gate"] == "whole"
+    assert jobs["orion@gpu-gate@timeslice"]["run"]["be_graph_gate"] == "segments"
+    assert jobs["orion@gpu-gate@whole-graphs@timeslice"]["run"]["be_graph_gate"] == "whole"
     assert jobs["orion@gpu-gate@inside-graphs@timeslice"]["run"]["be_graph_gate"] == "inside"
     assert jobs["reef@gpu-gate@whole-graphs"]["run"]["be_graph_gate"] == "whole"
+    assert jobs["reef@gpu-gate@segments-graphs"]["run"]["be_graph_gate"] == "segments"
     assert jobs["reef@gpu-gate"]["run"]["be_graph_gate"] == "inside"
     assert "be_graph_gate" not in jobs["mps"]["run"]
     for key in (
         "orion@gpu-gate@timeslice",
+        "orion@gpu-gate@whole-graphs@timeslice",
         "orion@gpu-gate@inside-graphs@timeslice",
         "reef@gpu-gate",
         "reef@gpu-gate@whole-graphs",
+        "reef@gpu-gate@segments-graphs",
     ):
         run = RunData.__new__(RunData)
         object.__setattr__(run, "config", jobs[key])

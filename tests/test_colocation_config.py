@@ -192,7 +192,7 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
     (
         "unknown be graph gate",
         [edit("run.be_graph_gate", "outside")],
-        ["run.be_graph_gate: must be one of inside, whole (got 'outside')"],
+        ["run.be_graph_gate: must be one of inside, whole, segments (got 'outside')"],
     ),
     (
         "misspelt run field",
@@ -680,7 +680,7 @@ def test_defaults() -> None:
     assert run.hp_completion == "estimate"
     assert run.be_gate == "gpu"
     assert run.be_graph_gate is None
-    assert config.be_graph_gate == "whole"  # orion's default sharing is time-sliced
+    assert config.be_graph_gate == "segments"  # orion's default sharing is time-sliced
     assert run.quota_window_s == 1.0
     hp, be = config.clients
     assert hp.arrivals == ClosedArrivals(kind="closed", think_ms=0.0)
@@ -779,7 +779,7 @@ def test_a_policy_override_keeps_an_explicit_be_graph_gate(tmp_path: Path) -> No
     from colocation.overrides import with_overrides
 
     data = base()
-    data["run"]["be_graph_gate"] = "inside"  # orion's time-sliced default would be "whole"
+    data["run"]["be_graph_gate"] = "inside"  # orion's time-sliced default would be "segments"
     source = tmp_path / "jobs.json"
     config = with_overrides(parse_jobs(data, DATA), source=source, policy="reef")
     assert config.policy.sharing == "mps"
@@ -787,7 +787,7 @@ def test_a_policy_override_keeps_an_explicit_be_graph_gate(tmp_path: Path) -> No
     data["run"]["be_graph_gate"] = None
     data["run"]["policy"] = "reef"
     assert with_overrides(parse_jobs(data, DATA), source=source, policy="orion").be_graph_gate == (
-        "whole"
+        "segments"
     )
 
 
@@ -954,7 +954,7 @@ def test_to_json_dict_is_plain_json_and_validates_again(tmp_path: Path) -> None:
     # sharing mode's default chose
     again = parse_jobs(json.loads(text), tmp_path)
     assert again.to_json_dict() == data
-    assert data["run"]["be_graph_gate"] == "whole"  # orion, time-sliced by default
+    assert data["run"]["be_graph_gate"] == "segments"  # orion, time-sliced by default
     defaults = {"sharing": None, "be_graph_gate": None}
     assert again.model_copy(update={"run": again.run.model_copy(update=defaults)}) == config
 
@@ -1190,10 +1190,10 @@ def test_an_eager_profile_for_a_graph_client_is_a_warning(
 @pytest.mark.parametrize(
     ("run", "gate"),
     [
-        ({"policy": "orion"}, "whole"),  # time-sliced by default
+        ({"policy": "orion"}, "segments"),  # time-sliced by default
         ({"policy": "orion", "sharing": "mps"}, "inside"),
         ({"policy": "reef"}, "inside"),  # MPS by default
-        ({"policy": "reef", "sharing": "timeslice"}, "whole"),
+        ({"policy": "reef", "sharing": "timeslice"}, "segments"),
         ({"policy": "orion", "be_graph_gate": "inside"}, "inside"),  # said: kept
         ({"policy": "reef", "be_graph_gate": "whole"}, "whole"),
     ],
@@ -1201,8 +1201,9 @@ def test_an_eager_profile_for_a_graph_client_is_a_warning(
 def test_be_graphs_are_held_by_the_sharing_modes_default_unless_the_run_says(
     run: dict, gate: str
 ) -> None:
-    """Time-sliced, BE graphs gated inside measured worse than admitted whole (docs/scheduler.md),
-    so a time-sliced run admits them whole unless it says otherwise; run.json records which."""
+    """Time-sliced, a BE graph stopped at a wait node inside it keeps its context on the GPU
+    (docs/scheduler.md), so a time-sliced run splits BE graphs into segments unless it says
+    otherwise; run.json records which."""
     data = base()
     data["run"].update(run)
     config = parse_jobs(data, DATA)

@@ -205,8 +205,8 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
         ({}, {"unknown_duration_ns": 5_000}, "unprofiled kernel duration the queue limit where "
          "this run needs 5 us"),
         ({}, {"trace": True}, "kernel trace off where this run needs on"),
-        ({"be_graph_gate": "inside"}, {}, "BE graph gate 'inside' where this run needs 'whole'"),
-        ({"be_graph_gate": "whole"}, {}, None),  # time-sliced, the default is whole
+        ({"be_graph_gate": "inside"}, {}, "BE graph gate 'inside' where this run needs 'segments'"),
+        ({"be_graph_gate": "segments"}, {}, None),  # time-sliced, the default is segments
         ({"quota_window_ns": 2 * 10**9}, {}, None),  # no shares: the window changes nothing
         (
             {"quota_window_ns": 2 * 10**9, "shares": True},
@@ -226,7 +226,7 @@ def test_what_a_run_needs_of_a_running_daemon(
     assert difference == said
 
 
-@pytest.mark.parametrize(("sharing", "gate"), [("mps", "inside"), ("timeslice", "whole")])
+@pytest.mark.parametrize(("sharing", "gate"), [("mps", "inside"), ("timeslice", "segments")])
 def test_a_daemon_holds_be_graphs_by_its_sharing_modes_default(sharing: str, gate: str) -> None:
     settings = DaemonSettings(gpu=0, sm_count=132, folder=Path("/x"), sharing=sharing)
     assert settings.be_graph_gate == gate

@@ -67,16 +67,16 @@ def test_a_client_joining_runs_its_program_gated(harness, daemon, tmp_path):
 GRAPH_SCRIPT = (
     "func g1 1000 func g2 1000 graph_new G graph_node G g1 1 32 graph_node G g2 1 32 "
     "graph_inst G flags graph_run G 0 sync 0"
-)  # a graph of two kernels no profile lists: gated inside, a wait before each
+)  # a graph of two kernels no profile lists: a wait (or a segment) for each
 
 
-# The harness's daemons are time-sliced, whose default is whole.
-@pytest.mark.parametrize(("arguments", "setting", "waits"), [((), "whole", 0),
-                         (("--be-graph-gate", "inside"), "inside", 2),
-                         (("--be-graph-gate", "whole"), "whole", 0)])  # fmt: skip
-def test_a_daemon_told_whole_runs_be_graphs_whole_behind_their_launchs_gate(
-    harness, tmp_path, arguments, setting, waits
-):
+# The harness's daemons are time-sliced, whose default splits BE graphs into segments.
+@pytest.mark.parametrize(("arguments", "setting", "waits", "segments"),
+                         [((), "segments", 0, 2),
+                          (("--be-graph-gate", "inside"), "inside", 2, 0),
+                          (("--be-graph-gate", "whole"), "whole", 0, 0)])  # fmt: skip
+def test_a_daemon_holds_be_graphs_as_it_was_told(harness, tmp_path, arguments, setting, waits,
+                                                 segments):  # fmt: skip
     daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", *arguments)
     try:
         record = state.live_record(daemon.folder)
@@ -87,6 +87,7 @@ def test_a_daemon_told_whole_runs_be_graphs_whole_behind_their_launchs_gate(
         daemon.close()
     kinds = [e.kind for e in read_log(tmp_path / "be.log")]
     assert kinds.count("graph_add_wait") == waits
+    assert kinds.count("graph_clone") == segments  # a clone per segment
     launch = kinds.index("launch")
     assert "wait_value" in kinds[:launch]  # the launch itself waits at the gate either way
 

@@ -339,7 +339,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
     tmp_path: Path, runs
 ) -> None:
     # run.be_graph_gate is a knob of a policy that holds BE graphs (reef, orion, quota), named
-    # when it differs from its sharing mode's default: "inside" under MPS, "whole" time-sliced
+    # when it differs from its sharing mode's default: "inside" under MPS, "segments" time-sliced
     # (a run without run.sharing shared through MPS); a policy that gates nothing ignores it.
     made = []
     for name, policy, be_gate, setting, sharing in (
@@ -349,6 +349,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         ("mps-whole", "mps", None, "whole", None),
         ("orion-ts-inside", "orion", "gpu", "inside", "timeslice"),
         ("orion-ts-whole", "orion", "gpu", "whole", "timeslice"),
+        ("orion-ts-segments", "orion", "gpu", "segments", "timeslice"),
     ):
         run_dir = write_run(
             tmp_path, name, policy=policy, clients=[ClientSpec("hp", "hp", "infer", [])]
@@ -367,6 +368,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         "quota@whole-graphs",
         "mps",
         "orion@gpu-gate@inside-graphs@timeslice",
+        "orion@gpu-gate@whole-graphs@timeslice",
         "orion@gpu-gate@timeslice",
     ]
     assert [run_settings(run) for run in made] == [
@@ -375,6 +377,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         {"be_graph_gate": "whole"},
         {},
         {"be_gate": "gpu", "be_graph_gate": "inside", "sharing": "timeslice"},
+        {"be_gate": "gpu", "be_graph_gate": "whole", "sharing": "timeslice"},
         {"be_gate": "gpu", "sharing": "timeslice"},
     ]
 

@@ -208,9 +208,13 @@ def test_the_run_header_says_how_graphs_are_gated_and_refuses_another_word():
         assert native_module().Run.attach(run.name).be_graph_gate == "whole"
     with SchedulerRun(gate_settings()) as run:
         assert native_module().Run.attach(run.name).be_graph_gate == "inside"
-    with pytest.raises(OrionError, match=r"be_graph_gate must be one of inside, whole \(got 'x'\)"):
+    with pytest.raises(
+        OrionError, match=r"be_graph_gate must be one of inside, whole, segments \(got 'x'\)"
+    ):
         dataclasses.replace(gate_settings(), be_graph_gate="x")
-    with pytest.raises(ValueError, match="be_graph_gate must be 'inside' or 'whole', not 'x'"):
+    with pytest.raises(
+        ValueError, match="be_graph_gate must be 'inside', 'whole' or 'segments', not 'x'"
+    ):
         native_module().Run.create(
             "/orion-test-bad-graph-gate", "orion", 132, 1, 1, 1, be_graph_gate="x"
         )

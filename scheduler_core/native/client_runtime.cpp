@@ -298,7 +298,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
     ticket.trace = tracing_;
     const std::uint64_t launch_count =
         slot_->stats.launches.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (shape.function == nullptr) {
+    if (shape.function == nullptr && !shape.segment) {
         slot_->stats.graph_launches.fetch_add(1, std::memory_order_relaxed);
     }
     const bool may_redirect = role_ == Role::kHighPriority && policy_sets_priorities(policy_) &&
@@ -333,6 +333,13 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
                 use_learned(learner_.kernel(sighting), &ticket, &sample_to_learn);
             }
             if (has_profile_) report_unknown(shape.function, shape);
+        }
+    } else if (shape.segment) {
+        // A segment of a split BE graph holding several profiled kernels: their work, summed
+        // when the graph was split; otherwise (a child graph, a changed node) unknown.
+        if (shape.work != nullptr && shape.work->known) {
+            offline = true;
+            ticket.kernel = *shape.work;
         }
     } else if (shape.function == nullptr) {
         // A graph: known when its kernel nodes match a graph of the profile; it then needs the

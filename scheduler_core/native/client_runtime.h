@@ -8,11 +8,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "cuda_api.h"
+#include "graph_segments.h"
 #include "kernel_learning.h"
 #include "launch_sampler.h"
 #include "memory_ledger.h"
@@ -30,6 +32,10 @@ struct LaunchShape {
     unsigned int shared_bytes = 0;  // dynamic shared memory per block
     CUgraphExec graph = nullptr;  // the executable graph of a graph launch
     bool stream_fixed = false;    // the API takes no stream (cuLaunch, cuLaunchGrid): never moved
+    // A segment of a split BE graph (graph_segments.h): not a graph launch of the program's.
+    // With `function` set it is described as that one kernel; otherwise `work` when known.
+    bool segment = false;
+    const KernelInfo* work = nullptr;
 };
 
 // What `before_launch` decided, carried to `after_launch`.
@@ -83,10 +89,28 @@ public:
     // instantiation call; for a client gated on the GPU it runs with gate wait nodes added to the
     // graph (taken out again afterwards), then the executable is identified. `update` is the real
     // cuGraphExecUpdate: a gated executable is updated from the graph with the same waits.
+    // `flags` are the instantiation's (a BE graph is split into segments instantiated alike).
     CUresult instantiate_graph(CUgraphExec* exec, CUgraph graph,
+                               unsigned long long flags,  // NOLINT(google-runtime-int)
                                const std::function<CUresult()>& instantiate);
     CUresult update_graph(CUgraphExec exec, CUgraph graph, const std::function<CUresult()>& update);
     void forget_gated_graph(CUgraphExec exec);
+
+    // BE graphs split into segments (graph_segments.cpp). The segments `exec` is launched as,
+    // nullptr when it is launched whole (not split, or into a capturing stream): one lock-free
+    // probe, on the launch path.
+    SegmentedGraph* graph_segments(CUgraphExec exec, CUstream stream, int variant);
+    // Launches each segment through before_launch/after_launch with the driver's `launch`.
+    CUresult launch_segments(const SegmentedGraph& graph, CUstream stream, int variant,
+                             CUresult (*launch)(CUgraphExec, CUstream));
+    // The program changed `node` of `exec` (the driver took it): the same change, by `apply`, on
+    // the segment holding it; a kernel node's new parameters in `kernel`, nullptr when not read.
+    // A change orion cannot follow leaves the executable launched whole from then on.
+    void follow_node_change(CUgraphExec exec, CUgraphNode node,
+                            const CUDA_KERNEL_NODE_PARAMS_v2* kernel,
+                            const std::function<CUresult(CUgraphExec, CUgraphNode)>& apply);
+    // `exec` is gone (or changes wholesale): its segments are destroyed.
+    void forget_segments(CUgraphExec exec);
 
     // Code was unloaded: cached kernel names may belong to handles that will be reused.
     void forget_kernel_names() { name_generation_.fetch_add(1, std::memory_order_acq_rel); }
@@ -198,6 +222,7 @@ private:
     struct GraphSlot {
         std::atomic<CUgraphExec> exec{nullptr};
         std::atomic<std::uint64_t> key{0};
+        std::atomic<SegmentedGraph*> segments{nullptr};  // owned by segmented_graphs_
     };
     static constexpr std::uint32_t kGraphExecSlots = 1024;
     // Per stream: predicted BE work enqueued since the stream's last gate wait (be_gate kGpu).
@@ -285,7 +310,16 @@ private:
                            std::vector<std::uint32_t>* positions, std::vector<CUgraphNode>* waits);
     void restore_graph(const std::vector<CUgraphNode>& waits);
     void count_ungated_graph(const char* why);
-    std::mutex gated_graphs_mutex_;
+    // Splitting BE graphs (graph_segments.cpp): whether this client's graphs are split; a kernel
+    // node's profiled or learned work; the split of `exec`, made from `graph`; dropping it for a
+    // change orion cannot follow (counted as ungated, with why).
+    bool segments_graphs() const;
+    KernelInfo node_work(const CUDA_KERNEL_NODE_PARAMS_v2& params);
+    void segment_graph(CUgraphExec exec, CUgraph graph,
+                       unsigned long long flags);  // NOLINT(google-runtime-int)
+    void drop_segments(CUgraphExec exec, const char* why);
+    std::mutex gated_graphs_mutex_;  // gated_graphs_ and segmented_graphs_
+    std::unordered_map<CUgraphExec, std::unique_ptr<SegmentedGraph>> segmented_graphs_;
     // Each executable instantiated with waits: before which kernel nodes (walk order).
     std::unordered_map<CUgraphExec, std::vector<std::uint32_t>> gated_graphs_;
     std::atomic<bool> graph_gate_warned_{false};

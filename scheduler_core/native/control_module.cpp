@@ -37,8 +37,8 @@ const char* const kClassNames[] = {"unknown", "compute", "memory"};
 const char* const kRoleNames[] = {"hp", "be"};
 const char* const kCompletionNames[] = {"none", "gpu-write", "estimate"};
 const char* const kBeGateNames[] = {"cpu", "gpu"};
-const char* const kBeGraphGateNames[] = {"inside", "whole"};
-static_assert(std::size(kBeGraphGateNames) == static_cast<std::size_t>(BeGraphGate::kWhole) + 1);
+const char* const kBeGraphGateNames[] = {"inside", "whole", "segments"};
+static_assert(std::size(kBeGraphGateNames) == static_cast<std::size_t>(BeGraphGate::kSegments) + 1);
 
 // `name` as a value of `names`, from the value `first` on; a ValueError saying `what` must be one
 // of `choices` otherwise.
@@ -89,7 +89,7 @@ BeGate be_gate_from(const std::string& name) {
 // SchedulerSettings.
 BeGraphGate be_graph_gate_from(const std::string& name) {
     return parse_name<BeGraphGate>(kBeGraphGateNames, name, "be_graph_gate",
-                                   "'inside' or 'whole'");
+                                   "'inside', 'whole' or 'segments'");
 }
 
 const char* completion_mode_name(std::uint32_t mode) {
@@ -362,6 +362,12 @@ public:
         out["felt_samples"] = s.felt_samples.load();
         out["felt_ns"] = s.felt_ns.load();
         out["felt_expected_ns"] = s.felt_expected_ns.load();
+        out["graphs_segmented"] = s.graphs_segmented.load();
+        out["graph_segments"] = s.graph_segments.load();
+        out["ungated_graph_why"] =
+            slot.ungated_graph_why_set.load(std::memory_order_acquire) == 2
+                ? std::string(slot.ungated_graph_why, strnlen(slot.ungated_graph_why, kNameBytes))
+                : std::string();
         py::dict reasons;
         for (int r = 0; r < static_cast<int>(Reason::kCount); ++r) {
             reasons[reason_name(static_cast<Reason>(r))] = s.reasons[r].load();

@@ -60,9 +60,21 @@ struct CUDA_ARRAY3D_DESCRIPTOR {
     unsigned int Flags;
 };
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_KERNEL = 0;
+constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_GRAPH = 4;  // a child graph
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10;
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_MEM_FREE = 11;
 constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_BATCH_MEM_OP = 12;
+constexpr CUgraphNodeType CU_GRAPH_NODE_TYPE_CONDITIONAL = 13;
+// Instantiation flags orion reads (CUgraphInstantiate_flags).
+constexpr unsigned long long CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4;     // NOLINT
+constexpr unsigned long long CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY = 8;  // NOLINT
+// cuGraphInstantiateWithParams' parameters (CUDA_GRAPH_INSTANTIATE_PARAMS): orion reads `flags`.
+struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    unsigned long long flags;  // NOLINT(google-runtime-int): ABI type
+    void* hUploadStream;
+    void* hErrNode_out;
+    int result_out;
+};
 
 // A kernel node's parameters (CUDA 12's CUDA_KERNEL_NODE_PARAMS_v2, what cuGraphKernelNodeGetParams
 // fills when fetched for CUDA 12.0 or later). `func` may be a CUkernel, as for launches; `kern`,
@@ -221,6 +233,33 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode h
                                            const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams);
 CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                   CUgraphNodeParams* nodeParams);
+// The other per-node setters of an executable: followed into a segmented BE graph's segments
+// (graph_segments.h). Their parameters pass through untouched.
+struct CUDA_MEMCPY3D_st;
+struct CUDA_MEMSET_NODE_PARAMS_st;
+struct CUDA_HOST_NODE_PARAMS_st;
+struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st;
+struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_st;
+CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                        const CUDA_MEMCPY3D_st* copyParams, CUcontext ctx);
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                        const CUDA_MEMSET_NODE_PARAMS_st* memsetParams,
+                                        CUcontext ctx);
+CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                      const CUDA_HOST_NODE_PARAMS_st* nodeParams);
+CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                            CUgraph childGraph);
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                            CUevent event);
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUevent event);
+CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(
+    CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st* params);
+CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(
+    CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_st* params);
+CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                            const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams);
+CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled);
 // Unloading code: a function handle of the unloaded module may come back for another kernel, so
 // orion forgets every kernel name it cached.
 CUresult cuModuleUnload(CUmodule hmod);
@@ -301,5 +340,14 @@ using GraphAddBatchMemOpNodeFn = CUresult (*)(CUgraphNode* phGraphNode, CUgraph 
                                               std::size_t numDependencies,
                                               const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams);
 using GraphDestroyNodeFn = CUresult (*)(CUgraphNode hNode);
+// Splitting a BE graph into segments (graph_segments.cpp): clones pruned to a segment each,
+// instantiated and destroyed with the driver's own calls, never orion's wrappers.
+using GraphCloneFn = CUresult (*)(CUgraph* phGraphClone, CUgraph originalGraph);
+using GraphNodeFindInCloneFn = CUresult (*)(CUgraphNode* phNode, CUgraphNode hOriginalNode,
+                                            CUgraph hClonedGraph);
+using GraphDestroyFn = CUresult (*)(CUgraph hGraph);
+using GraphInstantiateWithFlagsFn = CUresult (*)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 unsigned long long flags);  // NOLINT
+using GraphExecDestroyFn = CUresult (*)(CUgraphExec hGraphExec);
 
 }  // namespace orion::cuda

@@ -123,6 +123,12 @@ const Helpers& helpers() {
         resolve(h.graph_add_dependencies, "cuGraphAddDependencies");
         resolve(h.graph_add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
         resolve(h.graph_destroy_node, "cuGraphDestroyNode");
+        // Segments of BE graphs (graph_segments.cpp): the driver's own calls, not the hooks.
+        resolve(h.graph_clone, "cuGraphClone");
+        resolve(h.graph_node_find_in_clone, "cuGraphNodeFindInClone");
+        resolve(h.graph_destroy, "cuGraphDestroy");
+        resolve(h.graph_instantiate, "cuGraphInstantiateWithFlags");
+        resolve(h.graph_exec_destroy, "cuGraphExecDestroy");
         return h;
     }();
     return resolved;

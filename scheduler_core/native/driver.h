@@ -51,6 +51,11 @@ struct Helpers {
     cuda::GraphAddDependenciesFn graph_add_dependencies = nullptr;
     cuda::GraphAddBatchMemOpNodeFn graph_add_batch_mem_op_node = nullptr;
     cuda::GraphDestroyNodeFn graph_destroy_node = nullptr;
+    cuda::GraphCloneFn graph_clone = nullptr;
+    cuda::GraphNodeFindInCloneFn graph_node_find_in_clone = nullptr;
+    cuda::GraphDestroyFn graph_destroy = nullptr;
+    cuda::GraphInstantiateWithFlagsFn graph_instantiate = nullptr;
+    cuda::GraphExecDestroyFn graph_exec_destroy = nullptr;
 };
 const Helpers& helpers();
 

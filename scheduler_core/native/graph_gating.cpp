@@ -4,6 +4,7 @@
 #include "graph_gating.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <queue>
@@ -103,6 +104,8 @@ const char* walk_graph(CUgraph graph, GraphWalk* walk) {
         const std::size_t i = ready.top();
         ready.pop();
         ++visited;
+        walk->order.push_back(nodes[i]);
+        walk->types.push_back(types[i]);
         if (types[i] == CU_GRAPH_NODE_TYPE_KERNEL) {
             CUDA_KERNEL_NODE_PARAMS_v2 params{};
             if (h.graph_kernel_node_get_params(nodes[i], &params) != CUDA_SUCCESS) {
@@ -183,10 +186,18 @@ bool ClientRuntime::gates_graphs() {
 
 void ClientRuntime::count_ungated_graph(const char* why) {
     slot_->stats.graphs_ungated.fetch_add(1, std::memory_order_relaxed);
-    if (!graph_gate_warned_.exchange(true, std::memory_order_relaxed)) {
-        log_message((std::string("a CUDA graph could not be gated inside (") + why +
-                     "); it runs as a whole behind its launch's gate (counted in graphs_ungated)")
-                        .c_str());
+    if (graph_gate_warned_.exchange(true, std::memory_order_relaxed)) return;
+    const bool split = segments_graphs();
+    log_message((std::string("a CUDA graph could not be ") +
+                 (split ? "split into segments (" : "gated inside (") + why +
+                 "); it runs as a whole behind its launch's gate (counted in graphs_ungated)")
+                    .c_str());
+    // The first reason, for `orion status`: written once, then marked complete.
+    std::uint32_t unset = 0;
+    if (slot_->ungated_graph_why_set.compare_exchange_strong(unset, 1,
+                                                             std::memory_order_acq_rel)) {
+        std::snprintf(slot_->ungated_graph_why, kNameBytes, "%s", why);
+        slot_->ungated_graph_why_set.store(2, std::memory_order_release);
     }
 }
 
@@ -227,6 +238,7 @@ void ClientRuntime::restore_graph(const std::vector<CUgraphNode>& waits) {
 }
 
 CUresult ClientRuntime::instantiate_graph(CUgraphExec* exec, CUgraph graph,
+                                          unsigned long long flags,  // NOLINT(google-runtime-int)
                                           const std::function<CUresult()>& instantiate) {
     std::vector<std::uint32_t> positions;
     std::vector<CUgraphNode> waits;
@@ -262,6 +274,7 @@ CUresult ClientRuntime::instantiate_graph(CUgraphExec* exec, CUgraph graph,
         slot_->stats.graphs_gated.fetch_add(1, std::memory_order_relaxed);
         slot_->stats.graph_gate_waits.fetch_add(waits.size(), std::memory_order_relaxed);
     }
+    segment_graph(*exec, graph, flags);  // a run that splits BE graphs (graph_segments.cpp)
     return result;
 }
 
@@ -292,7 +305,14 @@ CUresult ClientRuntime::update_graph(CUgraphExec exec, CUgraph graph,
     }
     const CUresult result = update();
     if (!waits.empty()) restore_graph(waits);
-    if (result == CUDA_SUCCESS) graph_instantiated(exec, graph);
+    if (result == CUDA_SUCCESS) {
+        graph_instantiated(exec, graph);
+        // A split executable is split again from the graph it now runs (graph_segments.cpp).
+        const GraphSlot* slot = graph_slot(exec, false);
+        const SegmentedGraph* segments =
+            slot != nullptr ? slot->segments.load(std::memory_order_acquire) : nullptr;
+        if (segments != nullptr) segment_graph(exec, graph, segments->flags);
+    }
     return result;
 }
 

@@ -37,6 +37,9 @@ struct GraphWalk {
     std::vector<CUgraphNode> kernels;
     std::vector<CUDA_KERNEL_NODE_PARAMS_v2> params;
     std::vector<std::vector<CUgraphNode>> dependencies;
+    // Every node in that same order, with its type (segments take them all, graph_segments.h).
+    std::vector<CUgraphNode> order;
+    std::vector<CUgraphNodeType> types;
 };
 
 // Reads `graph` (nodes, types, edges, kernel parameters). Returns nullptr on success, else why

@@ -39,7 +39,17 @@
     X(cuArrayDestroy)              \
     X(cuMipmappedArrayCreate)      \
     X(cuMipmappedArrayDestroy)     \
-    X(cuGraphExecNodeSetParams)
+    X(cuGraphExecNodeSetParams)    \
+    X(cuGraphExecMemcpyNodeSetParams) \
+    X(cuGraphExecMemsetNodeSetParams) \
+    X(cuGraphExecHostNodeSetParams) \
+    X(cuGraphExecChildGraphNodeSetParams) \
+    X(cuGraphExecEventRecordNodeSetEvent) \
+    X(cuGraphExecEventWaitNodeSetEvent) \
+    X(cuGraphExecExternalSemaphoresSignalNodeSetParams) \
+    X(cuGraphExecExternalSemaphoresWaitNodeSetParams) \
+    X(cuGraphExecBatchMemOpNodeSetParams) \
+    X(cuGraphNodeSetEnabled)
 
 // Entry points exported under a versioned name (cuda.h maps `cuMemAlloc` to `cuMemAlloc_v2`):
 // X(base name, exported symbol, CUDA version). cuGetProcAddress hands the exported function out

@@ -235,6 +235,10 @@ CUresult graph_launch(int variant, CUgraphExec graph, CUstream stream) {
     if (real == nullptr) return kNotFound;
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active()) return real(graph, stream);
+    // A split BE graph runs as its segments, each through the gate (graph_segments.h).
+    if (const orion::SegmentedGraph* segments = runtime.graph_segments(graph, stream, variant)) {
+        return runtime.launch_segments(*segments, stream, variant, real);
+    }
     LaunchShape shape;
     shape.graph = graph;
     const LaunchTicket ticket = runtime.before_launch(shape, stream, variant);
@@ -364,12 +368,19 @@ ORION_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int 
 // that a later cuGraphLaunch of the executable finds its profile entry.
 namespace {
 
+// The instantiation's flags, however they were passed.
+unsigned long long flags_of(unsigned long long flags) { return flags; }  // NOLINT
+unsigned long long flags_of(const CUDA_GRAPH_INSTANTIATE_PARAMS* params) {  // NOLINT
+    return params != nullptr ? params->flags : 0;
+}
+
 template <typename Real, typename Options>
 CUresult instantiate(Real real, CUgraphExec* exec, CUgraph graph, Options options) {
     if (real == nullptr) return kNotFound;
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active()) return real(exec, graph, options);
-    return runtime.instantiate_graph(exec, graph, [&] { return real(exec, graph, options); });
+    return runtime.instantiate_graph(exec, graph, flags_of(options),
+                                     [&] { return real(exec, graph, options); });
 }
 
 }  // namespace
@@ -393,6 +404,7 @@ ORION_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
     if (runtime.active()) {
         runtime.graph_destroyed(exec);
         runtime.forget_gated_graph(exec);
+        runtime.forget_segments(exec);
     }
     return real(exec);
 }
@@ -409,26 +421,106 @@ ORION_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph,
     return runtime.update_graph(exec, graph, [&] { return real(exec, graph, info); });
 }
 
+namespace {
+
+// A per-node setter of an executable: the program's executable first, as it asked; then, for a
+// split BE graph, the same change on the segment holding the node (graph_segments.h).
+// `kernel`: a kernel node's new parameters (its identity changes by that node), nullptr for
+// parameters orion does not read; `identity`: whether the change may touch a kernel node.
+template <typename Real, typename... Args>
+CUresult set_exec_node(Real real, bool identity, const CUDA_KERNEL_NODE_PARAMS_v2* kernel,
+                       CUgraphExec exec, CUgraphNode node, Args... args) {
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(exec, node, args...);
+    ClientRuntime& runtime = ClientRuntime::instance();
+    if (result != CUDA_SUCCESS || !runtime.active()) return result;
+    if (identity) runtime.graph_node_changed(exec, node, kernel);
+    runtime.follow_node_change(exec, node, kernel, [&](CUgraphExec segment, CUgraphNode mine) {
+        return real(segment, mine, args...);
+    });
+    return result;
+}
+
+}  // namespace
+
 ORION_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
                                                         const CUDA_KERNEL_NODE_PARAMS_v2* params) {
-    auto real = hooks::real_cuGraphExecKernelNodeSetParams(hooks::kLegacy);
-    if (real == nullptr) return kNotFound;
-    const CUresult result = real(exec, node, params);
-    ClientRuntime& runtime = ClientRuntime::instance();
-    if (result == CUDA_SUCCESS && runtime.active()) runtime.graph_node_changed(exec, node, params);
-    return result;
+    return set_exec_node(hooks::real_cuGraphExecKernelNodeSetParams(hooks::kLegacy), true,
+                         params, exec, node, params);
 }
 
 // The generic setter (CUDA 12.2+): its parameters are a union orion does not read, so a changed
 // executable is no longer identified (gated as an unknown graph until the GPU says it is done).
 ORION_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node,
                                                CUgraphNodeParams* params) {
-    auto real = hooks::real_cuGraphExecNodeSetParams(hooks::kLegacy);
-    if (real == nullptr) return kNotFound;
-    const CUresult result = real(exec, node, params);
-    ClientRuntime& runtime = ClientRuntime::instance();
-    if (result == CUDA_SUCCESS && runtime.active()) runtime.graph_node_changed(exec, node, nullptr);
-    return result;
+    return set_exec_node(hooks::real_cuGraphExecNodeSetParams(hooks::kLegacy), true, nullptr,
+                         exec, node, params);
+}
+
+// The typed setters of the other node kinds: no kernel changes, so the identity stays.
+ORION_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                     const CUDA_MEMCPY3D_st* copy, CUcontext ctx) {
+    return set_exec_node(hooks::real_cuGraphExecMemcpyNodeSetParams(hooks::kLegacy), false,
+                         nullptr, exec, node, copy, ctx);
+}
+
+ORION_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                     const CUDA_MEMSET_NODE_PARAMS_st* memset,
+                                                     CUcontext ctx) {
+    return set_exec_node(hooks::real_cuGraphExecMemsetNodeSetParams(hooks::kLegacy), false,
+                         nullptr, exec, node, memset, ctx);
+}
+
+ORION_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_HOST_NODE_PARAMS_st* params) {
+    return set_exec_node(hooks::real_cuGraphExecHostNodeSetParams(hooks::kLegacy), false,
+                         nullptr, exec, node, params);
+}
+
+// A child graph's kernels are not part of the identity (read from the top graph's kernel nodes);
+// its segment's work becomes unknown.
+ORION_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                         CUgraph child) {
+    return set_exec_node(hooks::real_cuGraphExecChildGraphNodeSetParams(hooks::kLegacy), false,
+                         nullptr, exec, node, child);
+}
+
+ORION_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec, CUgraphNode node,
+                                                         CUevent event) {
+    return set_exec_node(hooks::real_cuGraphExecEventRecordNodeSetEvent(hooks::kLegacy), false,
+                         nullptr, exec, node, event);
+}
+
+ORION_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec, CUgraphNode node,
+                                                       CUevent event) {
+    return set_exec_node(hooks::real_cuGraphExecEventWaitNodeSetEvent(hooks::kLegacy), false,
+                         nullptr, exec, node, event);
+}
+
+ORION_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(
+    CUgraphExec exec, CUgraphNode node, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st* params) {
+    return set_exec_node(
+        hooks::real_cuGraphExecExternalSemaphoresSignalNodeSetParams(hooks::kLegacy), false,
+        nullptr, exec, node, params);
+}
+
+ORION_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(
+    CUgraphExec exec, CUgraphNode node, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_st* params) {
+    return set_exec_node(hooks::real_cuGraphExecExternalSemaphoresWaitNodeSetParams(hooks::kLegacy),
+                         false, nullptr, exec, node, params);
+}
+
+ORION_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(
+    CUgraphExec exec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+    return set_exec_node(hooks::real_cuGraphExecBatchMemOpNodeSetParams(hooks::kLegacy), false,
+                         nullptr, exec, node, params);
+}
+
+// A kernel node switched off or on: the graph's kernels, as orion reads them, stay the same.
+ORION_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node,
+                                            unsigned int enabled) {
+    return set_exec_node(hooks::real_cuGraphNodeSetEnabled(hooks::kLegacy), false, nullptr, exec,
+                         node, enabled);
 }
 
 ORION_EXPORT CUresult cuLaunch(CUfunction f) {

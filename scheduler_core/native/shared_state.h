@@ -41,7 +41,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     sampling_hold_until_ns, InflightEntry::guard_seq and the started mark of completion words
 //     (kStartedMark), GateBlock::hold_passes, ClientStats::sampling_holds and held_samples,
 //     Reason::kSamplingHold; RunHeader::hold_long_be (the latency controller's strictest step)
-constexpr std::uint32_t kLayoutVersion = 11;
+// 12: BE graphs split into segments (BeGraphGate::kSegments): ClientStats::graphs_segmented and
+//     graph_segments; ClientSlot::ungated_graph_why (the first graph orion could not bound)
+constexpr std::uint32_t kLayoutVersion = 12;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -92,6 +94,7 @@ enum class BeGate : std::uint32_t {
 enum class BeGraphGate : std::uint32_t {
     kInside = 0,  // wait nodes on the gate word inside the graph, one per queue limit of its work
     kWhole = 1,   // not rewritten: admitted whole behind its launch's stream wait
+    kSegments = 2,  // split into segments of at most a queue limit each (graph_segments.h)
 };
 enum class CompletionMode : std::uint32_t {
     kNone = 0,      // nothing tracked yet
@@ -346,6 +349,10 @@ struct ClientStats {
     std::atomic<std::uint64_t> felt_samples;
     std::atomic<std::uint64_t> felt_ns;
     std::atomic<std::uint64_t> felt_expected_ns;
+    // BE graphs split into segments (graph_segments.h; layout 12): instantiations split, and the
+    // segments they were split into.
+    std::atomic<std::uint64_t> graphs_segmented;
+    std::atomic<std::uint64_t> graph_segments;
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
@@ -461,6 +468,10 @@ struct alignas(64) ClientSlot {
     std::atomic<std::uint32_t> unknown_name_count;
     std::uint32_t reserved1;
     char unknown_names[kUnknownNames][kNameBytes];
+    // Why the first graph orion could not bound (gate inside or split) runs whole: written once,
+    // then `ungated_graph_why_set` is 2 (1 while it is being written). Layout 12.
+    std::atomic<std::uint32_t> ungated_graph_why_set;
+    char ungated_graph_why[kNameBytes];
 };
 
 struct alignas(64) RunHeader {

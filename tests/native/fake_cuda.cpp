@@ -783,6 +783,52 @@ CUresult cuGraphExecNodeSetParams(void* exec, void* node, void*) {
     log_line("graph_exec_set_node");
     return 0;
 }
+// Setters of other node kinds (one stands for all: a memset node's parameters, a node switched
+// off): taken for nodes of the graph the executable was made from, logged.
+CUresult cuGraphExecMemsetNodeSetParams(void* exec, void* node, const void*, void*) {
+    if (exec_op(exec, node) == nullptr) return 1;
+    log_line("graph_exec_set_memset");
+    return 0;
+}
+CUresult cuGraphNodeSetEnabled(void* exec, void* node, unsigned int enabled) {
+    if (exec_op(exec, node) == nullptr) return 1;
+    log_line("graph_exec_set_enabled " + std::to_string(enabled));
+    return 0;
+}
+// Cloning: every node copied with its parameters and dependencies, as the driver does; each
+// clone remembers which of its nodes stands for which original, for cuGraphNodeFindInClone.
+// FAKE_GRAPH_CLONE_REFUSED=1 makes the driver refuse.
+std::map<std::pair<void*, void*>, void*> g_clone_nodes;  // (clone, original node) -> its node
+CUresult cuGraphClone(void** clone, void* original) {
+    if (std::getenv("FAKE_GRAPH_CLONE_REFUSED") != nullptr) return 801;
+    auto* from = static_cast<FakeGraph*>(original);
+    auto* made = new FakeGraph{};
+    std::map<FakeNode*, FakeNode*> copies;
+    for (FakeNode* node : from->nodes) {
+        auto* copy = new FakeNode(*node);
+        copy->graph = made;
+        copies[node] = copy;
+        made->nodes.push_back(copy);
+    }
+    for (FakeNode* copy : made->nodes) {
+        for (FakeNode*& dep : copy->deps) dep = copies.at(dep);
+    }
+    for (const auto& [node, copy] : copies) g_clone_nodes[{made, node}] = copy;
+    *clone = made;
+    log_line("graph_clone nodes=" + std::to_string(made->nodes.size()));
+    return 0;
+}
+CUresult cuGraphNodeFindInClone(void** node, void* original, void* clone) {
+    const auto found = g_clone_nodes.find({clone, original});
+    if (found == g_clone_nodes.end()) return 1;
+    *node = found->second;
+    return 0;
+}
+CUresult cuGraphDestroy(void* graph) {
+    delete static_cast<FakeGraph*>(graph);  // its nodes stay: executables remember origins
+    log_line("graph_destroy");
+    return 0;
+}
 CUresult cuGraphExecDestroy(void* exec) {
     {
         std::lock_guard<std::mutex> lock(g_exec_mutex);
@@ -1163,6 +1209,11 @@ const Entry kEntries[] = {
     {"cuGraphExecKernelNodeSetParams", reinterpret_cast<void*>(&cuGraphExecKernelNodeSetParams_v2),
      reinterpret_cast<void*>(&cuGraphExecKernelNodeSetParams_v2), 12000},
     FAKE_SINCE(cuGraphExecNodeSetParams, 12020),
+    FAKE_PLAIN(cuGraphExecMemsetNodeSetParams),
+    FAKE_PLAIN(cuGraphNodeSetEnabled),
+    FAKE_PLAIN(cuGraphClone),
+    FAKE_PLAIN(cuGraphNodeFindInClone),
+    FAKE_PLAIN(cuGraphDestroy),
 };
 
 constexpr CUresult kNotFound = 500;

@@ -465,6 +465,17 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                 usage("generic node update failed");
             }
             pos += 4;
+        } else if (cmd == "graph_enable") {  // graph_enable EXEC G NODE 0|1 (cuGraphNodeSetEnabled)
+            need(5);
+            void* node = reinterpret_cast<NodeOfFn>(dlsym(g_handle, "fake_graph_node"))(
+                g_graphs.at(t[pos + 2]), std::strtoul(t[pos + 3].c_str(), nullptr, 10));
+            using EnableFn = CUresult (*)(void*, void*, unsigned int);
+            if (reinterpret_cast<EnableFn>(resolve("cuGraphNodeSetEnabled"))(
+                    g_execs.at(t[pos + 1]), node, std::strtoul(t[pos + 4].c_str(), nullptr, 10)) !=
+                0) {
+                usage("node enable failed");
+            }
+            pos += 5;
         } else if (cmd == "graph_destroy") {  // graph_destroy G
             need(2);
             if (reinterpret_cast<ExecDestroyFn>(resolve("cuGraphExecDestroy"))(
