@@ -57,12 +57,14 @@ def up_command(
         str | None,
         typer.Option(
             "--be-graph-gate",
-            help="How the CUDA graphs of clients gated on the GPU are held: inside (wait nodes "
-            "inside each graph, one per BE queue limit of its work, so an arriving HP request "
-            "finds at most that much let through) or whole (graphs run as the program made "
-            "them, admitted whole behind their launch's gate; also for graphs that misbehave "
-            "rewritten). Default: whole when time-sliced, where it measured better for HP and "
-            "BE on an H100, inside under mps (docs/scheduler.md).",
+            help="How the CUDA graphs of gated (BE) clients are held: segments (each graph split "
+            "into pieces of at most one BE queue limit of work, launched one after another "
+            "through the gate like eager work), inside (wait nodes inside each graph, one per "
+            "queue limit of its work) or whole (graphs run as the program made them, admitted "
+            "whole behind their launch's gate; also for graphs that misbehave split). So an "
+            "arriving HP request finds at most one queue limit of a BE graph let through, "
+            "except whole. Default: segments when time-sliced (a graph stopped at a wait node "
+            "inside it keeps its context on the GPU), inside under mps (docs/scheduler.md).",
             show_default=False,
         ),
     ] = None,

@@ -31,13 +31,14 @@ GATING_POLICIES = ("reef", "orion")
 on the GPU. Reports name the gate of these runs only (``orion@cpu-gate``)."""
 
 GRAPH_GATING_POLICIES = (*GATING_POLICIES, "quota")
-"""Policies under which the CUDA graphs of clients gated on the GPU (BE under reef and orion,
-every client under quota) get gate waits inside them; the jobs file's ``run.be_graph_gate``
-(kept in the run's config) says ``inside`` or ``whole``: each graph is not rewritten and is
-admitted whole behind its launch's gate. Left unset, it is the sharing mode's default (inside
-under MPS, whole time-sliced: ``scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING``), and run.json
-records which. Reports name the setting only where it is not its sharing mode's default
-(``reef@whole-graphs``, ``orion@inside-graphs@timeslice``)."""
+"""Policies under which the CUDA graphs of gated clients (BE under reef and orion, every client
+under quota) are held within the queue limit; the jobs file's ``run.be_graph_gate`` (kept in the
+run's config) says how: ``inside`` (gate waits inside each graph), ``segments`` (each graph split
+into pieces launched through the gate) or ``whole`` (not rewritten: admitted whole behind its
+launch's gate). Left unset, it is the sharing mode's default (inside under MPS, segments
+time-sliced: ``scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING``), and run.json records which.
+Reports name the setting only where it is not its sharing mode's default (``reef@whole-graphs``,
+``orion@inside-graphs@timeslice``)."""
 
 RUN_JSON = "run.json"
 CLIENTS_DIR = "clients"

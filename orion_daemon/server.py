@@ -103,7 +103,7 @@ class DaemonSettings:
     shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
     quota_window_ns: int = 1_000_000_000  # the window GPU-time shares are counted over
     be_gate: str = "gpu"
-    be_graph_gate: str = ""  # "inside" or "whole"; empty: the sharing mode's default
+    be_graph_gate: str = ""  # one of BE_GRAPH_GATES; empty: the sharing mode's default
     hp_completion: str = "estimate"
     trace: bool = False  # the library keeps a kernel trace, which a run's records copy out
     mps_folder: Path | None = None  # where the MPS daemon's folders go (None: the state folder)

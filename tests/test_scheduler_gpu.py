@@ -208,6 +208,61 @@ def test_a_be_graph_is_gated_inside_with_unchanged_outputs(case: str, tmp_path: 
     assert stats["graph_launches"] >= 1
 
 
+@pytest.mark.parametrize("case", ["resnet50-graph", "compiled-graph"])
+def test_a_be_graph_split_into_segments_gives_unchanged_outputs(case: str, tmp_path: Path) -> None:
+    # The time-sliced default for BE graphs: each graph split into pieces (a kernel node each,
+    # the decoy profile knowing none), launched one after another through the gate. Every piece
+    # runs once and the outputs are those of the program's own graph without the library.
+    plain, split = _concurrently(
+        lambda: _probe(case, tmp_path, dict(os.environ), "plain"),
+        lambda: _with_library(case, tmp_path, "orion", "be", be_graph_gate="segments"),
+    )
+    stats = split["stats"]
+    assert split["output_sha256"] == plain["output_sha256"]
+    assert stats["graphs_ungated"] == 0, stats["ungated_graph_why"]
+    assert stats["graphs_segmented"] >= 1
+    if case == "resnet50-graph":  # one graph: a piece per kernel node, as the profiler counts them
+        assert stats["graph_segments"] == split["profiler_kernels"] > 100
+        assert split["library_launches"] == split["profiler_kernels"]
+    assert stats["graph_launches"] >= 1
+
+
+def test_a_jax_training_step_split_into_segments_gives_unchanged_results(tmp_path: Path) -> None:
+    # XLA replays a jitted step as CUDA graphs: under orion as BE they are split into pieces, and
+    # 30 training steps end with the same parameters, bit for bit, as without the library.
+    pytest.importorskip("jax")
+    probe = Path(__file__).resolve().parent / "gpu_jax_probe.py"
+
+    def run(env: dict[str, str], tag: str) -> dict:
+        result = tmp_path / f"jax-{tag}.json"
+        done = subprocess.run(
+            [sys.executable, str(probe), str(result)],
+            env={**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(result.read_text())
+
+    def split() -> dict:
+        settings = SchedulerSettings(
+            policy="orion", sm_count=_sm_count(), queue_limit_ns=100_000,
+            unknown_duration_ns=100_000, be_gate="gpu", be_graph_gate="segments",
+        )  # fmt: skip
+        with SchedulerRun(settings) as scheduler:
+            index = scheduler.add_client("probe", "be", DECOY_PROFILE)
+            scheduler.publish()
+            result = run(scheduler.client_environment(index), "split")
+            result["stats"] = scheduler.stats()["probe"]
+        return result
+
+    plain, gated = _concurrently(lambda: run(dict(os.environ), "plain"), split)
+    stats = gated["stats"]
+    assert gated["output_sha256"] == plain["output_sha256"]
+    assert stats["graphs_ungated"] == 0, stats["ungated_graph_why"]
+    assert stats["graphs_segmented"] >= 1
+    assert stats["graph_segments"] > stats["graphs_segmented"]
+
+
 def test_a_torch_compile_reduce_overhead_graph_is_identified_and_written(tmp_path: Path) -> None:
     # Held-out check of graph identity: inductor's own graphs (torch.compile
     # mode="reduce-overhead"), instantiated by PyTorch, are read at instantiation like orion's
