@@ -55,6 +55,8 @@ sys.path.insert(0, str(ROOT))
 from reporting.suite import (  # noqa: E402
     MODES,
     NEIGHBOURS_IDLE,
+    ORION_MODE,
+    ORION_VARIANTS,
     SUITE_FORMAT,
     summarise,
     summary_table,
@@ -287,10 +289,12 @@ class Worker:
                 result = self.run_clients(cell, folder, environment, mode)
             result["notes"] = notes
             return result
-        if mode == "orion":
+        if mode == ORION_MODE or mode in ORION_VARIANTS:
             state = folder / "state"
             environment.pop("CUDA_VISIBLE_DEVICES")  # orion run sets it to the daemon's GPU
-            up = self.daemon_command("up", state, environment, folder)
+            up = self.daemon_command(
+                "up", state, environment, folder, *ORION_VARIANTS.get(mode, ())
+            )
             if up != 0:
                 raise CellFailed(f"orion up failed ({up}): see orion-up.log")
             try:
@@ -300,12 +304,12 @@ class Worker:
         return self.run_clients(cell, folder, environment, mode)
 
     def daemon_command(
-        self, verb: str, state: Path, environment: dict[str, str], folder: Path
+        self, verb: str, state: Path, environment: dict[str, str], folder: Path, *options: str
     ) -> int:
-        """``orion up`` or ``orion down`` for this GPU and the cell's state folder, its output in
-        ``orion-<verb>.log``; returns its exit status."""
+        """``orion up`` or ``orion down`` for this GPU and the cell's state folder (with
+        ``options``), its output in ``orion-<verb>.log``; returns its exit status."""
         done = subprocess.run(
-            orion_cli(verb, "--gpu", str(self.gpu), "--state-dir", str(state)),
+            orion_cli(verb, "--gpu", str(self.gpu), "--state-dir", str(state), *options),
             env=environment, capture_output=True, text=True, timeout=180, cwd=folder, check=False,
         )  # fmt: skip
         (folder / f"orion-{verb}.log").write_text(done.stdout + done.stderr)
@@ -336,7 +340,7 @@ class Worker:
                     }
                 for key, _ in group:
                     ready[key] = self.wait_ready(key, folder / f"{key}.csv", processes[key])
-                if mode == "orion" and group[0][0] == "hp" and index + 1 < len(groups):
+                if state is not None and group[0][0] == "hp" and index + 1 < len(groups):
                     time.sleep(self.args.learn_s)  # the daemon sees the HP alone first
             start = max(ready.values()) + self.args.settle_s
             end = start + self.args.window
@@ -371,7 +375,7 @@ class Worker:
         """One program of a cell, as its mode runs it, its output in ``folder``."""
         command = program_command(self.suite, program, folder / f"{key}.csv")
         client_env = dict(environment)
-        if mode == "orion":
+        if state is not None:  # under an orion daemon
             role = self.suite.programs[program].role
             command = orion_cli(
                 "run",

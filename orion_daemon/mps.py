@@ -28,6 +28,9 @@ from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_CLIENT_PRIORITY = "CUDA_MPS_CLIENT_PRIORITY"
+MPS_BE_PRIORITY = "1"
+"""An MPS client's priority (0, the default, is normal; 1 below it): given to BE clients."""
 """The MPS client's share of the SMs (percent). The runner sets it per client under policy
 ``mps-share`` from ``sm_percent`` and removes an inherited one under every policy: a value left
 in the user's shell would silently partition the GPU of runs that are meant to compare policies."""

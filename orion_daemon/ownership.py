@@ -33,6 +33,7 @@ ANSWER_VARIABLES = frozenset(
         "CUDA_VISIBLE_DEVICES",  # the GPU's UUID: the driver must number the GPU as the daemon
         "CUDA_MPS_PIPE_DIRECTORY",  # the daemon's private MPS daemon (sharing "mps")
         "CUDA_MPS_LOG_DIRECTORY",
+        "CUDA_MPS_CLIENT_PRIORITY",  # BE clients under MPS run at its lower priority
     }
 )
 """The only variables a daemon's answer to ``join`` may set (the native library keeps the same

@@ -50,6 +50,7 @@ from orion_daemon.connections import ConnectionServer
 from orion_daemon.limits import apply_change
 from orion_daemon.lock import already_running, folder_lock
 from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
+from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
 from orion_daemon.protocol import answer
 from orion_daemon.records import Recordings, SchedulerRecorder
@@ -660,7 +661,7 @@ class Daemon:
             "ok": True,
             "run": self._scheduler.name,
             "slot": slot,
-            "environment": self._env(slot, request.strict),
+            "environment": self._env(slot, request.strict, request.role),
         }
 
     def _recorded_names(self) -> frozenset[str]:
@@ -788,7 +789,7 @@ class Daemon:
         )
         return latency_control.status(self._control, allowed)
 
-    def _env(self, slot: int, strict: bool) -> dict[str, str]:
+    def _env(self, slot: int, strict: bool, role: str) -> dict[str, str]:
         environment = {
             "ORION_RUN": self._scheduler.name,
             "ORION_CLIENT": str(slot),
@@ -804,6 +805,11 @@ class Daemon:
             environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
         if self._mps is not None:
             environment.update(self._mps.environment)
+            if role == "be":
+                # Under MPS a BE client's kernels also yield to the HP's where the GPU schedules
+                # blocks: on the device, MPS with the BE at low priority halved the HP's tail
+                # by itself (docs/scheduler.md); orion's gates bound what is queued on top.
+                environment[MPS_CLIENT_PRIORITY] = MPS_BE_PRIORITY
         return environment
 
     # -- clients that are gone ---------------------------------------------------------------

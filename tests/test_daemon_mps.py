@@ -138,3 +138,29 @@ def test_sm_share_sets_the_mps_thread_percentage_and_drops_an_inherited_one() ->
     assert mps.with_sm_share(inherited, 30) == {"PATH": "/bin", mps.MPS_THREAD_PERCENTAGE: "30"}
     assert mps.with_sm_share(inherited, None) == {"PATH": "/bin"}
     assert inherited[mps.MPS_THREAD_PERCENTAGE] == "10"  # the caller's dict is left alone
+
+
+@pytest.mark.parametrize(("role", "priority"), [("be", "1"), ("hp", None)])
+def test_under_mps_be_clients_join_at_the_lower_client_priority(
+    tmp_path: Path, role: str, priority: str | None
+) -> None:
+    # What a daemon sharing through MPS tells a joining client: its MPS daemon's folders, and for
+    # a BE client the lower MPS client priority, which the library is allowed to take.
+    from types import SimpleNamespace
+
+    from orion_daemon.ownership import ANSWER_VARIABLES
+    from orion_daemon.server import Daemon, DaemonSettings
+
+    settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps")
+    mps = SimpleNamespace(
+        environment={"CUDA_MPS_PIPE_DIRECTORY": "/p", "CUDA_MPS_LOG_DIRECTORY": "/l"}
+    )
+    daemon = SimpleNamespace(settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=mps)
+    environment = Daemon._env(daemon, 3, False, role)
+    assert environment.get("CUDA_MPS_CLIENT_PRIORITY") == priority
+    assert environment["CUDA_MPS_PIPE_DIRECTORY"] == "/p"
+    assert set(environment) <= ANSWER_VARIABLES
+    time_sliced = SimpleNamespace(
+        settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=None
+    )
+    assert "CUDA_MPS_CLIENT_PRIORITY" not in Daemon._env(time_sliced, 3, False, role)

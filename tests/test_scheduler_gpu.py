@@ -221,9 +221,12 @@ def test_a_be_graph_split_into_segments_gives_unchanged_outputs(case: str, tmp_p
     assert split["output_sha256"] == plain["output_sha256"]
     assert stats["graphs_ungated"] == 0, stats["ungated_graph_why"]
     assert stats["graphs_segmented"] >= 1
-    if case == "resnet50-graph":  # one graph: a piece per kernel node, as the profiler counts them
-        assert stats["graph_segments"] == split["profiler_kernels"] > 100
-        assert split["library_launches"] == split["profiler_kernels"]
+    if case == "resnet50-graph":
+        # One graph of 229 kernels. The warm-up ran them eagerly first, so most are learned by
+        # the time the graph is instantiated and share pieces of up to the 100 us queue limit;
+        # each replay is one launch per piece.
+        assert 1 < stats["graph_segments"] <= split["profiler_kernels"]
+        assert split["library_launches"] == stats["graph_segments"]
     assert stats["graph_launches"] >= 1
 
 

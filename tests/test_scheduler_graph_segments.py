@@ -212,6 +212,16 @@ def test_a_graph_orion_cannot_split_runs_whole_counted_warned_once_and_named(
     assert stats["gate_waits"] >= 1  # each launch still waits at the gate as a unit
 
 
+def test_a_graph_whose_edges_carry_data_is_split_too(harness, tmp_path):
+    # XLA's graphs have edges with data (programmatic launch), which the CUDA 10.0 listing
+    # refuses: orion lists them again with the CUDA 12.3 form and splits the graph as usual.
+    stats, log, _ = run_client(
+        harness, tmp_path, f"{CHAIN} graph_inst G flags", env={"FAKE_GRAPH_EDGE_DATA": "1"}
+    )
+    assert instantiated_ops(log)[1:] == ["g1,g2", "g3", "g4,g5"]
+    assert stats["graphs_ungated"] == 0
+
+
 def test_the_cpu_gate_splits_graphs_too(harness, tmp_path):
     stats, log, _ = run_client(
         harness,

@@ -333,6 +333,16 @@ using ThreadExchangeStreamCaptureModeFn = CUresult (*)(CUstreamCaptureMode* mode
 // 12.0 hands these out), cuGraphAddBatchMemOpNode as in CUDA 11.7, cuGraphDestroyNode.
 using GraphGetEdgesFn = CUresult (*)(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
                                      std::size_t* numEdges);
+// CUDA 12.3's form, with each edge's data (read, never interpreted): the 10.0 form refuses a graph
+// whose edges carry data (CUDA_ERROR_LOSSY_QUERY), as XLA's programmatic-launch edges do.
+struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+};
+using GraphGetEdgesV2Fn = CUresult (*)(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
+                                       CUgraphEdgeData_st* edgeData, std::size_t* numEdges);
 using GraphAddDependenciesFn = CUresult (*)(CUgraph hGraph, const CUgraphNode* from,
                                             const CUgraphNode* to, std::size_t numDependencies);
 using GraphAddBatchMemOpNodeFn = CUresult (*)(CUgraphNode* phGraphNode, CUgraph hGraph,

@@ -120,6 +120,8 @@ const Helpers& helpers() {
         resolve(h.thread_exchange_stream_capture_mode, "cuThreadExchangeStreamCaptureMode");
         // At the CUDA 12.0 ABI: the forms without edge data (graph_gating.cpp).
         resolve(h.graph_get_edges, "cuGraphGetEdges");
+        h.graph_get_edges_v2 =
+            libcuda_symbol<cuda::GraphGetEdgesV2Fn>("cuGraphGetEdges_v2");  // exported as is
         resolve(h.graph_add_dependencies, "cuGraphAddDependencies");
         resolve(h.graph_add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
         resolve(h.graph_destroy_node, "cuGraphDestroyNode");

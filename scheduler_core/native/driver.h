@@ -48,6 +48,7 @@ struct Helpers {
     cuda::KernelGetFunctionFn kernel_get_function = nullptr;
     cuda::ThreadExchangeStreamCaptureModeFn thread_exchange_stream_capture_mode = nullptr;
     cuda::GraphGetEdgesFn graph_get_edges = nullptr;
+    cuda::GraphGetEdgesV2Fn graph_get_edges_v2 = nullptr;  // CUDA 12.3+: edges with data
     cuda::GraphAddDependenciesFn graph_add_dependencies = nullptr;
     cuda::GraphAddBatchMemOpNodeFn graph_add_batch_mem_op_node = nullptr;
     cuda::GraphDestroyNodeFn graph_destroy_node = nullptr;

@@ -56,17 +56,32 @@ const char* walk_graph(CUgraph graph, GraphWalk* walk) {
         return "the driver did not list its nodes";
     }
     nodes.resize(std::min(count, nodes.size()));
+    // Only the topology is read. The CUDA 10.0 form refuses edges that carry data (programmatic
+    // launch, ports), so such a graph is listed again with the CUDA 12.3 form.
     std::size_t edge_count = 0;
-    if (h.graph_get_edges(graph, nullptr, nullptr, &edge_count) != CUDA_SUCCESS) {
+    std::vector<CUgraphNode> from;
+    std::vector<CUgraphNode> to;
+    std::vector<cuda::CUgraphEdgeData_st> data;
+    const auto list_edges = [&](bool with_data) {
+        const auto get = [&](CUgraphNode* f, CUgraphNode* t, cuda::CUgraphEdgeData_st* d) {
+            return with_data ? h.graph_get_edges_v2(graph, f, t, d, &edge_count)
+                             : h.graph_get_edges(graph, f, t, &edge_count);
+        };
+        edge_count = 0;
+        if (get(nullptr, nullptr, nullptr) != CUDA_SUCCESS) return false;
+        from.assign(edge_count, nullptr);
+        to.assign(edge_count, nullptr);
+        data.assign(edge_count, cuda::CUgraphEdgeData_st{});
+        if (edge_count != 0 &&
+            get(from.data(), to.data(), with_data ? data.data() : nullptr) != CUDA_SUCCESS) {
+            return false;
+        }
+        edge_count = std::min(edge_count, from.size());
+        return true;
+    };
+    if (!list_edges(false) && (h.graph_get_edges_v2 == nullptr || !list_edges(true))) {
         return "the driver did not list its edges";
     }
-    std::vector<CUgraphNode> from(edge_count);
-    std::vector<CUgraphNode> to(edge_count);
-    if (edge_count != 0 &&
-        h.graph_get_edges(graph, from.data(), to.data(), &edge_count) != CUDA_SUCCESS) {
-        return "the driver did not list its edges";
-    }
-    edge_count = std::min(edge_count, from.size());
 
     std::unordered_map<CUgraphNode, std::size_t> index;
     std::vector<CUgraphNodeType> types(nodes.size());

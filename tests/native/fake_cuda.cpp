@@ -627,8 +627,21 @@ CUresult cuGraphGetNodes(void* graph, void** nodes, size_t* count) {
     *count = fake->nodes.size();
     return 0;
 }
-// The CUDA 10.0 ABI (what cuGetProcAddress hands out for 12.0): no edge data.
+CUresult list_edges(void* graph, void** from, void** to, size_t* count);
+// The CUDA 10.0 ABI (what cuGetProcAddress hands out for 12.0): no edge data. With
+// FAKE_GRAPH_EDGE_DATA set, the graph's edges carry data (as XLA's programmatic-launch edges do)
+// and this form refuses to list them (CUDA_ERROR_LOSSY_QUERY), as the driver does.
 CUresult cuGraphGetEdges(void* graph, void** from, void** to, size_t* count) {
+    if (std::getenv("FAKE_GRAPH_EDGE_DATA") != nullptr && from != nullptr) return 222;
+    return list_edges(graph, from, to, count);
+}
+// The CUDA 12.3 form, exported as cuGraphGetEdges_v2: the same edges, with their data (zeroed).
+CUresult cuGraphGetEdges_v2(void* graph, void** from, void** to, void* data, size_t* count) {
+    const CUresult result = list_edges(graph, from, to, count);
+    if (result == 0 && data != nullptr && from != nullptr) std::memset(data, 0, 8 * *count);
+    return result;
+}
+CUresult list_edges(void* graph, void** from, void** to, size_t* count) {
     auto* fake = static_cast<FakeGraph*>(graph);
     size_t edges = 0;
     for (auto it = fake->nodes.rbegin(); it != fake->nodes.rend(); ++it) {
