@@ -110,7 +110,8 @@ def up_command(
     )
     if address is not None:
         metrics.check_free(address)
-    from orion_daemon.control import daemon_arguments, gpu_settings, hold_bound, start_detached
+    from orion_daemon.client import daemon_command
+    from orion_daemon.control import gpu_settings, hold_bound, start_detached
     from orion_daemon.ownership import private_folder
 
     folder = daemon_folder(gpu, state_dir)
@@ -130,7 +131,7 @@ def up_command(
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.
         sys.stdout.flush()
-        arguments = daemon_arguments(settings)
+        arguments = daemon_command(settings)
         private_folder(folder)  # 0700 and this user's, or refused in one line
         os.chdir(folder)  # as start_detached: no source checkout shadows the installed orion
         os.execv(arguments[0], arguments)

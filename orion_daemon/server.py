@@ -169,8 +169,18 @@ class DaemonSettings:
     def from_json(cls, data: Any) -> DaemonSettings | None:
         """The settings a ``daemon.json`` holds; None when it holds none that read (a daemon of
         an older orion)."""
-        if not isinstance(data, dict):
+        try:
+            return cls.parse_json(data)
+        except OrionError:
             return None
+
+    @classmethod
+    def parse_json(cls, data: Any) -> DaemonSettings:
+        """The settings :meth:`to_json` wrote (how ``python -m orion_daemon`` is given them,
+        :func:`orion_daemon.client.daemon_command`); :class:`OrionError` for anything else.
+        Fields this orion does not know are ignored: a record of a newer one still reads."""
+        if not isinstance(data, dict):
+            raise OrionError(f"daemon settings are a JSON object, not {type(data).__name__}")
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         for key in ("folder", "mps_folder"):
@@ -178,8 +188,8 @@ class DaemonSettings:
                 values[key] = Path(values[key])
         try:
             return cls(**values)
-        except (TypeError, OrionError):
-            return None
+        except TypeError as error:
+            raise OrionError(f"daemon settings: {error}") from None
 
 
 SCHEDULING = (
