@@ -36,7 +36,7 @@ def hold_bound(daemon_gone_hold_s: float | None) -> dict[str, float]:
 def check_options(
     *,
     policy: str = "orion",
-    sharing: str = "",
+    sharing: str | None = None,
     queue_limit_us: float | None = None,
     be_graph_gate: str = "",
     folder: Path | None = None,
@@ -80,7 +80,7 @@ def gpu_settings(
     folder: Path,
     *,
     policy: str = "orion",
-    sharing: str = "",
+    sharing: str | None = None,
     shares: bool = False,
     queue_limit_us: float | None = None,
     be_graph_gate: str = "",
@@ -94,7 +94,7 @@ def gpu_settings(
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
     Refuses options no daemon runs with first (:func:`check_options`), then, with what is
     missing, a GPU that is not there, a missing preload library, and
-    ``mps`` sharing (asked for, or the policy's default when ``sharing`` is empty) without the
+    ``mps`` sharing (asked for, or the policy's default when ``sharing`` is None) without the
     MPS control daemon."""
     from orion_common import prerequisites, sysinfo
     from scheduler_core import check_preload_library

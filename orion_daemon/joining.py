@@ -25,6 +25,7 @@ from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.ownership import checked_environment
+from scheduler_core.settings import MEMORY_LIMIT
 
 COMMAND_NOT_FOUND = 127
 """The exit status a shell gives a command it cannot find; `orion run` gives the same."""
@@ -37,7 +38,7 @@ JOIN_VARIABLES = {
     "role": "ORION_ROLE",
     "name": "ORION_NAME",
     "profile": "ORION_PROFILE",
-    "memory_limit": "ORION_MEMORY_LIMIT",
+    MEMORY_LIMIT.name: MEMORY_LIMIT.variable,
     "memory_fraction": "ORION_MEMORY_FRACTION",
     "min_util": "ORION_MIN_UTIL",
     "max_util": "ORION_MAX_UTIL",

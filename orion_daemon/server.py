@@ -94,7 +94,7 @@ class DaemonSettings:
     sm_count: int
     folder: Path
     policy: str = "orion"
-    sharing: str = ""  # "mps" or "timeslice"; empty: the policy's default (scheduler_core.sharing)
+    sharing: str | None = None  # scheduler_core.settings.SHARING; None: the policy's default
     gpu_uuid: str | None = None
     gpu_name: str | None = None
     memory_bytes: int | None = None
