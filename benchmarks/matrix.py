@@ -97,7 +97,8 @@ from reporting.benchmark import (
 )
 from reporting.rundata import RunData
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES, DEFAULT_BE_GATE
-from scheduler_core.sharing import SHARINGS, default_be_graph_gate
+from scheduler_core.settings import SHARING
+from scheduler_core.sharing import default_be_graph_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -700,7 +701,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sharings",
-        type=_names(SHARINGS),
+        type=_names(SHARING.choices),
         default=[None],
         help="how the clients of reef, orion and quota share the GPU, one cell each: mps (one "
         "MPS daemon) or timeslice (separate contexts the driver switches between); default: "

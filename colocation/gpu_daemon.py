@@ -37,10 +37,10 @@ from typing import Any
 
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
+from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.embedded import DaemonThread, daemon_thread
-from orion_daemon.protocol import request
 from orion_daemon.server import SCHEDULING, DaemonSettings
 
 _LABELS = {
@@ -187,24 +187,13 @@ class RunDaemon:
     def pid(self) -> int:
         return int(self.record["pid"])
 
-    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        return request(Path(self.record["socket"]), message)
-
     def start_recording(self, run_dir: Path, names: list[str], origin_ns: int, trace: bool) -> None:
         """The daemon writes the records of the clients ``names`` into ``run_dir`` from now on."""
-        self._ask(
-            {
-                "op": "record",
-                "folder": str(run_dir.resolve()),
-                "clients": names,
-                "clock_origin_ns": origin_ns,
-                "trace": trace,
-            }
-        )
+        daemon_client.start_records(self.record, run_dir.resolve(), names, origin_ns, trace)
 
     def end_recording(self, run_dir: Path) -> None:
         """Returns once the run's last records are written."""
-        self._ask({"op": "record_end", "folder": str(run_dir.resolve())})
+        daemon_client.end_records(self.record, run_dir.resolve())
 
     def check(self) -> None:
         """Raises when the daemon stopped during the run (its clients then run ungated)."""

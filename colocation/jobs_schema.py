@@ -34,9 +34,9 @@ from colocation.jobs_fields import (
 )
 from colocation.policies import POLICIES, POLICY_NAMES, SHARE_POLICIES, Policy
 from orion_common.errors import OrionError
-from orion_common.sizes import parse_size
 from scheduler_core.run_state import DEFAULT_BE_GATE, BeGraphGate
-from scheduler_core.sharing import SHARINGS, Sharing, default_be_graph_gate
+from scheduler_core.settings import MEMORY_LIMIT, SHARING
+from scheduler_core.sharing import Sharing, default_be_graph_gate
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -80,9 +80,8 @@ class RunConfig(StrictModel):
     be_graph_gate: BeGraphGate | None = None
     # The sliding window over which clients' min_util / max_util shares of GPU time hold.
     quota_window_s: Annotated[float, Field(gt=0, le=60)] = 1.0
-    # How the clients share the GPU: "mps" (one private MPS daemon) or "timeslice" (separate
-    # contexts the driver switches between). None: the policy's default (colocation.policies).
-    sharing: Sharing | None = None
+    # None: the policy's default (colocation.policies); the rest is SHARING's declaration.
+    sharing: Sharing | None = Field(default=None, description=SHARING.help)
     gpu: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("policy")
@@ -128,8 +127,9 @@ class ClientConfig(StrictModel):
     latency_target_ms: Annotated[float, Field(gt=0)] | None = None
     """HP only: the p99 latency its requests may take; sets the default BE queue bound
     (:mod:`scheduler_core.thresholds`). None: 5% over the HP step's profiled GPU time."""
-    memory_limit: int | None = None
-    """Bytes of GPU memory this client may allocate (``"4GiB"`` in the file); None: no limit.
+    memory_limit: int | None = Field(default=None, description=MEMORY_LIMIT.help)
+    """Bytes of GPU memory this client may allocate (``"4GiB"`` in the file, parsed by
+    :data:`scheduler_core.settings.MEMORY_LIMIT`); None: no limit.
     Enforced by the preload library, which every policy loads; checked against the GPU's memory
     in :mod:`colocation.preflight`."""
 
@@ -202,10 +202,8 @@ class ClientConfig(StrictModel):
     @classmethod
     def _memory_limit_is_a_size(cls, value: Any) -> int | None:
         # before pydantic's own check: the file may say "4GiB", the model keeps bytes
-        if value is None:
-            return None
         try:
-            return parse_size(value)
+            return MEMORY_LIMIT.parse(value)
         except ValueError as exc:
             raise problem(str(exc)) from None
 
@@ -436,7 +434,7 @@ def cross_field_problems(data: Any) -> list[Problem]:
     problems += _share_problems(run, clients, policy)
 
     sharing = run.get("sharing")
-    if policy is not None and sharing in SHARINGS:  # any other value: the field check says so
+    if policy is not None and SHARING.problem(sharing) is None and sharing is not None:
         reason = policy.sharing_problem(sharing)
         if reason is not None:
             problems.append(Problem("run.sharing", reason))

@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 
 from orion_cli._common import console, handle_errors
+from orion_cli._settings import parsed, setting_option
 from orion_cli.console import shown
+from scheduler_core.settings import MEMORY_LIMIT, UNSET_WORD
 
 
 @handle_errors
@@ -24,12 +26,7 @@ def quota_command(
     ],
     memory_limit: Annotated[
         str | None,
-        typer.Option(
-            "--memory-limit",
-            help="New GPU memory limit: bytes, or a number with k, M, G (powers of 10) or Ki, "
-            "Mi, Gi (powers of 2), optionally followed by B; 'none' lifts the limit.",
-            show_default=False,
-        ),
+        setting_option(MEMORY_LIMIT, f"The client's new memory limit ({UNSET_WORD!r} lifts it)."),
     ] = None,
     max_util: Annotated[
         float | None,
@@ -59,18 +56,13 @@ def quota_command(
     from colocation.jobs_errors import value_problem
     from colocation.live_limits import change_memory_limit, change_shares
     from orion_common.errors import UsageError
-    from orion_common.sizes import format_size, parse_size
+    from orion_common.sizes import format_size
 
     if memory_limit is None and max_util is None and min_util is None:
         raise typer.BadParameter(
             "give at least one of --memory-limit, --max-util, --min-util", param_hint="options"
         )
-    limit: int | None = None
-    if memory_limit is not None and memory_limit.strip().lower() != "none":
-        try:
-            limit = parse_size(memory_limit)
-        except ValueError as error:
-            raise typer.BadParameter(str(error), param_hint="--memory-limit") from None
+    limit: int | None = parsed(MEMORY_LIMIT, memory_limit)
     for flag, field, value in (
         ("--max-util", "max_util", max_util),
         ("--min-util", "min_util", min_util),

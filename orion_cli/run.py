@@ -11,6 +11,8 @@ import typer
 
 from orion_cli._common import error_console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
+from orion_cli._settings import parsed, setting_option
+from scheduler_core.settings import MEMORY_LIMIT
 
 
 def default_name(command: list[str]) -> str:
@@ -51,15 +53,7 @@ def run_command(
             show_default=False,
         ),
     ] = None,
-    memory_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--memory-limit",
-            help="GPU memory the program may hold: bytes, or a number with k, M, G or Ki, Mi, "
-            "Gi (e.g. 8GiB). Allocations past it fail as out of memory.",
-            show_default=False,
-        ),
-    ] = None,
+    memory_limit: Annotated[str | None, setting_option(MEMORY_LIMIT, "E.g. 8GiB.")] = None,
     min_util: Annotated[
         float,
         typer.Option("--min-util", help="Share of GPU time promised when it has work (0-1)."),
@@ -93,7 +87,6 @@ def run_command(
     Example: orion run --hp --name web -- python serve.py --port 8000
     """
     from orion_common.errors import OrionError, UsageError
-    from orion_common.sizes import parse_size
     from orion_daemon.admission import JoinRequest, check_request
     from orion_daemon.joining import (
         check_join_now,
@@ -108,15 +101,10 @@ def run_command(
         raise UsageError("no command to run", hint="orion run --be -- python train.py")
     if hp == be and not no_daemon:
         raise UsageError("say whether the program is --hp or --be")
-    limit = None
-    if memory_limit is not None:
-        try:
-            limit = parse_size(memory_limit)
-        except ValueError as error:
-            raise UsageError(f"--memory-limit: {error}") from None
+    limit = parsed(MEMORY_LIMIT, memory_limit)
     if no_daemon:
         given = {
-            "--memory-limit": memory_limit is not None,
+            MEMORY_LIMIT.flag: memory_limit is not None,
             "--min-util": min_util != 0.0,
             "--max-util": max_util != 1.0,
             "--latency-target-ms": latency_target_ms is not None,

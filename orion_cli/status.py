@@ -130,20 +130,20 @@ def status_command(
     second, share of GPU time, memory and limit, best-effort launches held and why, which share
     of its launches was gated by its offline profile, by kernels learned online or as unknown
     work, and its slowdown: how much longer its timed launches ran than alone."""
+    from orion_daemon import client as daemon_client
     from orion_daemon import state
-    from orion_daemon.protocol import request
 
     folder = daemon_folder(gpu, state_dir)
     if save_profile is not None:
         client, path = save_profile
         record = state.require_daemon(gpu, folder)
-        learned = request(Path(record["socket"]), {"op": "learned", "client": client})["learned"]
+        learned = daemon_client.learned(record, client)
         _save_learned(learned, path)
         return
 
     def fetch() -> dict[str, Any]:
         record = state.require_daemon(gpu, folder)
-        return request(Path(record["socket"]), {"op": "status"})["status"]
+        return daemon_client.status(record)
 
     if as_json:
         print_json(fetch())

@@ -11,6 +11,8 @@ import typer
 from orion_cli._common import console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
 from orion_cli._metrics_options import MetricsAllowRemoteOpt, MetricsListenOpt, MetricsPortOpt
+from orion_cli._settings import parsed, setting_option
+from scheduler_core.settings import SHARING
 
 
 @handle_errors
@@ -25,17 +27,7 @@ def up_command(
             "shares), passthrough (nothing gated).",
         ),
     ] = "orion",
-    sharing: Annotated[
-        str | None,
-        typer.Option(
-            "--sharing",
-            help="mps: the clients share the GPU through an MPS daemon this daemon starts; "
-            "timeslice: separate contexts that the driver switches between (orion's GPU gates "
-            "still hold BE work while HP has work). Default: the policy's (timeslice for orion, "
-            "mps for the others; priority runs under mps only).",
-            show_default=False,
-        ),
-    ] = None,
+    sharing: Annotated[str | None, setting_option(SHARING)] = None,
     shares: Annotated[
         bool,
         typer.Option(
@@ -106,13 +98,16 @@ def up_command(
     # gpu_settings checks every option (control.check_options) before it looks at the GPU
     from orion_daemon import metrics
 
+    sharing = parsed(SHARING, sharing)
+
     # Before the GPU is read or anything starts: a bad address or a port in use, in one line.
     address = metrics.address_from_options(
         metrics_port, metrics_listen, allow_remote=metrics_allow_remote
     )
     if address is not None:
         metrics.check_free(address)
-    from orion_daemon.control import daemon_arguments, gpu_settings, hold_bound, start_detached
+    from orion_daemon.client import daemon_command
+    from orion_daemon.control import gpu_settings, hold_bound, start_detached
     from orion_daemon.ownership import private_folder
 
     folder = daemon_folder(gpu, state_dir)
@@ -120,7 +115,7 @@ def up_command(
         gpu,
         folder,
         policy=policy,
-        sharing=sharing or "",
+        sharing=sharing,
         shares=shares,
         queue_limit_us=queue_limit_us,
         be_graph_gate=be_graph_gate or "",
@@ -132,7 +127,7 @@ def up_command(
     if foreground:
         # A fresh process: this one made a CUDA context reading the GPU's facts.
         sys.stdout.flush()
-        arguments = daemon_arguments(settings)
+        arguments = daemon_command(settings)
         private_folder(folder)  # 0700 and this user's, or refused in one line
         os.chdir(folder)  # as start_detached: no source checkout shadows the installed orion
         os.execv(arguments[0], arguments)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orion_common.errors import OrionError, UsageError
-from orion_common.sizes import format_size, parse_size
+from orion_common.sizes import format_size
+from scheduler_core.settings import MEMORY_LIMIT
 
 ROLES = ("hp", "be")
 MAX_NAME_CHARS = 31  # the shared state's client name field holds 31 bytes and a terminator
@@ -57,7 +58,7 @@ class JoinRequest:
         limit = message.get("memory_limit")
         if isinstance(limit, str):  # as a person wrote it (ORION_MEMORY_LIMIT=8GiB)
             try:
-                limit = parse_size(limit)
+                limit = MEMORY_LIMIT.parse(limit)
             except ValueError as error:
                 raise OrionError(f"memory limit {error}") from None
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
@@ -130,8 +131,9 @@ def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
     fraction = request.memory_fraction
     if fraction is not None and not 0.0 < fraction <= 1.0:
         raise UsageError(f"a memory fraction is above 0 and at most 1 (got {fraction:g})")
-    if request.memory_limit is not None and request.memory_limit < 1:
-        raise UsageError(f"a memory limit is at least 1 byte (got {request.memory_limit})")
+    problem = MEMORY_LIMIT.problem(request.memory_limit)
+    if problem is not None:
+        raise UsageError(problem)
     for name, value in (("--min-util", request.min_util), ("--max-util", request.max_util)):
         if not 0.0 <= value <= 1.0:  # false for nan too
             raise UsageError(f"{name} must be between 0 and 1 (got {value:g})")

@@ -12,17 +12,16 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError, UsageError
 from orion_common.processes import same_process
+from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.ownership import private_folder
-from orion_daemon.protocol import request
-from orion_daemon.server import ATTACH_TIMEOUT_S, DAEMON_GONE_HOLD_S, DaemonSettings
+from orion_daemon.server import DAEMON_GONE_HOLD_S, DaemonSettings
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -37,7 +36,7 @@ def hold_bound(daemon_gone_hold_s: float | None) -> dict[str, float]:
 def check_options(
     *,
     policy: str = "orion",
-    sharing: str = "",
+    sharing: str | None = None,
     queue_limit_us: float | None = None,
     be_graph_gate: str = "",
     folder: Path | None = None,
@@ -81,7 +80,7 @@ def gpu_settings(
     folder: Path,
     *,
     policy: str = "orion",
-    sharing: str = "",
+    sharing: str | None = None,
     shares: bool = False,
     queue_limit_us: float | None = None,
     be_graph_gate: str = "",
@@ -95,7 +94,7 @@ def gpu_settings(
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
     Refuses options no daemon runs with first (:func:`check_options`), then, with what is
     missing, a GPU that is not there, a missing preload library, and
-    ``mps`` sharing (asked for, or the policy's default when ``sharing`` is empty) without the
+    ``mps`` sharing (asked for, or the policy's default when ``sharing`` is None) without the
     MPS control daemon."""
     from orion_common import prerequisites, sysinfo
     from scheduler_core import check_preload_library
@@ -144,56 +143,6 @@ def gpu_settings(
     return settings
 
 
-def daemon_arguments(settings: DaemonSettings) -> list[str]:
-    """The ``python -m orion_daemon`` command line for ``settings``."""
-    arguments = [
-        sys.executable,
-        "-m",
-        "orion_daemon",
-        "--gpu",
-        str(settings.gpu),
-        "--sm-count",
-        str(settings.sm_count),
-        "--state-dir",
-        str(settings.folder),
-        "--policy",
-        settings.policy,
-        "--sharing",
-        settings.sharing,
-        "--be-gate",
-        settings.be_gate,
-        "--be-graph-gate",
-        settings.be_graph_gate,
-        "--hp-completion",
-        settings.hp_completion,
-    ]
-    queue_limit_us = None if settings.queue_limit_ns is None else settings.queue_limit_ns / 1e3
-    for flag, value in (
-        ("--gpu-uuid", settings.gpu_uuid),
-        ("--gpu-name", settings.gpu_name),
-        ("--memory-bytes", settings.memory_bytes),
-        ("--stop-with", settings.stop_with_pid),
-        ("--metrics-listen", settings.metrics_listen),
-        (
-            "--queue-limit-us",
-            queue_limit_us,
-        ),
-    ):
-        if value is not None:
-            arguments += [flag, str(value)]
-    if settings.shares:
-        arguments.append("--shares")
-    if settings.metrics_allow_remote:
-        arguments.append("--metrics-allow-remote")
-    if settings.be_when_daemon_gone != "open":
-        arguments += ["--be-when-daemon-gone", settings.be_when_daemon_gone]
-    if settings.daemon_gone_hold_s != DAEMON_GONE_HOLD_S:
-        arguments += ["--daemon-gone-hold-s", repr(settings.daemon_gone_hold_s)]
-    if settings.attach_timeout_s != ATTACH_TIMEOUT_S:
-        arguments += ["--attach-timeout-s", repr(settings.attach_timeout_s)]
-    return arguments
-
-
 def _log_tail(path: Path, lines: int = 5) -> str:
     try:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
@@ -215,7 +164,7 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
     log_path = settings.folder / state.LOG
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            daemon_arguments(settings),
+            daemon_client.daemon_command(settings),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -234,12 +183,9 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
                 hint=f"its log is {log_path}",
             )
         record = state.live_record(settings.folder)
-        if record is not None and record.get("pid") == process.pid:
-            try:
-                request(Path(record["socket"]), {"op": "status"}, timeout_s=2.0)
-                return record
-            except OrionError:
-                pass
+        ours = record is not None and record.get("pid") == process.pid
+        if ours and daemon_client.answers(record):
+            return record
         time.sleep(0.05)
     process.terminate()
     raise OrionError(
@@ -257,7 +203,7 @@ def stop(gpu: int, folder: Path, timeout_s: float = STOP_TIMEOUT_S) -> dict[str,
         raise state.owned_refusal(record)  # a run's own: signalling it would stop the run
     pid, started = int(record["pid"]), record.get("pid_start")
     try:
-        request(Path(record["socket"]), {"op": "down"}, timeout_s=5.0)
+        daemon_client.down(record)
     except OrionError:
         with_signal(pid, started, signal.SIGTERM)
     if not _wait_gone(pid, started, timeout_s):

@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.ownership import checked_environment
-from orion_daemon.protocol import request
+from scheduler_core.settings import MEMORY_LIMIT
 
 COMMAND_NOT_FOUND = 127
 """The exit status a shell gives a command it cannot find; `orion run` gives the same."""
@@ -37,7 +38,7 @@ JOIN_VARIABLES = {
     "role": "ORION_ROLE",
     "name": "ORION_NAME",
     "profile": "ORION_PROFILE",
-    "memory_limit": "ORION_MEMORY_LIMIT",
+    MEMORY_LIMIT.name: MEMORY_LIMIT.variable,
     "memory_fraction": "ORION_MEMORY_FRACTION",
     "min_util": "ORION_MIN_UTIL",
     "max_util": "ORION_MAX_UTIL",
@@ -115,7 +116,7 @@ def check_join_now(gpu: int, join_request: JoinRequest, folder: Path | None = No
     refusal as :class:`OrionError` (nothing is reserved either way)."""
     folder = folder or state.state_dir(gpu)
     record = state.require_daemon(gpu, folder)
-    request(Path(record["socket"]), {"op": "check", **join_request.__dict__})
+    daemon_client.check_join(record, join_request)
     return record
 
 
@@ -125,9 +126,7 @@ def join(gpu: int, join_request: JoinRequest, folder: Path | None = None) -> dic
     they are all variables a daemon may set (:func:`ownership.checked_environment`)."""
     folder = folder or state.state_dir(gpu)
     record = state.require_daemon(gpu, folder)
-    message = {"op": "join", **join_request.__dict__}
-    reply = request(Path(record["socket"]), message)
-    return checked_environment(reply.get("environment"))
+    return checked_environment(daemon_client.join(record, join_request))
 
 
 def program_environment(base: Mapping[str, str], joined: Mapping[str, str]) -> dict[str, str]:

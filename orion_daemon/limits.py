@@ -21,8 +21,8 @@ from typing import Any
 
 from orion_common.errors import OrionError
 from orion_common.sizes import format_size
+from orion_daemon import client as daemon_client
 from orion_daemon import state
-from orion_daemon.protocol import request
 from orion_daemon.status import Client
 
 UNCHANGED = object()
@@ -132,11 +132,11 @@ def change_limits(
             f"{folder}: no orion daemon runs there; limits change only while it runs",
             hint="`orion status` says which daemons run",
         )
-    message: dict[str, Any] = {"op": "quota", "client": client}
+    changes: dict[str, Any] = {}
     if memory_limit is not UNCHANGED:
-        message["memory_limit"] = memory_limit
+        changes["memory_limit"] = memory_limit
     if min_util is not None:
-        message["min_util"] = min_util
+        changes["min_util"] = min_util
     if max_util is not None:
-        message["max_util"] = max_util
-    return list(request(Path(record["socket"]), message).get("changes", []))
+        changes["max_util"] = max_util
+    return daemon_client.change_limits(record, client, **changes)

@@ -1,4 +1,5 @@
-"""What `orion run`, `orion status`, `orion quota` and `orion down` say to a daemon.
+"""What `orion run`, `orion status`, `orion quota` and `orion down` say to a daemon: the wire
+format both ends share (the client side is :mod:`orion_daemon.client`, the one way to ask).
 
 One request per connection on the daemon's Unix socket: a JSON object on one line, answered by
 one JSON object on one line. Every request has ``op``; every answer has ``ok`` and, when it is
@@ -9,10 +10,11 @@ its own uid, the daemon answers only its own uid and root, and it learns the ask
 pid from the socket, never from the message.
 
 Requests: ``join`` (the fields of :class:`orion_daemon.admission.JoinRequest`; answer: ``run``,
-``slot``, ``environment``), ``status`` (answer: ``status``, see :mod:`orion_daemon.status`),
-``quota`` (a client's limits, see :mod:`orion_daemon.limits`; answer: ``changes``),
-``down`` (answer once the daemon has opened every gate and is stopping), ``record`` (a run's
-records: ``folder``, ``clients``, ``clock_origin_ns``, ``trace``; see
+``slot``, ``environment``), ``check`` (the same fields; answered when the daemon would admit
+them now), ``learned`` (``client``; answer: ``learned``), ``status`` (answer: ``status``, see
+:mod:`orion_daemon.status`), ``quota`` (a client's limits, see :mod:`orion_daemon.limits`;
+answer: ``changes``), ``down`` (answer once the daemon has opened every gate and is stopping),
+``record`` (a run's records: ``folder``, ``clients``, ``clock_origin_ns``, ``trace``; see
 :class:`orion_daemon.records.Recordings`) and ``record_end`` (``folder``; answered once the
 run's last records are written).
 """
@@ -22,17 +24,15 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from pathlib import Path
 from typing import Any
 
-from orion_common.errors import OrionError
-from orion_daemon.ownership import check_daemon_peer, peer_credentials
+from orion_daemon.ownership import peer_credentials
 
 MAX_MESSAGE_BYTES = 1 << 20
-TIMEOUT_S = 10.0
 
 
-def _read_line(connection: socket.socket) -> bytes:
+def read_line(connection: socket.socket) -> bytes:
+    """One line from ``connection`` (without its newline), at most :data:`MAX_MESSAGE_BYTES`."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -60,26 +60,6 @@ def decode(line: bytes) -> dict[str, Any]:
     return message
 
 
-def request(socket_path: Path, message: dict[str, Any], timeout_s: float = TIMEOUT_S) -> dict:
-    """Sends ``message`` to the daemon at ``socket_path``; its answer, or an :class:`OrionError`
-    carrying the daemon's own error when it refused."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.settimeout(timeout_s)
-            connection.connect(str(socket_path))
-            check_daemon_peer(connection, socket_path)  # before a word is sent or believed
-            connection.sendall(encode(message))
-            answer = decode(_read_line(connection))
-    except (OSError, ValueError) as error:
-        raise OrionError(
-            f"the orion daemon at {socket_path} did not answer ({error})",
-            hint="`orion status` says whether it runs; `orion up` starts one",
-        ) from None
-    if not answer.get("ok"):
-        raise OrionError(str(answer.get("error", "the daemon refused")), hint=answer.get("hint"))
-    return answer
-
-
 def peer_pid(connection: socket.socket) -> int:
     """The pid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``)."""
     return peer_credentials(connection)[0]
@@ -87,7 +67,7 @@ def peer_pid(connection: socket.socket) -> int:
 
 def read_request(connection: socket.socket) -> dict[str, Any]:
     """One request from an accepted connection (the server side)."""
-    return decode(_read_line(connection))
+    return decode(read_line(connection))
 
 
 def answer(connection: socket.socket, message: dict[str, Any]) -> None:

@@ -95,7 +95,7 @@ class DaemonSettings:
     sm_count: int
     folder: Path
     policy: str = "orion"
-    sharing: str = ""  # "mps" or "timeslice"; empty: the policy's default (scheduler_core.sharing)
+    sharing: str | None = None  # scheduler_core.settings.SHARING; None: the policy's default
     gpu_uuid: str | None = None
     gpu_name: str | None = None
     memory_bytes: int | None = None
@@ -170,8 +170,18 @@ class DaemonSettings:
     def from_json(cls, data: Any) -> DaemonSettings | None:
         """The settings a ``daemon.json`` holds; None when it holds none that read (a daemon of
         an older orion)."""
-        if not isinstance(data, dict):
+        try:
+            return cls.parse_json(data)
+        except OrionError:
             return None
+
+    @classmethod
+    def parse_json(cls, data: Any) -> DaemonSettings:
+        """The settings :meth:`to_json` wrote (how ``python -m orion_daemon`` is given them,
+        :func:`orion_daemon.client.daemon_command`); :class:`OrionError` for anything else.
+        Fields this orion does not know are ignored: a record of a newer one still reads."""
+        if not isinstance(data, dict):
+            raise OrionError(f"daemon settings are a JSON object, not {type(data).__name__}")
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         for key in ("folder", "mps_folder"):
@@ -179,8 +189,8 @@ class DaemonSettings:
                 values[key] = Path(values[key])
         try:
             return cls(**values)
-        except (TypeError, OrionError):
-            return None
+        except TypeError as error:
+            raise OrionError(f"daemon settings: {error}") from None
 
 
 SCHEDULING = (

@@ -67,7 +67,7 @@ from reporting.stats import (
     ratio_over_rounds_ci,
     throughput_statistic,
 )
-from scheduler_core.sharing import SHARINGS
+from scheduler_core.settings import SHARING
 
 POLICIES = ("orion", "mps-priority", "mps-share")
 SETTINGS = ("queue_limit_us", "unknown_kernel_us", "be_sm_percent", "sharing")
@@ -164,7 +164,7 @@ def _parse_spec(data: Any) -> PairsSpec:
         if policy != "mps-share":
             raise FieldError("settings.be_sm_percent", "applies only to policy mps-share")
     if "sharing" in settings:
-        string(settings["sharing"], "settings.sharing", SHARINGS)
+        string(settings["sharing"], "settings.sharing", SHARING.choices)
         problem = POLICY_TABLE[policy].sharing_problem(settings["sharing"])
         if problem:
             raise FieldError("settings.sharing", problem)

@@ -19,8 +19,10 @@ Files in the output folder (the profile's folder by default):
   the metric set and how the throughputs were computed (format in docs/architecture.md).
 
 A program rather than a workload (``orion profile -- CMD``) goes through
-:func:`profiler.program_run.profile_program`, which shares this module's post-processing and run
-record.
+:func:`profiler.program_run.profile_program`, which shares this module's ncu pass
+(:func:`run_ncu_pass`) and the whole tail after it (:func:`finish_profile`: post-processing,
+the profile and the run record), so the two kinds of profile differ only in what
+:class:`ProfiledTarget` says.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,6 +61,7 @@ from profiler.ncu_runner import (
     RAW_CSV,
     REPORT,
     NcuRun,
+    TensorMetricQuery,
     available_tensor_metrics,
     build_import_command,
     build_ncu_command,
@@ -412,6 +415,192 @@ def clear_outputs(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class NcuPass:
+    """The ncu pass as it ran: what the post-processing reads and the run record keeps."""
+
+    command: list[str]
+    import_command: list[str]
+    run: NcuRun
+    tensor: TensorMetricQuery
+    wall_s: float
+    folder: Path
+    """Where it wrote, and where the profile goes."""
+    ncu_version: str | None
+    replay: str
+    metric_set: str
+
+
+def run_ncu_pass(
+    found: Prerequisites,
+    target: Sequence[str],
+    folder: Path,
+    listener: ProgressListener,
+    *,
+    replay: str,
+    metric_set: str,
+    env: Mapping[str, str],
+    total: int | None,
+    estimate_s: float | None,
+    window: Sequence[str] | None = None,
+    **run_options: Any,
+) -> NcuPass:
+    """ncu over what ``target`` (a command line) runs, its report converted to raw CSV.
+
+    One function for a workload's step and a program's window (``window``: ncu's arguments
+    that choose the kernels, ``run_options``: :func:`run_ncu`'s for a program), so the metrics
+    asked for, the progress shown and the conversion are the same whichever way a profile was
+    made, and two profiles of one kernel can be compared."""
+    listener.phase_started("ncu", total=total, estimate_s=estimate_s)
+    started = time.monotonic()
+    tensor = available_tensor_metrics(str(found.ncu))
+    command = build_ncu_command(
+        found.ncu,
+        target,
+        replay_mode=replay,
+        metrics=ncu_metrics(tensor.metrics, metric_set),
+        report=folder / REPORT,
+        **({} if window is None else {"window": window}),
+    )
+    import_command = build_import_command(found.ncu, folder / REPORT)
+    run = run_ncu(
+        command,
+        folder,
+        import_command=import_command,
+        total=total,
+        on_kernel=listener.kernel_profiled,
+        on_pass=listener.ncu_pass,
+        env=env,
+        **run_options,
+    )
+    wall_s = time.monotonic() - started
+    listener.phase_finished("ncu", wall_s)
+    return NcuPass(
+        command, import_command, run, tensor, wall_s, folder, found.ncu_version, replay, metric_set
+    )
+
+
+@dataclass(frozen=True)
+class ProfiledTarget:
+    """What the shared tail (:func:`finish_profile`) needs to know of what was profiled, a
+    workload's step or a program's window. Everything else in the tail is the same for both,
+    so either way the profile has the same columns and metadata and the run the same record."""
+
+    labels: Mapping[str, Any]
+    """The profile's labels (:func:`workload_labels`, or a program's)."""
+    software: Mapping[str, Any]
+    """Versions, as the profiled process saw them (``software.json``) or as this machine says."""
+    record: Mapping[str, Any]
+    """What ``profile_run.json`` says was profiled (:func:`write_run_record`'s ``target``)."""
+    window: Mapping[str, Any]
+    cuda_graph: bool
+    measured: pd.DataFrame | None = None
+    """The un-instrumented pass's durations; None: there was none (a program)."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """Metadata of this kind of target only (a workload's measured GPU span)."""
+    consistency: StepConsistency | None = None
+    measured_kernels: int | None = None
+    warnings: tuple[str, ...] = ()
+    """Warnings of this kind of target only, after the profile's own."""
+    paths: Mapping[str, Path] = field(default_factory=dict)
+    """Files of this kind of target only (the measured pass's)."""
+    commands: Mapping[str, str] = field(default_factory=dict)
+    """Commands run before ncu (the measured pass's)."""
+    window_text: str | None = None
+
+
+def finish_profile(
+    target: ProfiledTarget,
+    ncu: NcuPass,
+    listener: ProgressListener,
+    started: float,
+    timings: dict[str, float],
+) -> ProfileResult:
+    """The tail every live profile shares: post-process ncu's CSV into the profile, write it
+    and ``profile_run.json``, and say what was made. ``started``: when the whole run began
+    (``time.monotonic()``); ``timings``: the phases before ncu, to which ncu's and this one's
+    are added."""
+    folder, replay, metric_set = ncu.folder, ncu.replay, ncu.metric_set
+    timings["ncu_s"] = ncu.wall_s
+    timings["ncu_import_s"] = ncu.run.import_wall_s
+    listener.phase_started("postprocess")
+    phase_start = time.monotonic()
+    metadata = profile_metadata(
+        target.labels,
+        target.software,
+        source="ncu",
+        ncu_version=ncu.ncu_version,
+        ncu_command=command_text(ncu.command),
+        replay_mode=replay,
+        metric_set=metric_set,
+        tensor_metrics=list(ncu.tensor.metrics),
+        tensor_metrics_error=ncu.tensor.error,
+    )
+    metadata.update(target.metadata)
+    profile, report = make_profile(ncu.run.raw_csv, target.measured, metadata)
+    profile_path = write_profile(profile, folder / PROFILE_CSV)
+    summary, measured_summary = summaries(profile)
+    warnings = _target_warnings(target, profile, report)
+    timings["postprocess_s"] = time.monotonic() - phase_start
+    timings["total_s"] = time.monotonic() - started
+    paths = {
+        "profile": profile_path,
+        "ncu_report": ncu.run.report,
+        "ncu_raw": ncu.run.raw_csv,
+        "ncu_log": ncu.run.log,
+        **target.paths,
+        "run": folder / RUN_JSON,
+    }
+    commands = {
+        **target.commands,
+        "ncu": command_text(ncu.command),
+        "ncu_import": command_text(ncu.import_command),
+    }
+    write_run_record(
+        paths["run"],
+        target.record,
+        window=target.window,
+        cuda_graph=target.cuda_graph,
+        replay_mode=replay,
+        timings=timings,
+        profile=profile,
+        summary=summary,
+        report=report,
+        consistency=target.consistency,
+        measured_per_step=target.measured_kernels,
+        ncu_run=ncu.run,
+        commands=commands,
+        warnings=warnings,
+    )
+    listener.phase_finished("postprocess", timings["postprocess_s"])
+    return ProfileResult(
+        profile=profile,
+        out_dir=folder,
+        paths=paths,
+        timings=timings,
+        match_report=report,
+        summary=summary,
+        measured_summary=measured_summary,
+        warnings=tuple(warnings),
+        measured_kernels=target.measured_kernels,
+        replay_mode=replay,
+        commands=commands,
+        metric_set=metric_set,
+        window=target.window_text,
+    )
+
+
+def _target_warnings(
+    target: ProfiledTarget, profile: Profile, report: MatchReport | None
+) -> list[str]:
+    """The profile's own warnings (:func:`quality_warnings`), then those of its kind of target:
+    what a user should know before trusting it, however it was made."""
+    warnings = quality_warnings(
+        profile, report, consistency=target.consistency, measured_kernels=target.measured_kernels
+    )
+    return warnings + list(target.warnings)
+
+
 def profile_workload(
     spec: WorkloadSpec,
     out_dir: str | os.PathLike[str] | None = None,
@@ -426,26 +615,22 @@ def profile_workload(
 
     ``metric_set`` (default :data:`~postprocess.metrics.DEFAULT_METRIC_SET`) chooses between the
     throughputs' sub-metrics (``fast``) and ncu's exact SOL metrics (``full``).
+
+    Its steps, in the order the module doc explains: the options checked, then the machine
+    (:func:`check_prerequisites`), before anything runs; the un-instrumented pass
+    (:func:`_measure_step`), which tells ncu's progress how many kernels to expect; ncu
+    (:func:`run_ncu_pass`); the tail every live profile shares (:func:`finish_profile`).
     """
     listener = progress or ProgressListener()
-    spec.validate()
-    replay = check_replay_mode(replay_mode or default_replay_mode(spec.mode))
-    metrics_chosen = check_metric_set(metric_set or DEFAULT_METRIC_SET)
-    warm = default_warmup(spec.mode) if warmup is None else warmup
-    if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
-        raise OrionError(f"warm-up steps must be an integer >= 0, got {warmup!r}")
-    if isinstance(measure_steps, bool) or not isinstance(measure_steps, int) or measure_steps < 1:
-        raise OrionError(f"measured steps must be an integer >= 1, got {measure_steps!r}")
-    if spec.device.split(":", 1)[0] != "cuda":
-        raise OrionError(f"orion profile runs workloads on CUDA, not on {spec.device!r}")
+    replay, metrics_chosen, warm = _workload_options(
+        spec, replay_mode, warmup, measure_steps, metric_set
+    )
     found = check_prerequisites()
-
     folder = Path(out_dir) if out_dir is not None else default_output_dir(spec, found.gpu.name)
     folder.mkdir(parents=True, exist_ok=True)
     clear_outputs(folder)
     env = _child_env()
     started = time.monotonic()
-    timings: dict[str, float] = {}
     target_args = {
         "workload": spec.name,
         "mode": spec.mode,
@@ -455,98 +640,36 @@ def profile_workload(
         "warmup": warm,
         "cuda_graph": spec.cuda_graph,
     }
-
-    # 1. The un-instrumented pass: durations, and how many kernels one step launches.
-    listener.phase_started("measure")
-    measure_command = target_command(
-        **target_args,
-        pass_="measure",
-        output=folder / MEASURED_CSV,
-        steps=measure_steps,
-        steps_output=folder / MEASURED_STEPS_CSV,
-    )
-    phase_start = time.monotonic()
-    run_measure_pass(measure_command, folder / MEASURE_LOG, env)
-    measured = read_measured(folder / MEASURED_CSV)
-    consistency = None
-    if (folder / MEASURED_STEPS_CSV).is_file():
-        consistency = check_steps(pd.read_csv(folder / MEASURED_STEPS_CSV, keep_default_na=False))
-    timings["measure_s"] = time.monotonic() - phase_start
-    listener.phase_finished("measure", timings["measure_s"])
-    kernels_per_step = len(measured)
-
-    # 2. ncu over exactly one step.
+    step = _measure_step(target_args, folder, listener, env, measure_steps)
+    kernels_per_step = len(step.measured)
     total = kernels_per_step if replay == "kernel" else None
-    estimate = estimate_ncu_seconds(
-        kernels_per_step, replay, startup_s=timings["measure_s"], metric_set=metrics_chosen
-    )
-    listener.phase_started("ncu", total=total, estimate_s=estimate)
-    phase_start = time.monotonic()
-    tensor = available_tensor_metrics(str(found.ncu))
-    ncu_command = build_ncu_command(
-        found.ncu,
+    ncu = run_ncu_pass(
+        found,
         target_command(**target_args, pass_="ncu", output=folder / SOFTWARE_JSON),
-        replay_mode=replay,
-        metrics=ncu_metrics(tensor.metrics, metrics_chosen),
-        report=folder / REPORT,
-    )
-    import_command = build_import_command(found.ncu, folder / REPORT)
-    ncu_run = run_ncu(
-        ncu_command,
         folder,
-        import_command=import_command,
-        total=total,
-        on_kernel=listener.kernel_profiled,
-        on_pass=listener.ncu_pass,
-        env=env,
-    )
-    timings["ncu_s"] = time.monotonic() - phase_start
-    timings["ncu_import_s"] = ncu_run.import_wall_s
-    listener.phase_finished("ncu", timings["ncu_s"])
-
-    # 3. Post-processing.
-    listener.phase_started("postprocess")
-    phase_start = time.monotonic()
-    software = _read_json(folder / SOFTWARE_JSON)
-    metadata = profile_metadata(
-        workload_labels(spec),
-        software,
-        source="ncu",
-        ncu_version=found.ncu_version,
-        ncu_command=command_text(ncu_command),
-        replay_mode=replay,
+        listener,
+        replay=replay,
         metric_set=metrics_chosen,
-        tensor_metrics=list(tensor.metrics),
-        tensor_metrics_error=tensor.error,
+        env=env,
+        total=total,
+        estimate_s=estimate_ncu_seconds(
+            kernels_per_step, replay, startup_s=step.wall_s, metric_set=metrics_chosen
+        ),
     )
-    metadata["step_gpu_span_ns"] = read_span_median(folder / MEASURED_SPAN_JSON)
-    profile, report = make_profile(ncu_run.raw_csv, measured, metadata)
-    profile_path = write_profile(profile, folder / PROFILE_CSV)
-    summary, measured_summary = summaries(profile)
-    warnings = quality_warnings(
-        profile, report, consistency=consistency, measured_kernels=kernels_per_step
-    )
-    timings["postprocess_s"] = time.monotonic() - phase_start
-    timings["total_s"] = time.monotonic() - started
-    paths = {
-        "profile": profile_path,
-        "ncu_report": ncu_run.report,
-        "ncu_raw": ncu_run.raw_csv,
-        "ncu_log": ncu_run.log,
-        "measured": folder / MEASURED_CSV,
-        "measured_steps": folder / MEASURED_STEPS_CSV,
-        "measure_log": folder / MEASURE_LOG,
-        "software": folder / SOFTWARE_JSON,
-        "run": folder / RUN_JSON,
-    }
-    commands = {
-        "measure": command_text(measure_command),
-        "ncu": command_text(ncu_command),
-        "ncu_import": command_text(import_command),
-    }
-    write_run_record(
-        paths["run"],
-        {
+    target = _workload_target(spec, folder, step, warm, measure_steps)
+    return finish_profile(target, ncu, listener, started, {"measure_s": step.wall_s})
+
+
+def _workload_target(
+    spec: WorkloadSpec, folder: Path, step: MeasuredStep, warm: int, measure_steps: int
+) -> ProfiledTarget:
+    """What sets a workload's profile apart in the shared tail: its labels and the software its
+    own process saw (``software.json``), the measured pass's durations, span, consistency and
+    files, and what the run record says was profiled."""
+    return ProfiledTarget(
+        labels=workload_labels(spec),
+        software=_read_json(folder / SOFTWARE_JSON),
+        record={
             "target": "workload",
             "workload": spec.name,
             "mode": spec.mode,
@@ -558,32 +681,80 @@ def profile_workload(
         },
         window=WORKLOAD_WINDOW,
         cuda_graph=spec.cuda_graph,
-        replay_mode=replay,
-        timings=timings,
-        profile=profile,
-        summary=summary,
-        report=report,
-        consistency=consistency,
-        measured_per_step=kernels_per_step,
-        ncu_run=ncu_run,
-        commands=commands,
-        warnings=warnings,
+        measured=step.measured,
+        metadata={"step_gpu_span_ns": read_span_median(folder / MEASURED_SPAN_JSON)},
+        consistency=step.consistency,
+        measured_kernels=len(step.measured),
+        paths={
+            "measured": folder / MEASURED_CSV,
+            "measured_steps": folder / MEASURED_STEPS_CSV,
+            "measure_log": folder / MEASURE_LOG,
+            "software": folder / SOFTWARE_JSON,
+        },
+        commands={"measure": command_text(step.command)},
     )
-    listener.phase_finished("postprocess", timings["postprocess_s"])
-    return ProfileResult(
-        profile=profile,
-        out_dir=folder,
-        paths=paths,
-        timings=timings,
-        match_report=report,
-        summary=summary,
-        measured_summary=measured_summary,
-        warnings=tuple(warnings),
-        measured_kernels=kernels_per_step,
-        replay_mode=replay,
-        commands=commands,
-        metric_set=metrics_chosen,
+
+
+def _workload_options(
+    spec: WorkloadSpec,
+    replay_mode: str | None,
+    warmup: int | None,
+    measure_steps: int,
+    metric_set: str | None,
+) -> tuple[str, str, int]:
+    """The replay mode, metric set and warm-up steps :func:`profile_workload` runs with, each
+    checked (with the workload itself) before the machine is looked at: a typo costs no GPU
+    time and says itself rather than as a failed ncu run."""
+    spec.validate()
+    replay = check_replay_mode(replay_mode or default_replay_mode(spec.mode))
+    metrics_chosen = check_metric_set(metric_set or DEFAULT_METRIC_SET)
+    warm = default_warmup(spec.mode) if warmup is None else warmup
+    if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
+        raise OrionError(f"warm-up steps must be an integer >= 0, got {warmup!r}")
+    if isinstance(measure_steps, bool) or not isinstance(measure_steps, int) or measure_steps < 1:
+        raise OrionError(f"measured steps must be an integer >= 1, got {measure_steps!r}")
+    if spec.device.split(":", 1)[0] != "cuda":
+        raise OrionError(f"orion profile runs workloads on CUDA, not on {spec.device!r}")
+    return replay, metrics_chosen, warm
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """The un-instrumented pass as it ran."""
+
+    command: list[str]
+    measured: pd.DataFrame
+    consistency: StepConsistency | None
+    wall_s: float
+
+
+def _measure_step(
+    target_args: Mapping[str, Any],
+    folder: Path,
+    listener: ProgressListener,
+    env: Mapping[str, str],
+    measure_steps: int,
+) -> MeasuredStep:
+    """The un-instrumented pass, first because it is cheap: the kernels' real durations (ncu's
+    replayed ones are not), how many kernels one step launches (ncu's progress total and time
+    estimate), and whether the measured steps agree with each other."""
+    listener.phase_started("measure")
+    command = target_command(
+        **target_args,
+        pass_="measure",
+        output=folder / MEASURED_CSV,
+        steps=measure_steps,
+        steps_output=folder / MEASURED_STEPS_CSV,
     )
+    started = time.monotonic()
+    run_measure_pass(command, folder / MEASURE_LOG, env)
+    measured = read_measured(folder / MEASURED_CSV)
+    consistency = None
+    if (folder / MEASURED_STEPS_CSV).is_file():
+        consistency = check_steps(pd.read_csv(folder / MEASURED_STEPS_CSV, keep_default_na=False))
+    wall_s = time.monotonic() - started
+    listener.phase_finished("measure", wall_s)
+    return MeasuredStep(command, measured, consistency, wall_s)
 
 
 def _match_json(report: MatchReport | None) -> dict[str, int] | None:

@@ -24,31 +24,17 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from postprocess import DEFAULT_METRIC_SET, program_profile_path, write_profile
-from profiler.ncu_runner import (
-    REPORT,
-    available_tensor_metrics,
-    build_import_command,
-    build_ncu_command,
-    check_metric_set,
-    check_replay_mode,
-    command_text,
-    ncu_metrics,
-    run_ncu,
-)
+from postprocess import DEFAULT_METRIC_SET, program_profile_path
+from profiler.ncu_runner import check_metric_set, check_replay_mode
 from profiler.pipeline import (
-    PROFILE_CSV,
-    RUN_JSON,
+    ProfiledTarget,
     ProfileResult,
     ProgressListener,
     check_prerequisites,
     clear_outputs,
     estimate_ncu_seconds,
-    make_profile,
-    profile_metadata,
-    quality_warnings,
-    summaries,
-    write_run_record,
+    finish_profile,
+    run_ncu_pass,
 )
 from profiler.program import ProgramTarget
 
@@ -91,104 +77,39 @@ def profile_program(
     folder.mkdir(parents=True, exist_ok=True)
     clear_outputs(folder)
     started = time.monotonic()
-    timings: dict[str, float] = {}
     window = target.window
 
-    # 1. ncu over the window (the only pass).
+    # ncu over the window (the only pass), then the tail a workload's profile has too.
     total = window.count if replay == "kernel" else None
-    estimate = estimate_ncu_seconds(total or 0, replay, metric_set=metrics_chosen)
-    listener.phase_started("ncu", total=total, estimate_s=estimate)
-    tensor = available_tensor_metrics(str(found.ncu))
-    ncu_command = build_ncu_command(
-        found.ncu,
+    ncu = run_ncu_pass(
+        found,
         target.command,
-        replay_mode=replay,
-        metrics=ncu_metrics(tensor.metrics, metrics_chosen),
-        report=folder / REPORT,
-        window=target.ncu_args(),
-    )
-    import_command = build_import_command(found.ncu, folder / REPORT)
-    ncu_run = run_ncu(
-        ncu_command,
         folder,
-        import_command=import_command,
-        total=total,
-        on_kernel=listener.kernel_profiled,
-        on_pass=listener.ncu_pass,
+        listener,
+        replay=replay,
+        metric_set=metrics_chosen,
         env=env,
+        total=total,
+        estimate_s=estimate_ncu_seconds(total or 0, replay, metric_set=metrics_chosen),
+        window=target.ncu_args(),
         nothing_profiled=window.nothing_profiled(),
         ends_program_after=window.count,
     )
-    timings["ncu_s"] = time.monotonic() - started
-    timings["ncu_import_s"] = ncu_run.import_wall_s
-    listener.phase_finished("ncu", timings["ncu_s"])
-
-    # 2. Post-processing, as for a workload.
-    listener.phase_started("postprocess")
-    phase_start = time.monotonic()
     gpu = found.gpu
-    metadata = profile_metadata(
-        target.labels(),
-        {
+    profiled = ProfiledTarget(
+        labels=target.labels(),
+        software={
             "gpu_name": gpu.name,
             "driver_version": gpu.driver_version,
             "cuda_version": gpu.cuda_driver_version,
         },
-        source="ncu",
-        ncu_version=found.ncu_version,
-        ncu_command=command_text(ncu_command),
-        replay_mode=replay,
-        metric_set=metrics_chosen,
-        tensor_metrics=list(tensor.metrics),
-        tensor_metrics_error=tensor.error,
-    )
-    profile, report = make_profile(ncu_run.raw_csv, None, metadata)
-    profile_path = write_profile(profile, folder / PROFILE_CSV)
-    summary, measured_summary = summaries(profile)
-    warnings = quality_warnings(profile, report)
-    if target.cuda_graph:
-        warnings.append(NO_GRAPH_SPAN)
-    timings["postprocess_s"] = time.monotonic() - phase_start
-    timings["total_s"] = time.monotonic() - started
-    commands = {"ncu": command_text(ncu_command), "ncu_import": command_text(import_command)}
-    paths = {
-        "profile": profile_path,
-        "ncu_report": ncu_run.report,
-        "ncu_raw": ncu_run.raw_csv,
-        "ncu_log": ncu_run.log,
-        "run": folder / RUN_JSON,
-    }
-    write_run_record(
-        paths["run"],
-        target.record(),
+        record=target.record(),
         window=window.to_json(),
         cuda_graph=target.cuda_graph,
-        replay_mode=replay,
-        timings=timings,
-        profile=profile,
-        summary=summary,
-        report=report,
-        consistency=None,
-        measured_per_step=None,
-        ncu_run=ncu_run,
-        commands=commands,
-        warnings=warnings,
+        warnings=(NO_GRAPH_SPAN,) if target.cuda_graph else (),
+        window_text=window.describe(),
     )
-    listener.phase_finished("postprocess", timings["postprocess_s"])
-    return ProfileResult(
-        profile=profile,
-        out_dir=folder,
-        paths=paths,
-        timings=timings,
-        match_report=report,
-        summary=summary,
-        measured_summary=measured_summary,
-        warnings=tuple(warnings),
-        replay_mode=replay,
-        commands=commands,
-        metric_set=metrics_chosen,
-        window=window.describe(),
-    )
+    return finish_profile(profiled, ncu, listener, started, {})
 
 
 __all__ = ["DEFAULT_PROGRAM_REPLAY_MODE", "default_program_dir", "profile_program"]

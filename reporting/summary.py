@@ -279,17 +279,41 @@ def write_report(
 
     ``preface``: Markdown lines put before the per-run sections, for what the runs were run to
     test (a plan run's "measured against predicted", ``reporting.plan_check``), which a reader
-    of such a report looks for first."""
+    of such a report looks for first.
+
+    The report is its sections in reading order, each built by a function of its own below
+    (what a reader needs first, the verdict, before the detail that explains it), so a section
+    changes without reading the others; every table is computed once (:func:`report_tables`)
+    and handed to the sections that show it."""
     out = make_folder(out_dir, "report folder")
     tables = report_tables(runs)
     labels = tables.labels
+    lines = _title_lines(runs, labels)
+    lines += list(preface)
+    lines += _tradeoff_lines(tables, out)
+    lines += _verdict_lines(runs, tables)
+    lines += _client_lines(tables)
+    lines += _latency_lines(runs, tables, out)
+    lines += _gpu_lines(runs, tables, out)
+    lines += memory_lines(runs, tables.memory, out, labels)
+    lines += shares_lines(runs, tables.shares, out, labels)
+    lines += _timeline_lines(runs, labels, out, max_kernels)
+    lines += tail_lines(tables.tail, out, labels)
+    lines += _closing_lines(runs, tables, out)
+    report = out / REPORT_FILE
+    write_text_atomic(report, "\n".join(lines).rstrip() + "\n")
+    return report
+
+
+def _title_lines(runs: Sequence[RunData], labels: Sequence[str]) -> list[str]:
+    """The title, which runs and when, and a warning box per incomplete run: before any number,
+    so nobody reads a run that stopped early as a whole one."""
     lines: list[str] = ["# orion run report", ""]
     lines.append(
         f"Runs: {', '.join(f'`{label}`' for label in labels)}. "
         f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."
     )
     lines.append("")
-
     for run, label in zip(runs, labels, strict=True):
         if not run.complete:
             lines.append(
@@ -297,13 +321,18 @@ def write_report(
                 "cleanly, so its numbers cover only what was written before it stopped."
             )
             lines.append("")
+    return lines
 
-    lines += list(preface)
+
+def _tradeoff_lines(tables: ReportTables, out: Path) -> list[str]:
+    """The "Trade-off" section: HP p99 against BE throughput per run, the one figure that shows
+    whether a policy meets the target; drawn only when some run has both an HP and a BE
+    measurement."""
     has_points = tables.headline[["hp_p99_ms", "be_throughput_per_s"]].notna().all(axis=1).any()
-    lines += ["## Trade-off", ""]
+    lines = ["## Trade-off", ""]
     lines += _figure_lines(
         "Trade-off",
-        plots.plot_tradeoff(tables.headline, out / "tradeoff.png", order=labels)
+        plots.plot_tradeoff(tables.headline, out / "tradeoff.png", order=tables.labels)
         if has_points
         else None,
         "no run has both an HP client and a BE client with measurements",
@@ -312,10 +341,14 @@ def write_report(
         "One point per run; bars are 95% bootstrap intervals; the shaded region meets the target."
     )
     lines.append("")
+    return lines
 
-    lines += ["## Verdict", ""]
-    baseline = find_baseline(runs)
-    if baseline is None:
+
+def _verdict_lines(runs: Sequence[RunData], tables: ReportTables) -> list[str]:
+    """The "Verdict" section: a sentence per run and the headline table with its intervals;
+    without a dedicated run it says why nothing can be judged rather than showing empty ratios."""
+    lines = ["## Verdict", ""]
+    if find_baseline(runs) is None:
         lines.append(
             "No `dedicated` run was given, so the target (HP p99 within "
             f"{HP_P99_SLOWDOWN_MAX:g}× of dedicated, BE throughput at least "
@@ -332,8 +365,14 @@ def write_report(
         "from both runs' samples (BE: summed samples over summed iteration durations)."
     )
     lines.append("")
+    return lines
 
-    lines += ["## Clients", "", markdown_table(tables.clients, _CLIENT_VIEW), ""]
+
+def _client_lines(tables: ReportTables) -> list[str]:
+    """The "Clients" and "Relative to dedicated" sections: every client's own numbers, then its
+    ratios to the dedicated run, each with how it was measured, since a number is only as good
+    as its definition."""
+    lines = ["## Clients", "", markdown_table(tables.clients, _CLIENT_VIEW), ""]
     lines.append(
         "Inference: requests that arrived in the client's measurement window and completed; "
         "latency from arrival. Training: iterations that ended in the window; latency columns "
@@ -342,7 +381,6 @@ def write_report(
         "the last moment its clients recorded."
     )
     lines.append("")
-
     if len(tables.relative):
         lines += ["## Relative to dedicated", ""]
         lines += [markdown_table(with_intervals(tables.relative), _RELATIVE_VIEW), ""]
@@ -351,15 +389,24 @@ def write_report(
             "throughput alone. The BE fraction of a run is the mean over its BE clients."
         )
         lines.append("")
+    return lines
 
+
+def _latency_lines(runs: Sequence[RunData], tables: ReportTables, out: Path) -> list[str]:
+    """The "HP latency" section: the CDF and the latency over time (where a p99 came from), then
+    where the requests' time went (queueing, launch, after launch), which says what sharing
+    slowed."""
     latencies = request_latencies(runs)
-    target_ms = _target_ms(tables.headline)
-    lines += ["## HP latency", ""]
+    labels = tables.labels
+    lines = ["## HP latency", ""]
     has_latency = len(latencies) > 0
     lines += _figure_lines(
         "HP latency CDF",
         plots.plot_latency_cdf(
-            latencies, out / "hp_latency_cdf.png", order=labels, target_ms=target_ms
+            latencies,
+            out / "hp_latency_cdf.png",
+            order=labels,
+            target_ms=_target_ms(tables.headline),
         )
         if has_latency
         else None,
@@ -372,7 +419,6 @@ def write_report(
         else None,
         "no HP inference client completed a request",
     )
-
     if len(tables.request_parts):
         lines += ["### Where the HP requests' time goes", ""]
         lines += [markdown_table(tables.request_parts, _PARTS_VIEW), ""]
@@ -384,12 +430,17 @@ def write_report(
             "every request; a time-sliced context only those that find BE on the GPU)."
         )
         lines.append("")
+    return lines
 
+
+def _gpu_lines(runs: Sequence[RunData], tables: ReportTables, out: Path) -> list[str]:
+    """The "GPU utilisation" section: the NVML samples and the clocks, which must match before
+    two runs' latencies can be compared at all."""
     gpu = gpu_samples(runs)
-    lines += ["## GPU utilisation", ""]
+    lines = ["## GPU utilisation", ""]
     lines += _figure_lines(
         "GPU utilisation",
-        plots.plot_gpu_utilisation(gpu, out / "gpu_utilisation.png", order=labels)
+        plots.plot_gpu_utilisation(gpu, out / "gpu_utilisation.png", order=tables.labels)
         if len(gpu)
         else None,
         "no run has GPU samples (gpu.csv)",
@@ -401,57 +452,64 @@ def write_report(
             "comparing runs: a lower SM clock slows every kernel, whatever the policy."
         )
         lines.append("")
+    return lines
 
-    lines += memory_lines(runs, tables.memory, out, labels)
-    lines += shares_lines(runs, tables.shares, out, labels)
 
+def _timeline_lines(
+    runs: Sequence[RunData], labels: Sequence[str], out: Path, max_kernels: int
+) -> list[str]:
+    """The "Kernel timelines" section: a slice of each traced run's launches from mid-window (a
+    whole trace is too many bars to read), with how long launches waited to be let onto the GPU."""
     traced = [(r, label) for r, label in zip(runs, labels, strict=True) if r.trace is not None]
-    if traced:
-        lines += ["## Kernel timelines", ""]
-        used: set[str] = set()
-        for run, label in traced:
-            kernels = kernel_slice(run, label=label, max_kernels=max_kernels)
-            total = len(run.trace) if run.trace is not None else 0
-            name = _unique_name(f"kernel_timeline_{_slug(label)}.png", used)
-            title = f"Kernel timeline, {label}: {len(kernels)} of {total} launches"
-            lines += _figure_lines(
-                f"Kernel timeline ({label})",
-                plots.plot_kernel_timeline(kernels, out / name, title=title)
-                if len(kernels)
-                else None,
-                f"the trace of `{label}` is empty",
-            )
-            if len(kernels):
-                waits = kernels["wait_ms"].to_numpy(dtype=float)
-                waits = waits[np.isfinite(waits)]
-                wait_text = (
-                    f"; enqueue-to-launch wait mean {waits.mean():.3f} ms, max {waits.max():.3f} ms"
-                    if waits.size
-                    else ""
-                )
-                lines.append(
-                    f"`{label}`: {len(kernels)} consecutive launches from mid-window, bar = "
-                    f"profiled kernel duration{wait_text}."
-                )
-                lines.append("")
+    if not traced:
+        return []
+    lines = ["## Kernel timelines", ""]
+    used: set[str] = set()
+    for run, label in traced:
+        kernels = kernel_slice(run, label=label, max_kernels=max_kernels)
+        total = len(run.trace) if run.trace is not None else 0
+        name = _unique_name(f"kernel_timeline_{_slug(label)}.png", used)
+        title = f"Kernel timeline, {label}: {len(kernels)} of {total} launches"
+        lines += _figure_lines(
+            f"Kernel timeline ({label})",
+            plots.plot_kernel_timeline(kernels, out / name, title=title) if len(kernels) else None,
+            f"the trace of `{label}` is empty",
+        )
+        if len(kernels):
+            lines += _timeline_caption(label, kernels)
+    return lines
 
-    lines += tail_lines(tables.tail, out, labels)
 
+def _timeline_caption(label: str, kernels: pd.DataFrame) -> list[str]:
+    """What one timeline shows, and the enqueue-to-launch waits of its launches."""
+    waits = kernels["wait_ms"].to_numpy(dtype=float)
+    waits = waits[np.isfinite(waits)]
+    wait_text = (
+        f"; enqueue-to-launch wait mean {waits.mean():.3f} ms, max {waits.max():.3f} ms"
+        if waits.size
+        else ""
+    )
+    return [
+        f"`{label}`: {len(kernels)} consecutive launches from mid-window, bar = "
+        f"profiled kernel duration{wait_text}.",
+        "",
+    ]
+
+
+def _closing_lines(runs: Sequence[RunData], tables: ReportTables, out: Path) -> list[str]:
+    """The reference sections at the end: the scheduler's counters, the environment each run
+    had (GPU, driver, versions) and the warnings a reader must weigh before trusting numbers."""
+    lines: list[str] = []
     if len(tables.scheduler):
         lines += ["## Scheduler statistics", ""]
         view = [(c, c) for c in tables.scheduler.columns if c != "policy"]
         lines += [markdown_table(tables.scheduler, view), ""]
-
     lines += ["## Environment", "", markdown_table(environment_table(runs, out), None), ""]
-
     if tables.warnings:
         lines += ["## Warnings", ""]
         lines += [f"- {line}" for line in tables.warnings]
         lines.append("")
-
-    report = out / REPORT_FILE
-    write_text_atomic(report, "\n".join(lines).rstrip() + "\n")
-    return report
+    return lines
 
 
 def memory_lines(

@@ -63,9 +63,14 @@ def preload_library_path() -> Path:
 
 def native_module() -> ModuleType:
     """The compiled controller module (``scheduler_core._native``): the imported package's, else
-    the installed distribution's."""
+    the installed distribution's.
+
+    Imported by its own module name, not as a name of the package (``from scheduler_core
+    import _native``): this module needs the compiled submodule, never what the package's
+    ``__init__`` re-exports from this module, and the package's modules import one another in
+    one direction only (``tests/test_layering.py``)."""
     try:
-        from scheduler_core import _native
+        import scheduler_core._native as _native
     except ImportError as error:
         module = _installed_native_module()
         if module is None:

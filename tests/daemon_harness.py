@@ -13,11 +13,11 @@ from pathlib import Path
 
 from native_harness import read_log, wait_for
 
-from orion_common.errors import OrionError
+from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.joining import join, program_environment
-from orion_daemon.protocol import request
+from orion_daemon.server import DaemonSettings
 
 GIB = 1 << 30
 BE_SCRIPT = "func bek 1000 repeat 10 launch bek 8 128 0 end sync 0"  # ten 1 ms kernels
@@ -71,21 +71,27 @@ def held_work_started(log: Path) -> list[int]:
     return [e.time_ns for e in read_log(log) if e.kind == "exec_start"]
 
 
+def daemon_command(folder: Path, **settings) -> list[str]:
+    """``python -m orion_daemon`` for GPU 0 (132 SMs, 8 GiB, time-sliced) with its state folder
+    ``folder`` and ``settings`` (:class:`DaemonSettings` fields) over those defaults."""
+    settings = {"sharing": "timeslice", "memory_bytes": 8 * GIB, **settings}
+    return daemon_client.daemon_command(DaemonSettings(gpu=0, sm_count=132, folder=folder,
+                                                       **settings))  # fmt: skip
+
+
 class RunningDaemon:
     """A daemon process for GPU 0 with its state folder under a test's tmp_path."""
 
-    def __init__(self, folder: Path, *arguments: str, prelude: str = "") -> None:
-        """``prelude``: Python run in the daemon's process before the daemon itself (a test
-        that needs the process changed, e.g. a disk that fills up)."""
+    def __init__(self, folder: Path, prelude: str = "", **settings) -> None:
+        """``settings``: :class:`DaemonSettings` fields (:func:`daemon_command`). ``prelude``:
+        Python run in the daemon's process before the daemon itself (a test that needs the
+        process changed, e.g. a disk that fills up)."""
         self.folder = folder
         self.log = folder.parent / "daemon.out"
-        start = ["-m", "orion_daemon"]
+        command = daemon_command(folder, **settings)
         if prelude:
-            start = ["-c", f"{prelude}\nimport sys\nfrom orion_daemon.__main__ import main\n"
-                     "sys.exit(main(sys.argv[1:]))"]  # fmt: skip
-        command = [sys.executable, *start, "--gpu", "0", "--sm-count", "132",
-                   "--state-dir", str(folder), "--sharing", "timeslice",
-                   "--memory-bytes", str(8 * GIB), *arguments]  # fmt: skip
+            command[1:3] = ["-c", f"{prelude}\nimport sys\nfrom orion_daemon.__main__ import main\n"
+                            "sys.exit(main(sys.argv[1:]))"]  # fmt: skip
         with self.log.open("wb") as log:
             # Outside the checkout: `python -m` would import the source tree before the install.
             self.process = subprocess.Popen(
@@ -99,21 +105,15 @@ class RunningDaemon:
     def answers(self) -> bool:
         assert self.process.poll() is None, self.output()
         record = state.live_record(self.folder)
-        if record is None:
-            return False
-        try:
-            request(Path(record["socket"]), {"op": "status"}, timeout_s=1)
-        except OrionError:
-            return False
-        return True
+        return record is not None and daemon_client.answers(record, timeout_s=1)
 
     def status(self) -> dict:
         record = state.require_daemon(0, self.folder)
-        return request(Path(record["socket"]), {"op": "status"})["status"]
+        return daemon_client.status(record)
 
     def learned(self, name: str) -> dict:
         record = state.require_daemon(0, self.folder)
-        return request(Path(record["socket"]), {"op": "learned", "client": name})["learned"]
+        return daemon_client.learned(record, name)
 
     def names(self) -> list[str]:
         return [client["name"] for client in self.status()["clients"]]

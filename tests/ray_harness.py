@@ -22,8 +22,8 @@ from typing import Any
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from orion_daemon import client as daemon_client
 from orion_daemon import state
-from orion_daemon.protocol import request
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -55,7 +55,7 @@ class StandInNode:
 
     def daemon_status(self, gpu: int) -> dict[str, Any]:
         record = state.require_daemon(gpu, state.state_dir(gpu, self.state_dir))
-        return request(Path(record["socket"]), {"op": "status"})["status"]
+        return daemon_client.status(record)
 
     def client_names(self, gpu: int) -> list[str]:
         return [client["name"] for client in self.daemon_status(gpu)["clients"]]

@@ -22,12 +22,12 @@ from colocation.preflight import prepare_run
 from colocation.runner import run_jobs
 from orion_cli.app import app
 from orion_common.errors import OrionError
+from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.control import stop
 from orion_daemon.embedded import daemon_thread
 from orion_daemon.joining import join
-from orion_daemon.protocol import request
 from orion_daemon.server import DaemonSettings
 from reporting import client_summary, load_run
 
@@ -124,7 +124,7 @@ def test_a_runs_clients_join_the_daemon_it_starts_for_itself(tmp_path: Path) -> 
 
 
 def test_a_running_daemon_with_another_policy_is_refused_in_one_line(tmp_path: Path) -> None:
-    daemon = RunningDaemon(gpu0_folder(), "--policy", "reef")
+    daemon = RunningDaemon(gpu0_folder(), policy="reef")
     try:
         with pytest.raises(OrionError) as info:
             run_jobs(jobs(tmp_path))
@@ -149,7 +149,7 @@ def test_a_running_daemon_with_another_policy_is_refused_in_one_line(tmp_path: P
 
 
 def test_a_matching_running_daemon_is_used_and_left_running(tmp_path: Path) -> None:
-    daemon = RunningDaemon(gpu0_folder(), "--policy", "passthrough")
+    daemon = RunningDaemon(gpu0_folder(), policy="passthrough")
     try:
         outcome = run_jobs(jobs(tmp_path))
         assert outcome.status == "complete", outcome
@@ -186,7 +186,7 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
             prepare_run(jobs(tmp_path))  # a second run on the GPU
         assert info.value.message.startswith(belongs)
         serving.check()  # still serving
-        status = request(gpu0_folder() / state.SOCKET, {"op": "status"})["status"]
+        status = daemon_client.status(gpu0_folder() / state.SOCKET)
         assert status["owner"] == str(run_dir)  # `orion status` says whose it is
     assert state.read_record(gpu0_folder()) is None
     assert [e["event"] for e in events(gpu0_folder())] == ["refused"]

@@ -24,7 +24,7 @@ SHORT = "func k 100 repeat 3 launch k 4 128 0 end sync 0"
 
 @pytest.fixture
 def daemon(tmp_path):
-    running = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", "--attach-timeout-s", BOUND_S)
+    running = RunningDaemon(tmp_path / "gpu0", policy="reef", attach_timeout_s=float(BOUND_S))
     yield running
     running.close()
 

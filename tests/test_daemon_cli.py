@@ -33,7 +33,7 @@ STATUS_FIELDS = {
 @pytest.fixture
 def daemon(tmp_path, monkeypatch):
     monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
-    running = RunningDaemon(tmp_path / "gpu0", "--policy", "orion")
+    running = RunningDaemon(tmp_path / "gpu0", policy="orion")
     yield running
     running.close()
 
@@ -190,7 +190,7 @@ def test_status_without_a_daemon_says_how_to_start_one(tmp_path):
 
 def test_quota_changes_a_daemon_clients_limits_by_name(tmp_path, monkeypatch):
     monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
-    daemon = RunningDaemon(tmp_path / "gpu0", "--shares")
+    daemon = RunningDaemon(tmp_path / "gpu0", shares=True)
     try:
         daemon.join("be", "first", min_util=0.5)
         daemon.join("be", "trainer", memory_limit=1 << 30)

@@ -23,6 +23,7 @@ from daemon_harness import (
     SLOT_BACK_S,
     RunningDaemon,
     be_held_behind_hp,
+    daemon_command,
     held_work_started,
 )
 from native_harness import read_log, wait_for
@@ -34,7 +35,7 @@ from orion_daemon.control import stop
 
 @pytest.fixture
 def daemon(tmp_path):
-    running = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", "--hp-completion", "gpu-write")
+    running = RunningDaemon(tmp_path / "gpu0", policy="reef", hp_completion="gpu-write")
     yield running
     running.close()
 
@@ -72,12 +73,12 @@ GRAPH_SCRIPT = (
 
 # The harness's daemons are time-sliced, whose default splits BE graphs into segments.
 @pytest.mark.parametrize(("arguments", "setting", "waits", "segments"),
-                         [((), "segments", 0, 2),
-                          (("--be-graph-gate", "inside"), "inside", 2, 0),
-                          (("--be-graph-gate", "whole"), "whole", 0, 0)])  # fmt: skip
+                         [({}, "segments", 0, 2),
+                          ({"be_graph_gate": "inside"}, "inside", 2, 0),
+                          ({"be_graph_gate": "whole"}, "whole", 0, 0)])  # fmt: skip
 def test_a_daemon_holds_be_graphs_as_it_was_told(harness, tmp_path, arguments, setting, waits,
                                                  segments):  # fmt: skip
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", *arguments)
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef", **arguments)
     try:
         record = state.live_record(daemon.folder)
         assert record["be_graph_gate"] == record["settings"]["be_graph_gate"] == setting
@@ -123,7 +124,7 @@ def test_limits_that_cannot_hold_are_refused(daemon, fields, message):
 
 
 def test_promises_over_the_whole_gpu_are_refused(tmp_path):
-    daemon = RunningDaemon(tmp_path / "gpu0", "--shares")
+    daemon = RunningDaemon(tmp_path / "gpu0", shares=True)
     try:
         daemon.join("be", "first", min_util=0.7)
         with pytest.raises(OrionError, match=r"over what is left unpromised on this GPU \(0.3"):
@@ -198,8 +199,7 @@ def test_a_killed_daemon_leaves_clients_ungated_and_the_next_one_cleans_up(
 
 def test_a_second_daemon_for_the_same_gpu_is_refused(daemon):
     result = subprocess.run(
-        [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
-         "--state-dir", str(daemon.folder), "--sharing", "timeslice"],
+        daemon_command(daemon.folder),
         capture_output=True, text=True, timeout=30, check=False, cwd=daemon.folder.parent,
     )  # fmt: skip
     assert result.returncode == 1
@@ -250,7 +250,7 @@ def test_a_sharing_mode_the_policy_cannot_run_under_is_refused(tmp_path, sharing
 def test_a_daemon_told_to_stop_with_a_process_stops_cleanly_when_it_goes(harness, tmp_path):
     # orion.ray's node agent starts its node's daemons so: none outlives the agent.
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    daemon = RunningDaemon(tmp_path / "gpu0", "--stop-with", str(owner.pid))
+    daemon = RunningDaemon(tmp_path / "gpu0", stop_with_pid=owner.pid)
     try:
         env = daemon.join("be", "trainer")
         owner.kill()

@@ -45,7 +45,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
 
 @pytest.fixture
 def daemon(tmp_path):
-    running = RunningDaemon(tmp_path / "gpu0", "--policy", "orion")
+    running = RunningDaemon(tmp_path / "gpu0", policy="orion")
     yield running
     running.close()
 
@@ -126,7 +126,7 @@ def test_a_size_as_people_write_it_is_a_limit(harness, daemon, tmp_path):
 
 def test_the_gpu_is_found_by_uuid_among_several_daemons(harness, tmp_path):
     daemons = [
-        RunningDaemon(tmp_path / f"gpu{index}", "--gpu-uuid", uuid)
+        RunningDaemon(tmp_path / f"gpu{index}", gpu_uuid=uuid)
         for index, uuid in enumerate(("GPU-aaaa-0000", "GPU-bbbb-1111"))
     ]
     try:

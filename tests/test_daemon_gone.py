@@ -23,7 +23,7 @@ from daemon_harness import RunningDaemon
 from native_harness import read_log, wait_for
 
 from orion_daemon.__main__ import parse
-from orion_daemon.control import daemon_arguments
+from orion_daemon.client import SETTINGS_FLAG, daemon_command
 from orion_daemon.server import DaemonSettings
 
 GENEROUS_S = 30.0  # a bound for a busy CI machine, not a measure of speed
@@ -87,7 +87,7 @@ def launched_between(log: Path, kind: str, start_ns: int, end_ns: int) -> int:
 
 
 def test_held_be_launches_wait_for_a_stopped_daemon_and_are_gated_again(harness, tmp_path):
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", "--be-when-daemon-gone", "hold")
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef", be_when_daemon_gone="hold")
     log = tmp_path / "be.log"
     try:
         with be_launching(harness, daemon, log) as lines:
@@ -119,7 +119,7 @@ def test_held_be_launches_wait_for_a_stopped_daemon_and_are_gated_again(harness,
 
 
 def test_open_be_runs_on_while_the_daemon_is_stopped(harness, tmp_path):
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef")  # the default: open
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef")  # the default: open
     log = tmp_path / "be.log"
     try:
         with be_launching(harness, daemon, log) as lines:
@@ -136,8 +136,8 @@ def test_open_be_runs_on_while_the_daemon_is_stopped(harness, tmp_path):
 
 
 def test_held_be_runs_ungated_once_the_bound_passes(harness, tmp_path):
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", "--be-when-daemon-gone", "hold",
-                           "--daemon-gone-hold-s", "2")  # fmt: skip
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef", be_when_daemon_gone="hold",
+                           daemon_gone_hold_s=2.0)  # fmt: skip
     log = tmp_path / "be.log"
     try:
         with be_launching(harness, daemon, log) as lines, stopped(daemon):
@@ -157,8 +157,8 @@ def test_held_be_runs_ungated_once_the_bound_passes(harness, tmp_path):
 def test_the_choice_travels_from_orion_up_to_the_daemon_process(tmp_path):
     settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, policy="reef",
                               be_when_daemon_gone="hold", daemon_gone_hold_s=7.5)  # fmt: skip
-    arguments = daemon_arguments(settings)
-    parsed = parse(arguments[arguments.index("orion_daemon") + 1 :])
+    arguments = daemon_command(settings)
+    parsed = parse(arguments[arguments.index(SETTINGS_FLAG) :])
     assert (parsed.be_when_daemon_gone, parsed.daemon_gone_hold_s) == ("hold", 7.5)
-    default = parse(["--gpu", "0", "--sm-count", "1", "--state-dir", str(tmp_path)])
+    default = parse([SETTINGS_FLAG, f'{{"gpu": 0, "sm_count": 1, "folder": "{tmp_path}"}}'])
     assert (default.be_when_daemon_gone, default.daemon_gone_hold_s) == ("open", 30.0)

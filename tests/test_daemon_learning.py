@@ -25,7 +25,7 @@ GRAPH = "func ga 2000 func gb 1000 graph_new A graph_node A ga 4 128 graph_node 
 @pytest.fixture
 def daemon(tmp_path, monkeypatch):
     monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
-    running = RunningDaemon(tmp_path / "gpu0", "--policy", "orion")
+    running = RunningDaemon(tmp_path / "gpu0", policy="orion")
     yield running
     running.close()
 

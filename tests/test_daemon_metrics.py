@@ -12,14 +12,13 @@ import contextlib
 import json
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import GIB, RunningDaemon
+from daemon_harness import GIB, RunningDaemon, daemon_command
 from native_harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from test_daemon_stalls import be_launching, still_gating
@@ -79,8 +78,8 @@ def client_names(samples: Samples) -> set[str]:
 @pytest.fixture
 def metrics_daemon(tmp_path) -> Iterator[tuple[RunningDaemon, int]]:
     port = free_port()
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef",
-                           "--metrics-listen", f"{metrics.LOOPBACK}:{port}")  # fmt: skip
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef",
+                           metrics_listen=f"{metrics.LOOPBACK}:{port}")  # fmt: skip
     yield daemon, port
     daemon.close()
 
@@ -308,9 +307,8 @@ def test_the_daemon_itself_refuses_a_port_in_use_before_it_starts(tmp_path):
     folder = tmp_path / "gpu0"
     with listening() as port:
         ended = subprocess.run(
-            [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
-             "--state-dir", str(folder), "--sharing", "timeslice", "--memory-bytes", str(GIB),
-             "--metrics-listen", f"{metrics.LOOPBACK}:{port}"],
+            daemon_command(folder, memory_bytes=GIB,
+                           metrics_listen=f"{metrics.LOOPBACK}:{port}"),
             capture_output=True, text=True, timeout=GENEROUS_S, cwd=tmp_path, check=False,
         )  # fmt: skip
     assert ended.returncode == 1, ended.stdout + ended.stderr

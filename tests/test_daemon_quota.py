@@ -22,7 +22,7 @@ from orion_common.errors import OrionError
 @pytest.fixture
 def daemon(tmp_path, monkeypatch):
     monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
-    running = RunningDaemon(tmp_path / "gpu0", "--shares")
+    running = RunningDaemon(tmp_path / "gpu0", shares=True)
     yield running
     running.close()
 

@@ -15,16 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_harness import RunningDaemon
+from daemon_harness import RunningDaemon, daemon_command
 from native_harness import wait_for
 from typer.testing import CliRunner
 
 from orion_cli.app import app
 from orion_common.errors import OrionError
 from orion_common.processes import process_start_time
+from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.control import stop
-from orion_daemon.protocol import request
 
 GENEROUS_S = 60.0
 
@@ -55,7 +55,7 @@ def daemons_for(folder: Path) -> list[int]:
             arguments = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        ours = b"orion_daemon" in arguments and str(folder).encode() in arguments
+        ours = b"orion_daemon" in arguments and any(str(folder).encode() in a for a in arguments)
         if ours and process_start_time(int(entry.name)) is not None:  # not a zombie
             found.append(int(entry.name))
     return found
@@ -84,8 +84,7 @@ def test_racing_ups_leave_exactly_one_daemon(tmp_path):
 def test_racing_daemons_leave_exactly_one(tmp_path):
     # Past `orion up`'s own check: the daemons themselves race for the folder's lock.
     folder = tmp_path / "gpu0"
-    command = [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
-               "--state-dir", str(folder), "--sharing", "timeslice"]  # fmt: skip
+    command = daemon_command(folder)
     daemons = [
         subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
@@ -116,14 +115,13 @@ def test_a_daemon_holds_its_lock_for_its_whole_life_record_or_not(tmp_path):
     try:
         (daemon.folder / state.RECORD).unlink()  # as if someone tidied the folder
         second = subprocess.run(
-            [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
-             "--state-dir", str(daemon.folder), "--sharing", "timeslice"],
+            daemon_command(daemon.folder),
             capture_output=True, text=True, timeout=GENEROUS_S, check=False, cwd=tmp_path,
         )  # fmt: skip
         assert second.returncode == 1
         assert second.stderr.splitlines()[0] == "error: an orion daemon already runs for GPU 0"
-        served = request(daemon.folder / state.SOCKET, {"op": "status"}, timeout_s=GENEROUS_S)
-        assert served["status"]["pid"] == daemon.process.pid  # the first one serves on
+        served = daemon_client.status(daemon.folder / state.SOCKET, timeout_s=GENEROUS_S)
+        assert served["pid"] == daemon.process.pid  # the first one serves on
     finally:
         daemon.close()
 

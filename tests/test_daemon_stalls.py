@@ -21,8 +21,8 @@ from native_harness import wait_for
 from typer.testing import CliRunner
 
 from orion_cli.app import app
+from orion_daemon import client as daemon_client
 from orion_daemon import state
-from orion_daemon.protocol import request
 
 GENEROUS_S = 30.0  # a bound for a busy CI machine, not a measure of speed
 STEADY_BE = "func bek 1000 repeat 600000 launch bek 8 128 0 sync 0 end"
@@ -96,7 +96,7 @@ def still_gating(daemon: RunningDaemon, be: subprocess.Popen[str]) -> None:
 
 
 def test_an_idle_and_a_byte_a_second_connection_ungate_no_one(harness, tmp_path):
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef")
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef")
     try:
         with be_launching(harness, daemon, tmp_path) as be:
             path = daemon.folder / state.SOCKET
@@ -106,7 +106,7 @@ def test_an_idle_and_a_byte_a_second_connection_ungate_no_one(harness, tmp_path)
                 # clients' one-second silence bound), every status request is answered.
                 answered = 0
                 while not all(stall.hung_up.is_set() for stall in stalls):
-                    status = request(path, {"op": "status"}, timeout_s=GENEROUS_S)["status"]
+                    status = daemon_client.status(path, timeout_s=GENEROUS_S)
                     answered += 1
                     assert [c["name"] for c in status["clients"]] == ["trainer"]
                     if answered == 1:  # and `orion status` itself, as a user types it
@@ -149,7 +149,7 @@ csv_table.CsvTable.flush = _fill(csv_table.CsvTable.flush)
 @pytest.fixture
 def disk_full_daemon(tmp_path):
     flag = tmp_path / "disk-is-full"
-    daemon = RunningDaemon(tmp_path / "gpu0", "--policy", "reef", "--hp-completion", "gpu-write",
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="reef", hp_completion="gpu-write",
                            prelude=DISK_FULL.format(flag=str(flag)))  # fmt: skip
     yield daemon, flag
     daemon.close()

@@ -17,12 +17,11 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from daemon_harness import Impostor, RunningDaemon
+from daemon_harness import Impostor, RunningDaemon, daemon_command
 from native_harness import Harness, build_harness, read_log
 from typer.testing import CliRunner
 
@@ -54,8 +53,7 @@ def env_for(base: Path, role: str = "be") -> dict[str, str]:
 
 def start_daemon(folder: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "orion_daemon", "--gpu", "0", "--sm-count", "132",
-         "--state-dir", str(folder), "--sharing", "timeslice"],
+        daemon_command(folder),
         capture_output=True, text=True, timeout=60, check=False, cwd=folder.parent.parent,
     )  # fmt: skip
 

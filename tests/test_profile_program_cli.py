@@ -228,11 +228,10 @@ def test_a_live_bar_without_a_total_says_application_replay_only_when_it_is(
     from rich.console import Console
     from rich.progress import Progress
 
-    from orion_cli.profile import _listener_classes
+    from orion_cli.profile_views import RichListener
 
-    rich_listener, _ = _listener_classes()
     with Progress(console=Console(file=io.StringIO())) as progress:
-        listener = rich_listener(progress, application_replay)
+        listener = RichListener(progress, application_replay)
         listener.phase_started("ncu")  # a program's marker window: no kernel total
         listener.ncu_pass(1)
         listener.kernel_profiled(3, None, "kernel")

@@ -17,7 +17,8 @@ from test_profiler_runs import (
 )
 from typer.testing import CliRunner
 
-from orion_cli.profile import profile_command, short_kernel_name
+from orion_cli.profile import profile_command
+from orion_cli.profile_views import short_kernel_name
 from postprocess import read_profile
 
 runner = CliRunner()

@@ -35,8 +35,8 @@ class DaemonOptions:
     """How the agents start missing daemons (`orion up`'s options)."""
 
     policy: str = "orion"
-    sharing: str = ""
-    """Empty: the policy's own default (:func:`scheduler_core.sharing.default_sharing`), as
+    sharing: str | None = None
+    """None: the policy's own default (:func:`scheduler_core.sharing.default_sharing`), as
     `orion up` without ``--sharing``."""
     shares: bool = False
     queue_limit_us: float | None = None
@@ -201,17 +201,19 @@ def start_daemons(
     daemon runs with are refused here, before Ray is reached.
     """
     from orion_daemon.control import check_options, hold_bound
+    from scheduler_core.settings import SHARING
 
+    sharing = SHARING.checked(sharing, "sharing")
     check_options(
         policy=policy,
-        sharing=sharing or "",
+        sharing=sharing,
         queue_limit_us=queue_limit_us,
         be_when_daemon_gone=be_when_daemon_gone,
         **hold_bound(daemon_gone_hold_s),
     )
     ray = connect(address)
     options = DaemonOptions(
-        policy, sharing or "", shares, queue_limit_us, be_when_daemon_gone, daemon_gone_hold_s
+        policy, sharing, shares, queue_limit_us, be_when_daemon_gone, daemon_gone_hold_s
     )
     nodes = _alive_nodes(ray)
     agents = [agent(ray, node["NodeID"], options) for node in nodes]

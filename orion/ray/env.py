@@ -28,9 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from orion_common.errors import UsageError
-from orion_common.sizes import parse_size
 from orion_daemon.admission import ROLES, JoinRequest, check_request
 from orion_daemon.joining import join_variables
+from scheduler_core.settings import MEMORY_LIMIT
 
 
 def preload_path() -> str:
@@ -73,12 +73,7 @@ def runtime_env(
             )
         if num_gpus < 1 and memory_limit is None:
             fraction = float(num_gpus)
-    limit = None
-    if memory_limit is not None:
-        try:
-            limit = parse_size(memory_limit)
-        except ValueError as error:
-            raise UsageError(f"memory_limit: {error}") from None
+    limit = MEMORY_LIMIT.checked(memory_limit, "memory_limit")
     request = JoinRequest(
         role=role,
         name=name or "",

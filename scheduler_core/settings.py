@@ -1,0 +1,143 @@
+"""Settings a user gives in more than one place, each declared once: its name, kind of value,
+unit, what "unset" means, its bounds, its help and the variable a joining program reads it from.
+
+A setting reaches orion from `orion run`/`orion quota`/`orion up` options, from ``jobs.json``,
+from ``orion.ray``'s keywords and from the join variables (``ORION_MEMORY_LIMIT=8GiB``). Each
+of those is derived from the :class:`Setting` here rather than written again: the CLI options
+take their flag and help from it (``orion_cli/_settings.py``), the jobs schema its field
+description and parser, ``orion.ray`` and the daemon's join message its parser and bounds, and
+docs/commands.md's settings table is :func:`markdown_table` (``tests/test_settings.py`` checks
+every one of them). "Unset" is spelled ``None`` everywhere a value travels in Python and JSON,
+and ``none`` where a person types one.
+
+``be_graph_gate`` is not declared here yet (it is being reworked beside the native library).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from orion_common.errors import UsageError
+from orion_common.sizes import ACCEPTED as SIZE_FORMAT
+from orion_common.sizes import MAX_SIZE, parse_size
+from scheduler_core.sharing import SHARINGS
+
+UNSET_WORD = "none"
+"""What a person types for "unset" (a CLI option, an environment variable); ``None`` in code."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting, declared once; everything that takes it is derived from this."""
+
+    name: str
+    """Its name wherever it is a field or keyword: jobs.json, ``JoinRequest``, orion.ray."""
+    kind: str
+    """What kind of value it is, which decides its one parser: ``size`` or ``choice``."""
+    help: str
+    """What it does, for people: the CLI's help and the docs' table, in one sentence or two."""
+    unset: str
+    """What leaving it unset (``None``) means."""
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    bounds: tuple[int, int] | None = None
+    """Inclusive bounds of a number."""
+    variable: str | None = None
+    """The environment variable a joining program reads it from (``daemon_join.h``), if any."""
+
+    @property
+    def flag(self) -> str:
+        """Its command-line option."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def accepted(self) -> str:
+        """What values it takes, in words (for help texts and errors)."""
+        if self.kind == "size":
+            return SIZE_FORMAT.removeprefix("use ")
+        return "one of " + ", ".join(self.choices)
+
+    def parse(self, value: Any) -> Any:
+        """The value ``value`` (as typed, as a file or a keyword wrote it) means: ``None`` for
+        unset (``None`` or ``"none"``), else the setting's own kind, checked against its bounds
+        and choices; :class:`ValueError` with a one-line reason otherwise."""
+        if value is None or (isinstance(value, str) and value.strip().lower() == UNSET_WORD):
+            return None
+        return _PARSERS[self.kind](self, value)
+
+    def checked(self, value: Any, label: str | None = None) -> Any:
+        """:meth:`parse`, its reason a :class:`UsageError` (prefixed ``label:`` when given: the
+        option or keyword the value came in)."""
+        try:
+            return self.parse(value)
+        except ValueError as error:
+            raise UsageError(f"{label}: {error}" if label else str(error)) from None
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` cannot be this setting (None: it can): :meth:`parse`'s reason."""
+        try:
+            self.parse(value)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    def help_text(self, lead: str = "") -> str:
+        """The option's help: ``lead`` (what the command does with it), the setting's help, the
+        values it takes and what unset means."""
+        unset = f"Unset ({UNSET_WORD}): {self.unset}."
+        parts = [lead, self.help, f"Values: {self.accepted}.", unset]
+        return " ".join(part for part in parts if part)
+
+
+def _size(setting: Setting, value: Any) -> int:
+    size = parse_size(value)
+    low, high = setting.bounds or (1, MAX_SIZE)
+    if not low <= size <= high:
+        raise ValueError(f"{setting.name} must be {low} to {high} {setting.unit} (got {size})")
+    return size
+
+
+def _choice(setting: Setting, value: Any) -> str:
+    if value not in setting.choices:
+        raise ValueError(
+            f"{setting.name} must be one of {', '.join(setting.choices)} (got {value!r})"
+        )
+    return str(value)
+
+
+_PARSERS: dict[str, Callable[[Setting, Any], Any]] = {"size": _size, "choice": _choice}
+
+MEMORY_LIMIT = Setting(
+    name="memory_limit",
+    kind="size",
+    unit="bytes",
+    bounds=(1, MAX_SIZE),
+    help="GPU memory the client may hold; allocations past it fail as out of memory.",
+    unset="no limit",
+    variable="ORION_MEMORY_LIMIT",
+)
+SHARING = Setting(
+    name="sharing",
+    kind="choice",
+    choices=SHARINGS,
+    help="How the clients share the GPU: mps (clients of one private MPS daemon, whose kernels "
+    "run at once) or timeslice (contexts of their own that the driver switches between; "
+    "orion's GPU gates still hold BE work while HP has work).",
+    unset="the policy's default (timeslice for orion, mps for the others; priority runs under "
+    "mps only)",
+)
+SETTINGS = (MEMORY_LIMIT, SHARING)
+
+
+def markdown_table() -> str:
+    """docs/commands.md's table of the settings declared here (checked against it by a test)."""
+    rows = ["| setting | option | values | unset | variable | what it does |", "|---" * 6 + "|"]
+    for setting in SETTINGS:
+        variable = f"`{setting.variable}`" if setting.variable else ""
+        rows.append(
+            f"| `{setting.name}` | `{setting.flag}` | {setting.accepted} | {setting.unset} | "
+            f"{variable} | {setting.help} |"
+        )
+    return "\n".join(rows) + "\n"
