@@ -123,6 +123,7 @@ const Helpers& helpers() {
         resolve(h.graph_add_dependencies, "cuGraphAddDependencies");
         resolve(h.graph_add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
         resolve(h.graph_destroy_node, "cuGraphDestroyNode");
+        resolve(h.graph_mem_alloc_node_get_params, "cuGraphMemAllocNodeGetParams");
         return h;
     }();
     return resolved;

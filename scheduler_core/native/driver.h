@@ -51,6 +51,7 @@ struct Helpers {
     cuda::GraphAddDependenciesFn graph_add_dependencies = nullptr;
     cuda::GraphAddBatchMemOpNodeFn graph_add_batch_mem_op_node = nullptr;
     cuda::GraphDestroyNodeFn graph_destroy_node = nullptr;
+    cuda::GraphMemAllocNodeGetParamsFn graph_mem_alloc_node_get_params = nullptr;
 };
 const Helpers& helpers();
 

@@ -39,6 +39,13 @@
     X(cuArrayDestroy)              \
     X(cuMipmappedArrayCreate)      \
     X(cuMipmappedArrayDestroy)     \
+    X(cuMemPoolCreate)             \
+    X(cuMemPoolDestroy)            \
+    X(cuMemPoolSetAttribute)       \
+    X(cuMemPoolTrimTo)             \
+    X(cuDeviceGetDefaultMemPool)   \
+    X(cuDeviceGetMemPool)          \
+    X(cuDeviceSetMemPool)          \
     X(cuGraphExecNodeSetParams)
 
 // Entry points exported under a versioned name (cuda.h maps `cuMemAlloc` to `cuMemAlloc_v2`):

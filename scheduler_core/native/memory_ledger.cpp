@@ -60,7 +60,143 @@ void MemoryLedger::forget_array(const void* array) {
 
 void MemoryLedger::forget_pointer(CUdeviceptr pointer) {
     std::unique_lock<std::mutex> lock(mutex_);
+    const auto pooled = pool_pointers_.find(pointer);
+    if (pooled != pool_pointers_.end()) {
+        const PoolPointer freed = pooled->second;
+        pool_pointers_.erase(pooled);
+        const auto pool = pools_.find(freed.pool);
+        if (pool == pools_.end()) {  // its pool was destroyed while it lived
+            lock.unlock();
+            unreserve(freed.bytes);
+            return;
+        }
+        // The pool may keep the freed memory: it stays counted as long as it may.
+        Pool& state = pool->second;
+        state.live -= std::min(state.live, freed.bytes);
+        state.kept += freed.bytes;
+        cap_kept(&state, state.threshold);
+        return;
+    }
     const std::uint64_t bytes = take_size(pointers_, pointer);
+    lock.unlock();
+    unreserve(bytes);
+}
+
+CUmemoryPool MemoryLedger::pool_key(CUmemoryPool pool) const {
+    return pool != nullptr && pool == default_pool_ ? nullptr : pool;
+}
+
+void MemoryLedger::cap_kept(Pool* pool, std::uint64_t threshold) {
+    const std::uint64_t may_keep = threshold > pool->live ? threshold - pool->live : 0;
+    if (pool->kept <= may_keep) return;
+    unreserve(pool->kept - may_keep);
+    pool->kept = may_keep;
+}
+
+void MemoryLedger::note_pool(CUmemoryPool pool, bool on_device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pools_[pool_key(pool)].on_device = on_device;
+}
+
+void MemoryLedger::note_default_pool(CUmemoryPool pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pool == nullptr || pool == default_pool_) return;
+    default_pool_ = pool;
+    // What was recorded under the handle before it was known to be the default pool's.
+    const auto known = pools_.find(pool);
+    if (known != pools_.end()) {
+        Pool& merged = pools_[nullptr];
+        merged.threshold = std::max(merged.threshold, known->second.threshold);
+        merged.live += known->second.live;
+        merged.kept += known->second.kept;
+        pools_.erase(pool);
+    }
+    for (auto& [pointer, owner] : pool_pointers_) {
+        if (owner.pool == pool) owner.pool = nullptr;
+    }
+    if (current_pool_ == pool) current_pool_ = nullptr;
+}
+
+void MemoryLedger::set_current_pool(CUmemoryPool pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    current_pool_ = pool_key(pool);
+}
+
+CUmemoryPool MemoryLedger::current_pool() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_pool_;
+}
+
+bool MemoryLedger::pool_on_device(CUmemoryPool pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = pools_.find(pool_key(pool));
+    return found == pools_.end() || found->second.on_device;
+}
+
+void MemoryLedger::set_pool_threshold(CUmemoryPool pool, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& state = pools_[pool_key(pool)];
+    state.threshold = bytes;
+    cap_kept(&state, bytes);
+}
+
+void MemoryLedger::trim_pool(CUmemoryPool pool, std::uint64_t keep_bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = pools_.find(pool_key(pool));
+    if (found != pools_.end()) cap_kept(&found->second, keep_bytes);
+}
+
+void MemoryLedger::forget_pool(CUmemoryPool pool) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto found = pools_.find(pool_key(pool));
+    if (found == pools_.end()) return;
+    const std::uint64_t kept = found->second.kept;
+    // Allocations still live are given back one by one when freed (their pool is gone).
+    pools_.erase(found);
+    lock.unlock();
+    unreserve(kept);
+}
+
+bool MemoryLedger::reserve_from_pool(CUmemoryPool pool, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& state = pools_[pool_key(pool)];
+    const std::uint64_t from_kept = std::min(state.kept, bytes);
+    if (bytes > from_kept && !reserve(bytes - from_kept)) return false;
+    state.kept -= from_kept;
+    state.live += bytes;
+    cap_kept(&state, state.threshold);
+    return true;
+}
+
+void MemoryLedger::unreserve_from_pool(CUmemoryPool pool, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& state = pools_[pool_key(pool)];
+    state.live -= std::min(state.live, bytes);
+    state.kept += bytes;
+    cap_kept(&state, state.threshold);
+}
+
+void MemoryLedger::record_pool_pointer(CUdeviceptr pointer, CUmemoryPool pool,
+                                       std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pool_pointers_[pointer] = PoolPointer{pool_key(pool), bytes};
+}
+
+std::uint64_t MemoryLedger::kept_by_pools() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::uint64_t kept = 0;
+    for (const auto& [pool, state] : pools_) kept += state.kept;
+    return kept;
+}
+
+void MemoryLedger::record_graph(const void* exec, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    graphs_[exec] += bytes;
+}
+
+void MemoryLedger::forget_graph(const void* exec) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t bytes = take_size(graphs_, exec);
     lock.unlock();
     unreserve(bytes);
 }
