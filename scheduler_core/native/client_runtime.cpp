@@ -63,6 +63,54 @@ bool claimed_by_my_tree(std::int32_t claimer) {
     return false;
 }
 
+// Whether `pid` is an ancestor of this process (its parent, grandparent, ...).
+bool is_my_ancestor(pid_t pid) {
+    pid_t at = getppid();
+    for (int depth = 0; depth < 64 && at > 1; ++depth) {
+        if (at == pid) return true;
+        at = parent_of(at);
+    }
+    return at == pid;
+}
+
+// A child process (exec'd) of a daemon client inherits the client's variables, but the slot is
+// its ancestor's. A best-effort client's children (data-loader workers, a subprocess that uses
+// the GPU) must not pass by the gate, so such a child joins the daemon as a client of its own:
+// the same role and limits (ORION_MEMORY_LIMIT, ORION_MAX_UTIL), no promised share (the parent
+// holds the promise: ORION_MIN_UTIL is dropped), named `<parent's name>.<pid>`. The variables
+// are set for that join here; true when the caller should join again. The HP client's children
+// pass through as before: one HP per GPU, and HP is never gated.
+bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
+    if (view.header().open_slots == 0) return false;  // a closed run: no daemon to join
+    const char* role = std::getenv("ORION_ROLE");
+    if (role == nullptr || role[0] == '\0') return false;  // not joined from the environment
+    if (slot.state.load(std::memory_order_acquire) !=
+        static_cast<std::uint32_t>(ClientState::kAttached)) {
+        return false;
+    }
+    const std::int32_t holder = slot.pid.load(std::memory_order_acquire);
+    if (holder <= 0 || holder == getpid() || !is_my_ancestor(holder)) return false;
+    const std::string parent(slot.name, strnlen(slot.name, sizeof slot.name));
+    if (slot.role != static_cast<std::uint32_t>(Role::kBestEffort)) {
+        if (env_flag("ORION_DEBUG")) {
+            log_message(("a child of HP client '" + parent + "' passes through").c_str());
+        }
+        return false;
+    }
+    const std::string suffix = "." + std::to_string(getpid());
+    const std::size_t room = kClientNameBytes - 1 - suffix.size();
+    const std::string name = parent.substr(0, room) + suffix;
+    unsetenv("ORION_RUN");
+    unsetenv("ORION_CLIENT");
+    unsetenv("ORION_MIN_UTIL");
+    setenv("ORION_ROLE", "be", 1);
+    setenv("ORION_NAME", name.c_str(), 1);
+    if (env_flag("ORION_DEBUG")) {
+        log_message(("a child of BE client '" + parent + "' joins as '" + name + "'").c_str());
+    }
+    return true;
+}
+
 }  // namespace
 
 namespace {
@@ -131,6 +179,11 @@ void ClientRuntime::attach_from_environment() {
     if (!slot.state.compare_exchange_strong(expected,
                                             static_cast<std::uint32_t>(ClientState::kAttached),
                                             std::memory_order_acq_rel)) {
+        // A BE daemon client's child joins as a client of its own (see rejoin_as_child).
+        if (rejoin_as_child(view, slot)) {
+            attach_from_environment();
+            return;
+        }
         // Typically a helper process (a compiler worker) that inherited its parent's environment.
         if (env_flag("ORION_DEBUG")) log_message("client slot already taken; this process passes through");
         return;

@@ -15,7 +15,9 @@
 
 #include "fake_abi.h"
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -693,6 +695,25 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                         v1[0], v1[1], v1[2], v2[1], v2[3], v2[4]);
             std::fflush(stdout);
             pos += 1;
+        } else if (cmd == "spawn") {  // spawn N TOKENS...: a child launcher runs the N tokens
+            need(2);
+            const std::size_t count = std::strtoul(t[pos + 1].c_str(), nullptr, 10);
+            need(2 + count);
+            std::vector<std::string> script(t.begin() + pos + 2, t.begin() + pos + 2 + count);
+            std::fflush(stdout);
+            const pid_t child = fork();
+            if (child == 0) {
+                std::vector<char*> argv{const_cast<char*>("launcher")};
+                for (std::string& token : script) argv.push_back(token.data());
+                argv.push_back(nullptr);
+                execv("/proc/self/exe", argv.data());
+                _exit(127);
+            }
+            int status = 0;
+            waitpid(child, &status, 0);
+            std::printf("child rc=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+            std::fflush(stdout);
+            pos += 2 + count;
         } else if (cmd == "kill_self") {
             raise(SIGKILL);
             pos += 1;
