@@ -11,14 +11,9 @@ shows.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from daemon_harness import SLOT_BACK_S, RunningDaemon
+from daemon_harness import SLOT_BACK_S, RunningDaemon, joining_environment
 from native_harness import Harness, build_harness, read_log, wait_for
-
-from orion_daemon.admission import JoinRequest
-from orion_daemon.joining import join_environment
 
 
 def spawn(script: str) -> str:
@@ -45,13 +40,8 @@ def daemon(tmp_path):
     running.close()
 
 
-def env_for(tmp_path, role: str, name: str, **fields) -> dict[str, str]:
-    request = JoinRequest(role=role, name=name, **fields)
-    return join_environment(os.environ, request, device="0", state_base=tmp_path)
-
-
 def test_a_be_clients_child_joins_as_a_gated_client_of_its_own(harness, daemon, tmp_path):
-    env = env_for(tmp_path, "be", "trainer", memory_limit=8192)
+    env = joining_environment(tmp_path, "be", "trainer", memory_limit=8192)
     result = harness.run(PARENT, env=env, log=tmp_path / "be.log")
     assert result.returncode == 0, result.stderr
     assert "child rc=0" in result.stdout
@@ -75,7 +65,7 @@ def test_a_be_clients_child_joins_as_a_gated_client_of_its_own(harness, daemon, 
 def test_the_parent_keeps_its_slot_while_its_child_runs(harness, daemon, tmp_path):
     child = "func ck 100 launch ck 4 128 0 say child_joined sleep 20000000"
     script = f"func k 100 launch k 4 128 0 {spawn(child)}"
-    process = harness.start(script, env=env_for(tmp_path, "be", "loader"))
+    process = harness.start(script, env=joining_environment(tmp_path, "be", "loader"))
     try:
         assert process.stdout.readline().strip() == "child_joined"
         clients = {c["name"]: c for c in daemon.status()["clients"]}
@@ -91,7 +81,9 @@ def test_the_parent_keeps_its_slot_while_its_child_runs(harness, daemon, tmp_pat
 def test_a_grandchild_joins_too_named_after_its_parent(harness, daemon, tmp_path):
     child = f"func ck 100 launch ck 4 128 0 sync 0 {spawn('func gk 100 launch gk 4 128 0 sync 0')}"
     script = f"func k 100 launch k 4 128 0 sync 0 {spawn(child)}"
-    result = harness.run(script, env=env_for(tmp_path, "be", "job"), log=tmp_path / "be.log")
+    result = harness.run(
+        script, env=joining_environment(tmp_path, "be", "job"), log=tmp_path / "be.log"
+    )
     assert result.returncode == 0, result.stderr
     wait_for(lambda: len(daemon.events()) == 6, timeout_s=SLOT_BACK_S, what="every slot back")
     joins = [e["client"] for e in daemon.events() if e["event"] == "join"]
@@ -100,7 +92,9 @@ def test_a_grandchild_joins_too_named_after_its_parent(harness, daemon, tmp_path
 
 
 def test_the_hp_clients_child_passes_through(harness, daemon, tmp_path):
-    result = harness.run(PARENT, env=env_for(tmp_path, "hp", "web"), log=tmp_path / "hp.log")
+    result = harness.run(
+        PARENT, env=joining_environment(tmp_path, "hp", "web"), log=tmp_path / "hp.log"
+    )
     assert result.returncode == 0, result.stderr
     assert "child rc=0" in result.stdout
     wait_for(lambda: len(daemon.events()) == 2, timeout_s=SLOT_BACK_S, what="the slot back")

@@ -115,6 +115,10 @@ bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
 
 namespace {
 std::atomic<bool> g_created{false};  // instance() has run: the process-wide runtime exists
+// The runtime of the daemon this client rejoined (watch_for_a_daemon), replacing the first for
+// every later call; nullptr until then. Swapped by the watch thread only, read with one load.
+std::atomic<ClientRuntime*> g_rejoined{nullptr};
+std::atomic<bool> g_exiting{false};  // detach() ran: the process is ending, no more rejoins
 }  // namespace
 
 ClientRuntime& ClientRuntime::instance() {
@@ -124,7 +128,8 @@ ClientRuntime& ClientRuntime::instance() {
         g_created.store(true, std::memory_order_release);
         return made;
     }();
-    return *runtime;
+    ClientRuntime* rejoined = g_rejoined.load(std::memory_order_acquire);
+    return rejoined != nullptr ? *rejoined : *runtime;
 }
 
 bool ClientRuntime::created() { return g_created.load(std::memory_order_acquire); }
@@ -137,16 +142,29 @@ bool ClientRuntime::attaches_at_load() {
 
 ClientRuntime::ClientRuntime() { attach_from_environment(); }
 
+ClientRuntime::ClientRuntime(std::vector<std::pair<std::string, std::string>> rejoined)
+    : rejoined_(std::move(rejoined)) {
+    attach_from_environment();
+}
+
+const char* ClientRuntime::variable(const char* name) const {
+    for (const auto& [key, value] : rejoined_) {
+        if (key == name) return value.c_str();
+    }
+    return std::getenv(name);
+}
+
 void ClientRuntime::attach_from_environment() {
-    join_daemon_from_environment();  // ORION_ROLE without ORION_RUN: get a slot first
-    const char* run = std::getenv("ORION_RUN");
+    // ORION_ROLE without ORION_RUN: get a slot first (a rejoined runtime has its answer).
+    if (rejoined_.empty()) join_daemon_from_environment();
+    const char* run = variable("ORION_RUN");
     if (run == nullptr || run[0] == '\0') return;  // not part of a run: pass everything through
     const bool strict = env_flag("ORION_STRICT");
     auto fail = [strict](const std::string& why) {
         log_message((why + (strict ? "; exiting (ORION_STRICT is set)" : "; passing every call through")).c_str());
         if (strict) _exit(70);
     };
-    const char* client_text = std::getenv("ORION_CLIENT");
+    const char* client_text = variable("ORION_CLIENT");
     char* end = nullptr;
     const long client = client_text != nullptr ? std::strtol(client_text, &end, 10) : -1;
     if (client_text == nullptr || end == client_text || *end != '\0' || client < 0 ||
@@ -180,7 +198,7 @@ void ClientRuntime::attach_from_environment() {
                                             static_cast<std::uint32_t>(ClientState::kAttached),
                                             std::memory_order_acq_rel)) {
         // A BE daemon client's child joins as a client of its own (see rejoin_as_child).
-        if (rejoin_as_child(view, slot)) {
+        if (rejoined_.empty() && rejoin_as_child(view, slot)) {
             attach_from_environment();
             return;
         }
@@ -233,11 +251,11 @@ void ClientRuntime::attach_from_environment() {
 void ClientRuntime::read_daemon_gone_choice() {
     // The daemon's answer to `join` says what it was started with (`orion up
     // --be-when-daemon-gone`); HP never holds: its latency is what the GPU is shared for.
-    const char* choice = std::getenv("ORION_BE_WHEN_DAEMON_GONE");
+    const char* choice = variable("ORION_BE_WHEN_DAEMON_GONE");
     hold_when_daemon_gone_ = role_ == Role::kBestEffort && choice != nullptr &&
                              std::strcmp(choice, "hold") == 0;
     double bound_s = kDefaultDaemonGoneHoldS;
-    if (const char* text = std::getenv("ORION_DAEMON_GONE_HOLD_S")) {
+    if (const char* text = variable("ORION_DAEMON_GONE_HOLD_S")) {
         char* end = nullptr;
         const double parsed = std::strtod(text, &end);
         if (end != text && *end == '\0' && parsed > 0 && parsed <= kMaxDaemonGoneHoldS) {
@@ -249,56 +267,113 @@ void ClientRuntime::read_daemon_gone_choice() {
 
 void ClientRuntime::start_daemon_watch() {
     std::thread([this] {
-        constexpr timespec kPeriod{0, 200'000'000};
-        std::uint64_t silent_since = 0;  // when this client began to hold; 0: not holding
-        auto stop_holding = [this] {
-            daemon_hold_.store(0, std::memory_order_release);
-            futex_wake_all(daemon_hold_);
-        };
-        while (active()) {
-            nanosleep(&kPeriod, nullptr);
-            const RunHeader& header = view_.header();
-            if (header.shutdown.load(std::memory_order_acquire) != 0) {
-                leave_daemon("the daemon stopped");
-                stop_holding();
-                return;
-            }
-            const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
-            const std::uint64_t now = monotonic_ns();
-            if (beat == 0 || now <= beat + kDaemonStaleNs) {
-                if (silent_since != 0) {
-                    stop_holding();
-                    log_message((std::string("the daemon beats again after ") +
-                                 std::to_string((now - silent_since) / 1'000'000) + " ms; " +
-                                 std::to_string(held_launches_.load(std::memory_order_relaxed)) +
-                                 " launches of client '" + slot_->name + "' held so far go on")
-                                    .c_str());
-                    silent_since = 0;
-                }
-                continue;
-            }
-            if (!hold_when_daemon_gone_) {
-                leave_daemon("the daemon fell silent");
-                return;
-            }
-            if (silent_since == 0) {
-                silent_since = now;
-                daemon_hold_.store(1, std::memory_order_release);
-                log_message((std::string("the daemon fell silent; client '") + slot_->name +
-                             "' holds its launches until it beats again, at most " +
-                             std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
-                                .c_str());
-            } else if (now - silent_since >= daemon_gone_hold_ns_) {
-                // Ungated first, then the held launches go: none of them waits at a gate again.
-                leave_daemon((std::string("the daemon stayed silent for ") +
-                              std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
-                                 .c_str());
-                stop_holding();
-                return;
-            }
+        // Watches the daemon until this client leaves it; then, for a client that joined from
+        // its environment, waits for a daemon to answer again: its own, beating again (watch on),
+        // or a new one (another runtime takes over: this thread ends).
+        while (watch_daemon() && watch_for_a_daemon()) {
         }
-        stop_holding();  // a forked child's or a detached client's held launches never wait
     }).detach();
+}
+
+bool ClientRuntime::watch_daemon() {
+    constexpr timespec kPeriod{0, 200'000'000};
+    std::uint64_t silent_since = 0;  // when this client began to hold; 0: not holding
+    auto stop_holding = [this] {
+        daemon_hold_.store(0, std::memory_order_release);
+        futex_wake_all(daemon_hold_);
+    };
+    while (active()) {
+        nanosleep(&kPeriod, nullptr);
+        const RunHeader& header = view_.header();
+        if (header.shutdown.load(std::memory_order_acquire) != 0) {
+            leave_daemon("the daemon stopped");
+            stop_holding();
+            return true;
+        }
+        const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
+        const std::uint64_t now = monotonic_ns();
+        if (beat == 0 || now <= beat + kDaemonStaleNs) {
+            if (silent_since != 0) {
+                stop_holding();
+                log_message((std::string("the daemon beats again after ") +
+                             std::to_string((now - silent_since) / 1'000'000) + " ms; " +
+                             std::to_string(held_launches_.load(std::memory_order_relaxed)) +
+                             " launches of client '" + slot_->name + "' held so far go on")
+                                .c_str());
+                silent_since = 0;
+            }
+            continue;
+        }
+        if (!hold_when_daemon_gone_) {
+            leave_daemon("the daemon fell silent");
+            return true;
+        }
+        if (silent_since == 0) {
+            silent_since = now;
+            daemon_hold_.store(1, std::memory_order_release);
+            log_message((std::string("the daemon fell silent; client '") + slot_->name +
+                         "' holds its launches until it beats again, at most " +
+                         std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
+                            .c_str());
+        } else if (now - silent_since >= daemon_gone_hold_ns_) {
+            // Ungated first, then the held launches go: none of them waits at a gate again.
+            leave_daemon((std::string("the daemon stayed silent for ") +
+                          std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
+                             .c_str());
+            stop_holding();
+            return true;
+        }
+    }
+    stop_holding();  // a forked child's or a detached client's held launches never wait
+    return false;
+}
+
+bool ClientRuntime::watch_for_a_daemon() {
+    if (!joined_from_environment()) return false;  // a claimer's client: nothing to ask again
+    constexpr timespec kPeriod{0, 500'000'000};
+    std::string refused;  // the last refusal, said once
+    while (!g_exiting.load(std::memory_order_acquire)) {
+        nanosleep(&kPeriod, nullptr);
+        if (g_exiting.load(std::memory_order_acquire)) break;
+        const RunHeader& header = view_.header();
+        const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
+        if (header.shutdown.load(std::memory_order_acquire) == 0 && beat != 0 &&
+            monotonic_ns() <= beat + kDaemonStaleNs &&
+            slot_->state.load(std::memory_order_acquire) ==
+                static_cast<std::uint32_t>(ClientState::kAttached) &&
+            slot_->pid.load(std::memory_order_acquire) == static_cast<std::int32_t>(getpid())) {
+            // The daemon it left beats again (it was stopped or stalled, not gone) and still
+            // holds this client's slot: gated again as before, with nothing to swap.
+            active_.store(true, std::memory_order_release);
+            log_message((std::string("the daemon beats again; client '") + slot_->name +
+                         "' is gated again")
+                            .c_str());
+            return true;
+        }
+        std::vector<std::pair<std::string, std::string>> answer;
+        std::string why;
+        if (!rejoin_daemon(&answer, &why)) {
+            const bool absent = why.rfind("no orion daemon runs", 0) == 0;
+            if (!absent && why != refused) {
+                log_message(("cannot rejoin the orion daemon: " + why + "; asking again").c_str());
+            }
+            refused = absent ? std::string() : why;
+            continue;
+        }
+        auto* next = new ClientRuntime(std::move(answer));
+        if (!next->active()) {
+            delete next;  // attached to nothing: no thread of its own, nothing to undo
+            continue;
+        }
+        // What this process holds of the GPU's memory counts in its new slot too.
+        next->memory_.adopt(memory_);
+        g_rejoined.store(next, std::memory_order_release);
+        log_message((std::string("rejoined the orion daemon: client '") + next->slot_->name +
+                     "' is gated again (calls already inside the old run's client finish there)")
+                        .c_str());
+        return false;  // this thread is done; the new runtime watches its daemon
+    }
+    return false;
 }
 
 void ClientRuntime::hold_while_daemon_silent() {
@@ -319,6 +394,7 @@ void ClientRuntime::leave_daemon(const char* why) {
 }
 
 void ClientRuntime::detach() {
+    g_exiting.store(true, std::memory_order_release);  // no rejoin while the process ends
     if (slot_ == nullptr || !active()) return;
     if (slot_->pid.load(std::memory_order_relaxed) != static_cast<std::int32_t>(getpid())) return;
     auto expected = static_cast<std::uint32_t>(ClientState::kAttached);

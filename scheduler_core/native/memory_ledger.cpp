@@ -208,6 +208,37 @@ void MemoryLedger::forget_handle(CUmemGenericAllocationHandle handle) {
     unreserve(bytes);
 }
 
+void MemoryLedger::adopt(MemoryLedger& old) {
+    std::scoped_lock lock(old.mutex_, mutex_);
+    std::uint64_t held = 0;
+    for (const auto& [pointer, bytes] : old.pointers_) held += bytes;
+    for (const auto& [handle, bytes] : old.handles_) held += bytes;
+    for (const auto& [array, bytes] : old.arrays_) held += bytes;
+    for (const auto& [pointer, owner] : old.pool_pointers_) held += owner.bytes;
+    for (const auto& [pool, state] : old.pools_) held += state.kept;
+    for (const auto& [exec, bytes] : old.graphs_) held += bytes;
+    pointers_ = std::move(old.pointers_);
+    handles_ = std::move(old.handles_);
+    arrays_ = std::move(old.arrays_);
+    pools_ = std::move(old.pools_);
+    pool_pointers_ = std::move(old.pool_pointers_);
+    graphs_ = std::move(old.graphs_);
+    default_pool_ = old.default_pool_;
+    current_pool_ = old.current_pool_;
+    old.pointers_.clear();
+    old.handles_.clear();
+    old.arrays_.clear();
+    old.pools_.clear();
+    old.pool_pointers_.clear();
+    old.graphs_.clear();
+    if (slot_ == nullptr || held == 0) return;
+    const std::uint64_t after = slot_->memory.used.fetch_add(held, std::memory_order_acq_rel) + held;
+    std::uint64_t peak = slot_->memory.peak.load(std::memory_order_relaxed);
+    while (after > peak && !slot_->memory.peak.compare_exchange_weak(peak, after,
+                                                                     std::memory_order_relaxed)) {
+    }
+}
+
 std::uint64_t MemoryLedger::limit() const {
     return slot_->memory.limit.load(std::memory_order_acquire);
 }

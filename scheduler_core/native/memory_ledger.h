@@ -78,6 +78,11 @@ public:
     void record_graph(const void* exec, std::uint64_t bytes);
     void forget_graph(const void* exec);
 
+    // A client that rejoined a new daemon (client_runtime.cpp): takes over what `old` (the
+    // ledger of the run it left) remembers, and counts all of it in this slot, over the limit
+    // if need be (it is held already; new allocations are refused until the client is under).
+    void adopt(MemoryLedger& old);
+
     // The limit in force (0: none).
     std::uint64_t limit() const;
     std::uint64_t used() const;

@@ -695,6 +695,10 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                         v1[0], v1[1], v1[2], v2[1], v2[3], v2[4]);
             std::fflush(stdout);
             pos += 1;
+        } else if (cmd == "await") {  // await PATH: until the test makes the file
+            need(2);
+            while (access(t[pos + 1].c_str(), F_OK) != 0) sleep_us(1000);
+            pos += 2;
         } else if (cmd == "spawn") {  // spawn N TOKENS...: a child launcher runs the N tokens
             need(2);
             const std::size_t count = std::strtoul(t[pos + 1].c_str(), nullptr, 10);
