@@ -117,3 +117,44 @@ def test_a_stalled_daemon_that_resumes_takes_its_client_back(harness, tmp_path):
             process.kill()
             process.wait(timeout=GENEROUS_S)
         daemon.close()
+
+
+def test_a_child_started_after_the_restart_joins_the_new_daemon(harness, tmp_path):
+    # The variables a child inherits still name the run that is gone: it joins the new daemon.
+    folder, go, log = tmp_path / "gpu0", tmp_path / "go", tmp_path / "be.log"
+    first = RunningDaemon(folder, "--policy", "orion")
+    second = None
+    child = "func ck 100 launch ck 4 128 0 sync 0"
+    script = (
+        f"func k 100 launch k 4 128 0 sync 0 say joined await {go} "
+        f"spawn {len(child.split())} {child}"
+    )
+    env = joining_environment(tmp_path, "be", "trainer")
+    process = harness.start(script, env=env, log=log)
+    try:
+        assert process.stdout.readline().strip() == "joined"
+        first.close()
+        second = RunningDaemon(folder, "--policy", "orion")
+        wait_for(
+            lambda: "trainer" in clients(second),
+            timeout_s=GENEROUS_S,
+            what="the client to rejoin the new daemon",
+        )
+        go.touch()
+        out, err = process.communicate(timeout=GENEROUS_S)
+        assert process.returncode == 0, err
+        assert "child rc=0" in out
+        child_pid = next(
+            e.pid for e in read_log(log) if e.kind == "launch" and e.pid != process.pid
+        )
+        # clients.csv goes on across daemons of the folder: the first's join, then the second's.
+        joins = [e["client"] for e in second.events() if e["event"] == "join"]
+        assert joins == ["trainer", "trainer", f"trainer.{child_pid}"]
+        assert gate_waits(log, child_pid) == 1  # gated by the new daemon
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=GENEROUS_S)
+        first.close()
+        if second is not None:
+            second.close()

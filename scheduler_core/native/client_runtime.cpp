@@ -111,6 +111,30 @@ bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
     return true;
 }
 
+// A process whose ORION_RUN names a run that is gone, though it joined from its environment:
+// the child of a client whose daemon was restarted (the client rejoined the new daemon, but the
+// variables its children inherit name the old run). A BE client's child joins the GPU's daemon
+// now, as rejoin_as_child has it join (named `<ORION_NAME>.<pid>`, no promised share); an HP
+// client's passes through, as its children do. True when the caller should join; once only.
+bool join_past_a_gone_run() {
+    static std::atomic<bool> tried{false};
+    if (!joined_from_environment() || tried.exchange(true)) return false;
+    const char* role = std::getenv("ORION_ROLE");
+    if (std::strcmp(role, "be") != 0) return false;
+    unsetenv("ORION_RUN");
+    unsetenv("ORION_CLIENT");
+    unsetenv("ORION_MIN_UTIL");
+    const char* inherited = std::getenv("ORION_NAME");
+    if (inherited != nullptr && inherited[0] != '\0') {
+        const std::string suffix = "." + std::to_string(getpid());
+        const std::string name =
+            std::string(inherited).substr(0, kClientNameBytes - 1 - suffix.size()) + suffix;
+        setenv("ORION_NAME", name.c_str(), 1);
+    }
+    if (env_flag("ORION_DEBUG")) log_message("the run in ORION_RUN is gone; joining the daemon");
+    return true;
+}
+
 }  // namespace
 
 namespace {
@@ -175,6 +199,10 @@ void ClientRuntime::attach_from_environment() {
     std::string error;
     RunMapping mapping = RunMapping::attach(run, &error);
     if (!mapping.valid()) {
+        if (rejoined_.empty() && join_past_a_gone_run()) {
+            attach_from_environment();
+            return;
+        }
         fail("cannot join run: " + error);
         return;
     }
