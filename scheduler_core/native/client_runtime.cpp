@@ -244,7 +244,7 @@ void ClientRuntime::attach_from_environment() {
     // GPU-time shares hold BE clients under any policy with a library that gates (priority too).
     tracks_ = policy_tracks_launches(policy_) ||
               (view_.header().quotas != 0 && role_ == Role::kBestEffort);
-    tracing_ = view_.header().trace_capacity != 0;
+    tracing_ = view_.trace_capacity() != 0;
     has_profile_ = slot.kernel_count != 0;
     // Under `quota` every client is a peer whose work the gate keeper grants.
     gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
