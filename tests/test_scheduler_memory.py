@@ -281,6 +281,36 @@ def test_a_pool_on_the_host_is_not_counted(harness, tmp_path):
     assert stats["memory_peak"] == 0
 
 
+MIB = 1 << 20
+
+
+def test_what_a_program_grows_of_its_context_counts(harness, tmp_path):
+    # The malloc heap and printf FIFO by their size beyond the driver's defaults (8 MiB, 1 MiB);
+    # the stack per thread beyond 1 KiB for every thread the GPU holds (132 SMs x 2048 here).
+    stack_bytes = (2048 - 1024) * 132 * 2048
+    script = (
+        f"ctx_limit heap {40 * MIB} meminfo ctx_limit printf {2 * MIB} meminfo "
+        f"ctx_limit stack 2048 meminfo ctx_limit heap {8 * MIB} meminfo "
+        f"ctx_limit heap {GIB} meminfo"
+    )
+    stdout, stats = run_client(harness, tmp_path, script, GIB)
+    # The last heap would take the client past its limit: refused, the heap stays at its default.
+    assert return_codes(stdout) == [0, 0, 0, 0, OUT_OF_MEMORY]
+    after_heap = GIB - 32 * MIB
+    after_printf = after_heap - MIB
+    after_stack = after_printf - stack_bytes
+    assert meminfo_free(stdout) == [
+        after_heap,
+        after_printf,
+        after_stack,
+        after_stack + 32 * MIB,
+        after_stack + 32 * MIB,
+    ]
+    assert stats["allocations_refused"] == 1
+    limits = [e.fields for e in read_log(tmp_path / "job.log") if e.kind == "ctx_limit"]
+    assert len(limits) == 4  # the refused one never reached the driver
+
+
 def test_without_a_run_allocations_pass_through(harness, tmp_path):
     result = harness.run(f"alloc mem {GIB} meminfo", env={"FAKE_MEM_TOTAL": str(2 * GIB)})
     assert result.returncode == 0, result.stderr

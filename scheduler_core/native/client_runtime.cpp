@@ -255,7 +255,7 @@ void ClientRuntime::attach_from_environment() {
     gate_spacing_ns_ = policy_ == Policy::kQuota
                            ? quota_wait_spacing_ns(view_.header().quota_window_ns)
                            : 0;
-    memory_.attach(&slot);
+    memory_.attach(&slot, view_.header().sm_count);
     // Whoever is gated learns what its profile lacks (an offline entry always wins).
     learning_ = tracks_;
     if (learning_) {

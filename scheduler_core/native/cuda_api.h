@@ -298,6 +298,13 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, std::size_t minBytesToKeep);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev);
 CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev);
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+// The context's own device memory a program can grow (memory_ledger.h): the device-side malloc
+// heap, the printf FIFO and the per-thread stack.
+using CUlimit = int;
+constexpr CUlimit CU_LIMIT_STACK_SIZE = 0x00;
+constexpr CUlimit CU_LIMIT_PRINTF_FIFO_SIZE = 0x01;
+constexpr CUlimit CU_LIMIT_MALLOC_HEAP_SIZE = 0x02;
+CUresult cuCtxSetLimit(CUlimit limit, std::size_t value);
 
 }  // extern "C"
 

@@ -46,6 +46,7 @@
     X(cuDeviceGetDefaultMemPool)   \
     X(cuDeviceGetMemPool)          \
     X(cuDeviceSetMemPool)          \
+    X(cuCtxSetLimit)               \
     X(cuGraphExecNodeSetParams)
 
 // Entry points exported under a versioned name (cuda.h maps `cuMemAlloc` to `cuMemAlloc_v2`):

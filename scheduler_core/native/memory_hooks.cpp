@@ -305,3 +305,16 @@ ORION_EXPORT CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
     }
     return result;
 }
+
+// The context's own memory a program grows (memory_ledger.h): refused past the limit before the
+// driver sees it, as the driver refuses a limit it cannot hold (CUDA_ERROR_OUT_OF_MEMORY).
+ORION_EXPORT CUresult cuCtxSetLimit(CUlimit limit, std::size_t value) {
+    auto real = hooks::real_cuCtxSetLimit(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    MemoryLedger* account = ledger();
+    if (account == nullptr) return real(limit, value);
+    if (!account->set_context_limit(limit, value)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = real(limit, value);
+    if (result != CUDA_SUCCESS) account->undo_context_limit(limit);
+    return result;
+}

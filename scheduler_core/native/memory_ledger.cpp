@@ -189,6 +189,33 @@ std::uint64_t MemoryLedger::kept_by_pools() {
     return kept;
 }
 
+bool MemoryLedger::set_context_limit(CUlimit limit, std::size_t value) {
+    if (limit < CU_LIMIT_STACK_SIZE || limit > CU_LIMIT_MALLOC_HEAP_SIZE) return true;
+    constexpr std::uint64_t kDefaults[3] = {1024, 1 << 20, 8 << 20};
+    constexpr std::uint64_t kThreadsPerSm = 2048;
+    const std::uint64_t beyond = value > kDefaults[limit] ? value - kDefaults[limit] : 0;
+    const std::uint64_t bytes =
+        limit == CU_LIMIT_STACK_SIZE ? beyond * std::max<std::uint64_t>(sm_count_, 1) * kThreadsPerSm
+                                     : beyond;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::uint64_t now = context_bytes_[limit];
+    if (bytes > now && !reserve(bytes - now)) return false;
+    if (bytes < now) unreserve(now - bytes);
+    context_before_[limit] = now;
+    context_bytes_[limit] = bytes;
+    return true;
+}
+
+void MemoryLedger::undo_context_limit(CUlimit limit) {
+    if (limit < CU_LIMIT_STACK_SIZE || limit > CU_LIMIT_MALLOC_HEAP_SIZE) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::uint64_t now = context_bytes_[limit];
+    const std::uint64_t before = context_before_[limit];
+    if (now > before) unreserve(now - before);
+    if (before > now) slot_->memory.used.fetch_add(before - now, std::memory_order_acq_rel);
+    context_bytes_[limit] = before;
+}
+
 void MemoryLedger::record_graph(const void* exec, std::uint64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     graphs_[exec] += bytes;
@@ -217,6 +244,11 @@ void MemoryLedger::adopt(MemoryLedger& old) {
     for (const auto& [pointer, owner] : old.pool_pointers_) held += owner.bytes;
     for (const auto& [pool, state] : old.pools_) held += state.kept;
     for (const auto& [exec, bytes] : old.graphs_) held += bytes;
+    for (int limit = 0; limit < 3; ++limit) {
+        held += old.context_bytes_[limit];
+        context_bytes_[limit] = context_before_[limit] = old.context_bytes_[limit];
+        old.context_bytes_[limit] = old.context_before_[limit] = 0;
+    }
     pointers_ = std::move(old.pointers_);
     handles_ = std::move(old.handles_);
     arrays_ = std::move(old.arrays_);

@@ -20,7 +20,12 @@
 // - graph memory-allocation nodes count from the graph's instantiation until its executable is
 //   destroyed (graph_memory.h); allocations made while a stream is captured are not counted when
 //   captured, since they become such nodes.
+// - what a program grows of its context with cuCtxSetLimit: the device-side malloc heap and the
+//   printf FIFO by their size, the stack as its bytes per thread for every thread the GPU can
+//   hold at once (SMs x 2048, the most any GPU keeps resident per SM: an upper bound), each
+//   beyond the driver's default (8 MiB, 1 MiB, 1 KiB), which is part of the context itself.
 // Memory of the host (cuMemCreate or a pool located on the host) is not the GPU's: not counted.
+// The context itself (a few hundred MiB the driver takes) and loaded modules are not counted.
 //
 // Allocation is not the launch path: a mutex around the size maps is affordable here.
 #pragma once
@@ -37,7 +42,11 @@ namespace orion {
 
 class MemoryLedger {
 public:
-    void attach(ClientSlot* slot) { slot_ = slot; }
+    // `sm_count`: the GPU's SMs, for what a stack size takes (cuCtxSetLimit).
+    void attach(ClientSlot* slot, std::uint32_t sm_count = 0) {
+        slot_ = slot;
+        sm_count_ = sm_count;
+    }
     bool active() const { return slot_ != nullptr; }
 
     // Takes `bytes` from the client's allowance; false (nothing taken) when the limit forbids it.
@@ -73,6 +82,12 @@ public:
     void record_pool_pointer(CUdeviceptr pointer, CUmemoryPool pool, std::uint64_t bytes);
     // The memory the pool keeps of freed allocations, still counted (for tests and status).
     std::uint64_t kept_by_pools();
+
+    // cuCtxSetLimit(`limit`, `value`) about to be made: reserves what it adds beyond what that
+    // limit counts now (or gives back what it drops). False (nothing changed) when the memory
+    // limit forbids it; then the call must not be made. `undo` after a call the driver refused.
+    bool set_context_limit(CUlimit limit, std::size_t value);
+    void undo_context_limit(CUlimit limit);
 
     // A graph executable's memory-allocation nodes (graph_memory.h).
     void record_graph(const void* exec, std::uint64_t bytes);
@@ -118,6 +133,11 @@ private:
     std::unordered_map<const void*, std::uint64_t> graphs_;
     CUmemoryPool default_pool_ = nullptr;  // the default pool's handle, once the client saw it
     CUmemoryPool current_pool_ = nullptr;  // cuDeviceSetMemPool's; nullptr: the default
+    std::uint32_t sm_count_ = 0;
+    // What each cuCtxSetLimit limit (stack, printf FIFO, heap) counts now, and before its last
+    // change (for undo_context_limit).
+    std::uint64_t context_bytes_[3] = {0, 0, 0};
+    std::uint64_t context_before_[3] = {0, 0, 0};
 };
 
 }  // namespace orion

@@ -1158,6 +1158,11 @@ CUresult cuEventDestroy(void* event) {
     return 0;
 }
 CUresult cuCtxSetCurrent(void*) { return 0; }
+// Limits of the context (0: stack per thread, 1: printf FIFO, 2: malloc heap), logged.
+CUresult cuCtxSetLimit(int limit, size_t value) {
+    log_line("ctx_limit limit=" + std::to_string(limit) + " value=" + std::to_string(value));
+    return limit >= 0 && limit <= 2 ? 0 : 1;
+}
 // The occupancy calculator: FAKE_BLOCKS_PER_SM blocks of any kernel fit on one SM (unset: the
 // driver cannot say, as for a handle it does not know).
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, void* function, int block_size,
@@ -1233,6 +1238,7 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuEventSynchronize),
     FAKE_PLAIN(cuEventDestroy),
     FAKE_PLAIN(cuCtxSetCurrent),
+    FAKE_PLAIN(cuCtxSetLimit),
     FAKE_PLAIN(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     FAKE_PLAIN(cuKernelGetFunction),
     FAKE_PLAIN(cuThreadExchangeStreamCaptureMode),

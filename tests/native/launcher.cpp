@@ -650,6 +650,15 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             if (rc == 0) g_ordered.push_back(out);
             print_rc("alloc from", rc);
             pos += 3;
+        } else if (cmd == "ctx_limit") {  // ctx_limit stack|printf|heap BYTES (cuCtxSetLimit)
+            need(3);
+            const std::string& which = t[pos + 1];
+            const int limit = which == "stack" ? 0 : which == "printf" ? 1 : 2;
+            using SetLimitFn = CUresult (*)(int, size_t);
+            print_rc("ctx_limit " + which, reinterpret_cast<SetLimitFn>(resolve_memory(
+                                               "cuCtxSetLimit"))(
+                                               limit, std::strtoull(t[pos + 2].c_str(), nullptr, 10)));
+            pos += 3;
         } else if (cmd == "prealloc") {  // prealloc PERCENT: of what cuMemGetInfo says is free
             need(2);
             size_t free_bytes = 0, total = 0;
