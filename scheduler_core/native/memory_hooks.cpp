@@ -61,12 +61,13 @@ CUresult counted_pool_allocation(CUdeviceptr* pointer, std::size_t bytes, CUmemo
     if (account == nullptr || pointer == nullptr || captured(stream, variant)) return allocate();
     if (pool == nullptr) pool = account->current_pool();
     if (!account->pool_on_device(pool)) return allocate();
-    if (!account->reserve_from_pool(pool, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::uint64_t from_kept = 0;
+    if (!account->reserve_from_pool(pool, bytes, &from_kept)) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUresult result = allocate();
     if (result == CUDA_SUCCESS) {
         account->record_pool_pointer(*pointer, pool, bytes);
     } else {
-        account->unreserve_from_pool(pool, bytes);
+        account->unreserve_from_pool(pool, bytes, from_kept);
     }
     return result;
 }

@@ -157,22 +157,25 @@ void MemoryLedger::forget_pool(CUmemoryPool pool) {
     unreserve(kept);
 }
 
-bool MemoryLedger::reserve_from_pool(CUmemoryPool pool, std::uint64_t bytes) {
+bool MemoryLedger::reserve_from_pool(CUmemoryPool pool, std::uint64_t bytes,
+                                     std::uint64_t* from_kept) {
     std::lock_guard<std::mutex> lock(mutex_);
     Pool& state = pools_[pool_key(pool)];
-    const std::uint64_t from_kept = std::min(state.kept, bytes);
-    if (bytes > from_kept && !reserve(bytes - from_kept)) return false;
-    state.kept -= from_kept;
+    *from_kept = std::min(state.kept, bytes);
+    if (bytes > *from_kept && !reserve(bytes - *from_kept)) return false;
+    state.kept -= *from_kept;
     state.live += bytes;
     cap_kept(&state, state.threshold);
     return true;
 }
 
-void MemoryLedger::unreserve_from_pool(CUmemoryPool pool, std::uint64_t bytes) {
+void MemoryLedger::unreserve_from_pool(CUmemoryPool pool, std::uint64_t bytes,
+                                       std::uint64_t from_kept) {
     std::lock_guard<std::mutex> lock(mutex_);
     Pool& state = pools_[pool_key(pool)];
     state.live -= std::min(state.live, bytes);
-    state.kept += bytes;
+    state.kept += from_kept;
+    unreserve(bytes - from_kept);
     cap_kept(&state, state.threshold);
 }
 

@@ -74,11 +74,12 @@ public:
     void set_pool_threshold(CUmemoryPool pool, std::uint64_t bytes);
     void trim_pool(CUmemoryPool pool, std::uint64_t keep_bytes);
     void forget_pool(CUmemoryPool pool);
-    // Takes `bytes` for an allocation from `pool`, what it keeps of freed memory first; false
-    // (nothing taken) when the limit forbids the rest.
-    bool reserve_from_pool(CUmemoryPool pool, std::uint64_t bytes);
-    // An allocation reserved from `pool` that did not happen: back to what the pool keeps.
-    void unreserve_from_pool(CUmemoryPool pool, std::uint64_t bytes);
+    // Takes `bytes` for an allocation from `pool`, what it keeps of freed memory first (how much
+    // in `*from_kept`); false (nothing taken) when the limit forbids the rest.
+    bool reserve_from_pool(CUmemoryPool pool, std::uint64_t bytes, std::uint64_t* from_kept);
+    // An allocation reserved from `pool` that did not happen: what came from what the pool
+    // keeps goes back there, the rest to the client's allowance.
+    void unreserve_from_pool(CUmemoryPool pool, std::uint64_t bytes, std::uint64_t from_kept);
     void record_pool_pointer(CUdeviceptr pointer, CUmemoryPool pool, std::uint64_t bytes);
     // The memory the pool keeps of freed allocations, still counted (for tests and status).
     std::uint64_t kept_by_pools();
