@@ -126,7 +126,8 @@ def test_nvml_inside_a_limited_client_agrees_with_cuMemGetInfo(harness, tmp_path
         f"nvml total={4 * GIB} free={3 * GIB} used={GIB} "
         f"v2 total={4 * GIB} free={3 * GIB} used={GIB}"
     ) in stdout
-    # Without a limit (and outside a run) NVML's figures are the device's own.
+    # Without a limit NVML's figures are the device's own (tests/test_daemon_env_join.py: and in
+    # a process that only asks NVML, which joins nothing).
     stdout, _ = run_client(harness, tmp_path, f"alloc mem {GIB} nvml", None, env)
     assert f"nvml total={16 * GIB} free={15 * GIB} used={GIB}" in stdout
 

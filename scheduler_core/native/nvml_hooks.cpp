@@ -1,5 +1,5 @@
-// NVML's view of the device's memory inside a limited client (nvidia-smi, pynvml,
-// torch.cuda.list_gpu_processes): nvmlDeviceGetMemoryInfo and its _v2 answer as cuMemGetInfo does
+// NVML's view of the device's memory inside a limited client (pynvml, torch.cuda's NVML calls,
+// any NVML user in the client's process): nvmlDeviceGetMemoryInfo and its _v2 answer as cuMemGetInfo does
 // under the limit (memory_ledger.h): the limit as the total, the smaller of the device's free
 // memory and the limit's unused part as free, the rest as used. Outside a limited run they pass
 // through. NVML is reached by direct linking (this library's exports interpose) or by dlsym on
@@ -63,8 +63,11 @@ void* real_nvml(std::atomic<void*>& cached, const char* symbol) {
     return found;
 }
 
-// The limit's view of `total` and `free` (bytes); false outside a limited run.
+// The limit's view of `total` and `free` (bytes); false outside a limited run. An NVML call
+// never joins a daemon by itself (only a driver call does): a process that only asks NVML (a
+// monitor, nvidia-smi started by a client's shell) is no client, and sees the device.
 bool limited_view(unsigned long long* total, unsigned long long* free) {  // NOLINT
+    if (!ClientRuntime::created()) return false;
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active() || runtime.memory().limit() == 0) return false;
     std::size_t free_bytes = static_cast<std::size_t>(*free);
