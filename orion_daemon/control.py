@@ -20,6 +20,7 @@ from orion_common.errors import OrionError, UsageError
 from orion_common.processes import same_process
 from orion_daemon import client as daemon_client
 from orion_daemon import state
+from orion_daemon.lock import claim_holder, gpu_claim_name, gpu_claimed
 from orion_daemon.ownership import private_folder
 from orion_daemon.server import DAEMON_GONE_HOLD_S, DaemonSettings
 
@@ -161,6 +162,10 @@ def start_detached(settings: DaemonSettings, timeout_s: float = START_TIMEOUT_S)
             hint=f"`orion status --gpu {settings.gpu}` shows it; `orion down --gpu "
             f"{settings.gpu}` stops it",
         )
+    if settings.gpu_uuid:  # another state folder's or user's daemon: refused before it starts
+        holder = claim_holder(gpu_claim_name(settings.gpu_uuid))
+        if holder is not None:
+            raise gpu_claimed(settings.gpu, settings.gpu_uuid, holder)
     log_path = settings.folder / state.LOG
     with log_path.open("ab") as log:
         process = subprocess.Popen(

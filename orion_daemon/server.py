@@ -48,7 +48,7 @@ from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_l
 from orion_daemon.background import Heartbeat, RecordWriter
 from orion_daemon.connections import ConnectionServer
 from orion_daemon.limits import apply_change
-from orion_daemon.lock import already_running, folder_lock
+from orion_daemon.lock import already_running, folder_lock, gpu_claim
 from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
 from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
@@ -282,6 +282,8 @@ class Daemon:
             running = state.live_record(self.folder)
             if running is not None:  # a daemon of an orion that took no lock
                 raise already_running(self.settings.gpu, running)
+            # Then the GPU, whoever's daemon and state folder: one daemon schedules it.
+            stack.enter_context(gpu_claim(self.settings.gpu, self.settings.gpu_uuid))
             for removed in state.remove_stale(self.folder):
                 self.notes.append(f"removed {removed} left by a daemon that died")
             remove_stale_runs()

@@ -16,7 +16,7 @@ from native_harness import read_log, wait_for
 from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
-from orion_daemon.joining import join, program_environment
+from orion_daemon.joining import join, join_environment, program_environment
 from orion_daemon.server import DaemonSettings
 
 GIB = 1 << 30
@@ -59,6 +59,13 @@ def be_held_behind_hp(harness, daemon, tmp_path, hp_kernel_us: int = 20_000_000)
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def joining_environment(state_base: Path, role: str, name: str, **fields) -> dict[str, str]:
+    """What `orion run` gives a program that joins GPU 0's daemon under ``state_base`` as
+    ``role`` and ``name`` (with the JoinRequest ``fields``): it joins at its first driver call."""
+    request = JoinRequest(role=role, name=name, **fields)
+    return join_environment(os.environ, request, device="0", state_base=state_base)
 
 
 def client_launches(daemon: RunningDaemon, name: str) -> int:

@@ -92,6 +92,19 @@ def test_a_shell_in_front_takes_no_slot(harness, daemon, tmp_path):
         process.wait(timeout=10)
 
 
+def test_a_process_that_only_asks_nvml_joins_nothing(harness, daemon, tmp_path):
+    # nvidia-smi started from a client's shell: no driver call, so no client, and the device's
+    # own figures; a client's own NVML calls see its limit (tests/test_scheduler_memory.py).
+    env = env_for(tmp_path, "be", name="monitor", memory_limit=GIB)
+    result = harness.run("nvml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"nvml total={16 * GIB} free={16 * GIB} used=0" in result.stdout
+    assert daemon.events() == []
+    result = harness.run("alloc mem 1000 nvml", env=env)  # a driver call: it joins
+    assert f"nvml total={GIB} free={GIB - 1000} used=1000" in result.stdout
+    assert [e["event"] for e in daemon.events()][:1] == ["join"]
+
+
 def test_without_a_name_the_client_is_named_by_program_and_pid(harness, daemon, tmp_path):
     result = harness.run(SHORT, env=env_for(tmp_path, "be"))
     assert result.returncode == 0, result.stderr

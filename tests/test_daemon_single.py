@@ -24,7 +24,9 @@ from orion_common.errors import OrionError
 from orion_common.processes import process_start_time
 from orion_daemon import client as daemon_client
 from orion_daemon import state
-from orion_daemon.control import stop
+from orion_daemon.control import start_detached, stop
+from orion_daemon.lock import gpu_claim_name
+from orion_daemon.server import DaemonSettings
 
 GENEROUS_S = 60.0
 
@@ -172,3 +174,84 @@ def test_the_next_daemon_starts_over_a_record_whose_pid_was_reused(reused_pid_re
     finally:
         daemon.close()
     assert bystander.poll() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# One daemon per GPU on the machine: another state folder's, or another user's
+# ---------------------------------------------------------------------------------------------
+
+NOBODY = 65534
+HOLD_THE_CLAIM = """
+import os, socket, sys
+claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+claim.bind("\\0" + sys.argv[1])  # the abstract name, as the daemon binds it
+os.setresgid(int(sys.argv[2]), int(sys.argv[2]), int(sys.argv[2]))
+os.setresuid(int(sys.argv[2]), int(sys.argv[2]), int(sys.argv[2]))
+claim.listen(1)  # the kernel records who listens: the second user
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def fresh_uuid() -> str:
+    """A GPU UUID no other test (or engineer's run on this machine) claims."""
+    import uuid
+
+    return f"GPU-test-{uuid.uuid4()}"
+
+
+def start_refused(folder: Path, uuid: str) -> str:
+    """Starts a daemon for GPU 0 with ``uuid`` in ``folder``, expecting a refusal; its stderr."""
+    command = daemon_command(folder, gpu_uuid=uuid)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=GENEROUS_S, cwd=folder.parent
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    return result.stderr
+
+
+def test_a_second_daemon_for_the_gpu_in_another_state_folder_is_refused(tmp_path):
+    uuid = fresh_uuid()
+    for base in ("a", "b"):
+        (tmp_path / base).mkdir(mode=0o700)
+    first = RunningDaemon(tmp_path / "a" / "gpu0", gpu_uuid=uuid)
+    try:
+        stderr = start_refused(tmp_path / "b" / "gpu0", uuid)
+        (line,) = [text for text in stderr.splitlines() if "already scheduled" in text]
+        assert f"GPU 0 ({uuid}) is already scheduled by another orion daemon of yours" in line
+        assert f"(pid {first.process.pid})" in line
+        # Nothing was left half-started: no record, no socket in the refused daemon's folder.
+        assert not (tmp_path / "b" / "gpu0" / state.RECORD).exists()
+        assert not (tmp_path / "b" / "gpu0" / state.SOCKET).exists()
+        # What `orion up` does refuses before it starts anything.
+        settings = DaemonSettings(
+            gpu=0, sm_count=132, folder=tmp_path / "b" / "gpu0", sharing="timeslice",
+            gpu_uuid=uuid,
+        )  # fmt: skip
+        with pytest.raises(OrionError, match="already scheduled by another orion daemon"):
+            start_detached(settings)
+    finally:
+        first.close()
+    # Once the first has gone, the GPU is free for another.
+    second = RunningDaemon(tmp_path / "b" / "gpu0", gpu_uuid=uuid)
+    second.close()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
+def test_a_daemon_for_a_gpu_another_users_daemon_schedules_is_refused(tmp_path):
+    uuid = fresh_uuid()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_CLAIM, gpu_claim_name(uuid)[1:], str(NOBODY)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        stderr = start_refused(tmp_path / "gpu0", uuid)
+        (line,) = [text for text in stderr.splitlines() if "already scheduled" in text]
+        assert (
+            f"GPU 0 ({uuid}) is already scheduled by the orion daemon of another user "
+            f"(uid {NOBODY}, pid {holder.pid})"
+        ) in line
+    finally:
+        holder.kill()
+        holder.wait(timeout=GENEROUS_S)

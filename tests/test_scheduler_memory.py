@@ -1,7 +1,8 @@
 """Per-client GPU memory limits in the preload library, against the stand-in driver (CPU only).
 
-What users rely on: every allocation route (CUDA arrays, plain, 3D and mipmapped, included)
-counts against the client's limit, an allocation that
+What users rely on: every allocation route (CUDA arrays, plain, 3D and mipmapped, graph
+memory-allocation nodes and what stream-ordered pools keep of freed memory included; memory of
+the host excluded) counts against the client's limit, an allocation that
 would pass it fails with CUDA's out-of-memory error without reaching the driver, the client sees
 its limit as the device's memory, frees give memory back, a limit changed while the client runs
 holds from its next allocation, and a killed client's use goes back to zero.
@@ -116,6 +117,21 @@ def test_the_client_sees_its_limit_as_the_devices_memory(harness, tmp_path):
     assert f"meminfo free={15 * GIB} total={16 * GIB} device_total={16 * GIB}" in stdout
 
 
+def test_nvml_inside_a_limited_client_agrees_with_cuMemGetInfo(harness, tmp_path):
+    # nvidia-smi and pynvml read NVML: the limit as the total, what the client uses as used.
+    env = {"FAKE_MEM_TOTAL": str(16 * GIB)}
+    stdout, _ = run_client(harness, tmp_path, f"alloc mem {GIB} meminfo nvml", 4 * GIB, env)
+    assert f"meminfo free={3 * GIB} total={4 * GIB}" in stdout
+    assert (
+        f"nvml total={4 * GIB} free={3 * GIB} used={GIB} "
+        f"v2 total={4 * GIB} free={3 * GIB} used={GIB}"
+    ) in stdout
+    # Without a limit NVML's figures are the device's own (tests/test_daemon_env_join.py: and in
+    # a process that only asks NVML, which joins nothing).
+    stdout, _ = run_client(harness, tmp_path, f"alloc mem {GIB} nvml", None, env)
+    assert f"nvml total={16 * GIB} free={15 * GIB} used={GIB}" in stdout
+
+
 def test_free_memory_is_the_smaller_of_the_devices_and_the_limits(harness, tmp_path):
     # Another process holds most of the device: what is really free is less than the limit.
     env = {"FAKE_MEM_TOTAL": str(2 * GIB)}
@@ -172,6 +188,128 @@ def test_the_gate_keeper_finds_a_killed_client_and_returns_its_memory(harness, t
             timeout_s=5,
             what="the keeper to return the dead client's use",
         )
+
+
+def meminfo_free(stdout: str) -> list[int]:
+    """The free figures of the script's ``meminfo`` lines, in order."""
+    return [int(line.split()[1].split("=")[1]) for line in stdout.splitlines() if "meminfo" in line]
+
+
+def test_a_jax_style_preallocation_takes_its_share_of_the_limit(harness, tmp_path):
+    # JAX preallocates 75% of what cuMemGetInfo calls free: of the limit, not of the device.
+    env = {"FAKE_MEM_TOTAL": str(16 * GIB)}
+    stdout, stats = run_client(harness, tmp_path, "prealloc 75 alloc mem 1", 4 * GIB, env)
+    assert return_codes(stdout) == [0, 0]
+    assert stats["memory_peak"] == 3 * GIB + 1 and stats["allocations_refused"] == 0
+
+
+def test_host_memory_of_the_virtual_memory_api_is_not_counted(harness, tmp_path):
+    script = "alloc vmm_host 50000 alloc vmm 1000 alloc vmm 1001 meminfo free_all"
+    stdout, stats = run_client(harness, tmp_path, script, 2000)
+    assert return_codes(stdout) == [0, 0, OUT_OF_MEMORY]  # only the device's 1000 counted
+    assert meminfo_free(stdout) == [1000]
+    assert stats["memory_peak"] == 1000 and stats["memory_used"] == 0
+    assert "alloc_host cuMemCreate bytes=50000" in (tmp_path / "job.log").read_text()
+
+
+GRAPHS = (
+    "func k 1 graph_new g graph_alloc g 6000 graph_alloc g 70000 host graph_node g k 1 1 "
+    "graph_try g meminfo graph_new h graph_alloc h 5000 graph_try h "
+    "graph_destroy g meminfo graph_try h meminfo"
+)
+
+
+@pytest.mark.parametrize("route", ["getproc", "dlsym"])
+def test_graph_allocation_nodes_count_from_instantiation_to_destruction(harness, tmp_path, route):
+    stdout, stats = run_client(harness, tmp_path, f"route {route} {GRAPHS}", 10_000)
+    # g's 6000 device bytes (the host node is not counted); h's 5000 do not fit beside them
+    # until g's executable is destroyed.
+    assert return_codes(stdout) == [0, OUT_OF_MEMORY, 0]
+    assert meminfo_free(stdout) == [4000, 10_000, 5000]
+    assert stats["memory_peak"] == 6000 and stats["allocations_refused"] == 1
+    instantiated = [e for e in read_log(tmp_path / "job.log") if e.kind == "graph_instantiate"]
+    assert len(instantiated) == 2  # the refused instantiation never reached the driver
+
+
+def test_an_allocation_into_a_captured_stream_waits_for_its_graph(harness, tmp_path):
+    # Captured, it is a node of the graph being made: counted when that graph is instantiated.
+    script = "stream cap capture alloc_stream cap alloc async 5000 meminfo free_all"
+    stdout, stats = run_client(harness, tmp_path, script, 1000)
+    assert return_codes(stdout) == [0]
+    assert meminfo_free(stdout) == [1000]
+    assert stats["memory_peak"] == 0
+
+
+def test_a_pool_keeps_freed_memory_counted_up_to_its_release_threshold(harness, tmp_path):
+    script = (
+        "pool_new p device pool_threshold p 4000 alloc_from p 3000 free_all meminfo "
+        "alloc mem 7001 "  # the 3000 the pool keeps still count: refused
+        "alloc_from p 2000 meminfo "  # drawn from what it keeps: nothing more counted
+        "pool_trim p 0 meminfo "  # what it kept beyond its live 2000 goes back
+        "free_all meminfo pool_destroy p meminfo"
+    )
+    stdout, stats = run_client(harness, tmp_path, script, 10_000)
+    assert return_codes(stdout) == [0, 0, OUT_OF_MEMORY, 0]
+    assert meminfo_free(stdout) == [7000, 7000, 8000, 8000, 10_000]
+    assert stats["memory_peak"] == 3000 and stats["memory_used"] == 0
+
+
+def test_the_default_pool_keeps_freed_memory_up_to_its_threshold(harness, tmp_path):
+    script = (
+        "alloc async 4000 free_all meminfo "  # threshold 0: given back at once
+        "pool_threshold default 3000 alloc async 4000 free_all meminfo "
+        "pool_threshold default 0 meminfo"
+    )
+    stdout, _ = run_client(harness, tmp_path, script, 10_000)
+    assert return_codes(stdout) == [0, 0]
+    assert meminfo_free(stdout) == [10_000, 7000, 10_000]
+
+
+def test_a_pool_made_current_counts_what_cuMemAllocAsync_takes_from_it(harness, tmp_path):
+    script = (
+        "pool_new p device pool_threshold p 3000 pool_current p alloc async 2000 free_all meminfo"
+    )
+    stdout, _ = run_client(harness, tmp_path, script, 10_000)
+    assert return_codes(stdout) == [0, 0]
+    assert meminfo_free(stdout) == [8000]
+
+
+def test_a_pool_on_the_host_is_not_counted(harness, tmp_path):
+    script = "pool_new h host alloc_from h 50000 meminfo free_all pool_destroy h"
+    stdout, stats = run_client(harness, tmp_path, script, 10_000)
+    assert return_codes(stdout) == [0, 0]
+    assert meminfo_free(stdout) == [10_000]
+    assert stats["memory_peak"] == 0
+
+
+MIB = 1 << 20
+
+
+def test_what_a_program_grows_of_its_context_counts(harness, tmp_path):
+    # The malloc heap and printf FIFO by their size beyond the driver's defaults (8 MiB, 1 MiB);
+    # the stack per thread beyond 1 KiB for every thread the GPU holds (132 SMs x 2048 here).
+    stack_bytes = (2048 - 1024) * 132 * 2048
+    script = (
+        f"ctx_limit heap {40 * MIB} meminfo ctx_limit printf {2 * MIB} meminfo "
+        f"ctx_limit stack 2048 meminfo ctx_limit heap {8 * MIB} meminfo "
+        f"ctx_limit heap {GIB} meminfo"
+    )
+    stdout, stats = run_client(harness, tmp_path, script, GIB)
+    # The last heap would take the client past its limit: refused, the heap stays at its default.
+    assert return_codes(stdout) == [0, 0, 0, 0, OUT_OF_MEMORY]
+    after_heap = GIB - 32 * MIB
+    after_printf = after_heap - MIB
+    after_stack = after_printf - stack_bytes
+    assert meminfo_free(stdout) == [
+        after_heap,
+        after_printf,
+        after_stack,
+        after_stack + 32 * MIB,
+        after_stack + 32 * MIB,
+    ]
+    assert stats["allocations_refused"] == 1
+    limits = [e.fields for e in read_log(tmp_path / "job.log") if e.kind == "ctx_limit"]
+    assert len(limits) == 4  # the refused one never reached the driver
 
 
 def test_without_a_run_allocations_pass_through(harness, tmp_path):

@@ -63,10 +63,86 @@ bool claimed_by_my_tree(std::int32_t claimer) {
     return false;
 }
 
+// Whether `pid` is an ancestor of this process (its parent, grandparent, ...).
+bool is_my_ancestor(pid_t pid) {
+    pid_t at = getppid();
+    for (int depth = 0; depth < 64 && at > 1; ++depth) {
+        if (at == pid) return true;
+        at = parent_of(at);
+    }
+    return at == pid;
+}
+
+// A child process (exec'd) of a daemon client inherits the client's variables, but the slot is
+// its ancestor's. A best-effort client's children (data-loader workers, a subprocess that uses
+// the GPU) must not pass by the gate, so such a child joins the daemon as a client of its own:
+// the same role and limits (ORION_MEMORY_LIMIT, ORION_MAX_UTIL), no promised share (the parent
+// holds the promise: ORION_MIN_UTIL is dropped), named `<parent's name>.<pid>`. The variables
+// are set for that join here; true when the caller should join again. The HP client's children
+// pass through as before: one HP per GPU, and HP is never gated.
+bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
+    if (view.header().open_slots == 0) return false;  // a closed run: no daemon to join
+    const char* role = std::getenv("ORION_ROLE");
+    if (role == nullptr || role[0] == '\0') return false;  // not joined from the environment
+    if (slot.state.load(std::memory_order_acquire) !=
+        static_cast<std::uint32_t>(ClientState::kAttached)) {
+        return false;
+    }
+    const std::int32_t holder = slot.pid.load(std::memory_order_acquire);
+    if (holder <= 0 || holder == getpid() || !is_my_ancestor(holder)) return false;
+    const std::string parent(slot.name, strnlen(slot.name, sizeof slot.name));
+    if (slot.role != static_cast<std::uint32_t>(Role::kBestEffort)) {
+        if (env_flag("ORION_DEBUG")) {
+            log_message(("a child of HP client '" + parent + "' passes through").c_str());
+        }
+        return false;
+    }
+    const std::string suffix = "." + std::to_string(getpid());
+    const std::size_t room = kClientNameBytes - 1 - suffix.size();
+    const std::string name = parent.substr(0, room) + suffix;
+    unsetenv("ORION_RUN");
+    unsetenv("ORION_CLIENT");
+    unsetenv("ORION_MIN_UTIL");
+    setenv("ORION_ROLE", "be", 1);
+    setenv("ORION_NAME", name.c_str(), 1);
+    if (env_flag("ORION_DEBUG")) {
+        log_message(("a child of BE client '" + parent + "' joins as '" + name + "'").c_str());
+    }
+    return true;
+}
+
+// A process whose ORION_RUN names a run that is gone, though it joined from its environment:
+// the child of a client whose daemon was restarted (the client rejoined the new daemon, but the
+// variables its children inherit name the old run). A BE client's child joins the GPU's daemon
+// now, as rejoin_as_child has it join (named `<ORION_NAME>.<pid>`, no promised share); an HP
+// client's passes through, as its children do. True when the caller should join; once only.
+bool join_past_a_gone_run() {
+    static std::atomic<bool> tried{false};
+    if (!joined_from_environment() || tried.exchange(true)) return false;
+    const char* role = std::getenv("ORION_ROLE");
+    if (std::strcmp(role, "be") != 0) return false;
+    unsetenv("ORION_RUN");
+    unsetenv("ORION_CLIENT");
+    unsetenv("ORION_MIN_UTIL");
+    const char* inherited = std::getenv("ORION_NAME");
+    if (inherited != nullptr && inherited[0] != '\0') {
+        const std::string suffix = "." + std::to_string(getpid());
+        const std::string name =
+            std::string(inherited).substr(0, kClientNameBytes - 1 - suffix.size()) + suffix;
+        setenv("ORION_NAME", name.c_str(), 1);
+    }
+    if (env_flag("ORION_DEBUG")) log_message("the run in ORION_RUN is gone; joining the daemon");
+    return true;
+}
+
 }  // namespace
 
 namespace {
 std::atomic<bool> g_created{false};  // instance() has run: the process-wide runtime exists
+// The runtime of the daemon this client rejoined (watch_for_a_daemon), replacing the first for
+// every later call; nullptr until then. Swapped by the watch thread only, read with one load.
+std::atomic<ClientRuntime*> g_rejoined{nullptr};
+std::atomic<bool> g_exiting{false};  // detach() ran: the process is ending, no more rejoins
 }  // namespace
 
 ClientRuntime& ClientRuntime::instance() {
@@ -76,7 +152,8 @@ ClientRuntime& ClientRuntime::instance() {
         g_created.store(true, std::memory_order_release);
         return made;
     }();
-    return *runtime;
+    ClientRuntime* rejoined = g_rejoined.load(std::memory_order_acquire);
+    return rejoined != nullptr ? *rejoined : *runtime;
 }
 
 bool ClientRuntime::created() { return g_created.load(std::memory_order_acquire); }
@@ -89,16 +166,29 @@ bool ClientRuntime::attaches_at_load() {
 
 ClientRuntime::ClientRuntime() { attach_from_environment(); }
 
+ClientRuntime::ClientRuntime(std::vector<std::pair<std::string, std::string>> rejoined)
+    : rejoined_(std::move(rejoined)) {
+    attach_from_environment();
+}
+
+const char* ClientRuntime::variable(const char* name) const {
+    for (const auto& [key, value] : rejoined_) {
+        if (key == name) return value.c_str();
+    }
+    return std::getenv(name);
+}
+
 void ClientRuntime::attach_from_environment() {
-    join_daemon_from_environment();  // ORION_ROLE without ORION_RUN: get a slot first
-    const char* run = std::getenv("ORION_RUN");
+    // ORION_ROLE without ORION_RUN: get a slot first (a rejoined runtime has its answer).
+    if (rejoined_.empty()) join_daemon_from_environment();
+    const char* run = variable("ORION_RUN");
     if (run == nullptr || run[0] == '\0') return;  // not part of a run: pass everything through
     const bool strict = env_flag("ORION_STRICT");
     auto fail = [strict](const std::string& why) {
         log_message((why + (strict ? "; exiting (ORION_STRICT is set)" : "; passing every call through")).c_str());
         if (strict) _exit(70);
     };
-    const char* client_text = std::getenv("ORION_CLIENT");
+    const char* client_text = variable("ORION_CLIENT");
     char* end = nullptr;
     const long client = client_text != nullptr ? std::strtol(client_text, &end, 10) : -1;
     if (client_text == nullptr || end == client_text || *end != '\0' || client < 0 ||
@@ -109,6 +199,10 @@ void ClientRuntime::attach_from_environment() {
     std::string error;
     RunMapping mapping = RunMapping::attach(run, &error);
     if (!mapping.valid()) {
+        if (rejoined_.empty() && join_past_a_gone_run()) {
+            attach_from_environment();
+            return;
+        }
         fail("cannot join run: " + error);
         return;
     }
@@ -131,6 +225,11 @@ void ClientRuntime::attach_from_environment() {
     if (!slot.state.compare_exchange_strong(expected,
                                             static_cast<std::uint32_t>(ClientState::kAttached),
                                             std::memory_order_acq_rel)) {
+        // A BE daemon client's child joins as a client of its own (see rejoin_as_child).
+        if (rejoined_.empty() && rejoin_as_child(view, slot)) {
+            attach_from_environment();
+            return;
+        }
         // Typically a helper process (a compiler worker) that inherited its parent's environment.
         if (env_flag("ORION_DEBUG")) log_message("client slot already taken; this process passes through");
         return;
@@ -145,7 +244,7 @@ void ClientRuntime::attach_from_environment() {
     // GPU-time shares hold BE clients under any policy with a library that gates (priority too).
     tracks_ = policy_tracks_launches(policy_) ||
               (view_.header().quotas != 0 && role_ == Role::kBestEffort);
-    tracing_ = view_.header().trace_capacity != 0;
+    tracing_ = view_.trace_capacity() != 0;
     has_profile_ = slot.kernel_count != 0;
     // Under `quota` every client is a peer whose work the gate keeper grants.
     gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
@@ -156,7 +255,7 @@ void ClientRuntime::attach_from_environment() {
     gate_spacing_ns_ = policy_ == Policy::kQuota
                            ? quota_wait_spacing_ns(view_.header().quota_window_ns)
                            : 0;
-    memory_.attach(&slot);
+    memory_.attach(&slot, view_.header().sm_count);
     // Whoever is gated learns what its profile lacks (an offline entry always wins).
     learning_ = tracks_;
     if (learning_) {
@@ -180,11 +279,11 @@ void ClientRuntime::attach_from_environment() {
 void ClientRuntime::read_daemon_gone_choice() {
     // The daemon's answer to `join` says what it was started with (`orion up
     // --be-when-daemon-gone`); HP never holds: its latency is what the GPU is shared for.
-    const char* choice = std::getenv("ORION_BE_WHEN_DAEMON_GONE");
+    const char* choice = variable("ORION_BE_WHEN_DAEMON_GONE");
     hold_when_daemon_gone_ = role_ == Role::kBestEffort && choice != nullptr &&
                              std::strcmp(choice, "hold") == 0;
     double bound_s = kDefaultDaemonGoneHoldS;
-    if (const char* text = std::getenv("ORION_DAEMON_GONE_HOLD_S")) {
+    if (const char* text = variable("ORION_DAEMON_GONE_HOLD_S")) {
         char* end = nullptr;
         const double parsed = std::strtod(text, &end);
         if (end != text && *end == '\0' && parsed > 0 && parsed <= kMaxDaemonGoneHoldS) {
@@ -196,56 +295,113 @@ void ClientRuntime::read_daemon_gone_choice() {
 
 void ClientRuntime::start_daemon_watch() {
     std::thread([this] {
-        constexpr timespec kPeriod{0, 200'000'000};
-        std::uint64_t silent_since = 0;  // when this client began to hold; 0: not holding
-        auto stop_holding = [this] {
-            daemon_hold_.store(0, std::memory_order_release);
-            futex_wake_all(daemon_hold_);
-        };
-        while (active()) {
-            nanosleep(&kPeriod, nullptr);
-            const RunHeader& header = view_.header();
-            if (header.shutdown.load(std::memory_order_acquire) != 0) {
-                leave_daemon("the daemon stopped");
-                stop_holding();
-                return;
-            }
-            const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
-            const std::uint64_t now = monotonic_ns();
-            if (beat == 0 || now <= beat + kDaemonStaleNs) {
-                if (silent_since != 0) {
-                    stop_holding();
-                    log_message((std::string("the daemon beats again after ") +
-                                 std::to_string((now - silent_since) / 1'000'000) + " ms; " +
-                                 std::to_string(held_launches_.load(std::memory_order_relaxed)) +
-                                 " launches of client '" + slot_->name + "' held so far go on")
-                                    .c_str());
-                    silent_since = 0;
-                }
-                continue;
-            }
-            if (!hold_when_daemon_gone_) {
-                leave_daemon("the daemon fell silent");
-                return;
-            }
-            if (silent_since == 0) {
-                silent_since = now;
-                daemon_hold_.store(1, std::memory_order_release);
-                log_message((std::string("the daemon fell silent; client '") + slot_->name +
-                             "' holds its launches until it beats again, at most " +
-                             std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
-                                .c_str());
-            } else if (now - silent_since >= daemon_gone_hold_ns_) {
-                // Ungated first, then the held launches go: none of them waits at a gate again.
-                leave_daemon((std::string("the daemon stayed silent for ") +
-                              std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
-                                 .c_str());
-                stop_holding();
-                return;
-            }
+        // Watches the daemon until this client leaves it; then, for a client that joined from
+        // its environment, waits for a daemon to answer again: its own, beating again (watch on),
+        // or a new one (another runtime takes over: this thread ends).
+        while (watch_daemon() && watch_for_a_daemon()) {
         }
-        stop_holding();  // a forked child's or a detached client's held launches never wait
     }).detach();
+}
+
+bool ClientRuntime::watch_daemon() {
+    constexpr timespec kPeriod{0, 200'000'000};
+    std::uint64_t silent_since = 0;  // when this client began to hold; 0: not holding
+    auto stop_holding = [this] {
+        daemon_hold_.store(0, std::memory_order_release);
+        futex_wake_all(daemon_hold_);
+    };
+    while (active()) {
+        nanosleep(&kPeriod, nullptr);
+        const RunHeader& header = view_.header();
+        if (header.shutdown.load(std::memory_order_acquire) != 0) {
+            leave_daemon("the daemon stopped");
+            stop_holding();
+            return true;
+        }
+        const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
+        const std::uint64_t now = monotonic_ns();
+        if (beat == 0 || now <= beat + kDaemonStaleNs) {
+            if (silent_since != 0) {
+                stop_holding();
+                log_message((std::string("the daemon beats again after ") +
+                             std::to_string((now - silent_since) / 1'000'000) + " ms; " +
+                             std::to_string(held_launches_.load(std::memory_order_relaxed)) +
+                             " launches of client '" + slot_->name + "' held so far go on")
+                                .c_str());
+                silent_since = 0;
+            }
+            continue;
+        }
+        if (!hold_when_daemon_gone_) {
+            leave_daemon("the daemon fell silent");
+            return true;
+        }
+        if (silent_since == 0) {
+            silent_since = now;
+            daemon_hold_.store(1, std::memory_order_release);
+            log_message((std::string("the daemon fell silent; client '") + slot_->name +
+                         "' holds its launches until it beats again, at most " +
+                         std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
+                            .c_str());
+        } else if (now - silent_since >= daemon_gone_hold_ns_) {
+            // Ungated first, then the held launches go: none of them waits at a gate again.
+            leave_daemon((std::string("the daemon stayed silent for ") +
+                          std::to_string(daemon_gone_hold_ns_ / 1'000'000) + " ms")
+                             .c_str());
+            stop_holding();
+            return true;
+        }
+    }
+    stop_holding();  // a forked child's or a detached client's held launches never wait
+    return false;
+}
+
+bool ClientRuntime::watch_for_a_daemon() {
+    if (!joined_from_environment()) return false;  // a claimer's client: nothing to ask again
+    constexpr timespec kPeriod{0, 500'000'000};
+    std::string refused;  // the last refusal, said once
+    while (!g_exiting.load(std::memory_order_acquire)) {
+        nanosleep(&kPeriod, nullptr);
+        if (g_exiting.load(std::memory_order_acquire)) break;
+        const RunHeader& header = view_.header();
+        const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
+        if (header.shutdown.load(std::memory_order_acquire) == 0 && beat != 0 &&
+            monotonic_ns() <= beat + kDaemonStaleNs &&
+            slot_->state.load(std::memory_order_acquire) ==
+                static_cast<std::uint32_t>(ClientState::kAttached) &&
+            slot_->pid.load(std::memory_order_acquire) == static_cast<std::int32_t>(getpid())) {
+            // The daemon it left beats again (it was stopped or stalled, not gone) and still
+            // holds this client's slot: gated again as before, with nothing to swap.
+            active_.store(true, std::memory_order_release);
+            log_message((std::string("the daemon beats again; client '") + slot_->name +
+                         "' is gated again")
+                            .c_str());
+            return true;
+        }
+        std::vector<std::pair<std::string, std::string>> answer;
+        std::string why;
+        if (!rejoin_daemon(&answer, &why)) {
+            const bool absent = why.rfind("no orion daemon runs", 0) == 0;
+            if (!absent && why != refused) {
+                log_message(("cannot rejoin the orion daemon: " + why + "; asking again").c_str());
+            }
+            refused = absent ? std::string() : why;
+            continue;
+        }
+        auto* next = new ClientRuntime(std::move(answer));
+        if (!next->active()) {
+            delete next;  // attached to nothing: no thread of its own, nothing to undo
+            continue;
+        }
+        // What this process holds of the GPU's memory counts in its new slot too.
+        next->memory_.adopt(memory_);
+        g_rejoined.store(next, std::memory_order_release);
+        log_message((std::string("rejoined the orion daemon: client '") + next->slot_->name +
+                     "' is gated again (calls already inside the old run's client finish there)")
+                        .c_str());
+        return false;  // this thread is done; the new runtime watches its daemon
+    }
+    return false;
 }
 
 void ClientRuntime::hold_while_daemon_silent() {
@@ -266,6 +422,7 @@ void ClientRuntime::leave_daemon(const char* why) {
 }
 
 void ClientRuntime::detach() {
+    g_exiting.store(true, std::memory_order_release);  // no rejoin while the process ends
     if (slot_ == nullptr || !active()) return;
     if (slot_->pid.load(std::memory_order_relaxed) != static_cast<std::int32_t>(getpid())) return;
     auto expected = static_cast<std::uint32_t>(ClientState::kAttached);

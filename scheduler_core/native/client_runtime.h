@@ -10,7 +10,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cuda_api.h"
@@ -135,7 +137,18 @@ public:
 
 private:
     ClientRuntime();
+    // A runtime for the daemon this client rejoined (watch_for_a_daemon): `rejoined` is the
+    // daemon's answer, read before the environment (which keeps the first run's variables).
+    explicit ClientRuntime(std::vector<std::pair<std::string, std::string>> rejoined);
+    const char* variable(const char* name) const;
     void attach_from_environment();
+    // The watch thread's two phases: watching the daemon (false once this client detached or is
+    // a forked child, true once it left the daemon), then, for a client that joined from its
+    // environment, waiting for one to answer again (true: its own daemon beats again and it is
+    // gated again; false: a new runtime took over, or the process is ending).
+    bool watch_daemon();
+    bool watch_for_a_daemon();
+    std::vector<std::pair<std::string, std::string>> rejoined_;
     // Open runs: a thread that sleeps, and leaves the daemon once it stops or falls silent (a
     // daemon killed with SIGKILL). It touches only host memory, never the driver: it must not be
     // held by a gate the way a thread of this process inside a synchronising call can be.

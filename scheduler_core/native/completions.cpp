@@ -88,9 +88,8 @@ void ClientRuntime::mark_finished_by_cpu(std::uint64_t seq) {
 }
 
 void ClientRuntime::write_trace(const LaunchTicket& ticket) {
-    const RunHeader& header = view_.header();
     const std::uint64_t index = slot_->trace_head.fetch_add(1, std::memory_order_acq_rel);
-    TraceRecord& record = view_.trace(index_)[index & (header.trace_capacity - 1)];
+    TraceRecord& record = view_.trace(index_)[index & (view_.trace_capacity() - 1)];
     // The seqlock of shared_state.h: invalidate, fence, fields, publish.
     record.seq.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);

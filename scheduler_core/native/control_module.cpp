@@ -136,7 +136,7 @@ public:
     std::string policy() const { return policy_name(static_cast<Policy>(header().policy)); }
     std::uint32_t sm_count() const { return header().sm_count; }
     std::uint32_t client_count() const { return header().client_count; }
-    std::uint32_t trace_capacity() const { return header().trace_capacity; }
+    std::uint32_t trace_capacity() const { return view().trace_capacity(); }
     std::uint64_t queue_limit_ns() const { return header().queue_limit_ns; }
     std::string hp_completion() const { return completion_mode_name(header().hp_completion); }
     std::uint64_t size_bytes() const { return mapping_.size(); }
@@ -433,7 +433,7 @@ public:
     std::tuple<py::list, std::uint64_t, std::uint64_t> read_trace(std::uint32_t client,
                                                                   std::uint64_t start) const {
         check_client(client);
-        const std::uint32_t capacity = header().trace_capacity;
+        const std::uint32_t capacity = view().trace_capacity();
         py::list records;
         if (capacity == 0) return {records, start, 0};
         const std::uint64_t head = view().client(client).trace_head.load(std::memory_order_acquire);

@@ -38,8 +38,42 @@ using CUgraphNodeType = int;
 using CUmemGenericAllocationHandle = unsigned long long;  // NOLINT(google-runtime-int): ABI type
 struct CUmemPoolHandle_st;
 using CUmemoryPool = CUmemPoolHandle_st*;
-struct CUmemAllocationProp_st;  // passed through untouched
+// Where memory lives (CUmemLocation): orion reads only whether it is the device's (memory of
+// the host, which the virtual-memory API and pools can also make, is not GPU memory).
+using CUmemLocationType = int;
+constexpr CUmemLocationType CU_MEM_LOCATION_TYPE_DEVICE = 1;
+struct CUmemLocation {
+    CUmemLocationType type;
+    int id;
+};
+// cuMemCreate's properties (CUmemAllocationProp): read for their location only.
+struct CUmemAllocationProp_st {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void* win32HandleMetaData;
+    unsigned char allocFlags[8];
+};
 using CUmemAllocationProp = CUmemAllocationProp_st;
+// A pool's properties (CUmemPoolProps, 88 bytes in CUDA 11 to 13): read for their location only.
+struct CUmemPoolProps {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void* win32SecurityAttributes;
+    unsigned char rest[64];
+};
+static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
+// A graph memory-allocation node's parameters (CUDA_MEM_ALLOC_NODE_PARAMS, v1 and v2 alike).
+struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    CUmemPoolProps poolProps;
+    const void* accessDescs;
+    std::size_t accessDescCount;
+    std::size_t bytesize;
+    CUdeviceptr dptr;
+};
+using CUmemPool_attribute = int;
+constexpr CUmemPool_attribute CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4;
 struct CUarray_st;
 using CUarray = CUarray_st*;
 struct CUmipmappedArray_st;
@@ -294,6 +328,22 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                 const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels);
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
+// Stream-ordered pools (memory_hooks.cpp): where a pool lives, how much freed memory it may keep
+// (its release threshold), trimming and destroying it, and which pool cuMemAllocAsync uses.
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, std::size_t minBytesToKeep);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev);
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev);
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+// The context's own device memory a program can grow (memory_ledger.h): the device-side malloc
+// heap, the printf FIFO and the per-thread stack.
+using CUlimit = int;
+constexpr CUlimit CU_LIMIT_STACK_SIZE = 0x00;
+constexpr CUlimit CU_LIMIT_PRINTF_FIFO_SIZE = 0x01;
+constexpr CUlimit CU_LIMIT_MALLOC_HEAP_SIZE = 0x02;
+CUresult cuCtxSetLimit(CUlimit limit, std::size_t value);
 
 }  // extern "C"
 
@@ -359,5 +409,8 @@ using GraphDestroyFn = CUresult (*)(CUgraph hGraph);
 using GraphInstantiateWithFlagsFn = CUresult (*)(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                  unsigned long long flags);  // NOLINT
 using GraphExecDestroyFn = CUresult (*)(CUgraphExec hGraphExec);
+// A graph's memory-allocation nodes, counted when the graph is instantiated (graph_memory.cpp).
+using GraphMemAllocNodeGetParamsFn = CUresult (*)(CUgraphNode hNode,
+                                                  CUDA_MEM_ALLOC_NODE_PARAMS* params_out);
 
 }  // namespace orion::cuda

@@ -453,7 +453,10 @@ std::string ask_daemon(const std::string& folder, const std::string& device,
     return reply.substr(0, reply.find('\n'));
 }
 
-void apply_answer(const std::string& line) {
+using Answer = std::vector<std::pair<std::string, std::string>>;
+
+// The variables of the daemon's answer to `join`, once every one is a variable it may set.
+Answer parse_answer(const std::string& line) {
     Json answer;
     if (!JsonParser(line).parse(&answer) || answer.type != Json::Type::kObject) {
         throw JoinFailure{"the daemon's answer is not a JSON object"};
@@ -482,7 +485,11 @@ void apply_answer(const std::string& line) {
         }
         accepted.emplace_back(name, value.text);
     }
-    for (const auto& [name, value] : accepted) setenv(name.c_str(), value.c_str(), 1);
+    return accepted;
+}
+
+void apply_answer(const std::string& line) {
+    for (const auto& [name, value] : parse_answer(line)) setenv(name.c_str(), value.c_str(), 1);
 }
 
 }  // namespace
@@ -521,6 +528,25 @@ void join_daemon_from_environment() {
         _exit(kJoinRefusedExit);
     }
     if (env_flag("ORION_DEBUG")) log_message("joined the daemon from the environment");
+}
+
+bool joined_from_environment() {
+    const char* role = std::getenv("ORION_ROLE");
+    return role != nullptr && role[0] != '\0';
+}
+
+bool rejoin_daemon(std::vector<std::pair<std::string, std::string>>* answer, std::string* why) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::string devices = visible != nullptr ? trimmed(visible) : "0";
+    try {
+        *answer = parse_answer(ask_daemon(daemon_folder(devices), devices, join_request()));
+        return true;
+    } catch (const JoinFailure& failure) {
+        *why = failure.message;
+    } catch (const std::exception& error) {
+        *why = error.what();
+    }
+    return false;
 }
 
 }  // namespace orion

@@ -32,8 +32,13 @@
 // running ungated instead: a process that asked for a memory limit or for priority and quietly
 // got neither would break the isolation the user counted on without anyone seeing it, whereas an
 // exit is seen (Ray reports the actor dead with the line in its log) and can be retried. A daemon
-// that stops later is another matter: its clients run on ungated, as before.
+// that stops later is another matter: its clients run on ungated, and ask again (rejoin_daemon)
+// until a daemon of their GPU answers (client_runtime.cpp, the watch thread).
 #pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace orion {
 
@@ -47,5 +52,16 @@ bool daemon_join_requested();
 // When daemon_join_requested(): joins the daemon and sets the variables it answered with. Ends
 // the process with kJoinRefusedExit when the join fails. Otherwise does nothing.
 void join_daemon_from_environment();
+
+// Whether this process joined (or is to join) from its environment (ORION_ROLE is set): only
+// such a client can ask again, with the same request, when its daemon is gone.
+bool joined_from_environment();
+
+// A client whose daemon is gone (stopped, killed, restarted) asks the daemon of its GPU for a
+// slot again, with the same request as its first join (a new daemon's answer names another run).
+// Nothing is put into the environment (other threads of the program run meanwhile): the answer's
+// variables come back in `answer`. False, with the reason in `why`, when no daemon answers or it
+// refuses. Never ends the process. Called by the client's watch thread, never a launch.
+bool rejoin_daemon(std::vector<std::pair<std::string, std::string>>* answer, std::string* why);
 
 }  // namespace orion

@@ -131,6 +131,7 @@ const Helpers& helpers() {
         resolve(h.graph_destroy, "cuGraphDestroy");
         resolve(h.graph_instantiate, "cuGraphInstantiateWithFlags");
         resolve(h.graph_exec_destroy, "cuGraphExecDestroy");
+        resolve(h.graph_mem_alloc_node_get_params, "cuGraphMemAllocNodeGetParams");
         return h;
     }();
     return resolved;

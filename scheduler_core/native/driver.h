@@ -57,6 +57,7 @@ struct Helpers {
     cuda::GraphDestroyFn graph_destroy = nullptr;
     cuda::GraphInstantiateWithFlagsFn graph_instantiate = nullptr;
     cuda::GraphExecDestroyFn graph_exec_destroy = nullptr;
+    cuda::GraphMemAllocNodeGetParamsFn graph_mem_alloc_node_get_params = nullptr;
 };
 const Helpers& helpers();
 

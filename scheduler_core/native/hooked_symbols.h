@@ -39,6 +39,14 @@
     X(cuArrayDestroy)              \
     X(cuMipmappedArrayCreate)      \
     X(cuMipmappedArrayDestroy)     \
+    X(cuMemPoolCreate)             \
+    X(cuMemPoolDestroy)            \
+    X(cuMemPoolSetAttribute)       \
+    X(cuMemPoolTrimTo)             \
+    X(cuDeviceGetDefaultMemPool)   \
+    X(cuDeviceGetMemPool)          \
+    X(cuDeviceSetMemPool)          \
+    X(cuCtxSetLimit)               \
     X(cuGraphExecNodeSetParams)    \
     X(cuGraphExecMemcpyNodeSetParams) \
     X(cuGraphExecMemsetNodeSetParams) \

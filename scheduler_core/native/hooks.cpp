@@ -15,7 +15,9 @@
 
 #include "client_runtime.h"
 #include "driver.h"
+#include "graph_memory.h"
 #include "hooked_symbols.h"
+#include "nvml_hooks.h"
 
 #define ORION_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -379,8 +381,12 @@ CUresult instantiate(Real real, CUgraphExec* exec, CUgraph graph, Options option
     if (real == nullptr) return kNotFound;
     ClientRuntime& runtime = ClientRuntime::instance();
     if (!runtime.active()) return real(exec, graph, options);
-    return runtime.instantiate_graph(exec, graph, flags_of(options),
-                                     [&] { return real(exec, graph, options); });
+    orion::GraphMemory memory(graph);  // its allocation nodes against the memory limit (graph_memory.h)
+    if (!memory.reserved()) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = runtime.instantiate_graph(exec, graph, flags_of(options),
+                                                      [&] { return real(exec, graph, options); });
+    memory.settle(result, exec);
+    return result;
 }
 
 }  // namespace
@@ -406,7 +412,9 @@ ORION_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
         runtime.forget_gated_graph(exec);
         runtime.forget_segments(exec);
     }
-    return real(exec);
+    const CUresult result = real(exec);
+    if (result == CUDA_SUCCESS) orion::forget_graph_memory(exec);
+    return result;
 }
 
 // Executables changed in place: an update from another graph is identified again from that
@@ -648,6 +656,9 @@ ORION_EXPORT void* dlsym(void* handle, const char* symbol) {
     void* result = handle == RTLD_NEXT
                        ? hooks::next_symbol(symbol, __builtin_return_address(0))
                        : real(handle, symbol);
+    if (result != nullptr && symbol != nullptr && std::strncmp(symbol, "nvml", 4) == 0) {
+        return orion::intercept_nvml(symbol, result);  // nvml_hooks.h: the memory query
+    }
     if (result == nullptr || symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') {
         return result;
     }

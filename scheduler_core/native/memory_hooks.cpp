@@ -2,6 +2,7 @@
 // before the real call (memory_ledger.h), every free gives it back, and the two queries of the
 // device's memory answer with the limit as the total. Outside a run everything passes through.
 #include "client_runtime.h"
+#include "driver.h"
 #include "hooked_symbols.h"
 
 #define ORION_EXPORT extern "C" __attribute__((visibility("default")))
@@ -40,17 +41,51 @@ CUresult counted_allocation(CUdeviceptr* pointer, std::size_t bytes, Allocate al
     return result;
 }
 
+// Whether `stream` is being captured: an allocation there becomes a graph memory-allocation
+// node, counted when the graph is instantiated (graph_memory.h), not now.
+bool captured(CUstream stream, int variant) {
+    const auto is_capturing = orion::driver::helpers().stream_is_capturing;
+    if (is_capturing == nullptr) return false;
+    if (stream == nullptr && variant == hooks::kPerThread) stream = cu_stream_per_thread();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing(stream, &status) == CUDA_SUCCESS &&
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// A stream-ordered allocation from `pool` (nullptr: the device's current pool): reserved from
+// what the pool keeps first (memory_ledger.h); a pool on the host is not counted.
+template <typename Allocate>
+CUresult counted_pool_allocation(CUdeviceptr* pointer, std::size_t bytes, CUmemoryPool pool,
+                                 CUstream stream, int variant, Allocate allocate) {
+    MemoryLedger* account = ledger();
+    if (account == nullptr || pointer == nullptr || captured(stream, variant)) return allocate();
+    if (pool == nullptr) pool = account->current_pool();
+    if (!account->pool_on_device(pool)) return allocate();
+    std::uint64_t from_kept = 0;
+    if (!account->reserve_from_pool(pool, bytes, &from_kept)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = allocate();
+    if (result == CUDA_SUCCESS) {
+        account->record_pool_pointer(*pointer, pool, bytes);
+    } else {
+        account->unreserve_from_pool(pool, bytes, from_kept);
+    }
+    return result;
+}
+
 CUresult alloc_async(int variant, CUdeviceptr* pointer, std::size_t bytes, CUstream stream) {
     auto real = hooks::real_cuMemAllocAsync(variant);
     if (real == nullptr) return kNotFound;
-    return counted_allocation(pointer, bytes, [&] { return real(pointer, bytes, stream); });
+    return counted_pool_allocation(pointer, bytes, nullptr, stream, variant,
+                                   [&] { return real(pointer, bytes, stream); });
 }
 
 CUresult alloc_from_pool(int variant, CUdeviceptr* pointer, std::size_t bytes, CUmemoryPool pool,
                          CUstream stream) {
     auto real = hooks::real_cuMemAllocFromPoolAsync(variant);
     if (real == nullptr) return kNotFound;
-    return counted_allocation(pointer, bytes, [&] { return real(pointer, bytes, pool, stream); });
+    // cuMemAllocFromPoolAsync names its pool: a null one is the driver's to refuse.
+    return counted_pool_allocation(pointer, bytes, pool, stream, variant,
+                                   [&] { return real(pointer, bytes, pool, stream); });
 }
 
 CUresult free_async(int variant, CUdeviceptr pointer, CUstream stream) {
@@ -143,14 +178,16 @@ ORION_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr pointer, CUstream stream) 
     return free_async(hooks::kPerThread, pointer, stream);
 }
 
-// The virtual-memory API: physical memory is made by cuMemCreate (mapping it takes none).
+// The virtual-memory API: physical memory is made by cuMemCreate (mapping it takes none). Memory
+// it makes on the host (a location other than a device) is not the GPU's: not counted.
 ORION_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
                                   const CUmemAllocationProp* prop,
                                   unsigned long long flags) {  // NOLINT(google-runtime-int)
     auto real = hooks::real_cuMemCreate(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
     MemoryLedger* account = ledger();
-    if (account == nullptr || handle == nullptr) return real(handle, bytes, prop, flags);
+    const bool on_host = prop != nullptr && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;
+    if (account == nullptr || handle == nullptr || on_host) return real(handle, bytes, prop, flags);
     if (!account->reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUresult result = real(handle, bytes, prop, flags);
     if (result == CUDA_SUCCESS) {
@@ -188,5 +225,97 @@ ORION_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
     if (result == CUDA_SUCCESS) {
         if (MemoryLedger* account = ledger()) account->adjust_total(bytes);
     }
+    return result;
+}
+
+// Stream-ordered pools: where each lives, how much freed memory it may keep, and which one
+// cuMemAllocAsync uses (memory_ledger.h). The calls themselves go through unchanged.
+ORION_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+    auto real = hooks::real_cuMemPoolCreate(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pool, props);
+    MemoryLedger* account = ledger();
+    if (result == CUDA_SUCCESS && account != nullptr && pool != nullptr && props != nullptr) {
+        account->note_pool(*pool, props->location.type == CU_MEM_LOCATION_TYPE_DEVICE);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    auto real = hooks::real_cuMemPoolDestroy(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pool);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->forget_pool(pool);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute,
+                                            void* value) {
+    auto real = hooks::real_cuMemPoolSetAttribute(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pool, attribute, value);
+    MemoryLedger* account = ledger();
+    if (result == CUDA_SUCCESS && account != nullptr && value != nullptr &&
+        attribute == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+        account->set_pool_threshold(pool, *static_cast<const cuuint64_t*>(value));
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep_bytes) {
+    auto real = hooks::real_cuMemPoolTrimTo(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pool, keep_bytes);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->trim_pool(pool, keep_bytes);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
+    auto real = hooks::real_cuDeviceGetDefaultMemPool(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pool, device);
+    if (result == CUDA_SUCCESS && pool != nullptr) {
+        if (MemoryLedger* account = ledger()) account->note_default_pool(*pool);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
+    auto real = hooks::real_cuDeviceGetMemPool(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(pool, device);
+    MemoryLedger* account = ledger();
+    // The current pool, while the client never set one, is the default pool.
+    if (result == CUDA_SUCCESS && pool != nullptr && account != nullptr &&
+        account->current_pool() == nullptr) {
+        account->note_default_pool(*pool);
+    }
+    return result;
+}
+
+ORION_EXPORT CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
+    auto real = hooks::real_cuDeviceSetMemPool(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    const CUresult result = real(device, pool);
+    if (result == CUDA_SUCCESS) {
+        if (MemoryLedger* account = ledger()) account->set_current_pool(pool);
+    }
+    return result;
+}
+
+// The context's own memory a program grows (memory_ledger.h): refused past the limit before the
+// driver sees it, as the driver refuses a limit it cannot hold (CUDA_ERROR_OUT_OF_MEMORY).
+ORION_EXPORT CUresult cuCtxSetLimit(CUlimit limit, std::size_t value) {
+    auto real = hooks::real_cuCtxSetLimit(hooks::kLegacy);
+    if (real == nullptr) return kNotFound;
+    MemoryLedger* account = ledger();
+    if (account == nullptr) return real(limit, value);
+    if (!account->set_context_limit(limit, value)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = real(limit, value);
+    if (result != CUDA_SUCCESS) account->undo_context_limit(limit);
     return result;
 }

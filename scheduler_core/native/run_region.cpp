@@ -31,6 +31,24 @@ std::uint32_t round_up_pow2(std::uint32_t value) {
     return result;
 }
 
+// Whether the header's region offsets are the ones its trace capacity gives (a capacity that
+// is no power of two, or regions past the mapping's end, are not).
+bool layout_matches(const RunHeader& header, std::uint64_t size) {
+    const std::uint32_t capacity = header.trace_capacity;
+    if (capacity != round_up_pow2(capacity)) return false;
+    const Layout layout = compute_layout(capacity);
+    return layout.total_bytes == size && header.clients_offset == layout.clients_offset &&
+           header.kernels_offset == layout.kernels_offset &&
+           header.inflight_offset == layout.inflight_offset &&
+           header.completion_offset == layout.completion_offset &&
+           header.completion_bytes == layout.completion_bytes &&
+           header.trace_offset == layout.trace_offset &&
+           header.graphs_offset == layout.graphs_offset &&
+           header.timeline_offset == layout.timeline_offset &&
+           header.gate_offset == layout.gate_offset &&
+           header.learned_offset == layout.learned_offset;
+}
+
 void require_unpublished(const RunMapping& run) {
     if (run.view().header().ready.load(std::memory_order_acquire) != 0) {
         throw std::runtime_error("run '" + run.name() + "' is already published");
@@ -112,7 +130,9 @@ void mark_best_effort(RunHeader& header, std::uint32_t client) {
 RunMapping::RunMapping(RunMapping&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      name_(std::move(other.name_)) {}
+      name_(std::move(other.name_)),
+      layout_(std::exchange(other.layout_, Layout{})),
+      trace_capacity_(std::exchange(other.trace_capacity_, 0)) {}
 
 RunMapping& RunMapping::operator=(RunMapping&& other) noexcept {
     if (this != &other) {
@@ -120,6 +140,8 @@ RunMapping& RunMapping::operator=(RunMapping&& other) noexcept {
         base_ = std::exchange(other.base_, nullptr);
         size_ = std::exchange(other.size_, 0);
         name_ = std::move(other.name_);
+        layout_ = std::exchange(other.layout_, Layout{});
+        trace_capacity_ = std::exchange(other.trace_capacity_, 0);
     }
     return *this;
 }
@@ -184,9 +206,9 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->quotas = config.quotas ? 1 : 0;
     header->quota_window_ns = config.quota_window_ns;
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {
-        write_slot_defaults(RunView(base), client);
+        write_slot_defaults(RunView(base, layout, trace_capacity), client);
     }
-    return RunMapping(base, layout.total_bytes, name);
+    return RunMapping(base, layout.total_bytes, name, trace_capacity);
 }
 
 RunMapping RunMapping::attach(const std::string& name, std::string* error) {
@@ -216,13 +238,17 @@ RunMapping RunMapping::attach(const std::string& name, std::string* error) {
         problem = "was made by another orion version (layout version differs)";
     } else if (header->header_bytes != sizeof(RunHeader) || header->total_bytes != size) {
         problem = "has an unexpected size (another orion version?)";
+    } else if (!layout_matches(*header, size)) {
+        problem = "has a corrupt layout (its regions' offsets are not where its trace capacity "
+                  "puts them)";
     }
     if (problem != nullptr) {
         *error = "shared memory '" + name + "' " + problem;
         munmap(base, size);
         return {};
     }
-    return RunMapping(base, size, name);
+    // Read once, checked: from now on this process uses its own copy (RunView).
+    return RunMapping(base, size, name, header->trace_capacity);
 }
 
 bool RunMapping::unlink(const std::string& name, std::string* error) {
@@ -383,7 +409,7 @@ void release_slot(const RunMapping& run, std::uint32_t client) {
         v.inflight(client)[i].seq.store(0, std::memory_order_relaxed);
         v.completion(client)[i].store(0, std::memory_order_relaxed);
     }
-    for (std::uint32_t i = 0; i < v.header().trace_capacity; ++i) {
+    for (std::uint32_t i = 0; i < v.trace_capacity(); ++i) {
         v.trace(client)[i].seq.store(0, std::memory_order_relaxed);
     }
     // Nothing of the old client is shared with the new one: its learned kernels go too (the

@@ -50,17 +50,23 @@ public:
     static bool unlink(const std::string& name, std::string* error);
 
     bool valid() const { return base_ != nullptr; }
-    RunView view() const { return RunView(base_); }
+    RunView view() const { return RunView(base_, layout_, trace_capacity_); }
     std::uint64_t size() const { return size_; }
     // The shared-memory name the run was created or attached under (for error messages).
     const std::string& name() const { return name_; }
 
 private:
-    RunMapping(void* base, std::uint64_t size, std::string name)
-        : base_(base), size_(size), name_(std::move(name)) {}
+    RunMapping(void* base, std::uint64_t size, std::string name, std::uint32_t trace_capacity)
+        : base_(base),
+          size_(size),
+          name_(std::move(name)),
+          layout_(compute_layout(trace_capacity)),
+          trace_capacity_(trace_capacity) {}
     void* base_ = nullptr;
     std::uint64_t size_ = 0;
     std::string name_;
+    Layout layout_{};  // where the regions are: this process's own copy (RunView)
+    std::uint32_t trace_capacity_ = 0;
 };
 
 // A share of GPU time (0-1 of the quota window) in the parts per million ClientQuota holds.

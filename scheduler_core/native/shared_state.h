@@ -580,51 +580,58 @@ constexpr Layout compute_layout(std::uint32_t trace_capacity) {
 // The key of a profile table's entry (KernelEntry, GraphEntry), for probe_table.h.
 constexpr auto entry_key = [](auto& entry) -> auto& { return entry.key; };
 
-// Typed access to a mapped run. Holds no state of its own beyond the base address.
+// Typed access to a mapped run: its base address, and where each region is. The regions' offsets
+// are the view's own copy (RunMapping's: computed when the run was made, checked against the
+// trace capacity when it was attached), never re-read from the shared header: any process that
+// maps the run can write the header, and a bad offset must not send the daemon's gate keeper (or
+// a client) reading out of bounds.
 class RunView {
 public:
     RunView() = default;
-    explicit RunView(void* base) : base_(static_cast<unsigned char*>(base)) {}
+    RunView(void* base, const Layout& layout, std::uint32_t trace_capacity)
+        : base_(static_cast<unsigned char*>(base)),
+          layout_(layout),
+          trace_capacity_(trace_capacity) {}
 
     bool valid() const { return base_ != nullptr; }
     void* base() const { return base_; }
     RunHeader& header() const { return *reinterpret_cast<RunHeader*>(base_); }
     ClientSlot& client(std::uint32_t index) const {
-        return reinterpret_cast<ClientSlot*>(base_ + header().clients_offset)[index];
+        return reinterpret_cast<ClientSlot*>(base_ + layout_.clients_offset)[index];
     }
     KernelEntry* kernels(std::uint32_t index) const {
-        return reinterpret_cast<KernelEntry*>(base_ + header().kernels_offset) +
+        return reinterpret_cast<KernelEntry*>(base_ + layout_.kernels_offset) +
                std::uint64_t{index} * kKernelSlots;
     }
     InflightEntry* inflight(std::uint32_t index) const {
-        return reinterpret_cast<InflightEntry*>(base_ + header().inflight_offset) +
+        return reinterpret_cast<InflightEntry*>(base_ + layout_.inflight_offset) +
                std::uint64_t{index} * kInflightSlots;
     }
     std::atomic<std::uint64_t>* completion(std::uint32_t index) const {
-        return reinterpret_cast<std::atomic<std::uint64_t>*>(base_ + header().completion_offset) +
+        return reinterpret_cast<std::atomic<std::uint64_t>*>(base_ + layout_.completion_offset) +
                std::uint64_t{index} * kInflightSlots;
     }
     TraceRecord* trace(std::uint32_t index) const {
-        return reinterpret_cast<TraceRecord*>(base_ + header().trace_offset) +
-               std::uint64_t{index} * header().trace_capacity;
+        return reinterpret_cast<TraceRecord*>(base_ + layout_.trace_offset) +
+               std::uint64_t{index} * trace_capacity_;
     }
 
     GraphEntry* graphs(std::uint32_t index) const {
-        return reinterpret_cast<GraphEntry*>(base_ + header().graphs_offset) +
+        return reinterpret_cast<GraphEntry*>(base_ + layout_.graphs_offset) +
                std::uint64_t{index} * kGraphSlots;
     }
 
     TimelineNode* timeline(std::uint32_t index) const {
-        return reinterpret_cast<TimelineNode*>(base_ + header().timeline_offset) +
+        return reinterpret_cast<TimelineNode*>(base_ + layout_.timeline_offset) +
                std::uint64_t{index} * kTimelineNodes;
     }
 
     LearnedBlock& learned(std::uint32_t index) const {
-        return reinterpret_cast<LearnedBlock*>(base_ + header().learned_offset)[index];
+        return reinterpret_cast<LearnedBlock*>(base_ + layout_.learned_offset)[index];
     }
 
     GateBlock& gates() const {
-        return *reinterpret_cast<GateBlock*>(base_ + header().gate_offset);
+        return *reinterpret_cast<GateBlock*>(base_ + layout_.gate_offset);
     }
 
     // The profile entry of the graph `key`, or nullptr when the graph is unknown to this client.
@@ -638,8 +645,13 @@ public:
         return find_slot(kernels(client_index), kKernelSlots, kKernelSlots, key, key, entry_key);
     }
 
+    // The view's trace capacity (records per client), as trace() uses it.
+    std::uint32_t trace_capacity() const { return trace_capacity_; }
+
 private:
     unsigned char* base_ = nullptr;
+    Layout layout_{};
+    std::uint32_t trace_capacity_ = 0;
 };
 
 }  // namespace orion

@@ -70,6 +70,8 @@ struct FakeNode {
     std::uint32_t wait_value;
     std::vector<FakeNode*> deps;
     FakeGraph* graph;
+    std::uint64_t alloc_bytes = 0;  // memory-allocation nodes: the size and where (2: host)
+    int alloc_location = 1;
 };
 struct FakeGraph {
     std::vector<FakeNode*> nodes;  // alive nodes, in creation order
@@ -609,6 +611,24 @@ __attribute__((visibility("default"))) void fake_graph_add_kernel(void* graph, v
 __attribute__((visibility("default"))) void fake_graph_add_other(void* graph, int type) {
     add_chained(graph, FakeNode{type, nullptr, 0, 0, nullptr, 0, {}, nullptr});
 }
+// A memory-allocation node of `bytes` in the chain, on the device (or the host when `host`).
+__attribute__((visibility("default"))) void fake_graph_add_alloc(void* graph, std::uint64_t bytes,
+                                                                 int host) {
+    FakeNode node{kMemAllocNode, nullptr, 0, 0, nullptr, 0, {}, nullptr};
+    node.alloc_bytes = bytes;
+    node.alloc_location = host ? 2 : 1;
+    add_chained(graph, std::move(node));
+}
+CUresult cuGraphMemAllocNodeGetParams(void* node, MemAllocNodeParams* params) {
+    const auto* fake = static_cast<FakeNode*>(node);
+    if (fake->type != kMemAllocNode || params == nullptr) return 1;
+    *params = MemAllocNodeParams{};
+    params->poolProps.allocType = 1;
+    params->poolProps.location.type = fake->alloc_location;
+    params->bytesize = fake->alloc_bytes;
+    params->dptr = 0x600000000000ULL + reinterpret_cast<std::uintptr_t>(node) % 0x10000000;
+    return 0;
+}
 // Kernel node `index` (0: the first kernel node added) of a graph.
 __attribute__((visibility("default"))) void* fake_graph_node(void* graph, unsigned index) {
     for (FakeNode* node : static_cast<FakeGraph*>(graph)->nodes) {
@@ -945,8 +965,20 @@ std::uint64_t mem_total() {
     return text != nullptr ? std::strtoull(text, nullptr, 10) : (16ULL << 30);
 }
 
-CUresult fake_allocate(const char* api, unsigned long long* out, std::uint64_t bytes) {
+std::set<unsigned long long> g_host_allocations;  // of g_allocations: memory of the host
+
+// Memory of the host (cuMemCreate or a pool located there) takes none of the device's.
+CUresult fake_allocate(const char* api, unsigned long long* out, std::uint64_t bytes,
+                       bool on_host = false) {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
+    if (on_host) {
+        *out = g_next_address;
+        g_next_address += ((bytes + 0xfff) & ~0xfffULL) + 0x1000;
+        g_allocations[*out] = bytes;
+        g_host_allocations.insert(*out);
+        log_line(std::string("alloc_host ") + api + " bytes=" + std::to_string(bytes));
+        return 0;
+    }
     if (g_mem_used + bytes > mem_total()) {
         log_line(std::string("alloc_failed ") + api + " bytes=" + std::to_string(bytes));
         return 2;
@@ -964,7 +996,7 @@ CUresult fake_release(const char* api, unsigned long long address) {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     const auto found = g_allocations.find(address);
     if (found == g_allocations.end()) return 1;  // CUDA_ERROR_INVALID_VALUE
-    g_mem_used -= found->second;
+    if (g_host_allocations.erase(address) == 0) g_mem_used -= found->second;
     log_line(std::string("free ") + api + " bytes=" + std::to_string(found->second));
     g_allocations.erase(found);
     return 0;
@@ -979,25 +1011,87 @@ CUresult cuMemAllocPitch_v2(unsigned long long* p, size_t* pitch, size_t width, 
     *pitch = (width + 511) & ~size_t{511};  // rows padded to 512 bytes
     return fake_allocate("cuMemAllocPitch", p, *pitch * height);
 }
-CUresult cuMemAllocAsync(unsigned long long* p, size_t bytes, void*) {
-    return fake_allocate("cuMemAllocAsync", p, bytes);
+// Stream-ordered pools: the default one, and those made by cuMemPoolCreate (on the device or the
+// host). The stand-in keeps no freed memory in them; it logs what the program asks of them.
+struct FakePool {
+    bool on_host;
+};
+FakePool g_default_pool{false};
+void* g_current_pool = &g_default_pool;
+bool pool_on_host(void* pool) { return pool != nullptr && static_cast<FakePool*>(pool)->on_host; }
+// An allocation in a stream being captured becomes a node of the graph: no memory now.
+bool stream_capturing(void* stream) {
+    const bool special = stream == nullptr || stream == reinterpret_cast<void*>(0x1) ||
+                         stream == reinterpret_cast<void*>(0x2);
+    return !special && static_cast<FakeStream*>(stream)->capturing;
 }
-CUresult cuMemAllocAsync_ptsz(unsigned long long* p, size_t bytes, void*) {
-    return fake_allocate("cuMemAllocAsync_ptsz", p, bytes);
+CUresult pool_allocate(const char* api, unsigned long long* p, size_t bytes, void* pool,
+                       void* stream) {
+    if (stream_capturing(stream)) {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        *p = g_next_address;
+        g_next_address += ((bytes + 0xfff) & ~0xfffULL) + 0x1000;
+        log_line(std::string("alloc_captured ") + api + " bytes=" + std::to_string(bytes));
+        return 0;
+    }
+    return fake_allocate(api, p, bytes, pool_on_host(pool));
 }
-CUresult cuMemAllocFromPoolAsync(unsigned long long* p, size_t bytes, void*, void*) {
-    return fake_allocate("cuMemAllocFromPoolAsync", p, bytes);
+CUresult cuMemAllocAsync(unsigned long long* p, size_t bytes, void* stream) {
+    return pool_allocate("cuMemAllocAsync", p, bytes, g_current_pool, stream);
 }
-CUresult cuMemAllocFromPoolAsync_ptsz(unsigned long long* p, size_t bytes, void*, void*) {
-    return fake_allocate("cuMemAllocFromPoolAsync_ptsz", p, bytes);
+CUresult cuMemAllocAsync_ptsz(unsigned long long* p, size_t bytes, void* stream) {
+    return pool_allocate("cuMemAllocAsync_ptsz", p, bytes, g_current_pool, stream);
+}
+CUresult cuMemAllocFromPoolAsync(unsigned long long* p, size_t bytes, void* pool, void* stream) {
+    return pool_allocate("cuMemAllocFromPoolAsync", p, bytes, pool, stream);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(unsigned long long* p, size_t bytes, void* pool,
+                                      void* stream) {
+    return pool_allocate("cuMemAllocFromPoolAsync_ptsz", p, bytes, pool, stream);
+}
+CUresult cuMemPoolCreate(void** pool, const MemPoolProps* props) {
+    if (pool == nullptr || props == nullptr) return 1;
+    *pool = new FakePool{props->location.type != 1};
+    log_line(std::string("pool_create location=") + (props->location.type != 1 ? "host" : "device"));
+    return 0;
+}
+CUresult cuMemPoolDestroy(void* pool) {
+    if (pool == &g_default_pool) return 1;
+    if (g_current_pool == pool) g_current_pool = &g_default_pool;
+    delete static_cast<FakePool*>(pool);
+    log_line("pool_destroy");
+    return 0;
+}
+CUresult cuMemPoolSetAttribute(void*, int attribute, void* value) {
+    if (value == nullptr) return 1;
+    log_line("pool_set_attribute attr=" + std::to_string(attribute) +
+             " value=" + std::to_string(*static_cast<std::uint64_t*>(value)));
+    return 0;
+}
+CUresult cuMemPoolTrimTo(void*, size_t keep) {
+    log_line("pool_trim keep=" + std::to_string(keep));
+    return 0;
+}
+CUresult cuDeviceGetDefaultMemPool(void** pool, int) {
+    *pool = &g_default_pool;
+    return 0;
+}
+CUresult cuDeviceGetMemPool(void** pool, int) {
+    *pool = g_current_pool;
+    return 0;
+}
+CUresult cuDeviceSetMemPool(int, void* pool) {
+    g_current_pool = pool;
+    return 0;
 }
 CUresult cuMemFree_v2(unsigned long long p) { return fake_release("cuMemFree", p); }
 CUresult cuMemFreeAsync(unsigned long long p, void*) { return fake_release("cuMemFreeAsync", p); }
 CUresult cuMemFreeAsync_ptsz(unsigned long long p, void*) {
     return fake_release("cuMemFreeAsync_ptsz", p);
 }
-CUresult cuMemCreate(unsigned long long* handle, size_t bytes, const void*, unsigned long long) {
-    return fake_allocate("cuMemCreate", handle, bytes);
+CUresult cuMemCreate(unsigned long long* handle, size_t bytes, const MemAllocationProp* prop,
+                     unsigned long long) {
+    return fake_allocate("cuMemCreate", handle, bytes, prop != nullptr && prop->location.type != 1);
 }
 CUresult cuMemRelease(unsigned long long handle) { return fake_release("cuMemRelease", handle); }
 // CUDA arrays: cuda.h's descriptors; an array takes the bytes of its elements (no padding here).
@@ -1048,6 +1142,27 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     *free_bytes = mem_total() - g_mem_used;
     *total_bytes = mem_total();
+    return 0;
+}
+// NVML's memory query, answered by the stand-in too (a test reaches it with dlsym, as pynvml
+// reaches libnvidia-ml): the same device memory as cuMemGetInfo.
+struct FakeNvmlMemory {
+    unsigned long long total, free, used;
+};
+struct FakeNvmlMemoryV2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+};
+int nvmlDeviceGetMemoryInfo(void*, FakeNvmlMemory* memory) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    *memory = FakeNvmlMemory{mem_total(), mem_total() - g_mem_used, g_mem_used};
+    return 0;
+}
+int nvmlDeviceGetMemoryInfo_v2(void*, FakeNvmlMemoryV2* memory) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    const unsigned long long reserved = 1 << 20;  // the driver's own, as the real one reports
+    *memory = FakeNvmlMemoryV2{memory->version, mem_total(), reserved,
+                               mem_total() - g_mem_used - reserved, g_mem_used};
     return 0;
 }
 CUresult cuDeviceTotalMem_v2(size_t* bytes, int) {
@@ -1102,6 +1217,11 @@ CUresult cuEventDestroy(void* event) {
     return 0;
 }
 CUresult cuCtxSetCurrent(void*) { return 0; }
+// Limits of the context (0: stack per thread, 1: printf FIFO, 2: malloc heap), logged.
+CUresult cuCtxSetLimit(int limit, size_t value) {
+    log_line("ctx_limit limit=" + std::to_string(limit) + " value=" + std::to_string(value));
+    return limit >= 0 && limit <= 2 ? 0 : 1;
+}
 // The occupancy calculator: FAKE_BLOCKS_PER_SM blocks of any kernel fit on one SM (unset: the
 // driver cannot say, as for a handle it does not know).
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, void* function, int block_size,
@@ -1177,6 +1297,7 @@ const Entry kEntries[] = {
     FAKE_PLAIN(cuEventSynchronize),
     FAKE_PLAIN(cuEventDestroy),
     FAKE_PLAIN(cuCtxSetCurrent),
+    FAKE_PLAIN(cuCtxSetLimit),
     FAKE_PLAIN(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     FAKE_PLAIN(cuKernelGetFunction),
     FAKE_PLAIN(cuThreadExchangeStreamCaptureMode),
@@ -1209,6 +1330,14 @@ const Entry kEntries[] = {
     FAKE_PTSZ(cuMemAllocFromPoolAsync),
     FAKE_PTSZ(cuMemFreeAsync),
     FAKE_PLAIN(cuMemCreate),
+    FAKE_PLAIN(cuMemPoolCreate),
+    FAKE_PLAIN(cuMemPoolDestroy),
+    FAKE_PLAIN(cuMemPoolSetAttribute),
+    FAKE_PLAIN(cuMemPoolTrimTo),
+    FAKE_PLAIN(cuDeviceGetDefaultMemPool),
+    FAKE_PLAIN(cuDeviceGetMemPool),
+    FAKE_PLAIN(cuDeviceSetMemPool),
+    FAKE_PLAIN(cuGraphMemAllocNodeGetParams),
     FAKE_PLAIN(cuMemRelease),
     {"cuArrayCreate", reinterpret_cast<void*>(&cuArrayCreate_v2),
      reinterpret_cast<void*>(&cuArrayCreate_v2)},

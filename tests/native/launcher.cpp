@@ -15,7 +15,9 @@
 
 #include "fake_abi.h"
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -105,6 +107,16 @@ struct Array3DDescriptor {
 using ArrayCreateFn = CUresult (*)(unsigned long long*, const ArrayDescriptor*);
 using Array3DCreateFn = CUresult (*)(unsigned long long*, const Array3DDescriptor*);
 using MipmappedCreateFn = CUresult (*)(unsigned long long*, const Array3DDescriptor*, unsigned);
+using VmmCreateFn = CUresult (*)(unsigned long long*, size_t, const MemAllocationProp*,
+                                 unsigned long long);
+using PoolCreateFn = CUresult (*)(void**, const MemPoolProps*);
+using PoolFn = CUresult (*)(void*);
+using PoolSetFn = CUresult (*)(void*, int, void*);
+using PoolTrimFn = CUresult (*)(void*, size_t);
+using DevicePoolFn = CUresult (*)(void**, int);
+using DeviceSetPoolFn = CUresult (*)(int, void*);
+using PoolAllocFn = CUresult (*)(unsigned long long*, size_t, void*, void*);
+using GraphAllocFn = void (*)(void*, std::uint64_t, int);
 }
 
 namespace {
@@ -198,6 +210,20 @@ void* resolve_memory(const std::string& base) {
     return resolve(base.c_str());
 }
 
+std::map<std::string, void*> g_pools;  // by name; "default": the device's default pool
+void* g_alloc_stream = nullptr;        // the stream of stream-ordered allocations and frees
+
+void* pool_named(const std::string& name) {
+    if (name == "default") {
+        void* pool = nullptr;
+        reinterpret_cast<DevicePoolFn>(resolve_memory("cuDeviceGetDefaultMemPool"))(&pool, 0);
+        return pool;
+    }
+    const auto found = g_pools.find(name);
+    if (found == g_pools.end()) usage("unknown pool");
+    return found->second;
+}
+
 // Live allocations by kind, freed by "free_all" with the matching call.
 std::vector<unsigned long long> g_plain;    // cuMemAlloc, managed, pitched: cuMemFree
 std::vector<unsigned long long> g_ordered;  // stream-ordered: cuMemFreeAsync
@@ -223,9 +249,15 @@ void allocate(const std::string& kind, size_t bytes) {
         rc = reinterpret_cast<MemAllocPitchFn>(resolve_memory("cuMemAllocPitch"))(&out, &pitch,
                                                                                  bytes, 2, 4);
     } else if (kind == "async") {
-        rc = reinterpret_cast<MemAllocAsyncFn>(resolve_memory("cuMemAllocAsync"))(&out, bytes,
-                                                                                 nullptr);
+        rc = reinterpret_cast<MemAllocAsyncFn>(resolve_memory("cuMemAllocAsync"))(
+            &out, bytes, g_alloc_stream);
         keep = &g_ordered;
+    } else if (kind == "vmm_host") {  // cuMemCreate of memory located on the host
+        MemAllocationProp prop{};
+        prop.type = 1;
+        prop.location.type = 2;
+        rc = reinterpret_cast<VmmCreateFn>(resolve_memory("cuMemCreate"))(&out, bytes, &prop, 0);
+        keep = &g_handles;
     } else if (kind == "pool") {
         rc = reinterpret_cast<MemAllocPoolFn>(resolve_memory("cuMemAllocFromPoolAsync"))(
             &out, bytes, nullptr, nullptr);
@@ -256,7 +288,7 @@ void allocate(const std::string& kind, size_t bytes) {
 void free_all() {
     for (unsigned long long p : g_plain) reinterpret_cast<MemFreeFn>(resolve_memory("cuMemFree"))(p);
     for (unsigned long long p : g_ordered) {
-        reinterpret_cast<MemFreeAsyncFn>(resolve_memory("cuMemFreeAsync"))(p, nullptr);
+        reinterpret_cast<MemFreeAsyncFn>(resolve_memory("cuMemFreeAsync"))(p, g_alloc_stream);
     }
     for (unsigned long long h : g_handles) {
         reinterpret_cast<MemFreeFn>(resolve_memory("cuMemRelease"))(h);
@@ -584,6 +616,82 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             need(3);
             allocate(t[pos + 1], std::strtoull(t[pos + 2].c_str(), nullptr, 10));
             pos += 3;
+        } else if (cmd == "alloc_stream") {  // alloc_stream STREAM: of later async allocations
+            need(2);
+            g_alloc_stream = stream_arg(t[pos + 1]);
+            pos += 2;
+        } else if (cmd == "pool_new") {  // pool_new NAME device|host
+            need(3);
+            MemPoolProps props{};
+            props.allocType = 1;
+            props.location.type = t[pos + 2] == "host" ? 2 : 1;
+            void* pool = nullptr;
+            print_rc("pool_new", reinterpret_cast<PoolCreateFn>(
+                                     resolve_memory("cuMemPoolCreate"))(&pool, &props));
+            g_pools[t[pos + 1]] = pool;
+            pos += 3;
+        } else if (cmd == "pool_threshold") {  // pool_threshold NAME BYTES: its release threshold
+            need(3);
+            std::uint64_t bytes = std::strtoull(t[pos + 2].c_str(), nullptr, 10);
+            reinterpret_cast<PoolSetFn>(resolve_memory("cuMemPoolSetAttribute"))(
+                pool_named(t[pos + 1]), 4, &bytes);
+            pos += 3;
+        } else if (cmd == "pool_trim") {  // pool_trim NAME BYTES
+            need(3);
+            reinterpret_cast<PoolTrimFn>(resolve_memory("cuMemPoolTrimTo"))(
+                pool_named(t[pos + 1]), std::strtoull(t[pos + 2].c_str(), nullptr, 10));
+            pos += 3;
+        } else if (cmd == "pool_destroy") {  // pool_destroy NAME
+            need(2);
+            reinterpret_cast<PoolFn>(resolve_memory("cuMemPoolDestroy"))(pool_named(t[pos + 1]));
+            g_pools.erase(t[pos + 1]);
+            pos += 2;
+        } else if (cmd == "pool_current") {  // pool_current NAME: cuMemAllocAsync's pool
+            need(2);
+            reinterpret_cast<DeviceSetPoolFn>(resolve_memory("cuDeviceSetMemPool"))(
+                0, pool_named(t[pos + 1]));
+            pos += 2;
+        } else if (cmd == "alloc_from") {  // alloc_from POOL BYTES (cuMemAllocFromPoolAsync)
+            need(3);
+            unsigned long long out = 0;
+            const CUresult rc = reinterpret_cast<PoolAllocFn>(
+                resolve_memory("cuMemAllocFromPoolAsync"))(
+                &out, std::strtoull(t[pos + 2].c_str(), nullptr, 10), pool_named(t[pos + 1]),
+                g_alloc_stream);
+            if (rc == 0) g_ordered.push_back(out);
+            print_rc("alloc from", rc);
+            pos += 3;
+        } else if (cmd == "ctx_limit") {  // ctx_limit stack|printf|heap BYTES (cuCtxSetLimit)
+            need(3);
+            const std::string& which = t[pos + 1];
+            const int limit = which == "stack" ? 0 : which == "printf" ? 1 : 2;
+            using SetLimitFn = CUresult (*)(int, size_t);
+            print_rc("ctx_limit " + which, reinterpret_cast<SetLimitFn>(resolve_memory(
+                                               "cuCtxSetLimit"))(
+                                               limit, std::strtoull(t[pos + 2].c_str(), nullptr, 10)));
+            pos += 3;
+        } else if (cmd == "prealloc") {  // prealloc PERCENT: of what cuMemGetInfo says is free
+            need(2);
+            size_t free_bytes = 0, total = 0;
+            reinterpret_cast<MemInfoFn>(resolve_memory("cuMemGetInfo"))(&free_bytes, &total);
+            const size_t bytes = free_bytes * std::strtoull(t[pos + 1].c_str(), nullptr, 10) / 100;
+            allocate("mem", bytes);
+            pos += 2;
+        } else if (cmd == "graph_alloc") {  // graph_alloc G BYTES [host]: an allocation node
+            need(3);
+            const bool host = pos + 3 < t.size() && t[pos + 3] == "host";
+            reinterpret_cast<GraphAllocFn>(dlsym(g_handle, "fake_graph_add_alloc"))(
+                g_graphs.at(t[pos + 1]), std::strtoull(t[pos + 2].c_str(), nullptr, 10),
+                host ? 1 : 0);
+            pos += host ? 4 : 3;
+        } else if (cmd == "graph_try") {  // graph_try G: instantiate, printing the result
+            need(2);
+            void* exec = nullptr;
+            const CUresult r = reinterpret_cast<InstantiateFlagsFn>(
+                resolve("cuGraphInstantiateWithFlags"))(&exec, g_graphs.at(t[pos + 1]), 0);
+            if (r == 0) g_execs[t[pos + 1]] = exec;
+            print_rc("graph_inst", r);
+            pos += 2;
         } else if (cmd == "free_all") {
             free_all();
             pos += 1;
@@ -596,6 +704,40 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                         device_total);
             std::fflush(stdout);
             pos += 1;
+        } else if (cmd == "nvml") {  // NVML's memory query, both versions, found with dlsym
+            unsigned long long v1[3] = {};
+            unsigned long long v2[5] = {};  // the version word, padded, then four figures
+            v2[0] = 2;
+            using NvmlFn = int (*)(void*, void*);
+            reinterpret_cast<NvmlFn>(dlsym(g_handle, "nvmlDeviceGetMemoryInfo"))(nullptr, v1);
+            reinterpret_cast<NvmlFn>(dlsym(g_handle, "nvmlDeviceGetMemoryInfo_v2"))(nullptr, v2);
+            std::printf("nvml total=%llu free=%llu used=%llu v2 total=%llu free=%llu used=%llu\n",
+                        v1[0], v1[1], v1[2], v2[1], v2[3], v2[4]);
+            std::fflush(stdout);
+            pos += 1;
+        } else if (cmd == "await") {  // await PATH: until the test makes the file
+            need(2);
+            while (access(t[pos + 1].c_str(), F_OK) != 0) sleep_us(1000);
+            pos += 2;
+        } else if (cmd == "spawn") {  // spawn N TOKENS...: a child launcher runs the N tokens
+            need(2);
+            const std::size_t count = std::strtoul(t[pos + 1].c_str(), nullptr, 10);
+            need(2 + count);
+            std::vector<std::string> script(t.begin() + pos + 2, t.begin() + pos + 2 + count);
+            std::fflush(stdout);
+            const pid_t child = fork();
+            if (child == 0) {
+                std::vector<char*> argv{const_cast<char*>("launcher")};
+                for (std::string& token : script) argv.push_back(token.data());
+                argv.push_back(nullptr);
+                execv("/proc/self/exe", argv.data());
+                _exit(127);
+            }
+            int status = 0;
+            waitpid(child, &status, 0);
+            std::printf("child rc=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+            std::fflush(stdout);
+            pos += 2 + count;
         } else if (cmd == "kill_self") {
             raise(SIGKILL);
             pos += 1;

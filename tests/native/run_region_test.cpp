@@ -198,12 +198,45 @@ void open_run(const std::string& name) {
     RunMapping::unlink(name, &error);
 }
 
+// Any process that maps a run can write its header: a region offset written wrong there moves
+// nothing for a process already attached (its view keeps its own copy), and a process attaching
+// afterwards is refused rather than sent reading out of bounds.
+void corrupted_offsets(const std::string& name) {
+    RunMapping run = make_run(name, true);
+    if (!run.valid()) return ++failures, void();
+    const int slot = reserve_slot(run, "job", Role::kBestEffort);
+    ClientSlot* before = &run.view().client(static_cast<std::uint32_t>(slot));
+    RunHeader& header = run.view().header();
+    header.clients_offset = ~std::uint64_t{0} - 4096;  // far past the mapping
+    header.trace_capacity = 1U << 30;
+    check(&run.view().client(static_cast<std::uint32_t>(slot)) == before &&
+              run.view().trace_capacity() == 4,
+          "an attached view keeps its own offsets and trace capacity");
+    check(std::strcmp(run.view().client(static_cast<std::uint32_t>(slot)).name, "job") == 0,
+          "the slot is read where it is");
+    std::string error;
+    RunMapping late = RunMapping::attach(name, &error);
+    check(!late.valid() && error.find("has a corrupt layout") != std::string::npos,
+          "a process attaching to a run with a corrupt header is refused");
+    header.trace_capacity = 4;
+    late = RunMapping::attach(name, &error);
+    check(!late.valid() && error.find("has a corrupt layout") != std::string::npos,
+          "one wrong offset is enough to refuse");
+    header.clients_offset = compute_layout(4).clients_offset;
+    late = RunMapping::attach(name, &error);
+    check(late.valid() &&
+              std::strcmp(late.view().client(static_cast<std::uint32_t>(slot)).name, "job") == 0,
+          "mended, it attaches again (a view moved with its mapping keeps its offsets)");
+    RunMapping::unlink(name, &error);
+}
+
 }  // namespace
 
 int main() {
     const std::string prefix = "/orion-region-test-" + std::to_string(getpid());
     closed_run(prefix + "-closed");
     open_run(prefix + "-open");
+    corrupted_offsets(prefix + "-corrupt");
     if (failures == 0) std::printf("ok\n");
     return failures == 0 ? 0 : 1;
 }
