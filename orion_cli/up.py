@@ -12,7 +12,8 @@ from orion_cli._common import console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
 from orion_cli._metrics_options import MetricsAllowRemoteOpt, MetricsListenOpt, MetricsPortOpt
 from orion_cli._settings import parsed, setting_option
-from scheduler_core.settings import SHARING
+from scheduler_core.run_state import DEFAULT_BE_GATE
+from scheduler_core.settings import BE_GATE, BE_GRAPH_GATE, SHARING
 
 
 @handle_errors
@@ -45,21 +46,8 @@ def up_command(
             min=1,
         ),
     ] = None,
-    be_graph_gate: Annotated[
-        str | None,
-        typer.Option(
-            "--be-graph-gate",
-            help="How the CUDA graphs of gated (BE) clients are held: segments (each graph split "
-            "into pieces of at most one BE queue limit of work, launched one after another "
-            "through the gate like eager work), inside (wait nodes inside each graph, one per "
-            "queue limit of its work) or whole (graphs run as the program made them, admitted "
-            "whole behind their launch's gate; also for graphs that misbehave split). So an "
-            "arriving HP request finds at most one queue limit of a BE graph let through, "
-            "except whole. Default: segments when time-sliced (a graph stopped at a wait node "
-            "inside it keeps its context on the GPU), inside under mps (docs/scheduler.md).",
-            show_default=False,
-        ),
-    ] = None,
+    be_gate: Annotated[str | None, setting_option(BE_GATE)] = None,
+    be_graph_gate: Annotated[str | None, setting_option(BE_GRAPH_GATE)] = None,
     be_when_daemon_gone: Annotated[
         str,
         typer.Option(
@@ -99,6 +87,8 @@ def up_command(
     from orion_daemon import metrics
 
     sharing = parsed(SHARING, sharing)
+    be_gate = parsed(BE_GATE, be_gate) or DEFAULT_BE_GATE
+    be_graph_gate = parsed(BE_GRAPH_GATE, be_graph_gate)
 
     # Before the GPU is read or anything starts: a bad address or a port in use, in one line.
     address = metrics.address_from_options(
@@ -118,6 +108,7 @@ def up_command(
         sharing=sharing,
         shares=shares,
         queue_limit_us=queue_limit_us,
+        be_gate=be_gate,
         be_graph_gate=be_graph_gate or "",
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,

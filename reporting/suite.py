@@ -38,7 +38,7 @@ from reporting.stats import (
 SUITE_FORMAT = "orion-suite/1"
 SUMMARY_FORMAT = "orion-suite-summary/1"
 ORION_MODE = "orion"
-ORION_VARIANTS = {"orion-mps": ("--sharing", "mps")}
+ORION_VARIANTS = {"orion-mps": ("--sharing", "mps"), "orion-cpu-gate": ("--be-gate", "cpu")}
 """orion with one setting away from its defaults (``orion up`` options): rows of their own, never
 scored as the suite's orion nor counted as a competitor."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
@@ -46,6 +46,7 @@ MODES = (ORION_MODE, *ORION_VARIANTS, *COMPETITOR_MODES)
 MODE_TEXT = {
     "orion": "orion up (defaults)",
     "orion-mps": "orion up --sharing mps",
+    "orion-cpu-gate": "orion up --be-gate cpu",
     "timeslice": "plain processes (time slicing)",
     "mps": "MPS",
     "mps-priority": "MPS, BE clients at lower priority",

@@ -10,7 +10,6 @@ docs/commands.md's settings table is :func:`markdown_table` (``tests/test_settin
 every one of them). "Unset" is spelled ``None`` everywhere a value travels in Python and JSON,
 and ``none`` where a person types one.
 
-``be_graph_gate`` is not declared here yet (it is being reworked beside the native library).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import Any
 from orion_common.errors import UsageError
 from orion_common.sizes import ACCEPTED as SIZE_FORMAT
 from orion_common.sizes import MAX_SIZE, parse_size
+from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES
 from scheduler_core.sharing import SHARINGS
 
 UNSET_WORD = "none"
@@ -128,7 +128,29 @@ SHARING = Setting(
     unset="the policy's default (timeslice for orion, mps for the others; priority runs under "
     "mps only)",
 )
-SETTINGS = (MEMORY_LIMIT, SHARING)
+BE_GATE = Setting(
+    name="be_gate",
+    kind="choice",
+    choices=BE_GATES,
+    help="Where a held BE launch waits: gpu (the launch returns at once and the BE stream waits "
+    "on the GPU for a gate the daemon opens) or cpu (in the program's launching thread, so "
+    "nothing of BE's is left queued on the GPU while it is held, at a cost to BE).",
+    unset="gpu",
+)
+BE_GRAPH_GATE = Setting(
+    name="be_graph_gate",
+    kind="choice",
+    choices=BE_GRAPH_GATES,
+    help="How the CUDA graphs of gated (BE) clients are held: segments (each graph split into "
+    "pieces of at most one queue limit of work, launched one after another through the gate "
+    "like eager work), inside (wait nodes inside each graph, one per queue limit of its work) "
+    "or whole (graphs run as the program made them, admitted whole behind their launch's "
+    "gate). Except whole, an arriving HP request finds at most one queue limit of a BE graph "
+    "let through.",
+    unset="segments when time-sliced (a graph stopped at a wait node inside it keeps its "
+    "context on the GPU), inside under mps",
+)
+SETTINGS = (MEMORY_LIMIT, SHARING, BE_GATE, BE_GRAPH_GATE)
 
 
 def markdown_table() -> str:

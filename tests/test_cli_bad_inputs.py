@@ -71,9 +71,14 @@ BEFORE_THE_GPU = [
         "cannot be captured",
     ),
     (
+        "up: unknown --be-gate",
+        ["up", "--be-gate", "host", "--state-dir", "{tmp}/state"],
+        "--be-gate: be_gate must be one of cpu, gpu (got 'host')",
+    ),
+    (
         "up: unknown --be-graph-gate",
         ["up", "--be-graph-gate", "outside", "--state-dir", "{tmp}/state"],
-        "must be one of inside, whole, not 'outside'",
+        "--be-graph-gate: be_graph_gate must be one of inside, whole, segments (got 'outside')",
     ),
     (
         "pairs: negative --time-budget",
