@@ -19,7 +19,7 @@ import contextlib
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,49 @@ class DaemonOptions:
     be_when_daemon_gone: str = "open"
     daemon_gone_hold_s: float | None = None
     """None: the daemon's own default (`orion up` without ``--daemon-gone-hold-s``)."""
+
+
+@dataclass(frozen=True)
+class DaemonNeed:
+    """How a daemon must schedule for a plan GPU's jobs to run as their matrix measured them:
+    the native policy, the sharing mode and the queue limit (None: the HP profile's)."""
+
+    policy: str
+    sharing: str
+    queue_limit_us: float | None = None
+
+    def runs_as(self, record: dict[str, Any]) -> bool:
+        """Whether the daemon of ``record`` (its ``daemon.json``) schedules this way."""
+        settings = record.get("settings") or {}
+        limit_ns = None if self.queue_limit_us is None else round(self.queue_limit_us * 1000)
+        return (
+            record.get("policy") == self.policy
+            and record.get("sharing") == self.sharing
+            and settings.get("queue_limit_ns") == limit_ns
+        )
+
+    def options(self) -> dict[str, Any]:
+        """The :class:`DaemonOptions` fields that start a daemon this way."""
+        return {
+            "policy": self.policy,
+            "sharing": self.sharing,
+            "queue_limit_us": self.queue_limit_us,
+        }
+
+    def __str__(self) -> str:
+        limit = "" if self.queue_limit_us is None else f", queue limit {self.queue_limit_us:g} us"
+        return f"{self.policy} {_SHARING_WORDS[self.sharing]}{limit}"
+
+
+_SHARING_WORDS = {"mps": "under MPS", "timeslice": "time-sliced"}
+
+
+def _runs(record: dict[str, Any]) -> str:
+    limit = (record.get("settings") or {}).get("queue_limit_ns")
+    sharing = _SHARING_WORDS.get(str(record.get("sharing")), str(record.get("sharing")))
+    return f"{record.get('policy')} {sharing}" + (
+        "" if limit is None else f", queue limit {limit / 1000:g} us"
+    )
 
 
 @dataclass(frozen=True)
@@ -104,26 +147,34 @@ class NodeAgent:
         return [self._ensure(index) for index in range(sysinfo.gpu_count() or 0)]
 
     def _ensure(self, index: int) -> NodeGpu:
-        from orion_daemon.control import gpu_settings, hold_bound, start_detached
-        from postprocess.profile_format import gpu_slug
+        from orion_daemon.control import start_detached
 
         folder = state.state_dir(index)
         record = state.live_record(folder)
         if record is None:
-            options = self.options
-            settings = gpu_settings(
-                index,
-                folder,
-                policy=options.policy,
-                sharing=options.sharing,
-                shares=options.shares,
-                queue_limit_us=options.queue_limit_us,
-                stop_with_pid=os.getpid(),
-                be_when_daemon_gone=options.be_when_daemon_gone,
-                **hold_bound(options.daemon_gone_hold_s),
-            )
-            record = start_detached(settings)
+            record = start_detached(self._settings(index, folder, self.options))
             self.started[index] = folder
+        return self._gpu(index, folder, record)
+
+    @staticmethod
+    def _settings(index: int, folder: Path, options: DaemonOptions) -> Any:
+        from orion_daemon.control import gpu_settings, hold_bound
+
+        return gpu_settings(
+            index,
+            folder,
+            policy=options.policy,
+            sharing=options.sharing,
+            shares=options.shares,
+            queue_limit_us=options.queue_limit_us,
+            stop_with_pid=os.getpid(),
+            be_when_daemon_gone=options.be_when_daemon_gone,
+            **hold_bound(options.daemon_gone_hold_s),
+        )
+
+    def _gpu(self, index: int, folder: Path, record: dict[str, Any]) -> NodeGpu:
+        from postprocess.profile_format import gpu_slug
+
         gpu = record.get("gpu") or {}
         name = gpu.get("name")
         return NodeGpu(
@@ -138,6 +189,41 @@ class NodeAgent:
             sharing=str(record.get("sharing")),
             started_here=index in self.started,
         )
+
+    def serve_as(self, index: int, wanted: dict[str, Any]) -> dict[str, Any]:
+        """Makes GPU ``index``'s daemon run as ``wanted`` says (:class:`DaemonNeed`'s fields):
+        kept when it does; restarted so when this agent started it, no client is joined to it
+        and a daemon of the new settings can start here (MPS present for ``mps``); else left as
+        it is, with the one-line reason. ``{"gpu": NodeGpu's fields or None, "problem"}``."""
+        from orion_daemon.control import start_detached, stop
+
+        need = DaemonNeed(**wanted)
+        folder = state.state_dir(index)
+        try:
+            record = state.live_record(folder)
+            if record is None or not need.runs_as(record):
+                if record is not None:
+                    self._check_restart(index, record, need)
+                settings = self._settings(index, folder, replace(self.options, **need.options()))
+                if record is not None:
+                    stop(index, folder)
+                    self.started.pop(index, None)
+                record = start_detached(settings)
+                self.started[index] = folder
+            return {"gpu": asdict(self._gpu(index, folder, record)), "problem": None}
+        except OrionError as error:
+            return {"gpu": None, "problem": error.message}
+
+    def _check_restart(self, index: int, record: dict[str, Any], need: DaemonNeed) -> None:
+        """Raises when GPU ``index``'s daemon (``record``) is not this agent's to restart."""
+        from orion_daemon.protocol import request
+
+        runs = f"GPU {index}'s daemon on {platform.node()} runs {_runs(record)}, not {need}"
+        if index not in self.started:
+            raise OrionError(f"{runs}, and was started by hand: stop it with `orion down`")
+        clients = request(Path(record["socket"]), {"op": "status"})["status"]["clients"]
+        if clients:
+            raise OrionError(f"{runs}, and {len(clients)} client(s) are joined to it")
 
     def stop(self) -> list[int]:
         """Stops the daemons this agent started (their clients run on ungated)."""
