@@ -19,7 +19,7 @@ from orion.ray.plan import daemon_need, place
 from orion_common import sysinfo
 from orion_common.errors import OrionError, UsageError
 from orion_daemon.admission import JoinRequest, check_join, memory_limit
-from placement.plan_file import Plan, PlanClient, PlanGpu
+from placement.plan_file import Plan, PlanClient, PlanGpu, write_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -104,7 +104,18 @@ def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
         ({"sharing": "mig"}, "sharing must be one of mps, timeslice"),
         ({"queue_limit_us": float("inf")}, "--queue-limit-us must be a positive number"),
         ({"be_when_daemon_gone": "shut"}, "be_when_daemon_gone must be one of open, hold"),
-        ({"daemon_gone_hold_s": -1.0}, "daemon_gone_hold_s must be over 0"),
+        (
+            {"be_when_daemon_gone": "hold", "daemon_gone_hold_s": -1.0},
+            "daemon_gone_hold_s must be over 0",
+        ),
+        # issue 38's cases not listed before: each reached the cluster
+        (
+            {"daemon_gone_hold_s": 5.0},
+            "daemon_gone_hold_s applies only when be_when_daemon_gone is 'hold'",
+        ),
+        ({"policy": "passthrough", "shares": True}, "GPU-time shares need a policy that holds"),
+        ({"timeout_s": -1}, r"timeout_s must be a positive number of seconds \(got -1\)"),
+        ({"timeout_s": float("nan")}, r"timeout_s must be a positive number of seconds \(got nan"),
     ],
 )
 def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, monkeypatch):
@@ -116,6 +127,48 @@ def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, m
     monkeypatch.setattr(agent, "connect", no_cluster)
     with pytest.raises(UsageError, match=message):
         agent.start_daemons(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"duration_s": float("nan")}, UsageError, r"duration_s: must be a finite number"),
+        ({"duration_s": 1e9}, UsageError, r"duration_s: must be <= 604800"),
+        ({"duration_s": 0}, UsageError, r"duration_s: must be > 0 \(got 0\)"),
+        ({"ready_timeout_s": -1}, UsageError, r"ready_timeout_s must be positive \(got -1\)"),
+        ({"ready_timeout_s": float("inf")}, UsageError, r"ready_timeout_s must be a number"),
+        ({"policy": "nosuch"}, UsageError, "policy must be one of"),
+        ({"polcy": "orion"}, UsageError, "start_daemons takes no option 'polcy'"),
+        ({"output_dir": "/proc/orion-cannot-create"}, OrionError, "cannot write plan-run folder"),
+        ({"output_dir": "{file}"}, OrionError, "it is a file, not a folder"),
+        ({"plan": "{dedicated}"}, OrionError, "plan GPU 0: policy 'dedicated' runs each job alone"),
+    ],
+)
+def test_run_plan_refuses_its_input_before_reaching_ray(
+    arguments, error, message, tmp_path, monkeypatch
+):
+    """issue 38: orion.ray.run_plan checks what `orion run-plan` checks (and its own options)
+    before the cluster: each of these reached Ray first."""
+    import orion.ray.agent as agent
+    import orion.ray.plan as ray_plan
+
+    def no_cluster(address):
+        raise AssertionError("Ray was reached before the input was checked")
+
+    monkeypatch.setattr(agent, "connect", no_cluster)
+    monkeypatch.setattr(ray_plan, "connect", no_cluster)
+    plan_path = tmp_path / "plan.json"
+    write_plan(plan("h100"), plan_path)
+    dedicated = tmp_path / "dedicated.json"
+    write_plan(plan("h100", policy="dedicated"), dedicated)
+    (tmp_path / "existing.txt").write_text("keep me\n")
+    values = {"{file}": str(tmp_path / "existing.txt"), "{dedicated}": str(dedicated)}
+    arguments = {key: values.get(value, value) for key, value in arguments.items()}
+    arguments.setdefault("plan", plan_path)
+    arguments.setdefault("output_dir", tmp_path / "runs")
+    with pytest.raises(error, match=message):
+        ray_plan.run_plan(**arguments)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_example_declares_its_actors_with_and_without_orion():
@@ -146,14 +199,18 @@ def node(node_id: str, *kinds: str) -> NodeInventory:
     return NodeInventory(node_id=node_id, hostname=node_id, gpus=gpus)
 
 
-def plan(*kinds: str) -> Plan:
-    client = PlanClient(name="x", job="x", role="be", workload="bert", mode="train", batch_size=1)
+def plan(*kinds: str, policy: str = "orion") -> Plan:
+    client = PlanClient(name="x", job="x", role="be", workload="bert", mode="train",
+                        batch_size=1, weight=1.0, predicted_throughput_per_s=1.0,
+                        predicted_ratio=1.0)  # fmt: skip
     gpus = tuple(
-        PlanGpu(index=index, kind=kind, policy="orion", settings={},
+        PlanGpu(index=index, kind=kind, policy=policy, settings={},
                 clients=(PlanClient(**{**client.__dict__, "name": f"job{index}"}),))
         for index, kind in enumerate(kinds)
     )  # fmt: skip
-    return Plan(objective="max-total-be", gpus=gpus, unplaced=(), totals={})
+    totals = {"gpus_used": len(kinds), "be_throughput_per_s": None,
+              "weighted_be_throughput_per_s": None, "min_weighted_be_ratio": None}  # fmt: skip
+    return Plan(objective="max-total-be", gpus=gpus, unplaced=(), totals=totals)
 
 
 def test_each_plan_gpu_goes_to_a_node_of_its_kind_no_more_than_it_has():

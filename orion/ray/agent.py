@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orion.ray._ray import NAMESPACE, connect
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_daemon import state
 
 AGENT_PREFIX = "orion-agent-"
@@ -266,6 +266,36 @@ def agent(ray: Any, node_id: str, options: DaemonOptions | None = None) -> Any:
     return actor.remote(asdict(options or DaemonOptions()), preload_path())
 
 
+def check_daemon_options(**options: Any) -> None:
+    """Raises :class:`UsageError` for :func:`start_daemons` options (all but ``address``) that
+    it does not take, or that no daemon runs with, before Ray is reached: `orion up`'s rules."""
+    import inspect
+    import math
+
+    from orion_daemon.control import check_hold_bound, check_options, hold_bound
+
+    known = set(inspect.signature(start_daemons).parameters) - {"address"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(
+            f"start_daemons takes no option {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(sorted(known))}"
+        )
+    timeout_s = options.get("timeout_s", 120.0)
+    if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"timeout_s must be a positive number of seconds (got {timeout_s!r})")
+    be_when_daemon_gone = options.get("be_when_daemon_gone", "open")
+    check_hold_bound(be_when_daemon_gone, options.get("daemon_gone_hold_s"))
+    check_options(
+        policy=options.get("policy", "orion"),
+        sharing=options.get("sharing") or "",
+        shares=bool(options.get("shares", False)),
+        queue_limit_us=options.get("queue_limit_us"),
+        be_when_daemon_gone=be_when_daemon_gone,
+        **hold_bound(options.get("daemon_gone_hold_s")),
+    )
+
+
 def start_daemons(
     address: str | None = None,
     *,
@@ -286,14 +316,14 @@ def start_daemons(
     ``sharing`` None: the policy's default, as `orion up` without ``--sharing``. Options no
     daemon runs with are refused here, before Ray is reached.
     """
-    from orion_daemon.control import check_options, hold_bound
-
-    check_options(
+    check_daemon_options(
         policy=policy,
-        sharing=sharing or "",
+        sharing=sharing,
+        shares=shares,
         queue_limit_us=queue_limit_us,
         be_when_daemon_gone=be_when_daemon_gone,
-        **hold_bound(daemon_gone_hold_s),
+        daemon_gone_hold_s=daemon_gone_hold_s,
+        timeout_s=timeout_s,
     )
     ray = connect(address)
     options = DaemonOptions(

@@ -52,7 +52,7 @@ from orion_common import run_format
 from orion_common.csv_table import table_rows
 from orion_common.errors import OrionError
 from orion_daemon.mps import with_sm_share
-from placement.plan_file import Plan, PlanGpu, load_plan
+from placement.plan_file import Plan, PlanGpu
 from placement.plan_run import PlanRunRecord, plan_jobs
 
 START_DELAY_S = 1.0
@@ -459,6 +459,38 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
+def check_run_plan(
+    plan_path: Path,
+    duration_s: float,
+    output_dir: Path,
+    ready_timeout_s: float,
+    daemon_options: dict[str, Any],
+) -> Plan:
+    """The plan, once everything :func:`run_plan` takes holds, before Ray is reached: the
+    durations (:class:`UsageError`), the daemons' options (:func:`start_daemons`' rules), the
+    plan, every GPU's jobs file and the daemon it needs, and a writable output folder."""
+    import math
+
+    from colocation.config import RunConfig
+    from colocation.jobs_errors import value_problem
+    from orion.ray.agent import check_daemon_options
+    from orion_common.errors import UsageError
+    from placement.plan_run import check_plan_run
+
+    problem = value_problem(RunConfig, "duration_s", duration_s)
+    if problem is not None:
+        raise UsageError(f"duration_s: {problem}")
+    if not (isinstance(ready_timeout_s, int | float) and math.isfinite(ready_timeout_s)):
+        raise UsageError(f"ready_timeout_s must be a number of seconds (got {ready_timeout_s!r})")
+    if ready_timeout_s <= 0:
+        raise UsageError(f"ready_timeout_s must be positive (got {ready_timeout_s:g})")
+    check_daemon_options(**daemon_options)
+    loaded = check_plan_run(plan_path, duration_s, output_dir)
+    for index, config in plan_jobs(loaded, duration_s, output_dir.absolute()).items():
+        daemon_need(index, config)
+    return loaded
+
+
 def run_plan(
     plan: str | Path,
     *,
@@ -477,16 +509,12 @@ def run_plan(
     record's status is ``complete`` when every GPU's run completed, else ``failed``.
     ``job_host`` is the actor class that runs a job (tests give one with a tiny workload).
     """
-    if duration_s <= 0:
-        raise OrionError(f"duration_s must be positive (got {duration_s:g})")
     plan_path = Path(plan)
-    loaded = load_plan(plan_path)
-    # Input first: every plan GPU's jobs file and the daemon it needs, before Ray is reached.
-    for index, config in plan_jobs(loaded, duration_s, Path(output_dir).absolute()).items():
-        daemon_need(index, config)
+    output = Path(output_dir)
+    loaded = check_run_plan(plan_path, duration_s, output, ready_timeout_s, daemon_options)
     ray = connect(address)
     placements = place(loaded, start_daemons(**daemon_options))
-    record = PlanRunRecord.create(plan_path, Path(output_dir), engine="ray")
+    record = PlanRunRecord.create(plan_path, output, engine="ray")
     configs = plan_jobs(loaded, duration_s, record.root)
     runs = []
     for placement in placements:
