@@ -132,7 +132,7 @@ def run_command(
     else:
         request = JoinRequest(
             role="hp" if hp else "be",
-            name=name or default_name(command),
+            name=default_name(command) if name is None else name,  # --name '' is refused
             command=list(command),
             profile=None if profile is None else str(profile.resolve()),
             memory_limit=limit,

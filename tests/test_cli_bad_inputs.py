@@ -340,6 +340,7 @@ BEFORE_THE_MACHINE = [
     ),
     ("run --memory-limit 4gib", [*RUN_BE, "--memory-limit", "4gib", "--", "true"], "4gib", 2),
     ("run --name of 40", [*RUN_BE, "--name", "n" * 40, "--", "true"], "1 to 31 bytes", 2),
+    ("run --name ''", [*RUN_BE, "--name", "", "--", "true"], "1 to 31 bytes (got '')", 2),
     ("run a file, not a program", [*RUN_BE, "--", "{file}"], "Permission denied", 126),
     (
         "colocate --policy nope",
