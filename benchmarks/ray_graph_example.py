@@ -306,6 +306,11 @@ def printout(todo: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -374,7 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(**init)
     measured: dict[str, dict[str, Any]] = {}
     try:
-        inventory = orion.ray.start_daemons()  # the orion phase's daemons; idempotent
+        inventory: list[Any] = []
+        daemons_error = None
+        try:
+            inventory = orion.ray.start_daemons()  # the orion phase's daemons; idempotent
+        except Exception as error:  # the phases without orion still run
+            daemons_error = _first_line(error)
         group = ray.util.placement_group([{"GPU": 1, "CPU": 2}])
         ray.get(group.ready(), timeout=BUILD_TIMEOUT_S)
         strategy = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(group, 0)
@@ -382,11 +392,13 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() - started > BUDGET_S:
                 measured[phase] = {"skipped": f"past the {BUDGET_S:g}-s budget"}
                 continue
+            if phase == "orion" and daemons_error:
+                measured[phase] = {"error": f"no orion daemons: {daemons_error}"}
+                continue
             try:
                 measured[phase] = run_phase(ray, phase, todo, strategy)
             except Exception as error:  # one phase's failure is recorded, the others still run
-                text = str(error).strip().splitlines()
-                measured[phase] = {"error": f"{type(error).__name__}: {text[0] if text else ''}"}
+                measured[phase] = {"error": _first_line(error)}
         nodes = [
             {"node_id": n.node_id, "gpus": [g.__dict__ for g in n.gpus], "problem": n.problem}
             for n in inventory

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 FORMAT = {"name": "orion-ray-plan-2gpu", "version": 1}
 MAX_DURATION_S = 120.0
 READY_S = 120.0
@@ -93,7 +94,7 @@ def make_plan(args: argparse.Namespace, out: Path) -> tuple[Path, Any]:
         fleet_path.write_text(Path(args.fleet).read_text())
     else:
         fleet_path.write_text(json.dumps(default_fleet(kind), indent=2) + "\n")
-    matrix_dir = args.matrix_dir or ROOT / "benchmarks" / "results" / kind / "pairs"
+    matrix_dir = args.matrix_dir or RESULTS / kind / "pairs"
     fleet = load_fleet(fleet_path)
     plan = solve(fleet, load_matrices(fleet.gpu_kinds(), matrix_dir))
     if args.stand_in:
@@ -177,6 +178,16 @@ def verdicts(plan_check: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"tolerance": tolerance, **row} for row in rows]
 
 
+def say(error: Any) -> int:
+    """An orion error as its one line (and hint) on stderr; the exit status 1."""
+    hint = error.hint
+    if "no pair matrix" in error.message:
+        committed = sorted(path.parent.parent.name for path in RESULTS.glob("*/pairs/*.json"))
+        hint = f"committed pair matrices: {', '.join(committed)} (or give --matrix-dir)"
+    print(f"error: {error.message}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ray_plan_2gpu.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the results")
@@ -211,11 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         plan_path, plan = make_plan(args, out)
         checked = dry_run(plan_path, plan, args.duration, out)
     except OrionError as error:
-        print(
-            f"error: {error.message}" + (f"\nhint: {error.hint}" if error.hint else ""),
-            file=sys.stderr,
-        )
-        return 1
+        return say(error)
     (out / "dry_run.json").write_text(json.dumps(checked, indent=2) + "\n")
     for gpu in checked["gpus"]:
         print(
@@ -249,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             ready_timeout_s=READY_S,
             **extra,
         )
+    except OrionError as error:  # the cluster cannot carry the plan out: one line
+        return say(error)
     finally:
         ray.shutdown()
     record = json.loads((root / "plan_run.json").read_text())
