@@ -25,6 +25,8 @@ a daemon it started itself while no client is joined to it. A daemon started by 
 clients, that schedules otherwise is left alone and that GPU's run fails with the one-line reason;
 a plan GPU whose policy no daemon carries (``dedicated``: each job alone) is refused before Ray is
 reached. The daemon a run had is recorded (``environment.daemon_policy``, ``daemon_sharing``).
+A daemon restarted so keeps those settings after the run (:func:`start_daemons` leaves a running
+daemon as it is): the next plan from the same matrix finds it ready.
 
 Differences from a local plan run, all written into each run's ``notes``: nobody samples
 ``gpu.csv``, and jobs run without memory limits, as `orion pairs` measured them.
