@@ -309,7 +309,7 @@ def daemon_record(policy: str, sharing: str, queue_limit_ns: int | None = None) 
 class FakeNode:
     """A node's daemons as the agent sees them: records per GPU, stops and starts counted."""
 
-    def __init__(self, monkeypatch, records: dict[int, dict], clients: int = 0) -> None:
+    def __init__(self, monkeypatch, records: dict[int, dict], clients: int | list = 0) -> None:
         import orion_daemon.control
         import orion_daemon.protocol
         from orion.ray import agent as agent_module
@@ -326,8 +326,16 @@ class FakeNode:
         monkeypatch.setattr(orion_daemon.control, "gpu_settings", self.settings)
         self.refuse: str | None = None  # what gpu_settings says of this node (MPS missing)
         monkeypatch.setattr(orion_daemon.control, "start_detached", self.start)
-        answer = {"status": {"clients": [{"name": f"c{i}"} for i in range(clients)]}}
-        monkeypatch.setattr(orion_daemon.protocol, "request", lambda socket, message: answer)
+        # the clients each status request finds, the last one from then on
+        self.clients = list(clients) if isinstance(clients, list) else [clients]
+        self.asked = 0
+        monkeypatch.setattr(orion_daemon.protocol, "request", self.status)
+        monkeypatch.setattr(agent_module, "IDLE_POLL_S", 0.0)
+
+    def status(self, socket: Path, message: dict) -> dict:
+        count = self.clients[min(self.asked, len(self.clients) - 1)]
+        self.asked += 1
+        return {"status": {"clients": [{"name": f"c{i}"} for i in range(count)]}}
 
     def stop(self, index: int, folder: Path) -> dict:
         self.stopped.append(index)
@@ -359,6 +367,7 @@ def test_a_daemon_that_runs_as_the_matrix_was_measured_is_kept(monkeypatch):
     node = FakeNode(monkeypatch, {0: daemon_record("orion", "timeslice")})
     answer = node_agent().serve_as(0, DaemonNeed("orion", "timeslice").options())
     assert answer["problem"] is None and answer["gpu"]["sharing"] == "timeslice"
+    assert answer["previous"] is None
     assert node.stopped == [] and node.started == []
 
 
@@ -376,6 +385,16 @@ def test_an_idle_daemon_the_agent_started_otherwise_is_restarted_as_measured(mon
     )
     assert (answer["gpu"]["policy"], answer["gpu"]["sharing"]) == ("reef", "timeslice")
     assert answer["gpu"]["started_here"] and 1 in agent.started
+    # how it ran before, for run_plan to restart it so after the run
+    assert answer["previous"] == DaemonNeed("orion", "mps").options()
+
+
+def test_a_daemon_is_restarted_once_the_clients_just_ended_are_gone(monkeypatch):
+    node = FakeNode(monkeypatch, {0: daemon_record("quota", "timeslice", 200_000)}, [2, 1, 0])
+    agent = node_agent(started=(0,))
+    answer = agent.serve_as(0, DaemonNeed("orion", "timeslice").options(), idle_wait_s=60)
+    assert answer["problem"] is None and node.asked == 3 and node.stopped == [0]
+    assert answer["previous"] == DaemonNeed("quota", "timeslice", 200.0).options()
 
 
 @pytest.mark.parametrize(
@@ -399,7 +418,11 @@ def test_a_daemon_is_not_stopped_for_settings_this_node_cannot_start(monkeypatch
     node = FakeNode(monkeypatch, {0: daemon_record("orion", "timeslice")})
     node.refuse = "nvidia-cuda-mps-control was not found"
     answer = node_agent(started=(0,)).serve_as(0, DaemonNeed("passthrough", "mps").options())
-    assert answer == {"gpu": None, "problem": "nvidia-cuda-mps-control was not found"}
+    assert answer == {
+        "gpu": None,
+        "problem": "nvidia-cuda-mps-control was not found",
+        "previous": None,
+    }
     assert node.stopped == [] and node.started == []  # the daemon it had still serves
 
 

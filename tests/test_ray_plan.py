@@ -129,7 +129,8 @@ def test_a_plan_for_three_nodes_puts_each_job_where_the_plan_put_it(cluster, tmp
 
 def test_a_plan_gpu_runs_under_the_policy_its_matrix_was_measured_in(cluster, tmp_path):
     """The node's daemons were started for orion; the plan's matrix was measured under quota:
-    the agent restarts the idle daemon it started, and the run says which one served it."""
+    the agent restarts the idle daemon it started, the run says which one served it, and once
+    the jobs are gone the daemon is restarted as it was."""
     node = next(n for n in cluster.nodes if n.kind == "h200")
     wait_for(lambda: node.client_names(0) == [], timeout_s=10, what="the slots back")
     assert node.daemon_status(0)["policy"] == "orion"
@@ -141,12 +142,16 @@ def test_a_plan_gpu_runs_under_the_policy_its_matrix_was_measured_in(cluster, tm
     run_json = json.loads((root / record["gpus"][0]["run_dir"] / "run.json").read_text())
     environment = run_json["environment"]
     assert (environment["daemon_policy"], environment["daemon_sharing"]) == ("quota", "timeslice")
-    assert (node.daemon_status(0)["policy"], node.daemon_status(0)["sharing"]) == (
-        "quota",
-        "timeslice",
-    )
     roles = {e["client"]: e["role"] for e in node.events(0) if e["event"] == "join"}
     assert roles["q1"] == roles["q2"] == "be"
+    assert (
+        "GPU 0's daemon was restarted as it was before the run (orion time-sliced)"
+        in (run_json["notes"])
+    )
+    assert (node.daemon_status(0)["policy"], node.daemon_status(0)["sharing"]) == (
+        "orion",
+        "timeslice",
+    )
 
 
 def test_a_plan_gpu_whose_daemon_cannot_run_as_measured_fails_in_one_line(cluster, tmp_path):

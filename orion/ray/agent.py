@@ -28,6 +28,8 @@ from orion_common.errors import OrionError, UsageError
 from orion_daemon import state
 
 AGENT_PREFIX = "orion-agent-"
+IDLE_POLL_S = 0.1
+"""How often a daemon about to be restarted is asked whether its last clients are gone."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,16 @@ class DaemonNeed:
             record.get("policy") == self.policy
             and record.get("sharing") == self.sharing
             and settings.get("queue_limit_ns") == limit_ns
+        )
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> DaemonNeed:
+        """How the daemon of ``record`` (its ``daemon.json``) schedules."""
+        limit_ns = (record.get("settings") or {}).get("queue_limit_ns")
+        return cls(
+            str(record.get("policy")),
+            str(record.get("sharing")),
+            None if limit_ns is None else limit_ns / 1000,
         )
 
     def options(self) -> dict[str, Any]:
@@ -190,40 +202,55 @@ class NodeAgent:
             started_here=index in self.started,
         )
 
-    def serve_as(self, index: int, wanted: dict[str, Any]) -> dict[str, Any]:
+    def serve_as(
+        self, index: int, wanted: dict[str, Any], idle_wait_s: float = 0.0
+    ) -> dict[str, Any]:
         """Makes GPU ``index``'s daemon run as ``wanted`` says (:class:`DaemonNeed`'s fields):
         kept when it does; restarted so when this agent started it, no client is joined to it
-        and a daemon of the new settings can start here (MPS present for ``mps``); else left as
-        it is, with the one-line reason. ``{"gpu": NodeGpu's fields or None, "problem"}``."""
+        (within ``idle_wait_s``: clients that were just ended take a moment to be gone) and a
+        daemon of the new settings can start here (MPS present for ``mps``); else left as it
+        is, with the one-line reason. ``{"gpu": NodeGpu's fields or None, "problem", "previous":
+        the replaced daemon's DaemonNeed fields, or None}``."""
         from orion_daemon.control import start_detached, stop
 
         need = DaemonNeed(**wanted)
         folder = state.state_dir(index)
+        previous = None
         try:
             record = state.live_record(folder)
             if record is None or not need.runs_as(record):
                 if record is not None:
-                    self._check_restart(index, record, need)
+                    self._check_restart(index, record, need, idle_wait_s)
+                    previous = DaemonNeed.of(record).options()
                 settings = self._settings(index, folder, replace(self.options, **need.options()))
                 if record is not None:
                     stop(index, folder)
                     self.started.pop(index, None)
                 record = start_detached(settings)
                 self.started[index] = folder
-            return {"gpu": asdict(self._gpu(index, folder, record)), "problem": None}
+            gpu = asdict(self._gpu(index, folder, record))
+            return {"gpu": gpu, "problem": None, "previous": previous}
         except OrionError as error:
-            return {"gpu": None, "problem": error.message}
+            return {"gpu": None, "problem": error.message, "previous": None}
 
-    def _check_restart(self, index: int, record: dict[str, Any], need: DaemonNeed) -> None:
-        """Raises when GPU ``index``'s daemon (``record``) is not this agent's to restart."""
+    def _check_restart(
+        self, index: int, record: dict[str, Any], need: DaemonNeed, idle_wait_s: float
+    ) -> None:
+        """Raises when GPU ``index``'s daemon (``record``) is not this agent's to restart, or
+        still has clients after ``idle_wait_s``."""
         from orion_daemon.protocol import request
 
         runs = f"GPU {index}'s daemon on {platform.node()} runs {_runs(record)}, not {need}"
         if index not in self.started:
             raise OrionError(f"{runs}, and was started by hand: stop it with `orion down`")
-        clients = request(Path(record["socket"]), {"op": "status"})["status"]["clients"]
-        if clients:
-            raise OrionError(f"{runs}, and {len(clients)} client(s) are joined to it")
+        deadline = time.monotonic() + idle_wait_s
+        while True:
+            clients = request(Path(record["socket"]), {"op": "status"})["status"]["clients"]
+            if not clients:
+                return
+            if time.monotonic() >= deadline:
+                raise OrionError(f"{runs}, and {len(clients)} client(s) are joined to it")
+            time.sleep(IDLE_POLL_S)
 
     def stop(self) -> list[int]:
         """Stops the daemons this agent started (their clients run on ungated)."""

@@ -25,8 +25,8 @@ a daemon it started itself while no client is joined to it. A daemon started by 
 clients, that schedules otherwise is left alone and that GPU's run fails with the one-line reason;
 a plan GPU whose policy no daemon carries (``dedicated``: each job alone) is refused before Ray is
 reached. The daemon a run had is recorded (``environment.daemon_policy``, ``daemon_sharing``).
-A daemon restarted so keeps those settings after the run (:func:`start_daemons` leaves a running
-daemon as it is): the next plan from the same matrix finds it ready.
+A daemon restarted so is restarted as it was once the GPU's jobs are gone (a note of the run says
+so, or why not), so a plan leaves the cluster's daemons as it found them.
 
 Differences from a local plan run, all written into each run's ``notes``: nobody samples
 ``gpu.csv``, and jobs run without memory limits, as `orion pairs` measured them.
@@ -61,6 +61,9 @@ START_DELAY_S = 1.0
 """Between the last job becoming ready and the window's start: the start reaches every job's
 actor (a remote call each) well before it."""
 _POLL_S = 0.2
+RESTORE_WAIT_S = 30.0
+"""How long the daemon of a finished plan GPU may take to see its jobs gone before it is
+restarted as it was (its jobs' actors were killed: their slots come back within seconds)."""
 
 
 def daemon_need(index: int, config: dict[str, Any]) -> DaemonNeed:
@@ -158,6 +161,7 @@ class _GpuRun:
         self.config = config
         self.need = daemon_need(placement.gpu.index, config)
         self.daemon: NodeGpu | None = None  # the daemon of the GPU Ray reserved, once known
+        self.previous: dict[str, Any] | None = None  # how it ran before, if it was restarted
         self.jobs_config = parse_jobs(config, record.gpu_dir(placement.gpu.index))
         self.record = record
         self.host = host
@@ -188,6 +192,7 @@ class _GpuRun:
             finally:
                 self._stop_jobs()
                 self._write_results()
+                self._restore()
             failed = all(job.state == "failed" for job in self.jobs)
             self.run.finish(STATUS_FAILED if failed else STATUS_COMPLETE)
         self.record.gpu(gpu.index)["exit_code"] = 0 if self.run.status == STATUS_COMPLETE else 1
@@ -308,11 +313,35 @@ class _GpuRun:
         if answer["problem"]:
             raise OrionError(f"plan GPU {gpu.index}: {answer['problem']}")
         self.daemon = NodeGpu(**answer["gpu"])
+        self.previous = answer.get("previous")
         self.run.data["environment"].update(
             daemon_policy=self.daemon.policy,
             daemon_sharing=self.daemon.sharing,
             daemon_gpu_index=self.daemon.index,
         )
+        self.run.save()
+
+    def _restore(self) -> None:
+        """A daemon restarted for this run is restarted as it was before it, once the run's
+        jobs are gone; what came of it is a note of the run."""
+        if self.previous is None or self.daemon is None:
+            return
+        index = self.daemon.index
+        was = DaemonNeed(**self.previous)
+        try:
+            answer = self.ray.get(
+                agent(self.ray, self.placement.node.node_id).serve_as.remote(
+                    index, self.previous, RESTORE_WAIT_S
+                ),
+                timeout=self.ready_timeout_s,
+            )
+            problem = answer["problem"]
+        except Exception as error:
+            problem = _first_line(error)
+        if problem:
+            self.run.note(f"GPU {index}'s daemon was left running {self.need}: {problem}")
+        else:
+            self.run.note(f"GPU {index}'s daemon was restarted as it was before the run ({was})")
         self.run.save()
 
     def _slo(self, name: str) -> float | None:
