@@ -71,6 +71,8 @@ def quota_command(
         problem = None if value is None else value_problem(ClientConfig, field, value)
         if problem is not None:
             raise UsageError(f"{flag}: {problem}")
+    if min_util is not None and max_util is not None and min_util > max_util:
+        raise UsageError(f"--min-util {min_util:g} is above --max-util {max_util:g}")
     if _is_daemon_folder(run_dir):
         _change_through_daemon(run_dir, client, memory_limit, limit, min_util, max_util)
         return

@@ -120,7 +120,7 @@ def run_command(
     else:
         request = JoinRequest(
             role="hp" if hp else "be",
-            name=name or default_name(command),
+            name=default_name(command) if name is None else name,  # --name '' is refused
             command=list(command),
             profile=None if profile is None else str(profile.resolve()),
             memory_limit=limit,
@@ -131,6 +131,13 @@ def run_command(
         check_request(request)
         if profile is not None and not profile.is_file():
             raise OrionError(f"--profile: no such file: {profile}")  # a missing file: 1
+        if profile is not None:
+            from postprocess import read_profile
+
+            try:
+                read_profile(profile)  # as the daemon will read it at the join: a bad file, 1
+            except OrionError as error:
+                raise OrionError(f"--profile: {error.message}", error.hint) from None
     executable = find_command(command)
     if executable is None:
         status, why = command_failure(command)

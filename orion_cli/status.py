@@ -130,9 +130,19 @@ def status_command(
     second, share of GPU time, memory and limit, best-effort launches held and why, which share
     of its launches was gated by its offline profile, by kernels learned online or as unknown
     work, and its slowdown: how much longer its timed launches ran than alone."""
+    from orion_common.errors import UsageError
+    from orion_common.output_paths import check_output_file
     from orion_daemon import client as daemon_client
     from orion_daemon import state
 
+    # Input first: options that contradict, and where a profile goes, before the daemon.
+    shows = [flag for flag, given in (("--json", as_json), ("--watch", watch)) if given]
+    if save_profile is not None and shows:
+        raise UsageError(f"--save-profile writes a file and shows nothing: not with {shows[0]}")
+    if len(shows) == 2:
+        raise UsageError("--json prints one object, --watch refreshes a table: give one")
+    if save_profile is not None:
+        check_output_file(save_profile[1], "profile file")
     folder = daemon_folder(gpu, state_dir)
     if save_profile is not None:
         client, path = save_profile

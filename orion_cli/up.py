@@ -97,8 +97,10 @@ def up_command(
     if address is not None:
         metrics.check_free(address)
     from orion_daemon.client import daemon_command
-    from orion_daemon.control import gpu_settings, hold_bound, start_detached
+    from orion_daemon.control import check_hold_bound, gpu_settings, hold_bound, start_detached
     from orion_daemon.ownership import private_folder
+
+    check_hold_bound(be_when_daemon_gone, daemon_gone_hold_s)
 
     folder = daemon_folder(gpu, state_dir)
     settings = gpu_settings(

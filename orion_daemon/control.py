@@ -28,6 +28,18 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
+def check_hold_bound(be_when_daemon_gone: str, daemon_gone_hold_s: float | None) -> None:
+    """Raises :class:`UsageError` for a hold bound given where BE never holds: it would be
+    taken and never used (`orion up --daemon-gone-hold-s 5` without ``--be-when-daemon-gone
+    hold``)."""
+    if daemon_gone_hold_s is not None and be_when_daemon_gone != "hold":
+        raise UsageError(
+            "daemon_gone_hold_s applies only when be_when_daemon_gone is 'hold' (got "
+            f"{be_when_daemon_gone!r}): BE holds for a silent daemon only then",
+            hint="add --be-when-daemon-gone hold, or leave out --daemon-gone-hold-s",
+        )
+
+
 def hold_bound(daemon_gone_hold_s: float | None) -> dict[str, float]:
     """The ``daemon_gone_hold_s`` keyword when one was given: None leaves the daemon's default
     (:data:`orion_daemon.server.DAEMON_GONE_HOLD_S`) in the one place it is declared."""
@@ -43,6 +55,7 @@ def check_options(
     folder: Path | None = None,
     be_when_daemon_gone: str = "open",
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
+    shares: bool = False,
 ) -> None:
     """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
     `orion up` and orion.ray's :func:`~orion.ray.start_daemons` say a bad ``--policy`` as such,
@@ -50,7 +63,7 @@ def check_options(
     stand-in facts of a GPU; ``folder``, the state folder, must be a folder this user can
     write (else :class:`OrionError`, as for any folder orion cannot write)."""
     from orion_common.output_paths import check_output_folder
-    from scheduler_core.run_state import BE_GRAPH_GATES
+    from scheduler_core.run_state import BE_GRAPH_GATES, SchedulerSettings
 
     if be_graph_gate and be_graph_gate not in BE_GRAPH_GATES:
         raise UsageError(
@@ -70,6 +83,9 @@ def check_options(
             be_when_daemon_gone=be_when_daemon_gone,
             daemon_gone_hold_s=daemon_gone_hold_s,
         )
+        # the scheduler's own rule for shares (a policy that can hold work back)
+        SchedulerSettings(policy=policy, sm_count=1, queue_limit_ns=0, unknown_duration_ns=0,
+                          quotas=shares)  # fmt: skip
     except OrionError as error:
         raise UsageError(error.message, error.hint) from None
     if folder is not None:
@@ -109,6 +125,7 @@ def gpu_settings(
         folder=folder,
         be_when_daemon_gone=be_when_daemon_gone,
         daemon_gone_hold_s=daemon_gone_hold_s,
+        shares=shares,
     )
     ok, problem = check_preload_library()
     if not ok:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_daemon.status import HELD_REASONS
 
 LOOPBACK = "127.0.0.1"
@@ -64,7 +64,8 @@ class MetricsAddress:
 def parse_address(text: str, *, allow_remote: bool = False) -> MetricsAddress:
     """``ADDR:PORT`` (``[v6]:PORT`` for IPv6; a bare ``PORT`` means loopback), checked: a port in
     1-65535, and an address that is loopback unless ``allow_remote``. Raises one-line
-    :class:`OrionError`s; the one parser `orion up` and ``python -m orion_daemon`` share."""
+    :class:`UsageError`s (a value typed wrongly: status 2); the one parser `orion up` and
+    ``python -m orion_daemon`` share."""
     text = text.strip()
     host, sep, port_text = text.rpartition(":")
     if not sep:
@@ -72,19 +73,19 @@ def parse_address(text: str, *, allow_remote: bool = False) -> MetricsAddress:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host:
-        raise OrionError(f"metrics address {text!r} has no host: give ADDR:PORT, e.g. "
+        raise UsageError(f"metrics address {text!r} has no host: give ADDR:PORT, e.g. "
                          f"{LOOPBACK}:9400")  # fmt: skip
     try:
         port = int(port_text)
     except ValueError:
-        raise OrionError(
+        raise UsageError(
             f"metrics port must be a number 1-65535 (got {port_text!r} in {text!r})"
         ) from None
     if not 1 <= port <= 65535:
-        raise OrionError(f"metrics port must be 1-65535 (got {port})")
+        raise UsageError(f"metrics port must be 1-65535 (got {port})")
     address = MetricsAddress(host, port)
     if not allow_remote and not is_loopback(host):
-        raise OrionError(
+        raise UsageError(
             f"metrics address {address} is not a loopback address: other hosts could read every "
             "client's command and memory; add --metrics-allow-remote to serve it there"
         )
@@ -107,13 +108,13 @@ def address_from_options(
     """`orion up`'s ``--metrics-port`` / ``--metrics-listen`` / ``--metrics-allow-remote`` as one
     address (None: no metrics), or a one-line refusal."""
     if port is not None and listen is not None:
-        raise OrionError("give --metrics-port or --metrics-listen, not both")
+        raise UsageError("give --metrics-port or --metrics-listen, not both")
     if port is not None:
         return parse_address(f"{LOOPBACK}:{port}", allow_remote=allow_remote)
     if listen is not None:
         return parse_address(listen, allow_remote=allow_remote)
     if allow_remote:
-        raise OrionError("--metrics-allow-remote needs --metrics-listen ADDR:PORT")
+        raise UsageError("--metrics-allow-remote needs --metrics-listen ADDR:PORT")
     return None
 
 

@@ -345,6 +345,7 @@ BEFORE_THE_MACHINE = [
     ),
     ("run --memory-limit 4gib", [*RUN_BE, "--memory-limit", "4gib", "--", "true"], "4gib", 2),
     ("run --name of 40", [*RUN_BE, "--name", "n" * 40, "--", "true"], "1 to 31 bytes", 2),
+    ("run --name ''", [*RUN_BE, "--name", "", "--", "true"], "1 to 31 bytes (got '')", 2),
     ("run a file, not a program", [*RUN_BE, "--", "{file}"], "Permission denied", 126),
     (
         "colocate --policy nope",
@@ -368,6 +369,50 @@ BEFORE_THE_MACHINE = [
     ("run-plan -d nan", [*RUN_PLAN, "-d", "nan"], "--duration: must be a finite number", 2),
     ("run-plan -d -1", [*RUN_PLAN, "-d", "-1"], "--duration: must be > 0 (got -1)", 2),
     ("run-plan -o /proc", ["run-plan", "{plan}", "-o", "{proc}"], "cannot write plan-run", 1),
+    # issue 38's cases that were not listed: each was taken and then said only the machine's
+    # problem (or, for a contradiction, the run directory's)
+    (
+        "up --daemon-gone-hold-s without hold",
+        [*UP, "--daemon-gone-hold-s", "5"],
+        "daemon_gone_hold_s applies only when be_when_daemon_gone is 'hold' (got 'open')",
+        2,
+    ),
+    (
+        "up passthrough --shares",
+        [*UP, "--policy", "passthrough", "--shares"],
+        "GPU-time shares need a policy that holds work back",
+        2,
+    ),
+    (
+        "run --profile not a profile",
+        [*RUN_BE, "--profile", "{file}", "--", "true"],
+        "is not an orion profile",
+        1,
+    ),
+    (
+        "status --save-profile to /proc",
+        ["status", "--state-dir", "{tmp}/state", "--save-profile", "web", "{proc}/p.csv"],
+        "cannot write profile file",
+        1,
+    ),
+    (
+        "status --save-profile --json",
+        ["status", "--state-dir", "{tmp}/state", "--json", "--save-profile", "web", "{tmp}/p"],
+        "--save-profile writes a file and shows nothing: not with --json",
+        2,
+    ),
+    (
+        "status --json --watch",
+        ["status", "--state-dir", "{tmp}/state", "--json", "--watch"],
+        "--json prints one object, --watch refreshes a table: give one",
+        2,
+    ),
+    (
+        "quota min above max",
+        ["quota", "{tmp}/no-run", "be", "--min-util", "0.6", "--max-util", "0.4"],
+        "--min-util 0.6 is above --max-util 0.4",
+        2,
+    ),
 ]
 
 
@@ -413,7 +458,8 @@ def test_an_option_is_checked_before_the_machine(
     output = " ".join(result.output.split())
     assert message in output, result.output
     assert result.exit_code == status, result.output
-    for machine in ("no NVIDIA GPU", "no orion daemon", "this host has", "preload library"):
+    machines = ("no NVIDIA GPU", "no orion daemon", "this host has", "preload library", "no run")
+    for machine in machines:
         assert machine not in output, result.output
     errors = [
         line for line in result.output.splitlines() if "rror:" in line or "orion run:" in line

@@ -24,7 +24,7 @@ STATUS_FIELDS = {
     "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes", "allocations_refused",
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
     "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
-    "sampling_holds", "held_samples",
+    "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
     "profile_sources", "interference", "felt_slowdown",
     "latency_target_ms", "joined_s",
 }  # fmt: skip

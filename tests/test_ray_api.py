@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from orion.ray import checks
-from orion.ray.agent import NodeGpu, NodeInventory
+from orion.ray.agent import DaemonNeed, NodeAgent, NodeGpu, NodeInventory
 from orion.ray.env import options, runtime_env
-from orion.ray.plan import place
+from orion.ray.plan import daemon_need, place
 from orion_common import sysinfo
 from orion_common.errors import OrionError, UsageError
 from orion_daemon.admission import JoinRequest, check_join, memory_limit
-from placement.plan_file import Plan, PlanClient, PlanGpu
+from placement.plan_file import Plan, PlanClient, PlanGpu, write_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -104,7 +104,18 @@ def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
         ({"sharing": "mig"}, "sharing must be one of mps, timeslice"),
         ({"queue_limit_us": float("inf")}, "--queue-limit-us must be a positive number"),
         ({"be_when_daemon_gone": "shut"}, "be_when_daemon_gone must be one of open, hold"),
-        ({"daemon_gone_hold_s": -1.0}, "daemon_gone_hold_s must be over 0"),
+        (
+            {"be_when_daemon_gone": "hold", "daemon_gone_hold_s": -1.0},
+            "daemon_gone_hold_s must be over 0",
+        ),
+        # issue 38's cases not listed before: each reached the cluster
+        (
+            {"daemon_gone_hold_s": 5.0},
+            "daemon_gone_hold_s applies only when be_when_daemon_gone is 'hold'",
+        ),
+        ({"policy": "passthrough", "shares": True}, "GPU-time shares need a policy that holds"),
+        ({"timeout_s": -1}, r"timeout_s must be a positive number of seconds \(got -1\)"),
+        ({"timeout_s": float("nan")}, r"timeout_s must be a positive number of seconds \(got nan"),
     ],
 )
 def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, monkeypatch):
@@ -116,6 +127,48 @@ def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, m
     monkeypatch.setattr(agent, "connect", no_cluster)
     with pytest.raises(UsageError, match=message):
         agent.start_daemons(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"duration_s": float("nan")}, UsageError, r"duration_s: must be a finite number"),
+        ({"duration_s": 1e9}, UsageError, r"duration_s: must be <= 604800"),
+        ({"duration_s": 0}, UsageError, r"duration_s: must be > 0 \(got 0\)"),
+        ({"ready_timeout_s": -1}, UsageError, r"ready_timeout_s must be positive \(got -1\)"),
+        ({"ready_timeout_s": float("inf")}, UsageError, r"ready_timeout_s must be a number"),
+        ({"policy": "nosuch"}, UsageError, "policy must be one of"),
+        ({"polcy": "orion"}, UsageError, "start_daemons takes no option 'polcy'"),
+        ({"output_dir": "/proc/orion-cannot-create"}, OrionError, "cannot write plan-run folder"),
+        ({"output_dir": "{file}"}, OrionError, "it is a file, not a folder"),
+        ({"plan": "{dedicated}"}, OrionError, "plan GPU 0: policy 'dedicated' runs each job alone"),
+    ],
+)
+def test_run_plan_refuses_its_input_before_reaching_ray(
+    arguments, error, message, tmp_path, monkeypatch
+):
+    """issue 38: orion.ray.run_plan checks what `orion run-plan` checks (and its own options)
+    before the cluster: each of these reached Ray first."""
+    import orion.ray.agent as agent
+    import orion.ray.plan as ray_plan
+
+    def no_cluster(address):
+        raise AssertionError("Ray was reached before the input was checked")
+
+    monkeypatch.setattr(agent, "connect", no_cluster)
+    monkeypatch.setattr(ray_plan, "connect", no_cluster)
+    plan_path = tmp_path / "plan.json"
+    write_plan(plan("h100"), plan_path)
+    dedicated = tmp_path / "dedicated.json"
+    write_plan(plan("h100", policy="dedicated"), dedicated)
+    (tmp_path / "existing.txt").write_text("keep me\n")
+    values = {"{file}": str(tmp_path / "existing.txt"), "{dedicated}": str(dedicated)}
+    arguments = {key: values.get(value, value) for key, value in arguments.items()}
+    arguments.setdefault("plan", plan_path)
+    arguments.setdefault("output_dir", tmp_path / "runs")
+    with pytest.raises(error, match=message):
+        ray_plan.run_plan(**arguments)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_example_declares_its_actors_with_and_without_orion():
@@ -146,14 +199,18 @@ def node(node_id: str, *kinds: str) -> NodeInventory:
     return NodeInventory(node_id=node_id, hostname=node_id, gpus=gpus)
 
 
-def plan(*kinds: str) -> Plan:
-    client = PlanClient(name="x", job="x", role="be", workload="bert", mode="train", batch_size=1)
+def plan(*kinds: str, policy: str = "orion") -> Plan:
+    client = PlanClient(name="x", job="x", role="be", workload="bert", mode="train",
+                        batch_size=1, weight=1.0, predicted_throughput_per_s=1.0,
+                        predicted_ratio=1.0)  # fmt: skip
     gpus = tuple(
-        PlanGpu(index=index, kind=kind, policy="orion", settings={},
+        PlanGpu(index=index, kind=kind, policy=policy, settings={},
                 clients=(PlanClient(**{**client.__dict__, "name": f"job{index}"}),))
         for index, kind in enumerate(kinds)
     )  # fmt: skip
-    return Plan(objective="max-total-be", gpus=gpus, unplaced=(), totals={})
+    totals = {"gpus_used": len(kinds), "be_throughput_per_s": None,
+              "weighted_be_throughput_per_s": None, "min_weighted_be_ratio": None}  # fmt: skip
+    return Plan(objective="max-total-be", gpus=gpus, unplaced=(), totals=totals)
 
 
 def test_each_plan_gpu_goes_to_a_node_of_its_kind_no_more_than_it_has():
@@ -178,6 +235,195 @@ def test_a_node_of_mixed_kinds_is_left_out():
     # Ray would give whichever GPU of it it liked: the plan's kind could not be kept.
     with pytest.raises(OrionError, match="of kind l4"):
         place(plan("l4"), [node("a", "h100", "l4")])
+
+
+# -- the daemon a plan GPU runs under: its matrix's policy and sharing ----------------------------
+
+
+def jobs_run(policy: str, **run: object) -> dict:
+    return {"run": {"policy": policy, "thresholds": {}, **run}, "clients": []}
+
+
+@pytest.mark.parametrize(
+    ("config", "need"),
+    [
+        (jobs_run("orion", sharing="timeslice"), DaemonNeed("orion", "timeslice")),
+        (jobs_run("orion", sharing="mps"), DaemonNeed("orion", "mps")),
+        (
+            jobs_run("orion", sharing="mps", thresholds={"queue_limit_us": 200}),
+            DaemonNeed("orion", "mps", 200.0),
+        ),
+        (jobs_run("reef"), DaemonNeed("reef", "mps")),
+        (jobs_run("mps"), DaemonNeed("passthrough", "mps")),
+        (jobs_run("timeslice"), DaemonNeed("passthrough", "timeslice")),
+        (jobs_run("mps-priority"), DaemonNeed("passthrough", "mps")),
+        (jobs_run("quota", sharing="timeslice"), DaemonNeed("quota", "timeslice")),
+    ],
+)
+def test_a_plan_gpu_needs_the_daemon_its_matrix_was_measured_under(config, need):
+    assert daemon_need(0, config) == need
+
+
+def test_a_plan_gpu_whose_policy_no_daemon_carries_is_one_line():
+    with pytest.raises(OrionError, match="plan GPU 3: policy 'dedicated' runs each job alone"):
+        daemon_need(3, jobs_run("dedicated"))
+
+
+def test_plan_gpus_of_matrices_measured_in_different_modes_need_different_daemons(tmp_path):
+    from placement.plan_run import plan_jobs
+
+    gpus = tuple(
+        PlanGpu(index=index, kind="h100", policy="orion", settings=settings,
+                clients=(PlanClient(name=f"j{index}", job="j", role="be", workload="bert",
+                                    mode="train", batch_size=1, weight=1.0,
+                                    predicted_throughput_per_s=1.0, predicted_ratio=1.0),
+                         PlanClient(name=f"h{index}", job="h", role="hp", workload="bert",
+                                    mode="infer", batch_size=1, rate_per_s=10.0, p99_slo_ms=9.0,
+                                    predicted_p99_ms=1.0, predicted_p99_upper_ms=1.0)))
+        for index, settings in enumerate(
+            [{"sharing": "timeslice"}, {"sharing": "mps", "queue_limit_us": 150}, {}]
+        )
+    )  # fmt: skip
+    configs = plan_jobs(Plan("max-total-be", gpus, (), {}), 30.0, tmp_path)
+    needs = [daemon_need(index, config) for index, config in configs.items()]
+    # a matrix naming no mode was measured through MPS (placement.jobs_files), whatever the
+    # daemons' default is now
+    assert needs == [
+        DaemonNeed("orion", "timeslice"),
+        DaemonNeed("orion", "mps", 150.0),
+        DaemonNeed("orion", "mps"),
+    ]
+
+
+def daemon_record(policy: str, sharing: str, queue_limit_ns: int | None = None) -> dict:
+    return {
+        "pid": 42,
+        "policy": policy,
+        "sharing": sharing,
+        "socket": "/nowhere/daemon.sock",
+        "gpu": {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1", "memory_bytes": GIB},
+        "settings": {"queue_limit_ns": queue_limit_ns},
+    }
+
+
+class FakeNode:
+    """A node's daemons as the agent sees them: records per GPU, stops and starts counted."""
+
+    def __init__(self, monkeypatch, records: dict[int, dict], clients: int | list = 0) -> None:
+        import orion_daemon.client
+        import orion_daemon.control
+        from orion.ray import agent as agent_module
+
+        self.records = records
+        self.stopped: list[int] = []
+        self.started: list[dict] = []
+        folder = Path("/state")
+        monkeypatch.setattr(agent_module.state, "state_dir", lambda index: folder / f"gpu{index}")
+        monkeypatch.setattr(
+            agent_module.state, "live_record", lambda f: self.records.get(int(f.name[3:]))
+        )
+        monkeypatch.setattr(orion_daemon.control, "stop", self.stop)
+        monkeypatch.setattr(orion_daemon.control, "gpu_settings", self.settings)
+        self.refuse: str | None = None  # what gpu_settings says of this node (MPS missing)
+        monkeypatch.setattr(orion_daemon.control, "start_detached", self.start)
+        # the clients each status request finds, the last one from then on
+        self.clients = list(clients) if isinstance(clients, list) else [clients]
+        self.asked = 0
+        monkeypatch.setattr(orion_daemon.client, "status", self.status)
+        monkeypatch.setattr(agent_module, "IDLE_POLL_S", 0.0)
+
+    def status(self, daemon: dict) -> dict:
+        count = self.clients[min(self.asked, len(self.clients) - 1)]
+        self.asked += 1
+        return {"clients": [{"name": f"c{i}"} for i in range(count)]}
+
+    def stop(self, index: int, folder: Path) -> dict:
+        self.stopped.append(index)
+        del self.records[index]
+        return {}
+
+    def settings(self, index: int, folder: Path, **options) -> dict:
+        if self.refuse:
+            raise OrionError(self.refuse)
+        return {"index": index, **options}
+
+    def start(self, settings: dict) -> dict:
+        self.started.append(settings)
+        limit = settings["queue_limit_us"]
+        record = daemon_record(
+            settings["policy"], settings["sharing"], None if limit is None else round(limit * 1e3)
+        )
+        self.records[settings["index"]] = record
+        return record
+
+
+def node_agent(started: tuple[int, ...] = ()) -> NodeAgent:
+    agent = NodeAgent({"policy": "orion", "sharing": "mps"}, "/lib/liborion_preload.so")
+    agent.started = {index: Path(f"/state/gpu{index}") for index in started}
+    return agent
+
+
+def test_a_daemon_that_runs_as_the_matrix_was_measured_is_kept(monkeypatch):
+    node = FakeNode(monkeypatch, {0: daemon_record("orion", "timeslice")})
+    answer = node_agent().serve_as(0, DaemonNeed("orion", "timeslice").options())
+    assert answer["problem"] is None and answer["gpu"]["sharing"] == "timeslice"
+    assert answer["previous"] is None
+    assert node.stopped == [] and node.started == []
+
+
+def test_an_idle_daemon_the_agent_started_otherwise_is_restarted_as_measured(monkeypatch):
+    node = FakeNode(monkeypatch, {1: daemon_record("orion", "mps")})
+    agent = node_agent(started=(1,))
+    answer = agent.serve_as(1, DaemonNeed("reef", "timeslice", 200.0).options())
+    assert answer["problem"] is None
+    assert node.stopped == [1]
+    (started,) = node.started
+    assert (started["policy"], started["sharing"], started["queue_limit_us"]) == (
+        "reef",
+        "timeslice",
+        200.0,
+    )
+    assert (answer["gpu"]["policy"], answer["gpu"]["sharing"]) == ("reef", "timeslice")
+    assert answer["gpu"]["started_here"] and 1 in agent.started
+    # how it ran before, for run_plan to restart it so after the run
+    assert answer["previous"] == DaemonNeed("orion", "mps").options()
+
+
+def test_a_daemon_is_restarted_once_the_clients_just_ended_are_gone(monkeypatch):
+    node = FakeNode(monkeypatch, {0: daemon_record("quota", "timeslice", 200_000)}, [2, 1, 0])
+    agent = node_agent(started=(0,))
+    answer = agent.serve_as(0, DaemonNeed("orion", "timeslice").options(), idle_wait_s=60)
+    assert answer["problem"] is None and node.asked == 3 and node.stopped == [0]
+    assert answer["previous"] == DaemonNeed("quota", "timeslice", 200.0).options()
+
+
+@pytest.mark.parametrize(
+    ("started", "clients", "message"),
+    [
+        ((), 0, "runs orion under MPS, not orion time-sliced, and was started by hand"),
+        ((0,), 2, "runs orion under MPS, not orion time-sliced, and 2 client(s) are joined"),
+    ],
+)
+def test_a_daemon_that_cannot_be_restarted_is_one_line_and_left_running(
+    monkeypatch, started, clients, message
+):
+    node = FakeNode(monkeypatch, {0: daemon_record("orion", "mps")}, clients=clients)
+    answer = node_agent(started).serve_as(0, DaemonNeed("orion", "timeslice").options())
+    assert answer["gpu"] is None and message in answer["problem"]
+    assert "\n" not in answer["problem"]
+    assert node.stopped == [] and node.started == []
+
+
+def test_a_daemon_is_not_stopped_for_settings_this_node_cannot_start(monkeypatch):
+    node = FakeNode(monkeypatch, {0: daemon_record("orion", "timeslice")})
+    node.refuse = "nvidia-cuda-mps-control was not found"
+    answer = node_agent(started=(0,)).serve_as(0, DaemonNeed("passthrough", "mps").options())
+    assert answer == {
+        "gpu": None,
+        "problem": "nvidia-cuda-mps-control was not found",
+        "previous": None,
+    }
+    assert node.stopped == [] and node.started == []  # the daemon it had still serves
 
 
 # -- orion doctor ---------------------------------------------------------------------------------

@@ -161,8 +161,13 @@ def test_a_killed_actor_gives_its_slot_back(cluster, harness):
     assert node.client_names(0) == ["doomed"]
     ray.kill(actor)
     wait_for(lambda: node.client_names(0) == [], timeout_s=10, what="the slot to come back")
-    events = [(e["event"], e["client"], e["pid"]) for e in node.events(0)]
-    assert events[-2:] == [("join", "doomed", str(pid)), ("dead", "doomed", str(pid))]
+
+    def events() -> list[tuple[str, str, str]]:
+        return [(e["event"], e["client"], e["pid"]) for e in node.events(0)]
+
+    # the record writer appends the departure after the slot is back: waited for, not assumed
+    wait_for(lambda: events()[-1][0] != "join", timeout_s=10, what="the departure's record")
+    assert events()[-2:] == [("join", "doomed", str(pid)), ("dead", "doomed", str(pid))]
 
 
 def test_a_second_hp_on_one_gpu_fails_visibly(cluster, harness):

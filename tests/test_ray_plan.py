@@ -42,11 +42,17 @@ def be(name: str) -> PlanClient:
     )  # fmt: skip
 
 
-def plan_file(path: Path, gpus: list[tuple[str, tuple[PlanClient, ...]]]) -> Path:
+TIME_SLICED = {"sharing": "timeslice"}  # stand-in GPUs have no MPS
+
+
+def plan_file(
+    path: Path, gpus: list[tuple[str, tuple[PlanClient, ...]]], policy: str = "orion"
+) -> Path:
     plan = Plan(
         objective="max-total-be",
         gpus=tuple(
-            PlanGpu(index=index, kind=kind_slug(kind), policy="orion", settings={}, clients=clients)
+            PlanGpu(index=index, kind=kind_slug(kind), policy=policy, settings=TIME_SLICED,
+                    clients=clients)
             for index, (kind, clients) in enumerate(gpus)
         ),
         unplaced=(),
@@ -83,7 +89,7 @@ def run(plan: Path, output: Path) -> Path:
 
 
 def test_a_plan_for_three_nodes_puts_each_job_where_the_plan_put_it(cluster, tmp_path):
-    layout = [("l4", (hp("search"), be("a"))), ("h100", (be("b"), be("c"))), ("h200", (hp("ads"),))]
+    layout = [("l4", (hp("search"), be("a"))), ("h100", (hp("b"), be("c"))), ("h200", (hp("ads"),))]
     root = run(plan_file(tmp_path / "plan.json", layout), tmp_path / "runs")
 
     record = json.loads((root / PLAN_RUN_FILE).read_text())
@@ -121,6 +127,51 @@ def test_a_plan_for_three_nodes_puts_each_job_where_the_plan_put_it(cluster, tmp
     assert "Plan: measured against predicted" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_a_plan_gpu_runs_under_the_policy_its_matrix_was_measured_in(cluster, tmp_path):
+    """The node's daemons were started for orion; the plan's matrix was measured under quota:
+    the agent restarts the idle daemon it started, the run says which one served it, and once
+    the jobs are gone the daemon is restarted as it was."""
+    node = next(n for n in cluster.nodes if n.kind == "h200")
+    wait_for(lambda: node.client_names(0) == [], timeout_s=10, what="the slots back")
+    assert node.daemon_status(0)["policy"] == "orion"
+    layout = [("h200", (be("q1"), be("q2")))]
+    root = run(plan_file(tmp_path / "plan.json", layout, policy="quota"), tmp_path / "runs")
+
+    record = json.loads((root / PLAN_RUN_FILE).read_text())
+    assert record["status"] == "complete", record
+    run_json = json.loads((root / record["gpus"][0]["run_dir"] / "run.json").read_text())
+    environment = run_json["environment"]
+    assert (environment["daemon_policy"], environment["daemon_sharing"]) == ("quota", "timeslice")
+    roles = {e["client"]: e["role"] for e in node.events(0) if e["event"] == "join"}
+    assert roles["q1"] == roles["q2"] == "be"
+    assert (
+        "GPU 0's daemon was restarted as it was before the run (orion time-sliced)"
+        in (run_json["notes"])
+    )
+    assert (node.daemon_status(0)["policy"], node.daemon_status(0)["sharing"]) == (
+        "orion",
+        "timeslice",
+    )
+
+
+def test_a_plan_gpu_whose_daemon_cannot_run_as_measured_fails_in_one_line(cluster, tmp_path):
+    """BE jobs alone on a GPU were measured under plain MPS (`orion pairs`' BE pairs): a node
+    without MPS cannot run them so, and says it; its daemon is left serving as it was."""
+    node = next(n for n in cluster.nodes if n.kind == "l4")
+    wait_for(lambda: node.client_names(0) == [], timeout_s=10, what="the slots back")
+    before = node.daemon_status(0)
+    root = run(plan_file(tmp_path / "plan.json", [("l4", (be("x"), be("y")))]), tmp_path / "r")
+
+    record = json.loads((root / PLAN_RUN_FILE).read_text())
+    assert record["status"] == "failed"
+    (entry,) = record["gpus"]
+    assert entry["exit_code"] == 1
+    assert entry["error"].startswith("OrionError: plan GPU 0: ") and "\n" not in entry["error"]
+    assert "mps" in entry["error"].lower()  # what this node lacks for MPS
+    after = node.daemon_status(0)
+    assert (after["pid"], after["policy"]) == (before["pid"], before["policy"])
+
+
 def measured_rows(node_tmp: Path, client: str) -> int:
     """Rows job ``client``'s table has so far in its folder on a node (under its TMPDIR)."""
     tables = list(node_tmp.glob(f"orion-job-{client}-*/clients/{client}.csv"))
@@ -129,7 +180,7 @@ def measured_rows(node_tmp: Path, client: str) -> int:
 
 def test_a_node_lost_mid_run_leaves_complete_records_for_the_others(cluster, tmp_path):
     doomed = cluster.add_node("a100", gpus=1)
-    layout = [("h100", (hp("search"), be("a"))), ("a100", (be("b"),))]
+    layout = [("h100", (hp("search"), be("a"))), ("a100", (hp("b"),))]
     plan = plan_file(tmp_path / "plan.json", layout)
     result: dict[str, Path] = {}
     runner = threading.Thread(target=lambda: result.update(root=run(plan, tmp_path / "runs")))

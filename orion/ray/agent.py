@@ -19,15 +19,17 @@ import contextlib
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from orion.ray._ray import NAMESPACE, connect
-from orion_common.errors import OrionError
+from orion_common.errors import OrionError, UsageError
 from orion_daemon import state
 
 AGENT_PREFIX = "orion-agent-"
+IDLE_POLL_S = 0.1
+"""How often a daemon about to be restarted is asked whether its last clients are gone."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,59 @@ class DaemonOptions:
     be_when_daemon_gone: str = "open"
     daemon_gone_hold_s: float | None = None
     """None: the daemon's own default (`orion up` without ``--daemon-gone-hold-s``)."""
+
+
+@dataclass(frozen=True)
+class DaemonNeed:
+    """How a daemon must schedule for a plan GPU's jobs to run as their matrix measured them:
+    the native policy, the sharing mode and the queue limit (None: the HP profile's)."""
+
+    policy: str
+    sharing: str
+    queue_limit_us: float | None = None
+
+    def runs_as(self, record: dict[str, Any]) -> bool:
+        """Whether the daemon of ``record`` (its ``daemon.json``) schedules this way."""
+        settings = record.get("settings") or {}
+        limit_ns = None if self.queue_limit_us is None else round(self.queue_limit_us * 1000)
+        return (
+            record.get("policy") == self.policy
+            and record.get("sharing") == self.sharing
+            and settings.get("queue_limit_ns") == limit_ns
+        )
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> DaemonNeed:
+        """How the daemon of ``record`` (its ``daemon.json``) schedules."""
+        limit_ns = (record.get("settings") or {}).get("queue_limit_ns")
+        return cls(
+            str(record.get("policy")),
+            str(record.get("sharing")),
+            None if limit_ns is None else limit_ns / 1000,
+        )
+
+    def options(self) -> dict[str, Any]:
+        """The :class:`DaemonOptions` fields that start a daemon this way."""
+        return {
+            "policy": self.policy,
+            "sharing": self.sharing,
+            "queue_limit_us": self.queue_limit_us,
+        }
+
+    def __str__(self) -> str:
+        limit = "" if self.queue_limit_us is None else f", queue limit {self.queue_limit_us:g} us"
+        return f"{self.policy} {_SHARING_WORDS[self.sharing]}{limit}"
+
+
+_SHARING_WORDS = {"mps": "under MPS", "timeslice": "time-sliced"}
+
+
+def _runs(record: dict[str, Any]) -> str:
+    limit = (record.get("settings") or {}).get("queue_limit_ns")
+    sharing = _SHARING_WORDS.get(str(record.get("sharing")), str(record.get("sharing")))
+    return f"{record.get('policy')} {sharing}" + (
+        "" if limit is None else f", queue limit {limit / 1000:g} us"
+    )
 
 
 @dataclass(frozen=True)
@@ -104,26 +159,34 @@ class NodeAgent:
         return [self._ensure(index) for index in range(sysinfo.gpu_count() or 0)]
 
     def _ensure(self, index: int) -> NodeGpu:
-        from orion_daemon.control import gpu_settings, hold_bound, start_detached
-        from postprocess.profile_format import gpu_slug
+        from orion_daemon.control import start_detached
 
         folder = state.state_dir(index)
         record = state.live_record(folder)
         if record is None:
-            options = self.options
-            settings = gpu_settings(
-                index,
-                folder,
-                policy=options.policy,
-                sharing=options.sharing,
-                shares=options.shares,
-                queue_limit_us=options.queue_limit_us,
-                stop_with_pid=os.getpid(),
-                be_when_daemon_gone=options.be_when_daemon_gone,
-                **hold_bound(options.daemon_gone_hold_s),
-            )
-            record = start_detached(settings)
+            record = start_detached(self._settings(index, folder, self.options))
             self.started[index] = folder
+        return self._gpu(index, folder, record)
+
+    @staticmethod
+    def _settings(index: int, folder: Path, options: DaemonOptions) -> Any:
+        from orion_daemon.control import gpu_settings, hold_bound
+
+        return gpu_settings(
+            index,
+            folder,
+            policy=options.policy,
+            sharing=options.sharing,
+            shares=options.shares,
+            queue_limit_us=options.queue_limit_us,
+            stop_with_pid=os.getpid(),
+            be_when_daemon_gone=options.be_when_daemon_gone,
+            **hold_bound(options.daemon_gone_hold_s),
+        )
+
+    def _gpu(self, index: int, folder: Path, record: dict[str, Any]) -> NodeGpu:
+        from postprocess.profile_format import gpu_slug
+
         gpu = record.get("gpu") or {}
         name = gpu.get("name")
         return NodeGpu(
@@ -138,6 +201,56 @@ class NodeAgent:
             sharing=str(record.get("sharing")),
             started_here=index in self.started,
         )
+
+    def serve_as(
+        self, index: int, wanted: dict[str, Any], idle_wait_s: float = 0.0
+    ) -> dict[str, Any]:
+        """Makes GPU ``index``'s daemon run as ``wanted`` says (:class:`DaemonNeed`'s fields):
+        kept when it does; restarted so when this agent started it, no client is joined to it
+        (within ``idle_wait_s``: clients that were just ended take a moment to be gone) and a
+        daemon of the new settings can start here (MPS present for ``mps``); else left as it
+        is, with the one-line reason. ``{"gpu": NodeGpu's fields or None, "problem", "previous":
+        the replaced daemon's DaemonNeed fields, or None}``."""
+        from orion_daemon.control import start_detached, stop
+
+        need = DaemonNeed(**wanted)
+        folder = state.state_dir(index)
+        previous = None
+        try:
+            record = state.live_record(folder)
+            if record is None or not need.runs_as(record):
+                if record is not None:
+                    self._check_restart(index, record, need, idle_wait_s)
+                    previous = DaemonNeed.of(record).options()
+                settings = self._settings(index, folder, replace(self.options, **need.options()))
+                if record is not None:
+                    stop(index, folder)
+                    self.started.pop(index, None)
+                record = start_detached(settings)
+                self.started[index] = folder
+            gpu = asdict(self._gpu(index, folder, record))
+            return {"gpu": gpu, "problem": None, "previous": previous}
+        except OrionError as error:
+            return {"gpu": None, "problem": error.message, "previous": None}
+
+    def _check_restart(
+        self, index: int, record: dict[str, Any], need: DaemonNeed, idle_wait_s: float
+    ) -> None:
+        """Raises when GPU ``index``'s daemon (``record``) is not this agent's to restart, or
+        still has clients after ``idle_wait_s``."""
+        from orion_daemon import client as daemon_client
+
+        runs = f"GPU {index}'s daemon on {platform.node()} runs {_runs(record)}, not {need}"
+        if index not in self.started:
+            raise OrionError(f"{runs}, and was started by hand: stop it with `orion down`")
+        deadline = time.monotonic() + idle_wait_s
+        while True:
+            clients = daemon_client.status(record)["clients"]
+            if not clients:
+                return
+            if time.monotonic() >= deadline:
+                raise OrionError(f"{runs}, and {len(clients)} client(s) are joined to it")
+            time.sleep(IDLE_POLL_S)
 
     def stop(self) -> list[int]:
         """Stops the daemons this agent started (their clients run on ungated)."""
@@ -180,6 +293,43 @@ def agent(ray: Any, node_id: str, options: DaemonOptions | None = None) -> Any:
     return actor.remote(asdict(options or DaemonOptions()), preload_path())
 
 
+def check_daemon_options(**options: Any) -> dict[str, Any]:
+    """Raises :class:`UsageError` for :func:`start_daemons` options (all but ``address``) that
+    it does not take, or that no daemon runs with, before Ray is reached: `orion up`'s rules
+    (:func:`orion_daemon.control.check_options`, the sharing mode by its declaration,
+    :data:`scheduler_core.settings.SHARING`). Returns every option as the daemons take it: the
+    defaults of :func:`start_daemons` filled in, the sharing mode parsed (None: the policy's)."""
+    import inspect
+    import math
+
+    from orion_daemon.control import check_hold_bound, check_options, hold_bound
+    from scheduler_core.settings import SHARING
+
+    parameters = inspect.signature(start_daemons).parameters
+    known = set(parameters) - {"address"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(
+            f"start_daemons takes no option {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(sorted(known))}"
+        )
+    values = {name: parameters[name].default for name in known} | options
+    timeout_s = values["timeout_s"]
+    if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"timeout_s must be a positive number of seconds (got {timeout_s!r})")
+    values["sharing"] = SHARING.checked(values["sharing"], "sharing")
+    check_hold_bound(values["be_when_daemon_gone"], values["daemon_gone_hold_s"])
+    check_options(
+        policy=values["policy"],
+        sharing=values["sharing"],
+        shares=bool(values["shares"]),
+        queue_limit_us=values["queue_limit_us"],
+        be_when_daemon_gone=values["be_when_daemon_gone"],
+        **hold_bound(values["daemon_gone_hold_s"]),
+    )
+    return values
+
+
 def start_daemons(
     address: str | None = None,
     *,
@@ -200,20 +350,18 @@ def start_daemons(
     ``sharing`` None: the policy's default, as `orion up` without ``--sharing``. Options no
     daemon runs with are refused here, before Ray is reached.
     """
-    from orion_daemon.control import check_options, hold_bound
-    from scheduler_core.settings import SHARING
-
-    sharing = SHARING.checked(sharing, "sharing")
-    check_options(
+    checked = check_daemon_options(
         policy=policy,
         sharing=sharing,
+        shares=shares,
         queue_limit_us=queue_limit_us,
         be_when_daemon_gone=be_when_daemon_gone,
-        **hold_bound(daemon_gone_hold_s),
+        daemon_gone_hold_s=daemon_gone_hold_s,
+        timeout_s=timeout_s,
     )
     ray = connect(address)
     options = DaemonOptions(
-        policy, sharing, shares, queue_limit_us, be_when_daemon_gone, daemon_gone_hold_s
+        policy, checked["sharing"], shares, queue_limit_us, be_when_daemon_gone, daemon_gone_hold_s
     )
     nodes = _alive_nodes(ray)
     agents = [agent(ray, node["NodeID"], options) for node in nodes]

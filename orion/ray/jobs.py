@@ -169,3 +169,46 @@ class JobHost:
             "table": table.read_text() if table.is_file() else None,
             "messages": self.events.take(),
         }
+
+
+STAND_IN_STEP_S = 0.002
+"""How long a stand-in job's step sleeps."""
+
+
+class _SleepWorkload:
+    """The workload API colocation's client drives (``workloads.base``), sleeping a step."""
+
+    def __init__(self, batch_size: int) -> None:
+        from types import SimpleNamespace
+
+        self.device = SimpleNamespace(type="cpu")
+        self.samples_per_step = batch_size
+
+    def warmup(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def step(self) -> None:
+        time.sleep(STAND_IN_STEP_S)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _stand_in_client() -> type:
+    from colocation.client import Client
+
+    class StandInClient(Client):
+        def _build(self) -> _SleepWorkload:
+            return _SleepWorkload(self.spec.batch_size)
+
+    return StandInClient
+
+
+class StandInJobHost(JobHost):
+    """A job host whose jobs sleep instead of running their model, for machines without a GPU
+    (orion stand-in GPUs: the Ray tests, the device scripts' ``--stand-in``): a plan's jobs warm
+    up in milliseconds, join their daemons and record real tables; their figures mean nothing."""
+
+    def client_class(self) -> type:
+        return _stand_in_client()

@@ -17,9 +17,19 @@ tables into an ordinary run directory under one plan-run directory written by th
 reads a local plan run. A GPU whose node is lost, or whose jobs fail, is recorded as failed; the
 other GPUs' runs are recorded whole.
 
-Differences from a local plan run, all written into each run's ``notes``: the scheduling policy
-is the one of the node's daemon (``start_daemons``' options, recorded as ``daemon_policy``),
-nobody samples ``gpu.csv``, and jobs run without memory limits, as `orion pairs` measured them.
+Each plan GPU runs under the policy, sharing mode and queue limit its pair matrix was measured in
+(the plan's ``settings``, as `orion run-plan` runs them), not under whatever its node's daemons
+were started with: once the GPU's bundle is reserved, a task in it asks Ray which GPU that is,
+and the node's agent makes that GPU's daemon schedule so (:meth:`NodeAgent.serve_as`), restarting
+a daemon it started itself while no client is joined to it. A daemon started by hand, or one with
+clients, that schedules otherwise is left alone and that GPU's run fails with the one-line reason;
+a plan GPU whose policy no daemon carries (``dedicated``: each job alone) is refused before Ray is
+reached. The daemon a run had is recorded (``environment.daemon_policy``, ``daemon_sharing``).
+A daemon restarted so is restarted as it was once the GPU's jobs are gone (a note of the run says
+so, or why not), so a plan leaves the cluster's daemons as it found them.
+
+Differences from a local plan run, all written into each run's ``notes``: nobody samples
+``gpu.csv``, and jobs run without memory limits, as `orion pairs` measured them.
 """
 
 from __future__ import annotations
@@ -37,19 +47,43 @@ from colocation.protocol import ClientSpec, spec_path
 from colocation.rundir import STATUS_COMPLETE, STATUS_FAILED, RunRecord, create_run_dir
 from colocation.runner import DRAIN_S, client_spec
 from orion.ray._ray import connect
-from orion.ray.agent import NodeInventory, start_daemons
+from orion.ray.agent import DaemonNeed, NodeGpu, NodeInventory, agent, start_daemons
 from orion.ray.env import runtime_env
 from orion.ray.jobs import JobHost
 from orion_common import run_format
 from orion_common.csv_table import table_rows
 from orion_common.errors import OrionError
-from placement.plan_file import Plan, PlanGpu, load_plan
+from orion_daemon.mps import with_sm_share
+from placement.plan_file import Plan, PlanGpu
 from placement.plan_run import PlanRunRecord, plan_jobs
 
 START_DELAY_S = 1.0
 """Between the last job becoming ready and the window's start: the start reaches every job's
 actor (a remote call each) well before it."""
 _POLL_S = 0.2
+RESTORE_WAIT_S = 30.0
+"""How long the daemon of a finished plan GPU may take to see its jobs gone before it is
+restarted as it was (its jobs' actors were killed: their slots come back within seconds)."""
+
+
+def daemon_need(index: int, config: dict[str, Any]) -> DaemonNeed:
+    """How the daemon of plan GPU ``index`` must schedule for its jobs file ``config`` (from
+    :func:`placement.plan_run.plan_jobs`) to run as measured: the jobs policy's native policy, in
+    the file's sharing mode (else the policy's default), with its queue limit. A policy no daemon
+    carries is refused in one line."""
+    from colocation.policies import POLICIES
+
+    run = config["run"]
+    policy = POLICIES[run["policy"]]
+    if policy.sequential or not policy.sharings:
+        raise OrionError(
+            f"plan GPU {index}: policy {policy.name!r} runs each job alone, and a Ray plan GPU "
+            "runs its jobs together",
+            hint="plan with a policy that shares the GPU, or run the plan with `orion run-plan`",
+        )
+    sharing = run.get("sharing") or policy.sharing  # a policy that shares has a default
+    limit = (run.get("thresholds") or {}).get("queue_limit_us")
+    return DaemonNeed(policy.native_policy, sharing, None if limit is None else float(limit))
 
 
 @dataclass(frozen=True)
@@ -125,6 +159,9 @@ class _GpuRun:
         self.ray = ray
         self.placement = placement
         self.config = config
+        self.need = daemon_need(placement.gpu.index, config)
+        self.daemon: NodeGpu | None = None  # the daemon of the GPU Ray reserved, once known
+        self.previous: dict[str, Any] | None = None  # how it ran before, if it was restarted
         self.jobs_config = parse_jobs(config, record.gpu_dir(placement.gpu.index))
         self.record = record
         self.host = host
@@ -155,20 +192,22 @@ class _GpuRun:
             finally:
                 self._stop_jobs()
                 self._write_results()
+                self._restore()
             failed = all(job.state == "failed" for job in self.jobs)
             self.run.finish(STATUS_FAILED if failed else STATUS_COMPLETE)
         self.record.gpu(gpu.index)["exit_code"] = 0 if self.run.status == STATUS_COMPLETE else 1
 
     def _environment(self) -> dict[str, Any]:
         node = self.placement.node
-        kind_gpus = [g for g in node.gpus if g.kind == self.placement.gpu.kind]
-        first = kind_gpus[0]
+        first = next(g for g in node.gpus if g.kind == self.placement.gpu.kind)
         return {
             "gpu_name": first.name,
             "hostname": node.hostname,
             "ray_node_id": node.node_id,
-            "daemon_policy": first.policy,
-            "daemon_sharing": first.sharing,
+            # what the matrix was measured in; the daemon's own once it serves the GPU (_serve)
+            "daemon_policy": self.need.policy,
+            "daemon_sharing": self.need.sharing,
+            "daemon_queue_limit_us": self.need.queue_limit_us,
             "client_device": self._device(),
         }
 
@@ -215,6 +254,8 @@ class _GpuRun:
                 f"plan GPU {gpu.index}: no GPU came free on node {self.placement.node.node_id}: "
                 f"{error}"
             ) from None
+        strategy = PlacementGroupSchedulingStrategy(group, 0)
+        self._serve(strategy)
         share = 1.0 / len(self.jobs_config.clients)
         remote = ray.remote(self.host)
         for client in self.jobs_config.clients:
@@ -222,12 +263,15 @@ class _GpuRun:
             spec.write(spec_path(self.run.run_dir, client.name))
             # The HP's SLO is its latency target: the daemon bounds BE work queued beside it.
             target = self._slo(client.name) if client.is_hp else None
+            environment = runtime_env(client.role, name=client.name, latency_target_ms=target)
+            # mps-share's SM partition, set where the process starts, as a local run sets it
+            environment["env_vars"] = with_sm_share(environment["env_vars"], client.sm_percent)
             actor = remote.options(
                 num_gpus=share,
                 num_cpus=0,
                 max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(group, 0),
-                runtime_env=runtime_env(client.role, name=client.name, latency_target_ms=target),
+                scheduling_strategy=strategy,
+                runtime_env=environment,
             ).remote({k: v for k, v in spec.__dict__.items() if k != "clock_origin_ns"})
             self.jobs.append(_Job(client=client, actor=actor))
         for job in self.jobs:
@@ -244,6 +288,61 @@ class _GpuRun:
             }
             for job in alive:
                 job.actor.begin.remote(self.origin_ns)
+
+    def _serve(self, strategy: Any) -> None:
+        """Makes the daemon of the GPU Ray reserved for this plan GPU schedule as the matrix was
+        measured (:func:`daemon_need`): a task holding the whole bundle says which GPU it is,
+        and the node's agent keeps, restarts or refuses that GPU's daemon."""
+        ray = self.ray
+        gpu = self.placement.gpu
+        probe = ray.remote(_bundle_gpu).options(
+            num_gpus=1, num_cpus=0, max_retries=0, scheduling_strategy=strategy
+        )
+        try:
+            index = ray.get(probe.remote(), timeout=self.ready_timeout_s)
+            node_agent = agent(ray, self.placement.node.node_id)
+            answer = ray.get(
+                node_agent.serve_as.remote(index, self.need.options()),
+                timeout=self.ready_timeout_s,
+            )
+        except Exception as error:
+            raise OrionError(
+                f"plan GPU {gpu.index}: the daemon of its GPU could not be asked: "
+                f"{_first_line(error)}"
+            ) from None
+        if answer["problem"]:
+            raise OrionError(f"plan GPU {gpu.index}: {answer['problem']}")
+        self.daemon = NodeGpu(**answer["gpu"])
+        self.previous = answer.get("previous")
+        self.run.data["environment"].update(
+            daemon_policy=self.daemon.policy,
+            daemon_sharing=self.daemon.sharing,
+            daemon_gpu_index=self.daemon.index,
+        )
+        self.run.save()
+
+    def _restore(self) -> None:
+        """A daemon restarted for this run is restarted as it was before it, once the run's
+        jobs are gone; what came of it is a note of the run."""
+        if self.previous is None or self.daemon is None:
+            return
+        index = self.daemon.index
+        was = DaemonNeed(**self.previous)
+        try:
+            answer = self.ray.get(
+                agent(self.ray, self.placement.node.node_id).serve_as.remote(
+                    index, self.previous, RESTORE_WAIT_S
+                ),
+                timeout=self.ready_timeout_s,
+            )
+            problem = answer["problem"]
+        except Exception as error:
+            problem = _first_line(error)
+        if problem:
+            self.run.note(f"GPU {index}'s daemon was left running {self.need}: {problem}")
+        else:
+            self.run.note(f"GPU {index}'s daemon was restarted as it was before the run ({was})")
+        self.run.save()
 
     def _slo(self, name: str) -> float | None:
         planned = next(c for c in self.placement.gpu.clients if c.name == name)
@@ -364,16 +463,63 @@ class _GpuRun:
             elif job.state != "failed":
                 self._fail(job, "its table could not be fetched")
         self.run.note(
-            "run on a Ray cluster (orion.ray.run_plan): scheduled by the node's orion daemon "
-            "(environment.daemon_policy); no gpu.csv is sampled"
+            f"run on a Ray cluster (orion.ray.run_plan): scheduled by the node's orion daemon, "
+            f"made to run {self.need} as the matrix was measured (environment.daemon_policy, "
+            "daemon_sharing); no gpu.csv is sampled"
         )
+        if "unknown_kernel_us" in (self.config["run"].get("thresholds") or {}):
+            self.run.note(
+                "the matrix's unknown_kernel_us is not set on a node's daemon (it takes the "
+                "queue limit)"
+            )
         self.run.record_table_rows(rows)
         self._save()
+
+
+def _bundle_gpu() -> int:
+    """Which GPU of its node the task runs on (Ray's index, nvidia-smi's order under
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``): the GPU of the bundle that holds it."""
+    import ray
+
+    (gpu_id,) = ray.get_gpu_ids()
+    return int(str(gpu_id))
 
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def check_run_plan(
+    plan_path: Path,
+    duration_s: float,
+    output_dir: Path,
+    ready_timeout_s: float,
+    daemon_options: dict[str, Any],
+) -> Plan:
+    """The plan, once everything :func:`run_plan` takes holds, before Ray is reached: the
+    durations (:class:`UsageError`), the daemons' options (:func:`start_daemons`' rules), the
+    plan, every GPU's jobs file and the daemon it needs, and a writable output folder."""
+    import math
+
+    from colocation.config import RunConfig
+    from colocation.jobs_errors import value_problem
+    from orion.ray.agent import check_daemon_options
+    from orion_common.errors import UsageError
+    from placement.plan_run import check_plan_run
+
+    problem = value_problem(RunConfig, "duration_s", duration_s)
+    if problem is not None:
+        raise UsageError(f"duration_s: {problem}")
+    if not (isinstance(ready_timeout_s, int | float) and math.isfinite(ready_timeout_s)):
+        raise UsageError(f"ready_timeout_s must be a number of seconds (got {ready_timeout_s!r})")
+    if ready_timeout_s <= 0:
+        raise UsageError(f"ready_timeout_s must be positive (got {ready_timeout_s:g})")
+    check_daemon_options(**daemon_options)
+    loaded = check_plan_run(plan_path, duration_s, output_dir)
+    for index, config in plan_jobs(loaded, duration_s, output_dir.absolute()).items():
+        daemon_need(index, config)
+    return loaded
 
 
 def run_plan(
@@ -394,13 +540,12 @@ def run_plan(
     record's status is ``complete`` when every GPU's run completed, else ``failed``.
     ``job_host`` is the actor class that runs a job (tests give one with a tiny workload).
     """
-    if duration_s <= 0:
-        raise OrionError(f"duration_s must be positive (got {duration_s:g})")
     plan_path = Path(plan)
-    loaded = load_plan(plan_path)
+    output = Path(output_dir)
+    loaded = check_run_plan(plan_path, duration_s, output, ready_timeout_s, daemon_options)
     ray = connect(address)
     placements = place(loaded, start_daemons(**daemon_options))
-    record = PlanRunRecord.create(plan_path, Path(output_dir), engine="ray")
+    record = PlanRunRecord.create(plan_path, output, engine="ray")
     configs = plan_jobs(loaded, duration_s, record.root)
     runs = []
     for placement in placements:
