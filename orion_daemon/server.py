@@ -725,10 +725,11 @@ class Daemon:
     def _follow_learned_hp(self) -> None:
         """An HP client without an offline profile: the BE queue bound follows its step as it is
         learned (scheduler_core.thresholds.learned_step_ns), unless `orion up` fixed it; an
-        eager HP (no step the library can see) gets the fallback once every kernel it launched
-        has a duration."""
+        eager HP (no step the library can see) gets the fallback once nearly all its launches
+        have learned durations (scheduler_core.thresholds.learned_enough)."""
         from scheduler_core.thresholds import (
             FALLBACK_QUEUE_LIMIT_NS,
+            learned_enough,
             learned_step_ns,
             queue_limit_for_step_ns,
         )
@@ -741,7 +742,7 @@ class Daemon:
         learned = self._scheduler.learned(hp.slot)
         step = learned_step_ns(learned)
         if step <= 0:
-            if learned and all(int(e.get("duration_ns") or 0) > 0 for e in learned):
+            if learned_enough(learned):
                 self._apply_queue_limit(FALLBACK_QUEUE_LIMIT_NS)
             return
         target = hp.latency_target_ms * 1e6 if hp.latency_target_ms is not None else None

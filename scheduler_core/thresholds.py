@@ -83,6 +83,21 @@ def learned_step_ns(learned: list[dict]) -> float:
     return float(max(durations, default=0))
 
 
+LEARNED_LAUNCH_SHARE = 0.99
+"""The share of an eager HP's launches whose kernels must have learned durations before its
+queue bound leaves the tight bound of its join for the fallback (and the latency loop starts). Not
+every kernel: a rarely launched one may never get its samples, and the suite's eager encoder
+service, 99.94% learned, stayed at the join's bound with the loop off for its whole run."""
+
+
+def learned_enough(learned: list[dict]) -> bool:
+    """Whether an HP's online profile covers enough of its work to steer by: kernels with a
+    learned duration account for at least :data:`LEARNED_LAUNCH_SHARE` of its launches."""
+    launches = sum(int(e.get("launches") or 0) for e in learned)
+    known = sum(int(e.get("launches") or 0) for e in learned if int(e.get("duration_ns") or 0) > 0)
+    return launches > 0 and known >= LEARNED_LAUNCH_SHARE * launches
+
+
 def alone_latency_ns(kernels: pd.DataFrame | None, metadata: dict | None = None) -> float:
     """How long an HP request takes alone as its profile says: the step's wall time on the GPU
     (``step_gpu_span_ns``, a graph profile's) when it has one, else its kernels' GPU time; 0

@@ -75,3 +75,16 @@ def test_a_target_below_the_hp_alone_is_refused_with_both_numbers():
     assert "1.1 ms is below this HP's latency alone, 1.3 ms" in message
     assert target_below_alone_refusal(alone, 2.6 * MS) == ""
     assert target_below_alone_refusal(0.0, 0.1 * MS) == ""  # no profile: nothing to refuse by
+
+
+def test_an_eager_hp_is_learned_enough_when_nearly_all_its_launches_are():
+    # A kernel launched a handful of times may never get its samples; it must not keep the HP's
+    # queue bound at its join's forever (the suite's eager encoder: 99.94% of launches learned).
+    from scheduler_core.thresholds import learned_enough
+
+    common = {"launches": 99_940, "duration_ns": 40_000}
+    rare = {"launches": 60, "duration_ns": 0}
+    assert learned_enough([common, rare])
+    assert not learned_enough([{"launches": 900, "duration_ns": 40_000}, {"launches": 100}])
+    assert not learned_enough([])
+    assert not learned_enough([{"launches": 0, "duration_ns": 0}])
