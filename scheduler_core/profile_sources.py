@@ -10,6 +10,7 @@ time of the known part beside them. One reading, here, for `orion status` and `o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 SOURCES = ("offline", "online", "unknown")
@@ -31,6 +32,39 @@ def profile_sources(stats: dict[str, Any]) -> dict[str, Any]:
         "offline_gpu_ms": round(int(stats.get("offline_ns", 0)) / 1e6, 3),
         "online_gpu_ms": round(int(stats.get("online_ns", 0)) / 1e6, 3),
     }
+
+
+TAIL_SHARE = 0.01
+"""A p99 target is missed once more than 1% of an HP's requests are slower than it allows: the
+share of felt samples above a ratio that says the tail is at least that ratio."""
+TAIL_MIN_SAMPLES = 50
+"""Felt samples a window needs before its tail is read (fewer, and one slow launch is 2%)."""
+TAIL_STEER_RATIO = 2.0
+"""The smallest tail ratio the latency loop acts on: an HP's launches alone scatter by tens of
+percent around their learned durations (host wake-ups, clocks), not by twice."""
+
+
+def felt_tail(samples: int, slower: Sequence[int]) -> dict[float, float] | None:
+    """Over a window of ``samples`` felt samples, the share of them slower than each of the
+    library's ratios (``FELT_TAIL_RATIOS``; ``slower[k]`` counts those above ratio k); None for
+    a window with fewer than :data:`TAIL_MIN_SAMPLES`."""
+    from scheduler_core.library import native_module
+
+    ratios = native_module().FELT_TAIL_RATIOS
+    if samples < TAIL_MIN_SAMPLES or len(slower) != len(ratios):
+        return None
+    return {float(r): count / samples for r, count in zip(ratios, slower, strict=True)}
+
+
+def tail_slowdown(
+    tail: dict[float, float] | None, minimum: float = TAIL_STEER_RATIO
+) -> float | None:
+    """The largest ratio, at least ``minimum``, that more than :data:`TAIL_SHARE` of the felt
+    samples exceeded: the HP's tail is at least that many times alone. None when none did."""
+    if not tail:
+        return None
+    above = [ratio for ratio, share in tail.items() if ratio >= minimum and share > TAIL_SHARE]
+    return max(above, default=None)
 
 
 def interference(

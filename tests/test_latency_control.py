@@ -251,3 +251,26 @@ def test_the_loop_reads_the_slowdown_as_felt_where_it_was_measured():
     assert recent_slowdown(samples((2, 1.2, None), (4, 1.2, None)), 2.0) == pytest.approx(1.2)
     # Only the last period counts.
     assert recent_slowdown(samples((2, 3.0, 3.0), (4, 1.0, 1.0)), 2.0) == pytest.approx(1.0)
+
+
+def test_the_loop_reads_the_felt_tail_where_more_than_one_percent_is_slow():
+    # A p99 target is about the slowest 1%: 3% of the felt samples slower than 4x alone moves the
+    # reading to 4 even though the mean reads about as alone; 0.5% does not, nor does a tail
+    # below 2x (alone jitter), nor a window of too few samples to say.
+    from orion_daemon.status import recent_slowdown
+
+    def window(samples: int, slower: tuple[int, ...], mean: float = 0.95) -> list[ClientSample]:
+        expected = 10_000_000
+        return [
+            ClientSample(0.0, 0, felt_slower=(0, 0, 0, 0)),
+            ClientSample(
+                2.0, 100, felt_ns=int(expected * mean), felt_expected_ns=expected,
+                felt_samples=samples, felt_slower=slower,
+            ),
+        ]  # fmt: skip
+
+    assert recent_slowdown(window(200, (12, 8, 6, 6)), 2.0) == pytest.approx(4.0)
+    assert recent_slowdown(window(200, (12, 8, 6, 1)), 2.0) == pytest.approx(2.0)
+    assert recent_slowdown(window(200, (1, 1, 1, 1)), 2.0) == pytest.approx(0.95)
+    assert recent_slowdown(window(200, (40, 20, 0, 0)), 2.0) == pytest.approx(0.95)
+    assert recent_slowdown(window(20, (20, 20, 20, 20)), 2.0) == pytest.approx(0.95)

@@ -362,6 +362,9 @@ public:
         out["felt_samples"] = s.felt_samples.load();
         out["felt_ns"] = s.felt_ns.load();
         out["felt_expected_ns"] = s.felt_expected_ns.load();
+        py::list slower;
+        for (const auto& count : s.felt_slower) slower.append(count.load());
+        out["felt_slower"] = slower;
         out["graphs_segmented"] = s.graphs_segmented.load();
         out["graph_segments"] = s.graph_segments.load();
         out["ungated_graph_why"] =
@@ -605,6 +608,11 @@ PYBIND11_MODULE(_native, m) {
     using orion::Run;
     m.doc() = "Controller access to orion's per-run shared memory (create, load, publish, read).";
     m.attr("LAYOUT_VERSION") = orion::kLayoutVersion;
+    {
+        py::list ratios;
+        for (const std::uint32_t percent : orion::kFeltTailPercents) ratios.append(percent / 100.0);
+        m.attr("FELT_TAIL_RATIOS") = py::tuple(ratios);
+    }
     m.attr("MAX_CLIENTS") = orion::kMaxClients;
     m.attr("MAX_KERNELS_PER_CLIENT") = orion::kKernelSlots / 2;
     m.attr("MAX_HP_INSPECTED") = orion::kMaxHpInspected;

@@ -188,9 +188,15 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
         const std::uint64_t overhead = felt - use.expected_ns;
         overhead_ns_ = overhead_ns_ == 0 ? overhead : overhead_ns_ - overhead_ns_ / 8 + overhead / 8;
     }
+    const std::uint64_t expected = use.expected_ns + overhead_ns_;
     stats_->felt_samples.fetch_add(1, std::memory_order_relaxed);
     stats_->felt_ns.fetch_add(felt, std::memory_order_relaxed);
-    stats_->felt_expected_ns.fetch_add(use.expected_ns + overhead_ns_, std::memory_order_relaxed);
+    stats_->felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
+    for (std::uint32_t k = 0; k < kFeltTails; ++k) {
+        if (felt * 100 > expected * kFeltTailPercents[k]) {
+            stats_->felt_slower[k].fetch_add(1, std::memory_order_relaxed);
+        }
+    }
 }
 
 void LaunchSampler::deliver(const SampleUse& use, std::uint64_t duration_ns) {

@@ -42,7 +42,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     (kStartedMark), GateBlock::hold_passes, ClientStats::sampling_holds and held_samples,
 //     Reason::kSamplingHold; RunHeader::hold_long_be (the latency controller's strictest step)
 // 12: BE graphs split into segments (BeGraphGate::kSegments): ClientStats::graphs_segmented and
-//     graph_segments; ClientSlot::ungated_graph_why (the first graph orion could not bound)
+//     graph_segments; ClientSlot::ungated_graph_why (the first graph orion could not bound);
+//     ClientStats::felt_slower (the felt slowdown's tail)
 constexpr std::uint32_t kLayoutVersion = 12;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
@@ -56,7 +57,11 @@ constexpr std::uint32_t kLearnedSlots = 2048;  // per client; power of two; kern
 constexpr std::uint32_t kLearnedNodes = 8192;  // per client: kernel nodes of its learned graphs
 constexpr std::uint32_t kLearnedNameBytes = 512 * 1024;  // per client: learned kernels' names
 constexpr std::uint32_t kLearnSamples = 8;     // durations an entry keeps (its median's window)
-constexpr std::uint32_t kLearnMinSamples = 5;  // a learned entry gates from this many samples on
+constexpr std::uint32_t kLearnMinSamples = 5;
+constexpr std::uint32_t kFeltTails = 4;
+// Felt/expected ratios whose exceedances an HP client counts (ClientStats::felt_slower), in
+// hundredths so that the launch sampler compares integers.
+constexpr std::uint32_t kFeltTailPercents[kFeltTails] = {125, 150, 200, 400};  // a learned entry gates from this many samples on
 constexpr std::size_t kPageBytes = 4096;
 
 static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
@@ -353,6 +358,10 @@ struct ClientStats {
     // segments they were split into.
     std::atomic<std::uint64_t> graphs_segmented;
     std::atomic<std::uint64_t> graph_segments;
+    // The felt slowdown's tail: felt samples that took more than kFeltTailRatios[k] times their
+    // expected time. felt_ns / felt_expected_ns is a mean, which a few percent of requests each
+    // slowed many times over hardly move; a p99 target is about those.
+    std::atomic<std::uint64_t> felt_slower[kFeltTails];
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
