@@ -26,7 +26,22 @@ def _held(client: dict[str, Any]) -> str:
     reasons = ", ".join(f"{reason} {count}" for reason, count in client["held_by"].items())
     held = f"{client['held_launches']} ({client['held_ms']:.0f} ms)"
     gates = f"{client['gate_waits']} gate waits"
-    return "; ".join(part for part in (held, gates, reasons) if part)
+    return "; ".join(part for part in (held, gates, reasons, _graphs(client)) if part)
+
+
+def _graphs(client: dict[str, Any]) -> str:
+    """How its CUDA graphs were held: split, gated inside, or (with why) run whole."""
+    parts = []
+    if client.get("graphs_segmented"):
+        parts.append(
+            f"{client['graphs_segmented']} graphs split into {client['graph_segments']} segments"
+        )
+    if client.get("graphs_gated"):
+        parts.append(f"{client['graphs_gated']} graphs gated inside")
+    if client.get("graphs_ungated"):
+        why = client.get("ungated_graph_why") or "see its log"
+        parts.append(f"{client['graphs_ungated']} graphs whole ({shown(why)})")
+    return "; ".join(parts)
 
 
 def _sources(client: dict[str, Any]) -> str:
@@ -40,7 +55,9 @@ def _slowdown(client: dict[str, Any]) -> str:
     """As the program feels it where measured (waiting for the GPU included), else GPU time."""
     felt = client.get("felt_slowdown")
     if felt is not None:
-        return f"{felt:.2f}x felt"
+        tail = client.get("felt_tail") or {}
+        slow = tail.get("2x")
+        return f"{felt:.2f}x felt" + (f", {slow:.1%} over 2x" if slow else "")
     return "-" if client["interference"] is None else f"{client['interference']:.2f}x"
 
 

@@ -205,3 +205,31 @@ def test_quota_changes_a_daemon_clients_limits_by_name(tmp_path, monkeypatch):
         assert (trainer["memory_limit_bytes"], trainer["max_util"]) == (2 << 30, 0.3)
     finally:
         daemon.close()
+
+
+def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
+    # What a user reads without --json: a BE graph orion ran whole, with why, beside the ones it
+    # split; the HP's felt slowdown with the share of its launches over twice alone.
+    from rich.console import Console
+
+    from orion_cli.status import status_table
+
+    base = {
+        "pid": 1, "state": "attached", "command": ["p"], "launches_per_s": 10.0, "gpu_share": 0.0,
+        "memory_used_bytes": 0, "memory_limit_bytes": None, "held_launches": 0, "held_ms": 0.0,
+        "gate_waits": 5, "held_by": {}, "interference": 1.0, "felt_slowdown": None,
+        "profile_sources": {"launch_share": {"offline": 0.0, "online": 1.0, "unknown": 0.0}},
+    }  # fmt: skip
+    hp = {**base, "name": "svc", "role": "hp", "felt_slowdown": 0.9,
+          "felt_tail": {"1.25x": 0.2, "1.5x": 0.1, "2x": 0.03, "4x": 0.0}}  # fmt: skip
+    why = "the driver did not list its edges"
+    be = {**base, "name": "jax", "role": "be", "graphs_segmented": 2, "graph_segments": 107,
+          "graphs_ungated": 1, "ungated_graph_why": why}  # fmt: skip
+    status = {"gpu": 0, "gpu_name": "G", "policy": "orion", "sharing": "timeslice", "pid": 9,
+              "uptime_s": 1.0, "free_slots": 14, "clients": [hp, be]}  # fmt: skip
+    console = Console(width=400, record=True)
+    console.print(status_table(status))
+    text = console.export_text()
+    assert "2 graphs split into 107 segments" in text
+    assert "1 graphs whole (the driver did not list its edges)" in text
+    assert "0.90x felt, 3.0% over 2x" in text
