@@ -13,6 +13,7 @@ order of events.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,32 +87,62 @@ def test_policies_that_do_not_hold_be_for_hp_ignore_the_quiet_spell(policy):
     assert decision == (True, "not_gated")
 
 
-@pytest.mark.parametrize("be_gate", ["gpu", "cpu"])
-def test_be_work_waits_out_the_hp_quiet_spell(harness: Harness, tmp_path: Path, be_gate: str):
-    go, done = tmp_path / "go", tmp_path / "done"
-    hp_log, be_log = tmp_path / "hp.log", tmp_path / "be.log"
+def hp_then_be(
+    harness: Harness,
+    tmp_path: Path,
+    run_settings: SchedulerSettings,
+    hp_script: str,
+    *,
+    hp_ms: int = 1,
+    hp_env: dict[str, str] | None = None,
+    begin: Callable[[], int] = lambda: 0,
+    hp_event: str = "exec_end",
+    finish: Callable[[], object] = lambda: None,
+) -> tuple[int, dict, dict]:
+    """Starts the HP's script (logging to hp.log), calls ``begin``, waits for ``hp_event`` in the
+    HP's log, runs BE's one kernel to its end (be.log), then lets the HP end with ``finish``.
+    Returns what ``begin`` returned, BE's statistics and the gate keeper's."""
     hp_process = be_process = None
-    with SchedulerRun(settings(be_gate, QUIET_NS)) as run:
-        hp, be = add_clients(run)
+    with SchedulerRun(run_settings) as run:
+        hp, be = add_clients(run, hp_ms)
         try:
-            # The HP launches once (after `go`), then stays attached, launching nothing more.
             hp_process = harness.start(
-                f"func hk 1000 await {go} launch hk 1 32 0 sync 0 await {done}",
-                env=run.client_environment(hp),
-                log=hp_log,
+                hp_script, env={**run.client_environment(hp), **(hp_env or {})},
+                log=tmp_path / "hp.log",
+            )  # fmt: skip
+            begun = begin()
+            wait_for(lambda: events(tmp_path / "hp.log", hp_event), what=f"the HP's {hp_event}")
+            be_process = harness.start(
+                BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log"
             )
-            before_hp_launch_ns = time.monotonic_ns()
-            go.touch()
-            wait_for(lambda: events(hp_log, "exec_end"), what="the HP's kernel to end")
-            # HP is idle now: without the spell BE would run at once.
-            be_process = harness.start(BE_SCRIPT, env=run.client_environment(be), log=be_log)
             assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
-            done.touch()
+            finish()
             assert hp_process.wait(timeout=30) == 0, hp_process.stderr.read()
         finally:
             stop(hp_process, be_process)
-        stats = run.stats()["be"]
-        gates = run.gate_stats()
+        return begun, run.stats()["be"], run.gate_stats()
+
+
+@pytest.mark.parametrize("be_gate", ["gpu", "cpu"])
+def test_be_work_waits_out_the_hp_quiet_spell(harness: Harness, tmp_path: Path, be_gate: str):
+    go, done = tmp_path / "go", tmp_path / "done"
+
+    def let_hp_launch() -> int:
+        before_ns = time.monotonic_ns()
+        go.touch()
+        return before_ns
+
+    # The HP launches once (after `go`), then stays attached, launching nothing more; BE comes
+    # once the HP's kernel has ended, when without the spell it would run at once.
+    before_hp_launch_ns, stats, gates = hp_then_be(
+        harness,
+        tmp_path,
+        settings(be_gate, QUIET_NS),
+        f"func hk 1000 await {go} launch hk 1 32 0 sync 0 await {done}",
+        begin=let_hp_launch,
+        finish=done.touch,
+    )
+    hp_log, be_log = tmp_path / "hp.log", tmp_path / "be.log"
     (hp_launch,) = events(hp_log, "launch")
     assert hp_launch.time_ns >= before_hp_launch_ns
     (be_start,) = events(be_log, "exec_start")
@@ -133,29 +164,22 @@ def test_without_a_quiet_spell_be_runs_beside_the_hp_as_before(
     harness: Harness, tmp_path: Path, be_gate: str
 ):
     hold = HeldKernel("hk", tmp_path / "release-hp")
-    hp_log, be_log = tmp_path / "hp.log", tmp_path / "be.log"
-    hp_process = be_process = None
-    with SchedulerRun(settings(be_gate, 0)) as run:
-        assert run.settings.hp_quiet_ns == 0  # the default is off
-        hp, be = add_clients(run, hp_ms=300)
-        try:
-            hp_process = harness.start(
-                "func hk 300000 launch hk 1 32 0 sync 0",
-                env={**run.client_environment(hp), **hold.env()},
-                log=hp_log,
-            )
-            wait_for(lambda: events(hp_log, "exec_start"), what="the HP's kernel to start")
-            be_process = harness.start(BE_SCRIPT, env=run.client_environment(be), log=be_log)
-            # HP's kernel runs until released: BE finishes beside it, whatever the time.
-            assert be_process.wait(timeout=30) == 0, be_process.stderr.read()
-            hold.release()
-            assert hp_process.wait(timeout=30) == 0, hp_process.stderr.read()
-        finally:
-            stop(hp_process, be_process)
-        stats = run.stats()["be"]
-        gates = run.gate_stats()
-    (be_end,) = events(be_log, "exec_end")
-    (hp_end,) = events(hp_log, "exec_end")
+    run_settings = settings(be_gate, 0)
+    assert SchedulerSettings(policy="orion", sm_count=1, queue_limit_ns=0,
+                             unknown_duration_ns=0).hp_quiet_ns == 0  # fmt: skip
+    # HP's kernel runs until released: BE finishes beside it, whatever the time.
+    _, stats, gates = hp_then_be(
+        harness,
+        tmp_path,
+        run_settings,
+        "func hk 300000 launch hk 1 32 0 sync 0",
+        hp_ms=300,
+        hp_env=hold.env(),
+        hp_event="exec_start",
+        finish=hold.release,
+    )
+    (be_end,) = events(tmp_path / "be.log", "exec_end")
+    (hp_end,) = events(tmp_path / "hp.log", "exec_end")
     assert be_end.time_ns < hp_end.time_ns  # beside the HP's kernel, not after it
     assert stats["reasons"]["hp_not_quiet"] == 0
     assert gates["quiet_holds"] == 0
