@@ -12,6 +12,7 @@ order of events.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,9 @@ from pathlib import Path
 import pytest
 from daemon_harness import RunningDaemon
 from native_harness import MS, Harness, HeldKernel, kernel_table, read_log, wait_for
+from typer.testing import CliRunner
 
+from orion_cli.app import app
 from orion_common.errors import OrionError
 from orion_daemon import state
 from scheduler_core import SchedulerRun, SchedulerSettings, native_module
@@ -212,6 +215,13 @@ def test_the_daemon_runs_with_the_quiet_spell_it_was_given(tmp_path: Path):
     running = RunningDaemon(tmp_path / "gpu0", policy="orion", hp_quiet_us=300)
     try:
         assert running.status()["hp_quiet_us"] == 300
+        shown = CliRunner().invoke(app, ["status", "--json", "--state-dir", str(tmp_path)])
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["hp_quiet_us"] == 300
+        table = CliRunner().invoke(
+            app, ["status", "--state-dir", str(tmp_path)], env={"COLUMNS": "250"}
+        )
+        assert "BE waits out a 300-us quiet spell of the HP" in table.output
         record = state.live_record(running.folder)
         assert native_module().Run.attach(record["scheduler"]["shm"]).hp_quiet_ns == 300_000
     finally:
