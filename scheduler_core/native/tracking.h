@@ -59,11 +59,15 @@ inline std::uint64_t quiet_spell_end_ns(std::uint64_t last_launch_ns, std::uint6
     return now_ns < end ? end : 0;
 }
 
-// The end of the run's HP quiet spell (RunHeader::hp_quiet_ns) in force at `now_ns`, 0 if none.
-// The rings are not read while the setting is off.
+// The end of the run's HP quiet spell (RunHeader::hp_quiet_ns) in force at `now_ns`, 0 if none
+// (always 0 under a policy that does not hold BE for HP). The rings are not read while the
+// setting is off.
 inline std::uint64_t hp_quiet_until_ns(const RunView& view, std::uint64_t now_ns) {
-    const std::uint64_t quiet_ns = view.header().hp_quiet_ns;
-    return quiet_ns == 0 ? 0 : quiet_spell_end_ns(hp_last_launch_ns(view), quiet_ns, now_ns);
+    const RunHeader& header = view.header();
+    if (header.hp_quiet_ns == 0 || !policy_holds_be_for_hp(static_cast<Policy>(header.policy))) {
+        return 0;
+    }
+    return quiet_spell_end_ns(hp_last_launch_ns(view), header.hp_quiet_ns, now_ns);
 }
 
 // Whether `client` has launches the GPU has not finished. For a client whose completions the GPU
