@@ -54,6 +54,7 @@ _LABELS = {
     "queue_limit_ns": "BE queue limit",
     "unknown_duration_ns": "unprofiled kernel duration",
     "trace": "kernel trace",
+    "hp_quiet_us": "HP quiet spell",
 }
 
 
@@ -66,6 +67,8 @@ def _shown(field: str, value: Any) -> str:
         return f"{value / 1e3:g} us"
     if field == "quota_window_ns":
         return f"{value / 1e9:g} s"
+    if field == "hp_quiet_us":
+        return f"{value:g} us" if value else "off"
     if isinstance(value, bool):
         return "on" if value else "off"
     return repr(value)

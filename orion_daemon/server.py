@@ -56,6 +56,7 @@ from orion_daemon.protocol import answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
+from scheduler_core.settings import HP_QUIET_US
 from scheduler_core.sharing import default_be_graph_gate, default_sharing, native_sharing_problem
 
 TICK_S = 0.1
@@ -128,6 +129,9 @@ class DaemonSettings:
     ``hold`` trades BE's progress for HP's latency while a daemon is stopped or stalled."""
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S
     """Under ``hold``, how long BE holds for a silent daemon before it runs ungated."""
+    hp_quiet_us: float = 0.0
+    """:data:`scheduler_core.settings.HP_QUIET_US`: the HP's quiet spell BE work waits out under
+    reef and orion (0: off)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -151,6 +155,10 @@ class DaemonSettings:
                 f"daemon_gone_hold_s must be over 0 and at most {MAX_DAEMON_GONE_HOLD_S:g} s "
                 f"(got {self.daemon_gone_hold_s:g})"
             )
+        problem = HP_QUIET_US.problem(self.hp_quiet_us)
+        if problem is not None:
+            raise OrionError(problem)
+        object.__setattr__(self, "hp_quiet_us", HP_QUIET_US.parse(self.hp_quiet_us) or 0.0)
         if not self.attach_timeout_s > 0:
             raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
         if self.metrics_listen is not None:  # checked, and kept in one spelling
@@ -204,6 +212,7 @@ SCHEDULING = (
     "queue_limit_ns",
     "unknown_duration_ns",
     "trace",
+    "hp_quiet_us",
 )
 """The settings that decide how clients are scheduled and recorded: a run uses a running daemon
 only when these are what it needs."""
@@ -322,6 +331,7 @@ class Daemon:
                     quotas=s.shares,
                     quota_window_ns=s.quota_window_ns,
                     open_slots=True,
+                    hp_quiet_ns=round(s.hp_quiet_us * 1000),
                 )
             )
         )
@@ -961,6 +971,7 @@ class Daemon:
             "pid": os.getpid(),
             "uptime_s": round(self.clock.now(), 3),
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
+            "hp_quiet_us": self.settings.hp_quiet_us,
             "latency_control": self._latency_status(),
             "free_slots": self._free_slots(),
             "owner": self.settings.owner,

@@ -27,6 +27,7 @@ HELD_REASONS = (
     "hp_backlog",
     "hp_busy",
     "sampling_hold",
+    "hp_not_quiet",
 )
 """Reasons a BE launch waited (the library counts each blocked launch once per reason)."""
 

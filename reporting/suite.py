@@ -38,7 +38,11 @@ from reporting.stats import (
 SUITE_FORMAT = "orion-suite/1"
 SUMMARY_FORMAT = "orion-suite-summary/1"
 ORION_MODE = "orion"
-ORION_VARIANTS = {"orion-mps": ("--sharing", "mps"), "orion-cpu-gate": ("--be-gate", "cpu")}
+ORION_VARIANTS = {
+    "orion-mps": ("--sharing", "mps"),
+    "orion-cpu-gate": ("--be-gate", "cpu"),
+    "orion-quiet": ("--hp-quiet-us", "300"),
+}
 """orion with one setting away from its defaults (``orion up`` options): rows of their own, never
 scored as the suite's orion nor counted as a competitor."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
@@ -47,6 +51,7 @@ MODE_TEXT = {
     "orion": "orion up (defaults)",
     "orion-mps": "orion up --sharing mps",
     "orion-cpu-gate": "orion up --be-gate cpu",
+    "orion-quiet": "orion up --hp-quiet-us 300 (BE waits out a 300-us quiet spell of the HP)",
     "timeslice": "plain processes (time slicing)",
     "mps": "MPS",
     "mps-priority": "MPS, BE clients at lower priority",

@@ -55,6 +55,9 @@ BE_GRAPH_GATES: tuple[str, ...] = get_args(BeGraphGate)
 DEFAULT_BE_GRAPH_GATE = "inside"
 """For settings made without a sharing mode (the library's own); runs and daemons pass their
 mode's (:func:`scheduler_core.sharing.default_be_graph_gate`)."""
+MAX_HP_QUIET_NS = 1_000_000_000
+"""The longest quiet spell of the HP a run may ask for (``SchedulerSettings.hp_quiet_ns``; the
+library's ``kMaxHpQuietNs``)."""
 TRACE_CAPACITY = 65536
 """Trace records per client kept between two drains when a run records a kernel trace."""
 _SHM_PREFIX = "orion-"
@@ -110,6 +113,10 @@ class SchedulerSettings:
     # An open run (a daemon's): clients join after publication (`join`) and their slots are
     # reused once their processes are gone (`reap`); a closed run's clients are fixed first.
     open_slots: bool = False
+    # The HP's quiet spell (0 = off): under reef and orion no BE work is admitted until the HP
+    # has launched nothing for this long, so BE stays out of the short gaps between the kernels
+    # of one HP request (time-sliced, each such gap costs the HP two context switches).
+    hp_quiet_ns: int = 0
 
     @property
     def holds_be_on_gpu(self) -> bool:
@@ -150,6 +157,10 @@ class SchedulerSettings:
         for name in ("queue_limit_ns", "unknown_duration_ns", "stale_ns", "trace_capacity"):
             if getattr(self, name) < 0:
                 raise OrionError(f"{name} must not be negative (got {getattr(self, name)})")
+        if not 0 <= self.hp_quiet_ns <= MAX_HP_QUIET_NS:
+            raise OrionError(
+                f"hp_quiet_ns must be 0 (off) to {MAX_HP_QUIET_NS} (1 s) (got {self.hp_quiet_ns})"
+            )
 
 
 def set_quota(run: Any, index: int, min_util: float, max_util: float) -> None:
@@ -210,6 +221,7 @@ class SchedulerRun:
                 settings.quota_window_ns,
                 settings.open_slots,
                 settings.be_graph_gate,
+                settings.hp_quiet_ns,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None

@@ -14,6 +14,7 @@ and ``none`` where a person types one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,8 @@ class Setting:
     name: str
     """Its name wherever it is a field or keyword: jobs.json, ``JoinRequest``, orion.ray."""
     kind: str
-    """What kind of value it is, which decides its one parser: ``size`` or ``choice``."""
+    """What kind of value it is, which decides its one parser: ``size``, ``choice`` or
+    ``number`` (a real number within :attr:`bounds`, in :attr:`unit`)."""
     help: str
     """What it does, for people: the CLI's help and the docs' table, in one sentence or two."""
     unset: str
@@ -43,7 +45,7 @@ class Setting:
     unit: str = ""
     choices: tuple[str, ...] = ()
     bounds: tuple[int, int] | None = None
-    """Inclusive bounds of a number."""
+    """Inclusive bounds of a size or a number."""
     variable: str | None = None
     """The environment variable a joining program reads it from (``daemon_join.h``), if any."""
 
@@ -57,6 +59,9 @@ class Setting:
         """What values it takes, in words (for help texts and errors)."""
         if self.kind == "size":
             return SIZE_FORMAT.removeprefix("use ")
+        if self.kind == "number":
+            low, high = self.bounds or (0, 0)
+            return f"a number of {self.unit} from {low:,} to {high:,}"
         return "one of " + ", ".join(self.choices)
 
     def parse(self, value: Any) -> Any:
@@ -107,7 +112,22 @@ def _choice(setting: Setting, value: Any) -> str:
     return str(value)
 
 
-_PARSERS: dict[str, Callable[[Setting, Any], Any]] = {"size": _size, "choice": _choice}
+def _number(setting: Setting, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{setting.name} is not a number (got {value!r})") from None
+    low, high = setting.bounds or (0, 0)
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ValueError(f"{setting.name} must be {low:,} to {high:,} {setting.unit} (got {value})")
+    return number
+
+
+_PARSERS: dict[str, Callable[[Setting, Any], Any]] = {
+    "size": _size,
+    "choice": _choice,
+    "number": _number,
+}
 
 MEMORY_LIMIT = Setting(
     name="memory_limit",
@@ -150,7 +170,18 @@ BE_GRAPH_GATE = Setting(
     unset="segments when time-sliced (a graph stopped at a wait node inside it keeps its "
     "context on the GPU), inside under mps",
 )
-SETTINGS = (MEMORY_LIMIT, SHARING, BE_GATE, BE_GRAPH_GATE)
+HP_QUIET_US = Setting(
+    name="hp_quiet_us",
+    kind="number",
+    unit="us",
+    bounds=(0, 1_000_000),
+    help="The HP's quiet spell: under orion and reef no BE work is let onto the GPU until the HP "
+    "client has launched nothing for this long, so BE stays out of the short gaps between the "
+    "kernels of one HP request (time-sliced, each gap BE gets into costs the HP two context "
+    "switches). 0: off.",
+    unset="0 (off: BE work may run in any gap of the HP's work)",
+)
+SETTINGS = (MEMORY_LIMIT, SHARING, BE_GATE, BE_GRAPH_GATE, HP_QUIET_US)
 
 
 def markdown_table() -> str:

@@ -81,6 +81,11 @@ BEFORE_THE_GPU = [
         "--be-graph-gate: be_graph_gate must be one of inside, whole, segments (got 'outside')",
     ),
     (
+        "up: negative --hp-quiet-us",
+        ["up", "--hp-quiet-us", "-1", "--state-dir", "{tmp}/state"],
+        "--hp-quiet-us: hp_quiet_us must be 0 to 1,000,000 us (got -1)",
+    ),
+    (
         "pairs: negative --time-budget",
         ["pairs", "examples/pairs.json", "--time-budget", "-5", "--out", "{tmp}/m"],
         "--time-budget",

@@ -213,6 +213,7 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
             {"shares": True},
             "quota window 2 s where this run needs 1 s",
         ),
+        ({"hp_quiet_us": 300}, {}, "HP quiet spell 300 us where this run needs off"),
         ({"gpu_name": "another", "memory_bytes": 1}, {}, None),  # facts, not scheduling
     ],
 )  # fmt: skip

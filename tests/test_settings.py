@@ -21,7 +21,14 @@ from orion_common.errors import OrionError, UsageError
 from orion_daemon.admission import JoinRequest, check_request
 from orion_daemon.joining import JOIN_VARIABLES
 from orion_daemon.server import DaemonSettings
-from scheduler_core.settings import MEMORY_LIMIT, SETTINGS, SHARING, UNSET_WORD, markdown_table
+from scheduler_core.settings import (
+    HP_QUIET_US,
+    MEMORY_LIMIT,
+    SETTINGS,
+    SHARING,
+    UNSET_WORD,
+    markdown_table,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS_DOC = REPO / "docs" / "commands.md"
@@ -41,7 +48,8 @@ def option_help(command: str, flag: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("command", "setting"), [("run", MEMORY_LIMIT), ("quota", MEMORY_LIMIT), ("up", SHARING)]
+    ("command", "setting"),
+    [("run", MEMORY_LIMIT), ("quota", MEMORY_LIMIT), ("up", SHARING), ("up", HP_QUIET_US)],
 )
 def test_each_cli_option_takes_its_flag_and_help_from_the_declaration(command, setting):
     help_text = option_help(command, setting.flag)
@@ -106,6 +114,26 @@ def test_a_sharing_mode_not_declared_is_refused_at_each_entry_point(mode):
     assert reason in " ".join(up.output.split())
     with pytest.raises(OrionError, match="sharing must be one of"):
         DaemonSettings(gpu=0, sm_count=1, folder=Path("."), sharing=mode)
+
+
+@pytest.mark.parametrize(("text", "value"), [("300", 300.0), (0, 0.0), ("1e6", 1e6), ("2.5", 2.5)])
+def test_a_number_setting_parses_within_its_bounds(text, value):
+    assert HP_QUIET_US.parse(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("-1", "hp_quiet_us must be 0 to 1,000,000 us (got -1)"),
+        ("1000001", "hp_quiet_us must be 0 to 1,000,000 us (got 1000001)"),
+        ("nan", "hp_quiet_us must be 0 to 1,000,000 us (got nan)"),
+        ("soon", "hp_quiet_us is not a number (got 'soon')"),
+    ],
+)
+def test_a_number_setting_out_of_bounds_is_refused_with_one_reason(text, reason):
+    assert HP_QUIET_US.problem(text) == reason
+    with pytest.raises(OrionError, match="hp_quiet_us"):
+        DaemonSettings(gpu=0, sm_count=1, folder=Path("."), hp_quiet_us=text)
 
 
 def test_the_docs_table_is_made_from_the_declarations():

@@ -103,9 +103,13 @@ public:
                       std::uint64_t stale_ns, std::uint32_t trace_capacity,
                       const std::string& hp_completion, const std::string& be_gate,
                       bool quotas, std::uint64_t quota_window_ns, bool open_slots,
-                      const std::string& be_graph_gate) {
+                      const std::string& be_graph_gate, std::uint64_t hp_quiet_ns) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         if (quota_window_ns == 0) throw py::value_error("quota_window_ns must be positive");
+        if (hp_quiet_ns > kMaxHpQuietNs) {
+            throw py::value_error("hp_quiet_ns must be at most " + std::to_string(kMaxHpQuietNs) +
+                                  " (1 s)");
+        }
         RunConfig config;
         config.be_gate = be_gate_from(be_gate);
         config.be_graph_gate = be_graph_gate_from(be_graph_gate);
@@ -119,6 +123,7 @@ public:
         config.stale_ns = stale_ns;
         config.trace_capacity = trace_capacity;
         config.open_slots = open_slots;
+        config.hp_quiet_ns = hp_quiet_ns;
         std::string error;
         RunMapping mapping = RunMapping::create(name, config, &error);
         if (!mapping.valid()) throw std::runtime_error(error);
@@ -256,6 +261,8 @@ public:
         return name_of(kBeGraphGateNames, header().be_graph_gate);
     }
 
+    std::uint64_t hp_quiet_ns() const { return header().hp_quiet_ns; }
+
     bool gate_open(std::uint32_t client) const {
         check_client(client);
         return (view().gates().gates[client].word.load(std::memory_order_acquire) & kGateOpen) != 0;
@@ -271,6 +278,7 @@ public:
         out["hp_activity"] = block.hp_activity.load();
         out["hold_passes"] = block.hold_passes.load();
         out["long_holds"] = block.long_holds.load();
+        out["quiet_holds"] = block.quiet_holds.load();
         return out;
     }
 
@@ -584,9 +592,10 @@ int quota_holder_for(const py::list& clients, std::uint64_t window_ns, int curre
 py::tuple decide_for(const std::string& policy, const std::string& role, const py::dict& kernel,
                      std::uint32_t sm_count, std::uint64_t queue_limit_ns,
                      std::uint64_t be_outstanding_ns, const py::list& hp_in_flight,
-                     bool sampling_hold) {
+                     bool sampling_hold, std::uint64_t hp_quiet_until_ns) {
     Snapshot snapshot;
     snapshot.sampling_hold = sampling_hold;
+    snapshot.hp_quiet_until_ns = hp_quiet_until_ns;
     snapshot.sm_count = sm_count;
     snapshot.queue_limit_ns = queue_limit_ns;
     snapshot.be_outstanding_ns = be_outstanding_ns;
@@ -613,6 +622,7 @@ PYBIND11_MODULE(_native, m) {
         for (const std::uint32_t percent : orion::kFeltTailPercents) ratios.append(percent / 100.0);
         m.attr("FELT_TAIL_RATIOS") = py::tuple(ratios);
     }
+    m.attr("MAX_HP_QUIET_NS") = orion::kMaxHpQuietNs;
     m.attr("MAX_CLIENTS") = orion::kMaxClients;
     m.attr("MAX_KERNELS_PER_CLIENT") = orion::kKernelSlots / 2;
     m.attr("MAX_HP_INSPECTED") = orion::kMaxHpInspected;
@@ -630,6 +640,7 @@ PYBIND11_MODULE(_native, m) {
     m.def("decide", &orion::decide_for, py::arg("policy"), py::arg("role"), py::arg("kernel"),
           py::arg("sm_count"), py::arg("queue_limit_ns"), py::arg("be_outstanding_ns"),
           py::arg("hp_in_flight"), py::arg("sampling_hold") = false,
+          py::arg("hp_quiet_until_ns") = 0,
           "Runs the scheduling policy on a hand-made snapshot: (launch?, reason).");
     py::class_<Run>(m, "Run")
         .def_static("create", &Run::create, py::arg("name"), py::arg("policy"),
@@ -638,7 +649,7 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate",
                     py::arg("be_gate") = "gpu", py::arg("quotas") = false,
                     py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false,
-                    py::arg("be_graph_gate") = "inside")
+                    py::arg("be_graph_gate") = "inside", py::arg("hp_quiet_ns") = 0)
         .def_static("attach", &Run::attach, py::arg("name"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("policy", &Run::policy)
@@ -649,6 +660,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("hp_completion", &Run::hp_completion)
         .def_property_readonly("be_gate", &Run::be_gate)
         .def_property_readonly("be_graph_gate", &Run::be_graph_gate)
+        .def_property_readonly("hp_quiet_ns", &Run::hp_quiet_ns)
         .def("gate_open", &Run::gate_open, py::arg("client"))
         .def("gate_stats", &Run::gate_stats)
         .def("stop_gate_keeper", &Run::stop_gate_keeper,

@@ -27,8 +27,9 @@ constexpr std::uint64_t kQuotaPollNs = 100'000;
 // work to the clients; the GPU idles this long when the holder has really stopped.
 constexpr std::uint64_t kReturnGraceNs = 5 * kQuotaPollNs;
 // Under RunHeader::hold_long_be, BE work longer than the queue limit waits until the HP has
-// launched nothing for this long: the gaps between an eager request's launches (its host
-// thread launching the next kernel) are shorter, so a long BE kernel never lands inside one.
+// launched nothing for this long (a quiet spell, tracking.h): the gaps between an eager
+// request's launches (its host thread launching the next kernel) are shorter, so a long BE
+// kernel never lands inside one.
 constexpr std::uint64_t kLongHoldQuietNs = 2'000'000;
 
 }  // namespace
@@ -195,19 +196,20 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
     bool all_idle = true;
     // An HP client taking clean samples of its unlearned work: no BE gate opens until the hold
     // ends (the HP bounds it), whatever the policy or a share would say.
-    const bool hold = policy_holds_be_for_hp(policy) && sampling_hold_in_force(header, now_ns);
+    const bool holds_for_hp = policy_holds_be_for_hp(policy);
+    const bool hold = holds_for_hp && sampling_hold_in_force(header, now_ns);
     if (hold) {
         all_idle = false;
         expected_change = header.sampling_hold_until_ns.load(std::memory_order_acquire);
         block.hold_passes.fetch_add(1, std::memory_order_relaxed);
     }
-    // The latency controller's strictest step: the end of the HP's quiet spell long BE work
-    // waits for (0: not held).
-    std::uint64_t long_held_until = 0;
-    if (header.hold_long_be.load(std::memory_order_acquire) != 0 && policy_holds_be_for_hp(policy)) {
-        const std::uint64_t last = hp_last_launch_ns(view_);
-        if (last != 0 && now_ns < last + kLongHoldQuietNs) long_held_until = last + kLongHoldQuietNs;
-    }
+    // The latency controller's strictest step: the end of the HP's quiet spell (tracking.h)
+    // long BE work waits out, 0 when not held. (The run's own spell, RunHeader::hp_quiet_ns,
+    // holds all BE work: decide() says kHpNotQuiet.)
+    const std::uint64_t long_held_until =
+        holds_for_hp && header.hold_long_be.load(std::memory_order_acquire) != 0
+            ? quiet_spell_end_ns(hp_last_launch_ns(view_), kLongHoldQuietNs, now_ns)
+            : 0;
     for (std::uint32_t client = 0; client < count; ++client) {
         const bool gated = policy == Policy::kQuota || view_.client(client).role ==
                                                            static_cast<std::uint32_t>(Role::kBestEffort);
@@ -227,7 +229,16 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
             gather_snapshot(view_, now_ns, batch.duration_ns, &snapshot);
             // The queue bound is kept by where the waits sit (one per queue limit of work).
             snapshot.be_outstanding_ns = 0;
-            open = decide(policy, Role::kBestEffort, batch, snapshot).launch;
+            const Decision decision = decide(policy, Role::kBestEffort, batch, snapshot);
+            open = decision.launch;
+            if (decision.reason == Reason::kHpNotQuiet) {
+                // Shut until the spell ends, and the keeper sleeps until then (an HP launch
+                // meanwhile closes the gates itself, and only makes the spell longer).
+                block.quiet_holds.fetch_add(1, std::memory_order_relaxed);
+                if (expected_change == 0 || snapshot.hp_quiet_until_ns < expected_change) {
+                    expected_change = snapshot.hp_quiet_until_ns;
+                }
+            }
             if (quotas) {
                 // A cap holds the client back and a promise lets it run, whatever HP does.
                 const QuotaVerdict verdict = quota_verdict(shares[client], header.quota_window_ns);

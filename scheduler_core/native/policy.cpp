@@ -48,6 +48,11 @@ Decision decide(Policy policy, Role role, const KernelInfo& kernel, const Snapsh
     if (snapshot.sampling_hold && policy_holds_be_for_hp(policy)) {
         return {false, Reason::kSamplingHold};
     }
+    // Time-sliced, every gap of the HP's work BE gets into costs the HP two context switches:
+    // BE waits until the HP has been quiet for the run's spell, whatever fits beside it.
+    if (snapshot.hp_quiet_until_ns != 0 && policy_holds_be_for_hp(policy)) {
+        return {false, Reason::kHpNotQuiet};
+    }
     switch (policy) {
         case Policy::kReef:
             return reef_decide(kernel, snapshot);
@@ -116,7 +121,7 @@ const char* const kReasonNames[] = {
     "high_priority", "not_gated",       "hp_idle",         "fits_beside",
     "queue_full",    "unknown_beside_hp", "hp_kernel_unknown", "not_enough_sms",
     "class_clash",   "hp_backlog",      "hp_busy",         "gpu_gate",
-    "sampling_hold",
+    "sampling_hold", "hp_not_quiet",
 };
 static_assert(std::size(kReasonNames) == static_cast<std::size_t>(Reason::kCount));
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -205,6 +206,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->be_graph_gate = static_cast<std::uint32_t>(config.be_graph_gate);
     header->quotas = config.quotas ? 1 : 0;
     header->quota_window_ns = config.quota_window_ns;
+    header->hp_quiet_ns = std::min(config.hp_quiet_ns, kMaxHpQuietNs);
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {
         write_slot_defaults(RunView(base, layout, trace_capacity), client);
     }

@@ -30,6 +30,7 @@ struct RunConfig {
     bool quotas = false;
     std::uint64_t quota_window_ns = 1'000'000'000;
     bool open_slots = false;  // a daemon's run: clients join and leave after publication
+    std::uint64_t hp_quiet_ns = 0;  // RunHeader::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
 };
 
 // Owns one mapping of a run's shared memory; unmaps on destruction. Movable, not copyable.

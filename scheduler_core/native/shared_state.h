@@ -44,7 +44,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 12: BE graphs split into segments (BeGraphGate::kSegments): ClientStats::graphs_segmented and
 //     graph_segments; ClientSlot::ungated_graph_why (the first graph orion could not bound);
 //     ClientStats::felt_slower (the felt slowdown's tail)
-constexpr std::uint32_t kLayoutVersion = 12;
+// 13: the HP's quiet spell: RunHeader::hp_quiet_ns (was reserved[0]), Reason::kHpNotQuiet,
+//     GateBlock::quiet_holds
+constexpr std::uint32_t kLayoutVersion = 13;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -287,7 +289,8 @@ enum class Reason : std::uint8_t {
     kHpBusy = 10,           // REEF: HP has work in flight
     kGpuGate = 11,          // BE launch returned at once; its stream waits on the GPU-side gate
     kSamplingHold = 12,     // an HP client is taking clean samples of its unlearned work
-    kCount = 13,
+    kHpNotQuiet = 13,       // the HP launched within its quiet spell (RunHeader::hp_quiet_ns)
+    kCount = 14,
 };
 
 // One launch in a client's trace ring (capacity a power of two; record i in slot i % capacity).
@@ -396,6 +399,7 @@ struct alignas(64) GateBlock {
     std::atomic<std::uint64_t> keeper_heartbeat_ns;
     std::atomic<std::uint64_t> hold_passes;  // keeper passes a sampling hold kept BE gates shut
     std::atomic<std::uint64_t> long_holds;   // gates kept shut on long BE work (hold_long_be)
+    std::atomic<std::uint64_t> quiet_holds;  // gates kept shut in the HP's quiet spell (layout 13)
     GateWord gates[kMaxClients];
 };
 static_assert(sizeof(GateBlock) <= kPageBytes, "the gates must fit one registered page");
@@ -534,8 +538,16 @@ struct alignas(64) RunHeader {
     // 1: the daemon's latency controller is at its strictest: the keeper holds BE work longer
     // than the queue limit (a whole graph, a long kernel) while the HP client is active.
     std::atomic<std::uint32_t> hold_long_be;
-    std::uint64_t reserved[5];
+    // The HP's quiet spell (layout 13; 0: off): under the policies that hold BE for HP, no BE
+    // work is admitted until the HP has launched nothing for this long (hp_quiet_until_ns in
+    // tracking.h). Time-sliced, every gap of the HP's work BE gets into costs the HP two context
+    // switches: this keeps BE out of the short gaps between one request's launches.
+    std::uint64_t hp_quiet_ns;
+    std::uint64_t reserved[4];
 };
+
+// The longest quiet spell a run may ask for (RunHeader::hp_quiet_ns): 1 s.
+constexpr std::uint64_t kMaxHpQuietNs = 1'000'000'000;
 
 static_assert(std::is_standard_layout_v<RunHeader>);
 static_assert(std::is_standard_layout_v<ClientSlot>);

@@ -119,6 +119,7 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
     out->hp_backlog = false;
     out->earliest_end_ns = 0;
     out->sampling_hold = sampling_hold_in_force(header, now_ns);
+    out->hp_quiet_until_ns = hp_quiet_until_ns(view, now_ns);
     for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
          ++client) {
         const ClientSlot& slot = view.client(client);
@@ -163,9 +164,12 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
             }
         }
     }
-    // Nothing changes for a held BE launch before the hold ends: it sleeps until then.
-    if (out->sampling_hold) {
-        out->earliest_end_ns = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+    // Nothing changes for a held BE launch before the hold and the HP's quiet spell end (an HP
+    // launch meanwhile only makes the spell longer): it sleeps until then.
+    if (out->sampling_hold || out->hp_quiet_until_ns != 0) {
+        const std::uint64_t hold_end =
+            out->sampling_hold ? header.sampling_hold_until_ns.load(std::memory_order_acquire) : 0;
+        out->earliest_end_ns = std::max(hold_end, out->hp_quiet_until_ns);
     }
 }
 

@@ -47,6 +47,29 @@ bool be_may_run(const RunView& view, std::uint64_t now_ns);
 // When the newest launch of any HP client was made (monotonic ns), 0 if none.
 std::uint64_t hp_last_launch_ns(const RunView& view);
 
+// The HP's quiet spell, the one rule of both gates (the CPU gate's decide() through
+// Snapshot::hp_quiet_until_ns, the gate keeper's pass) and of the keeper's long hold: BE work
+// waits until the HP has launched nothing for `quiet_ns` since its newest launch at
+// `last_launch_ns`. Returns when the spell ends (monotonic ns), 0 when none is in force at
+// `now_ns`: no spell asked for, no HP launch yet, or the spell is over.
+inline std::uint64_t quiet_spell_end_ns(std::uint64_t last_launch_ns, std::uint64_t quiet_ns,
+                                        std::uint64_t now_ns) {
+    if (quiet_ns == 0 || last_launch_ns == 0) return 0;
+    const std::uint64_t end = last_launch_ns + quiet_ns;
+    return now_ns < end ? end : 0;
+}
+
+// The end of the run's HP quiet spell (RunHeader::hp_quiet_ns) in force at `now_ns`, 0 if none
+// (always 0 under a policy that does not hold BE for HP). The rings are not read while the
+// setting is off.
+inline std::uint64_t hp_quiet_until_ns(const RunView& view, std::uint64_t now_ns) {
+    const RunHeader& header = view.header();
+    if (header.hp_quiet_ns == 0 || !policy_holds_be_for_hp(static_cast<Policy>(header.policy))) {
+        return 0;
+    }
+    return quiet_spell_end_ns(hp_last_launch_ns(view), header.hp_quiet_ns, now_ns);
+}
+
 // Whether `client` has launches the GPU has not finished. For a client whose completions the GPU
 // writes this is exact however long its work waits (behind a closed gate, say): the newest
 // launch's word is checked, never the staleness bound. Otherwise its estimated ends decide.
