@@ -4,8 +4,9 @@ The agent is a named, detached actor (``orion-agent-<node id>`` in namespace ``o
 to its node and holding no resources, so asking for it twice, from any driver, finds the one
 there is (``get_if_exists``), and it lives as long as the node. It starts each missing daemon as
 `orion up` would (:func:`orion_daemon.control.gpu_settings`), told to stop when the agent's
-process is gone (``--stop-with``): when the node or the cluster stops, or the agent is killed,
-its daemons open their gates and stop within a tenth of a second, and no daemon outlives the
+process is gone (``DaemonSettings.stop_with_pid``): when the node or the cluster stops, or the
+agent is killed, its daemons open their gates and stop within a tenth of a second, and no daemon
+outlives the
 node it served. A daemon that was already running (started by hand with `orion up`) is used as
 it is and left running.
 
@@ -392,7 +393,7 @@ def stop_daemons(address: str | None = None, timeout_s: float = 60.0) -> int:
             continue  # no agent there
     calls = [handle.stop.remote() for handle in handles]
     for call in calls:
-        # An agent whose node is going cannot answer: its daemons stop with it (--stop-with).
+        # An agent whose node is going cannot answer: its daemons stop with it (stop_with_pid).
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(call, timeout=timeout_s)
     for handle in handles:
