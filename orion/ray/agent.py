@@ -6,9 +6,8 @@ there is (``get_if_exists``), and it lives as long as the node. It starts each m
 `orion up` would (:func:`orion_daemon.control.gpu_settings`), told to stop when the agent's
 process is gone (``DaemonSettings.stop_with_pid``): when the node or the cluster stops, or the
 agent is killed, its daemons open their gates and stop within a tenth of a second, and no daemon
-outlives the
-node it served. A daemon that was already running (started by hand with `orion up`) is used as
-it is and left running.
+outlives the node it served. A daemon that was already running (started by hand with `orion up`)
+is used as it is and left running.
 
 Which state folder: the node's own (``ORION_STATE_DIR`` in the node's environment, else the
 default), the one its workers' preload library looks in.
