@@ -57,6 +57,7 @@ def check_options(
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
     shares: bool = False,
     hp_quiet_us: float = 0.0,
+    be_sm_percent: float | None = None,
 ) -> None:
     """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
     `orion up` and orion.ray's :func:`~orion.ray.start_daemons` say a bad ``--policy`` as such,
@@ -84,6 +85,7 @@ def check_options(
             be_when_daemon_gone=be_when_daemon_gone,
             daemon_gone_hold_s=daemon_gone_hold_s,
             hp_quiet_us=hp_quiet_us,
+            be_sm_percent=be_sm_percent,
         )
         # the scheduler's own rule for shares (a policy that can hold work back)
         SchedulerSettings(policy=policy, sm_count=1, queue_limit_ns=0, unknown_duration_ns=0,
@@ -110,6 +112,7 @@ def gpu_settings(
     be_when_daemon_gone: str = "open",
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
     hp_quiet_us: float = 0.0,
+    be_sm_percent: float | None = None,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
@@ -130,6 +133,7 @@ def gpu_settings(
         daemon_gone_hold_s=daemon_gone_hold_s,
         shares=shares,
         hp_quiet_us=hp_quiet_us,
+        be_sm_percent=be_sm_percent,
     )
     ok, problem = check_preload_library()
     if not ok:
@@ -162,6 +166,7 @@ def gpu_settings(
         be_when_daemon_gone=be_when_daemon_gone,
         daemon_gone_hold_s=daemon_gone_hold_s,
         hp_quiet_us=hp_quiet_us,
+        be_sm_percent=be_sm_percent,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for
         prerequisites.require(prerequisites.check_mps_control())

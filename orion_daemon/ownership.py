@@ -34,6 +34,7 @@ ANSWER_VARIABLES = frozenset(
         "CUDA_MPS_PIPE_DIRECTORY",  # the daemon's private MPS daemon (sharing "mps")
         "CUDA_MPS_LOG_DIRECTORY",
         "CUDA_MPS_CLIENT_PRIORITY",  # BE clients under MPS run at its lower priority
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",  # BE clients' SM share (`orion up --be-sm-percent`)
     }
 )
 """The only variables a daemon's answer to ``join`` may set (the native library keeps the same

@@ -50,13 +50,13 @@ from orion_daemon.connections import ConnectionServer
 from orion_daemon.limits import apply_change
 from orion_daemon.lock import already_running, folder_lock, gpu_claim
 from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
-from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY
+from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY, MPS_THREAD_PERCENTAGE
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
 from orion_daemon.protocol import answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
-from scheduler_core.settings import HP_QUIET_US
+from scheduler_core.settings import BE_SM_PERCENT, HP_QUIET_US
 from scheduler_core.sharing import default_be_graph_gate, default_sharing, native_sharing_problem
 
 TICK_S = 0.1
@@ -132,6 +132,9 @@ class DaemonSettings:
     hp_quiet_us: float = 0.0
     """:data:`scheduler_core.settings.HP_QUIET_US`: the HP's quiet spell BE work waits out under
     reef and orion (0: off)."""
+    be_sm_percent: float | None = None
+    """:data:`scheduler_core.settings.BE_SM_PERCENT`: under MPS, the SMs a BE client's kernels
+    may use (None: all)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -159,6 +162,14 @@ class DaemonSettings:
         if problem is not None:
             raise OrionError(problem)
         object.__setattr__(self, "hp_quiet_us", HP_QUIET_US.parse(self.hp_quiet_us) or 0.0)
+        problem = BE_SM_PERCENT.problem(self.be_sm_percent)
+        if problem is not None:
+            raise OrionError(problem)
+        if self.be_sm_percent is not None and self.sharing != "mps":
+            raise OrionError(
+                f"be_sm_percent applies under sharing 'mps' only (this daemon shares by "
+                f"{self.sharing!r}): only MPS partitions SMs between clients"
+            )
         if not self.attach_timeout_s > 0:
             raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
         if self.metrics_listen is not None:  # checked, and kept in one spelling
@@ -213,6 +224,7 @@ SCHEDULING = (
     "unknown_duration_ns",
     "trace",
     "hp_quiet_us",
+    "be_sm_percent",
 )
 """The settings that decide how clients are scheduled and recorded: a run uses a running daemon
 only when these are what it needs."""
@@ -833,6 +845,8 @@ class Daemon:
                 # blocks: on the device, MPS with the BE at low priority halved the HP's tail
                 # by itself (docs/scheduler.md); orion's gates bound what is queued on top.
                 environment[MPS_CLIENT_PRIORITY] = MPS_BE_PRIORITY
+                if self.settings.be_sm_percent is not None:
+                    environment[MPS_THREAD_PERCENTAGE] = f"{self.settings.be_sm_percent:g}"
         return environment
 
     # -- clients that are gone ---------------------------------------------------------------
@@ -972,6 +986,7 @@ class Daemon:
             "uptime_s": round(self.clock.now(), 3),
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
             "hp_quiet_us": self.settings.hp_quiet_us,
+            "be_sm_percent": self.settings.be_sm_percent,
             "latency_control": self._latency_status(),
             "free_slots": self._free_slots(),
             "owner": self.settings.owner,

@@ -42,8 +42,9 @@ ORION_VARIANTS = {
     "orion-mps": ("--sharing", "mps"),
     "orion-cpu-gate": ("--be-gate", "cpu"),
     "orion-quiet": ("--hp-quiet-us", "300"),
+    "orion-mps-be70": ("--sharing", "mps", "--be-sm-percent", "70"),
 }
-"""orion with one setting away from its defaults (``orion up`` options): rows of their own, never
+"""orion with settings away from its defaults (``orion up`` options): rows of their own, never
 scored as the suite's orion nor counted as a competitor."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
 MODES = (ORION_MODE, *ORION_VARIANTS, *COMPETITOR_MODES)
@@ -52,6 +53,7 @@ MODE_TEXT = {
     "orion-mps": "orion up --sharing mps",
     "orion-cpu-gate": "orion up --be-gate cpu",
     "orion-quiet": "orion up --hp-quiet-us 300 (BE waits out a 300-us quiet spell of the HP)",
+    "orion-mps-be70": "orion up --sharing mps --be-sm-percent 70 (BE kernels on 70% of the SMs)",
     "timeslice": "plain processes (time slicing)",
     "mps": "MPS",
     "mps-priority": "MPS, BE clients at lower priority",

@@ -71,6 +71,11 @@ BEFORE_THE_GPU = [
         "cannot be captured",
     ),
     (
+        "up: --be-sm-percent out of range",
+        ["up", "--be-sm-percent", "0", "--state-dir", "{tmp}/state"],
+        "--be-sm-percent: be_sm_percent must be 1 to 100 % (got 0)",
+    ),
+    (
         "up: unknown --be-gate",
         ["up", "--be-gate", "host", "--state-dir", "{tmp}/state"],
         "--be-gate: be_gate must be one of cpu, gpu (got 'host')",

@@ -164,3 +164,27 @@ def test_under_mps_be_clients_join_at_the_lower_client_priority(
         settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=None
     )
     assert "CUDA_MPS_CLIENT_PRIORITY" not in Daemon._env(time_sliced, 3, False, role)
+
+
+def test_a_be_sm_share_is_given_to_be_clients_under_mps_and_refused_time_sliced(
+    tmp_path: Path,
+) -> None:
+    # `orion up --sharing mps --be-sm-percent 70`: each BE client joins with MPS's thread
+    # percentage, the HP with every SM; time-sliced there is nothing to partition: refused.
+    from types import SimpleNamespace
+
+    from orion_common.errors import OrionError
+    from orion_daemon.ownership import ANSWER_VARIABLES
+    from orion_daemon.server import Daemon, DaemonSettings
+
+    settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent=70)
+    mps = SimpleNamespace(environment={})
+    daemon = SimpleNamespace(settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=mps)
+    be = Daemon._env(daemon, 1, False, "be")
+    assert be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "70"
+    assert set(be) <= ANSWER_VARIABLES
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in Daemon._env(daemon, 2, False, "hp")
+    with pytest.raises(OrionError, match="be_sm_percent applies under sharing 'mps' only"):
+        DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="timeslice", be_sm_percent=70)
+    with pytest.raises(OrionError, match="be_sm_percent must be 1 to 100"):
+        DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent=0)

@@ -399,7 +399,8 @@ bool daemon_may_set(const std::string& name) {
                                            "ORION_BE_WHEN_DAEMON_GONE",
                                            "ORION_DAEMON_GONE_HOLD_S",
                                            "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY",
-                                           "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_CLIENT_PRIORITY"};
+                                           "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_CLIENT_PRIORITY",
+                                           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"};
     for (const char* allowed : kAllowed) {
         if (name == allowed) return true;
     }
