@@ -241,6 +241,7 @@ void ClientRuntime::forget_segments(CUgraphExec exec) {
 }
 
 SegmentedGraph* ClientRuntime::graph_segments(CUgraphExec exec, CUstream stream, int variant) {
+    if (!segments_graphs()) return nullptr;  // an HP's launches, a run that splits nothing
     const GraphSlot* slot = graph_slot(exec, false);
     SegmentedGraph* segments = slot != nullptr ? slot->segments.load(std::memory_order_acquire)
                                                : nullptr;
