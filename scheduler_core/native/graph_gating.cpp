@@ -228,10 +228,8 @@ const char* ClientRuntime::gate_graph(CUgraph graph, const std::vector<std::uint
         std::vector<std::uint64_t> work;
         work.reserve(walk.params.size());
         for (const CUDA_KERNEL_NODE_PARAMS_v2& params : walk.params) {
-            const std::uint64_t key = node_key(params);
-            const KernelEntry* entry = key != 0 ? view_.find_kernel(index_, key) : nullptr;
-            work.push_back(entry != nullptr ? std::max<std::uint64_t>(entry->duration_ns, 1)
-                                            : kUnknownNodeWork);
+            const KernelInfo info = node_work(params);  // profiled or learned (graph_segments.cpp)
+            work.push_back(info.known ? info.duration_ns : kUnknownNodeWork);
         }
         *positions = gate_positions(work, gate_spacing());
     }
