@@ -163,16 +163,6 @@ class SchedulerSettings:
             )
 
 
-def set_quota(run: Any, index: int, min_util: float, max_util: float) -> None:
-    """Writes client ``index``'s GPU-time shares into ``run``'s shared state, checked first."""
-    for name, value in (("min_util", min_util), ("max_util", max_util)):
-        if not 0.0 <= value <= 1.0:
-            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
-    if min_util > max_util:
-        raise OrionError(f"min_util {min_util:g} is above max_util {max_util:g}")
-    run.set_quota(index, float(min_util), float(max_util))
-
-
 def remove_stale_runs() -> list[str]:
     """Removes shared-memory objects left by controllers that died (SIGKILL) without cleaning up.
 
@@ -453,7 +443,12 @@ class SchedulerRun:
     def set_quota(self, index: int, min_util: float, max_util: float) -> None:
         """Client ``index``'s shares of GPU time (fractions of the quota window), also while the
         run is live: the gate keeper applies them at its next pass (within a millisecond)."""
-        set_quota(self._run, index, min_util, max_util)
+        for name, value in (("min_util", min_util), ("max_util", max_util)):
+            if not 0.0 <= value <= 1.0:
+                raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
+        if min_util > max_util:
+            raise OrionError(f"min_util {min_util:g} is above max_util {max_util:g}")
+        self._run.set_quota(index, float(min_util), float(max_util))
 
     def mark_gone(self, index: int, crashed: bool) -> None:
         """The controller saw client ``index`` end: nobody waits on its launches any more."""
