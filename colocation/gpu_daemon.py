@@ -209,11 +209,13 @@ class RunDaemon:
             )
 
     def scheduler_entry(self, clock_origin_ns: int) -> dict[str, Any]:
-        """run.json's ``scheduler``: where `orion quota` finds the shared state, and the run
-        clock's origin."""
+        """run.json's ``scheduler``: the daemon that holds the run's shared state (its process
+        and its state folder, where `orion quota` finds its socket), the shared memory's name,
+        and the run clock's origin."""
         return {
             "shm": self.record["scheduler"]["shm"],
             "controller_pid": self.pid,
+            "state_dir": str(self.folder.resolve()),
             "clock_origin_ns": clock_origin_ns,
         }
 

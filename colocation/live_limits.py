@@ -1,17 +1,19 @@
-"""Changing a client's limits while its run is live (``orion quota``).
+"""Changing a client's limits while its run is live (``orion quota`` on a run directory).
 
-The runner records in ``run.json`` where the run's shared state is (``scheduler``: its name, the
-controller's pid and the run clock's origin). A change is written straight into that shared
-state, so the client's preload library obeys it from its next allocation, and appended to the
-run directory's ``limits.csv`` with its time on the run clock, so the record shows when each
-limit held.
+A run's clients are clients of a daemon (:mod:`colocation.gpu_daemon`: the GPU's running one or
+the run's own), and the runner records in ``run.json`` which (``scheduler``: the daemon's process,
+its state folder and the run clock's origin). A change is a ``quota`` request on that daemon's
+socket (:func:`orion_daemon.limits.request_change`, through
+:func:`orion_daemon.client.change_limits`): the daemon checks it by the rules a join
+meets, against what it has promised now, and applies it, exactly as for `orion quota` on its
+state folder (:mod:`orion_daemon.limits`). What it changed is appended to the run directory's
+``limits.csv`` with its time on the run clock, so the record shows when each limit held.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +27,13 @@ from orion_common.run_format import (
     column_names,
 )
 from orion_common.runclock import RunClock, utc_now
-
-
-@dataclass(frozen=True)
-class LimitChange:
-    client: str
-    field: str
-    old: float | None
-    new: float | None
-    in_use: int
-    time_s: float
+from orion_daemon import state
+from orion_daemon.limits import request_change, shares_enforced
 
 
 def _live_record(run_dir: Path) -> dict[str, Any]:
-    """run.json of a run that is still running, with its scheduler's location; or, for a
-    daemon's state folder, the daemon's record (the same fields: its clients, its policy and
-    where its scheduler state is)."""
-    from orion_daemon import state
-
+    """run.json of a run that is still running, with its daemon's location."""
     path = run_dir / RUN_JSON
-    if not path.exists() and (run_dir / state.RECORD).exists():
-        path = run_dir / state.RECORD
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -58,7 +46,7 @@ def _live_record(run_dir: Path) -> dict[str, Any]:
         raise OrionError(
             f"{run_dir}: the run is not live (status {status!r}); limits change only while it runs"
         )
-    if not isinstance(scheduler, dict) or "shm" not in scheduler:
+    if not isinstance(scheduler, dict) or "controller_pid" not in scheduler:
         raise OrionError(
             f"{run_dir}: the run has no scheduler state (policy {data.get('policy')!r} does not "
             "load orion's library), so nothing could enforce a limit"
@@ -75,105 +63,61 @@ def _check_client(data: dict[str, Any], client: str) -> None:
         raise OrionError(f"no client {client!r} in this run (clients: {known})")
 
 
-def _gpu_memory_bytes(data: dict[str, Any]) -> int | None:
-    """The GPU's memory as the live record says it: a run's ``environment.gpu_memory_mib``
-    (NVML's total), a daemon's ``gpu.memory_bytes``; None when it says neither."""
-    environment = data.get("environment")
-    if isinstance(environment, dict):
-        mib = environment.get("gpu_memory_mib")
-        if isinstance(mib, int) and not isinstance(mib, bool) and mib > 0:
-            return mib << 20
-    gpu = data.get("gpu")
-    if isinstance(gpu, dict):
-        size = gpu.get("memory_bytes")
-        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-            return size
-    return None
-
-
-def change_memory_limit(run_dir: Path, client: str, limit: int | None) -> LimitChange:
-    """Sets ``client``'s memory limit (bytes; None: none) in the live run at ``run_dir``."""
-    from orion_daemon.admission import memory_limit_problem
-    from scheduler_core import LiveRun
-
-    data = _live_record(run_dir)
-    _check_client(data, client)
-    problem = memory_limit_problem(limit, _gpu_memory_bytes(data))
-    if problem is not None:
-        raise OrionError(problem, hint="give a limit in the GPU's memory, or 'none'")
-    scheduler = data["scheduler"]
-    with LiveRun(str(scheduler["shm"])) as run:
-        index = run.client_index(client)
-        in_use, old = run.memory(index)
-        run.set_memory_limit(index, limit)
-    clock = RunClock(int(scheduler.get("clock_origin_ns", 0)))
-    change = LimitChange(client, "memory_limit", old or None, limit, in_use, clock.now())
-    _append(run_dir / LIMITS_TABLE, change)
-    return change
-
-
-def change_shares(
-    run_dir: Path, client: str, min_util: float | None, max_util: float | None
-) -> list[LimitChange]:
-    """Sets ``client``'s GPU-time shares (None: unchanged) in the live run at ``run_dir``; the
-    gate keeper applies them at its next pass. Checked against the other clients' promises."""
-    from scheduler_core import LiveRun
-
-    data = _live_record(run_dir)
-    _check_client(data, client)
-    role = next(e.get("role") for e in data.get("clients", []) if e.get("name") == client)
-    if role == "hp" and data.get("policy") != "quota":
+def _run_daemon(run_dir: Path, scheduler: dict[str, Any]) -> dict[str, Any]:
+    """The record of the daemon that holds the run's clients (its socket, settings)."""
+    folder = scheduler.get("state_dir")
+    if not isinstance(folder, str) or not folder:
         raise OrionError(
-            f"policy {data.get('policy')!r} never holds HP work back; GPU-time shares apply to "
-            "BE clients (every client under policy 'quota')"
+            f"{run_dir}: run.json does not say which orion daemon the run's clients joined (a run "
+            "started by an older orion), so its limits cannot change while it runs"
         )
-    for name, value in (("--min-util", min_util), ("--max-util", max_util)):
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
+    record = state.live_record(Path(folder))
+    if record is None or record.get("pid") != scheduler.get("controller_pid"):
+        raise OrionError(f"{run_dir}: the run's controller is gone (it was stopped or killed)")
+    return record
+
+
+def change_limits(run_dir: Path, client: str, **changes: Any) -> list[dict[str, Any]]:
+    """Asks the daemon of the live run at ``run_dir`` to change ``client``'s limits (``changes``:
+    :func:`orion_daemon.limits.request_change`'s ``memory_limit``, ``min_util``, ``max_util``)
+    and records what it changed in the run's ``limits.csv``; the changes, as the daemon answers
+    them (``field``, ``old``, ``new``, ``in_use``) with ``time_s`` on the run clock. Nothing
+    changes when the daemon refuses any of it."""
+    data = _live_record(run_dir)
+    _check_client(data, client)
     scheduler = data["scheduler"]
-    with LiveRun(str(scheduler["shm"])) as run:
-        if not run.quotas_enforced():
-            raise OrionError(
-                f"{run_dir}: the run was started without GPU-time shares (no client had "
-                "min_util or max_util, and its policy is not 'quota'), so nothing enforces them"
-            )
-        index = run.client_index(client)
-        old_min, old_max = run.quota(index)
-        new_min = old_min if min_util is None else min_util
-        new_max = old_max if max_util is None else max_util
-        if new_min > new_max:
-            raise OrionError(f"min_util {new_min:g} would be above max_util {new_max:g}")
-        others = sum(run.quota(i)[0] for i in run.client_indices() if i != index)
-        if others + new_min > 1.0 + 1e-9:
-            raise OrionError(
-                f"min_util would add up to {others + new_min:g} over the clients; at most 1"
-            )
-        run.set_quota(index, new_min, new_max)
+    daemon = _run_daemon(run_dir, scheduler)
+    shares = shares_enforced(str(daemon.get("policy")), bool(daemon.get("shares")))
+    if (changes.get("min_util") is not None or changes.get("max_util") is not None) and not shares:
+        # The daemon would refuse too; a run says it in its own terms (its jobs file).
+        raise OrionError(
+            f"{run_dir}: the run was started without GPU-time shares (no client had "
+            "min_util or max_util, and its policy is not 'quota'), so nothing enforces them"
+        )
+    answered = request_change(daemon, client, **changes)
     now = RunClock(int(scheduler.get("clock_origin_ns", 0))).now()
-    changes = [
-        LimitChange(client, field, old, new, 0, now)
-        for field, old, new in (("min_util", old_min, new_min), ("max_util", old_max, new_max))
-        if old != new
-    ]
-    for change in changes:
-        _append(run_dir / LIMITS_TABLE, change)
-    return changes
+    made = [{**change, "time_s": now} for change in answered]
+    if made:
+        _append(run_dir / LIMITS_TABLE, client, made)
+    return made
 
 
-def _append(path: Path, change: LimitChange) -> None:
+def _append(path: Path, client: str, changes: list[dict[str, Any]]) -> None:
     new_file = not path.exists()
     with path.open("a", newline="") as handle:
         writer = csv.writer(handle)
         if new_file:
             writer.writerow(column_names(LIMIT_COLUMNS))
-        writer.writerow(
-            (
-                f"{change.time_s:.6f}",
-                utc_now(),
-                change.client,
-                change.field,
-                "" if change.old is None else change.old,
-                "" if change.new is None else change.new,
-                change.in_use,
+        for change in changes:
+            old, new = change["old"], change["new"]
+            writer.writerow(
+                (
+                    f"{change['time_s']:.6f}",
+                    utc_now(),
+                    client,
+                    change["field"],
+                    "" if old is None else old,
+                    "" if new is None else new,
+                    int(change.get("in_use") or 0),
+                )
             )
-        )

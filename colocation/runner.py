@@ -236,7 +236,7 @@ class _Runner:
         for client in self.config.clients:
             self.clients.append(ClientProcess(client, self.run_dir))
             self._spec(client).write(spec_path(self.run_dir, client.name))
-        # Where `orion quota` finds the live run's shared state (and the run clock's origin).
+        # Which daemon holds the live run's clients, for `orion quota` (and the run clock's origin).
         self.record.data["scheduler"] = self.daemon.scheduler_entry(self.clock.origin_ns)
         mps = self.daemon.record.get("mps")
         if mps is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -48,15 +48,15 @@ def quota_command(
     """Change a running client's limits: memory from its next allocation, GPU-time shares
     within a millisecond (the run must have started with shares, or under policy quota).
 
+    The change is a request to the daemon the client joined, checked by the rules a join meets.
     Lowering a memory limit below what the client holds frees nothing: its new allocations fail
     (CUDA out of memory) until it is back under. Each change is appended to the run
     directory's limits.csv with its time on the run clock.
     """
     from colocation.config import ClientConfig
     from colocation.jobs_errors import value_problem
-    from colocation.live_limits import change_memory_limit, change_shares
     from orion_common.errors import UsageError
-    from orion_common.sizes import format_size
+    from orion_daemon.limits import UNCHANGED
 
     if memory_limit is None and max_util is None and min_util is None:
         raise typer.BadParameter(
@@ -73,25 +73,21 @@ def quota_command(
             raise UsageError(f"{flag}: {problem}")
     if min_util is not None and max_util is not None and min_util > max_util:
         raise UsageError(f"--min-util {min_util:g} is above --max-util {max_util:g}")
+    changes: dict[str, Any] = {
+        "memory_limit": UNCHANGED if memory_limit is None else limit,
+        "min_util": min_util,
+        "max_util": max_util,
+    }
     if _is_daemon_folder(run_dir):
-        _change_through_daemon(run_dir, client, memory_limit, limit, min_util, max_util)
-        return
-    if max_util is not None or min_util is not None:
-        for share in change_shares(run_dir, client, min_util, max_util):
-            console.print(
-                f"{shown(client)}: {share.field} {share.old:g} -> {share.new:g} "
-                f"at run time {share.time_s:.3f} s"
-            )
-    if memory_limit is not None:
-        change = change_memory_limit(run_dir, client, limit)
+        from orion_daemon.limits import change_limits
 
-        def size(value: float | None) -> str:
-            return "none" if value is None else format_size(int(value))
+        clock = "daemon"
+    else:
+        from colocation.live_limits import change_limits
 
-        console.print(
-            f"{shown(client)}: memory limit {size(change.old)} -> {size(change.new)} "
-            f"(in use {format_size(change.in_use)}) at run time {change.time_s:.3f} s"
-        )
+        clock = "run"
+    for change in change_limits(run_dir, client, **changes):
+        console.print(f"{shown(client)}: {_said(change)} at {clock} time {change['time_s']:.3f} s")
 
 
 def _is_daemon_folder(folder: Path) -> bool:
@@ -101,35 +97,14 @@ def _is_daemon_folder(folder: Path) -> bool:
     return (folder / state.RECORD).exists() and not (folder / RUN_JSON).exists()
 
 
-def _change_through_daemon(
-    folder: Path,
-    client: str,
-    memory_limit: str | None,
-    limit: int | None,
-    min_util: float | None,
-    max_util: float | None,
-) -> None:
-    """A daemon's client: the daemon checks and applies the change (its admission then counts
-    the new shares), through its socket."""
+def _said(change: dict[str, Any]) -> str:
+    """A change the daemon made, in words: the field, its old and new value."""
     from orion_common.sizes import format_size
-    from orion_daemon.limits import UNCHANGED, change_limits
 
-    changes = change_limits(
-        folder,
-        client,
-        memory_limit=UNCHANGED if memory_limit is None else limit,
-        min_util=min_util,
-        max_util=max_util,
-    )
-    for change in changes:
-        old, new = change["old"], change["new"]
-        if change["field"] == "memory_limit":
-            old = "none" if old is None else format_size(int(old))
-            new = "none" if new is None else format_size(int(new))
-            detail = f" (in use {format_size(int(change['in_use']))})"
-        else:
-            old, new, detail = f"{old:g}", f"{new:g}", ""
-        field = "memory limit" if change["field"] == "memory_limit" else change["field"]
-        console.print(
-            f"{client}: {field} {old} -> {new}{detail} at daemon time {change['time_s']:.3f} s"
-        )
+    def size(value: Any) -> str:
+        return "none" if value is None else format_size(int(value))
+
+    old, new = change["old"], change["new"]
+    if change["field"] == "memory_limit":
+        return f"memory limit {size(old)} -> {size(new)} (in use {size(change['in_use'])})"
+    return f"{change['field']} {old:g} -> {new:g}"

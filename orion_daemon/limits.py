@@ -1,11 +1,12 @@
 """`orion quota` on a daemon's client: a ``quota`` request on the daemon's socket.
 
 The daemon admits clients by the GPU-time shares promised to those running and by the GPU's
-memory. A change written straight into the shared memory (as `orion quota` does for a run
-directory) would go past it, and a later join would be checked against figures that no longer
-hold. So a daemon's client is changed by the daemon: the same rules as a join, against what is
-promised now, then applied to the shared state and kept where admission reads it, and appended to
-the state folder's ``limits.csv`` by the records thread.
+memory. A change written straight into the shared memory would go past it, and a later join
+would be checked against figures that no longer hold. So every client's limits are changed by
+its daemon, whether `orion quota` was given the daemon's state folder or a live run's directory
+(:mod:`colocation.live_limits`: a run's clients are its daemon's): the same rules as a join,
+against what is promised now, then applied to the shared state and kept where admission reads
+it, and appended to the state folder's ``limits.csv`` by the records thread.
 
 Request: ``{"op": "quota", "client": NAME}`` plus any of ``memory_limit`` (bytes, or null to lift
 the limit; absent: unchanged), ``min_util``, ``max_util`` (absent or null: unchanged). Answer:
@@ -20,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
-from orion_common.sizes import format_size
 from orion_daemon import client as daemon_client
 from orion_daemon import state
+from orion_daemon.admission import memory_limit_problem
 from orion_daemon.status import Client
 
 UNCHANGED = object()
@@ -48,12 +49,16 @@ def _memory_limit(message: dict[str, Any], gpu_memory_bytes: int | None) -> obje
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise OrionError("quota: memory_limit must be a whole number of bytes, at least 1")
-    if gpu_memory_bytes is not None and limit > gpu_memory_bytes:
-        raise OrionError(
-            f"memory limit {format_size(limit)} is larger than the GPU's "
-            f"{format_size(gpu_memory_bytes)}"
-        )
+    problem = memory_limit_problem(limit, gpu_memory_bytes)
+    if problem is not None:
+        raise OrionError(problem, hint="give a limit in the GPU's memory, or 'none'")
     return limit
+
+
+def shares_enforced(policy: str, shares: bool) -> bool:
+    """Whether a daemon of ``policy``, started with GPU-time shares or not (``shares``), has a
+    gate keeper that applies them: only then can a client's share change."""
+    return shares or policy == "quota"
 
 
 def apply_change(
@@ -77,7 +82,7 @@ def apply_change(
     limit = _memory_limit(message, gpu_memory_bytes)
     min_util, max_util = _share(message, "min_util"), _share(message, "max_util")
     if min_util is not None or max_util is not None:
-        if not shares and policy != "quota":
+        if not shares_enforced(policy, shares):
             raise OrionError(
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
                 hint="start it with `orion up --shares`",
@@ -132,6 +137,21 @@ def change_limits(
             f"{folder}: no orion daemon runs there; limits change only while it runs",
             hint="`orion status` says which daemons run",
         )
+    return request_change(record, client, memory_limit=memory_limit, min_util=min_util,
+                          max_util=max_util)  # fmt: skip
+
+
+def request_change(
+    daemon: daemon_client.Daemon,
+    client: str,
+    *,
+    memory_limit: object = UNCHANGED,
+    min_util: float | None = None,
+    max_util: float | None = None,
+) -> list[dict[str, Any]]:
+    """Sends ``daemon`` the ``quota`` request for ``client`` with the values that are to change
+    (a share None: unchanged); the changes it made (``field``, ``old``, ``new``, ``in_use``,
+    ``time_s`` on the daemon's clock)."""
     changes: dict[str, Any] = {}
     if memory_limit is not UNCHANGED:
         changes["memory_limit"] = memory_limit
@@ -139,4 +159,4 @@ def change_limits(
         changes["min_util"] = min_util
     if max_util is not None:
         changes["max_util"] = max_util
-    return daemon_client.change_limits(record, client, **changes)
+    return daemon_client.change_limits(daemon, client, **changes)

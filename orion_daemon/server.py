@@ -957,7 +957,8 @@ class Daemon:
             "socket": str(self.folder / state.SOCKET),
             "log": str(self.folder / state.LOG),
             "python": sys.executable,
-            # Where `orion quota` finds the shared state, as in a run's run.json.
+            # The shared state's name, its process and the daemon clock's origin (a run's
+            # run.json has its own entry, with the daemon's state folder).
             "scheduler": {
                 "shm": self._scheduler.name,
                 "controller_pid": os.getpid(),

@@ -10,7 +10,6 @@ from scheduler_core.run_state import (
     HP_COMPLETION_MODES,
     NATIVE_POLICIES,
     TRACE_COLUMNS,
-    LiveRun,
     SchedulerRun,
     SchedulerSettings,
 )
@@ -20,7 +19,6 @@ __all__ = [
     "HP_COMPLETION_MODES",
     "NATIVE_POLICIES",
     "TRACE_COLUMNS",
-    "LiveRun",
     "SchedulerRun",
     "SchedulerSettings",
     "check_preload_library",

@@ -163,16 +163,6 @@ class SchedulerSettings:
             )
 
 
-def set_quota(run: Any, index: int, min_util: float, max_util: float) -> None:
-    """Writes client ``index``'s GPU-time shares into ``run``'s shared state, checked first."""
-    for name, value in (("min_util", min_util), ("max_util", max_util)):
-        if not 0.0 <= value <= 1.0:
-            raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
-    if min_util > max_util:
-        raise OrionError(f"min_util {min_util:g} is above max_util {max_util:g}")
-    run.set_quota(index, float(min_util), float(max_util))
-
-
 def remove_stale_runs() -> list[str]:
     """Removes shared-memory objects left by controllers that died (SIGKILL) without cleaning up.
 
@@ -453,7 +443,12 @@ class SchedulerRun:
     def set_quota(self, index: int, min_util: float, max_util: float) -> None:
         """Client ``index``'s shares of GPU time (fractions of the quota window), also while the
         run is live: the gate keeper applies them at its next pass (within a millisecond)."""
-        set_quota(self._run, index, min_util, max_util)
+        for name, value in (("min_util", min_util), ("max_util", max_util)):
+            if not 0.0 <= value <= 1.0:
+                raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
+        if min_util > max_util:
+            raise OrionError(f"min_util {min_util:g} is above max_util {max_util:g}")
+        self._run.set_quota(index, float(min_util), float(max_util))
 
     def mark_gone(self, index: int, crashed: bool) -> None:
         """The controller saw client ``index`` end: nobody waits on its launches any more."""
@@ -520,61 +515,6 @@ class SchedulerRun:
         self._run.close()
 
     def __enter__(self) -> SchedulerRun:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class LiveRun:
-    """Another process's run, attached by its shared-memory name to change limits while it runs
-    (``orion quota``). Attaching checks the layout version; nothing is removed on close."""
-
-    def __init__(self, name: str) -> None:
-        try:
-            self._run = native_module().Run.attach(name)
-        except (RuntimeError, ValueError) as error:
-            raise OrionError(f"cannot attach to the run's shared state: {error}") from None
-
-    def client_index(self, name: str) -> int:
-        """The index of the client called ``name``."""
-        for index in range(self._run.client_count):
-            if self._run.client_name(index) == name:
-                return index
-        raise OrionError(f"the run's shared state has no client {name!r}")
-
-    def client_indices(self) -> list[int]:
-        """The slots that hold a client (a closed run's are 0..n-1; an open run's vary)."""
-        return [i for i in range(self._run.client_count) if self._run.client_name(i)]
-
-    def memory(self, index: int) -> tuple[int, int]:
-        """(bytes in use, limit in bytes or 0 for none) of client ``index``."""
-        stats = self._run.client_stats(index)
-        return int(stats["memory_used"]), int(stats["memory_limit"])
-
-    def quota(self, index: int) -> tuple[float, float]:
-        """(min_util, max_util) of client ``index``."""
-        stats = self._run.client_stats(index)
-        return float(stats["min_util"]), float(stats["max_util"])
-
-    def quotas_enforced(self) -> bool:
-        """Whether the run was started with GPU-time shares (only then a keeper applies them)."""
-        return bool(self._run.quotas) or self._run.policy == "quota"
-
-    def set_quota(self, index: int, min_util: float, max_util: float) -> None:
-        """As :meth:`SchedulerRun.set_quota`."""
-        set_quota(self._run, index, min_util, max_util)
-
-    def set_memory_limit(self, index: int, limit: int | None) -> None:
-        """As :meth:`SchedulerRun.set_memory_limit`."""
-        if limit is not None and limit < 1:
-            raise OrionError(f"a memory limit must be at least 1 byte (got {limit})")
-        self._run.set_memory_limit(index, 0 if limit is None else int(limit))
-
-    def close(self) -> None:
-        self._run.close()
-
-    def __enter__(self) -> LiveRun:
         return self
 
     def __exit__(self, *exc: object) -> None:

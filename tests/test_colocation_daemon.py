@@ -114,6 +114,7 @@ def test_a_runs_clients_join_the_daemon_it_starts_for_itself(tmp_path: Path) -> 
     assert_recorded(outcome.run_dir)
     meta = json.loads((outcome.run_dir / "run.json").read_text())
     assert meta["scheduler"]["controller_pid"] == os.getpid()  # it ran inside the runner
+    assert meta["scheduler"]["state_dir"] == str(gpu0_folder().resolve())  # `orion quota` asks it
     # The trace the daemon drained for the run (empty: CPU clients launch no kernels).
     assert meta["table_rows"]["trace.csv"] == 0
     assert json.loads((outcome.run_dir / "scheduler.json").read_text())["trace_records_lost"] == 0
@@ -161,6 +162,7 @@ def test_a_matching_running_daemon_is_used_and_left_running(tmp_path: Path) -> N
         assert_recorded(outcome.run_dir)
         meta = json.loads((outcome.run_dir / "run.json").read_text())
         assert meta["scheduler"]["controller_pid"] == daemon.process.pid
+        assert meta["scheduler"]["state_dir"] == str(daemon.folder.resolve())
         assert any("joined the orion daemon running on GPU 0" in n for n in meta["notes"])
         assert "mps" not in meta
     finally:

@@ -173,6 +173,30 @@ def test_no_module_but_the_client_connects_to_a_daemon():
     assert sorted(set(speakers) - NOT_TO_A_DAEMON) == [CLIENT_MODULE.relative_to(REPO).as_posix()]
 
 
+def _changes_live_limits(path: Path) -> bool:
+    """Whether the module at ``path`` attaches to a run's shared state by its name
+    (``Run.attach``) or sets a client's limits in it (``set_memory_limit``, ``set_quota``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("attach", "set_memory_limit", "set_quota")
+        for n in ast.walk(tree)
+    )
+
+
+def test_no_module_but_the_daemon_changes_a_live_clients_limits():
+    """`orion quota`, on a run directory as on a state folder, asks the daemon (its admission
+    then counts the change); nothing else writes a live client's limits into shared memory."""
+    writers = [
+        path.relative_to(REPO).as_posix()
+        for package in SPEAKERS
+        for path in sorted((REPO / package).rglob("*.py"))
+        if _changes_live_limits(path)
+    ]
+    assert writers == ["orion_daemon/limits.py"]
+
+
 def test_no_module_flattens_daemon_settings_into_flags():
     """``python -m orion_daemon`` takes one argument; nothing builds its command but the client."""
     builders = []
