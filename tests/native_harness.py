@@ -175,3 +175,61 @@ def wait_for(condition, timeout_s: float = 20, what: str = "condition") -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.002)
+
+
+@dataclass(frozen=True)
+class HpBesideBeGraph:
+    """What an HP arrival beside a BE graph of ten 20-ms kernels showed (hp_beside_be_graph)."""
+
+    stats: dict
+    be_starts: list[int]  # each piece of the BE graph's work on the stand-in GPU
+    be_ends: list[int]
+    hp_start: int
+    hp_end: int
+
+    def assert_at_most_one_piece_beside_hp(self) -> None:
+        """Counted in pieces, not milliseconds (a busy machine stretches every 20-ms sleep):
+        besides the piece running when HP arrived, at most one let through in a race with HP's
+        close starts while HP's kernel runs; a graph admitted whole would start its remaining 7+
+        pieces then."""
+        assert len(self.be_starts) == len(self.be_ends) == 10  # ten pieces
+        beside = [start for start in self.be_starts if self.hp_start < start < self.hp_end]
+        assert len(beside) <= 1
+        assert sum(1 for start in self.be_starts if start < self.hp_start) >= 1  # HP came mid-way
+        assert self.be_ends[-1] > self.hp_end  # the rest ran after HP
+
+
+def hp_beside_be_graph(harness: Harness, tmp_path: Path, settings) -> HpBesideBeGraph:
+    """BE replays one graph of ten 20 ms kernels under ``settings`` (a 25 ms queue limit: a piece
+    per kernel); HP arrives once the graph runs and keeps the GPU 300 ms."""
+    from scheduler_core import SchedulerRun
+
+    be_script = "func bk 20000 graph_new B " + "graph_node B bk 1 32 " * 10
+    be_script += "graph_inst B flags graph_run B 0 sync 0"
+    with SchedulerRun(settings) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("long", 1, 32, 132, "compute", 300)))
+        be = run.add_client("be", "be", kernel_table(("bk", 1, 32, 8, "memory", 20)))
+        run.publish()
+        be_log, hp_log = tmp_path / "be.log", tmp_path / "hp.log"
+        be_process = harness.start(be_script, env=run.client_environment(be), log=be_log)
+        wait_for(
+            lambda: any(e.kind == "exec_start" for e in read_log(be_log)),
+            what="the BE graph to start",
+        )
+        hp_result = harness.run(
+            "func long 300000 launch long 1 32 0 sync 0",
+            env=run.client_environment(hp),
+            log=hp_log,
+        )
+        assert hp_result.returncode == 0, hp_result.stderr
+        assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
+        stats = run.stats()
+    hp_events = read_log(hp_log)
+    be_events = read_log(be_log)
+    return HpBesideBeGraph(
+        stats=stats,
+        be_starts=[e.time_ns for e in be_events if e.kind == "exec_start"],
+        be_ends=[e.time_ns for e in be_events if e.kind == "exec_end"],
+        hp_start=next(e.time_ns for e in hp_events if e.kind == "exec_start"),
+        hp_end=next(e.time_ns for e in hp_events if e.kind == "exec_end"),
+    )

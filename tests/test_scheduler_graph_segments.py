@@ -14,7 +14,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from native_harness import MS, Harness, build_harness, kernel_table, read_log, wait_for
+from native_harness import (
+    MS,
+    Harness,
+    build_harness,
+    hp_beside_be_graph,
+    kernel_table,
+    read_log,
+)
 
 from scheduler_core import SchedulerRun, SchedulerSettings, native_module
 from scheduler_core.sharing import default_be_graph_gate
@@ -237,40 +244,9 @@ def test_an_hp_arrival_finds_at_most_one_piece_of_a_be_graph_let_through(harness
     # BE replays one graph of ten 20 ms kernels; with a 25 ms queue limit each is a piece. HP
     # arrives once the graph runs and keeps the GPU 300 ms: the piece running then may finish,
     # the next waits for HP. Admitted whole, the graph's remaining 150+ ms would run beside HP.
-    be_script = "func bk 20000 graph_new B " + "graph_node B bk 1 32 " * 10
-    be_script += "graph_inst B flags graph_run B 0 sync 0"
-    with SchedulerRun(split_settings(queue_limit_ms=25)) as run:
-        hp = run.add_client("hp", "hp", kernel_table(("long", 1, 32, 132, "compute", 300)))
-        be = run.add_client("be", "be", kernel_table(("bk", 1, 32, 8, "memory", 20)))
-        run.publish()
-        be_log, hp_log = tmp_path / "be.log", tmp_path / "hp.log"
-        be_process = harness.start(be_script, env=run.client_environment(be), log=be_log)
-        wait_for(
-            lambda: any(e.kind == "exec_start" for e in read_log(be_log)),
-            what="the BE graph to start",
-        )
-        hp_result = harness.run(
-            "func long 300000 launch long 1 32 0 sync 0",
-            env=run.client_environment(hp),
-            log=hp_log,
-        )
-        assert hp_result.returncode == 0, hp_result.stderr
-        assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
-        stats = run.stats()
-    assert stats["be"]["graph_segments"] == 10
-    hp_events = read_log(hp_log)
-    hp_start = next(e.time_ns for e in hp_events if e.kind == "exec_start")
-    hp_end = next(e.time_ns for e in hp_events if e.kind == "exec_end")
-    be_events = read_log(be_log)
-    starts = [e.time_ns for e in be_events if e.kind == "exec_start"]
-    ends = [e.time_ns for e in be_events if e.kind == "exec_end"]
-    assert len(starts) == len(ends) == 10  # ten pieces
-    # Counted in pieces, not milliseconds: besides the piece running when HP arrived, at most one
-    # let through in a race with HP's close starts while HP's kernel runs.
-    started_beside_hp = [start for start in starts if hp_start < start < hp_end]
-    assert len(started_beside_hp) <= 1
-    assert sum(1 for start in starts if start < hp_start) >= 1  # HP arrived while BE's ran
-    assert ends[-1] > hp_end  # the rest ran after HP
+    seen = hp_beside_be_graph(harness, tmp_path, split_settings(queue_limit_ms=25))
+    assert seen.stats["be"]["graph_segments"] == 10
+    seen.assert_at_most_one_piece_beside_hp()
 
 
 def test_time_sliced_runs_split_graphs_and_the_header_says_so():
