@@ -284,6 +284,18 @@ def test_keyboard_interrupt_from_the_callback_stops_ncu_and_keeps_its_log(
     assert _process_gone(int((tmp_path / "pid").read_text()))
 
 
+@pytest.fixture
+def ctrl_c_as_a_terminal_sends_it():
+    """SIGINT handled as in a fresh Python process (its own handler, not blocked): another test
+    earlier in the same process may have left it otherwise, and these tests are about what a
+    user's Ctrl-C does."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt_when(path: Path, timeout_s: float = 30.0) -> threading.Thread:
     """SIGINT to this process once ``path`` exists (the fake writes it when it is running)."""
 
@@ -300,6 +312,7 @@ def _interrupt_when(path: Path, timeout_s: float = 30.0) -> threading.Thread:
     return thread
 
 
+@pytest.mark.usefixtures("ctrl_c_as_a_terminal_sends_it")
 def test_sigint_while_waiting_for_ncu_stops_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -315,6 +328,7 @@ def test_sigint_while_waiting_for_ncu_stops_it(
     assert _process_gone(int((tmp_path / "pid").read_text()))
 
 
+@pytest.mark.usefixtures("ctrl_c_as_a_terminal_sends_it")
 def test_sigint_during_the_import_keeps_report_log_and_partial_csv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
