@@ -12,9 +12,13 @@ it did not run. Runs it
 2. ``pair``: two processes at once, no MPS (each its own context), started together: each
    process's runs between gaps are its timeslices, and each gap holds the other's timeslice
    plus two switches (out and back), so a gap minus the other's run inside it, halved, is one
-   context switch.
+   context switch;
+3. ``beside-blocked``: one spinning process beside one whose only work waits at a closed
+   ``cuStreamWaitValue32`` (``timeslice_probe/blocked.cu``), as BE work waits at orion's GPU
+   gate: gaps beyond ``alone``'s mean the driver still hands the blocked context timeslices.
 
-Writes ``alone.json``, ``pair-a.json``, ``pair-b.json`` (the raw timer records) and
+Writes ``alone.json``, ``pair-a.json``, ``pair-b.json``, ``beside-blocked.json`` (the raw timer
+records; the last with the blocked process's own check) and
 ``summary.json`` / ``summary.md`` (timeslice and switch: median, p10, p90). About
 ``3 x --seconds`` of GPU time. Never changes the GPU's settings (``nvidia-smi compute-policy``
 sets the timeslice; this only measures the one in force).
@@ -35,7 +39,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "benchmarks" / "timeslice_probe" / "spin.cu"
+SOURCES = ROOT / "benchmarks" / "timeslice_probe"
 FORMAT = {"name": "orion-timeslice-probe", "version": 1}
 START_DELAY_S = 3.0
 """Both processes start spinning this long after being started: time to make their contexts."""
@@ -111,10 +115,16 @@ def pair_figures(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def alone_figures(record: dict[str, Any]) -> dict[str, Any]:
-    """The noise floor: how many gaps one process alone saw, and the longest (us)."""
+    """How many gaps one spinning process saw, the longest (us) and their sum (ms): alone, the
+    noise floor; beside a blocked context, the slices the driver handed it."""
     gaps = np.asarray(record.get("gaps", []), dtype=float).reshape(-1, 2)
-    longest = float((gaps[:, 1] - gaps[:, 0]).max()) / 1e3 if len(gaps) else 0.0
-    return {"gap_count": int(record.get("gap_count", len(gaps))), "longest_gap_us": longest}
+    lengths = gaps[:, 1] - gaps[:, 0] if len(gaps) else np.zeros(0)
+    return {
+        "gap_count": int(record.get("gap_count", len(gaps))),
+        "longest_gap_us": float(lengths.max()) / 1e3 if len(lengths) else 0.0,
+        "gaps_ms": float(lengths.sum()) / 1e6,
+        "spun_ms": (float(record["end_ns"]) - float(record["start_ns"])) / 1e6,
+    }
 
 
 def _scaled(stats: dict[str, float] | None, factor: float) -> dict[str, float] | None:
@@ -134,6 +144,16 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
     pair = summary["pair"]
     alone = summary["alone"]
+    blocked = summary.get("beside_blocked")
+    blocked_rows = []
+    if blocked is not None:
+        blocked_rows = [
+            "| beside a context blocked at a closed stream wait: gaps, longest (us), "
+            f"sum (ms) of {blocked['spun_ms']:.0f} ms spun | {blocked['gap_count']}, "
+            f"{blocked['longest_gap_us']:.1f}, {blocked['gaps_ms']:.2f} |",
+            f"| the blocked context's kernel ran before its wait opened | "
+            f"{'yes' if blocked.get('ran_early') else 'no'} |",
+        ]
     return "\n".join(
         [
             "# Time slicing between two contexts",
@@ -146,6 +166,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             f"| one context switch (us) | {cell(pair['switch_us'], 1)} |",
             f"| both spinning (s) | {pair['overlap_s']:.2f} |",
             f"| alone: gaps, longest (us) | {alone['gap_count']}, {alone['longest_gap_us']:.1f} |",
+            *blocked_rows,
             "",
         ]
     )
@@ -160,6 +181,13 @@ def summarise(out: Path, command: str = "") -> dict[str, Any]:
     meta = {}
     if (out / "device.json").is_file():
         meta = json.loads((out / "device.json").read_text())
+    beside_blocked = None
+    if (out / "beside-blocked.json").is_file():
+        record = json.loads((out / "beside-blocked.json").read_text())
+        beside_blocked = {
+            **alone_figures(record["spin"]),
+            "ran_early": record["blocked"]["flag_before_open"] != 1,
+        }
     summary = {
         "format": FORMAT["name"],
         "version": FORMAT["version"],
@@ -167,6 +195,7 @@ def summarise(out: Path, command: str = "") -> dict[str, Any]:
         "gpu_name": meta.get("gpu_name"),
         "alone": alone_figures(records["alone"]),
         "pair": pair_figures(records["pair-a"], records["pair-b"]),
+        "beside_blocked": beside_blocked,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "summary.md").write_text(summary_markdown(summary))
@@ -177,24 +206,29 @@ def summarise(out: Path, command: str = "") -> dict[str, Any]:
 # The measurement (GPU)
 
 
-def build(out: Path) -> Path:
+def build(out: Path, name: str) -> Path:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    binary = out / "spin"
-    subprocess.run([nvcc, "-O2", "-arch=native", "-o", str(binary), str(SOURCE)], check=True)
+    binary = out / name
+    source = SOURCES / f"{name}.cu"
+    subprocess.run([nvcc, "-O2", "-arch=native", "-o", str(binary), str(source)], check=True)
     return binary
 
 
-def spin_together(binary: Path, count: int, seconds: float, threshold_ns: int) -> list[dict]:
-    """``count`` processes spinning at once; their records."""
+def spin_together(
+    binary: Path, count: int, seconds: float, threshold_ns: int, blocked: Path | None = None
+) -> list[dict]:
+    """``count`` processes spinning at once (and, given ``blocked``, one process blocked at a
+    closed stream wait for the same time, its check last); their records."""
     start_at = time.time_ns() + int(START_DELAY_S * 1e9)
-    processes = [
-        subprocess.Popen(
-            [str(binary), str(int(seconds * 1000)), str(threshold_ns), str(start_at)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        [str(binary), str(int(seconds * 1000)), str(threshold_ns), str(start_at)]
         for _ in range(count)
+    ]
+    if blocked is not None:
+        commands.append([str(blocked), str(int(seconds * 1000)), str(start_at)])
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for command in commands
     ]
     records = []
     for process in processes:
@@ -216,12 +250,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join(["benchmarks/timeslice_probe.py", *(argv or sys.argv[1:])])
     if not args.report_only:
         out.mkdir(parents=True, exist_ok=True)
-        binary = build(out)
+        binary = build(out, "spin")
         (alone,) = spin_together(binary, 1, args.seconds, args.threshold_ns)
         (out / "alone.json").write_text(json.dumps(alone))
         a, b = spin_together(binary, 2, args.seconds, args.threshold_ns)
         (out / "pair-a.json").write_text(json.dumps(a))
         (out / "pair-b.json").write_text(json.dumps(b))
+        blocked = build(out, "blocked")
+        spin, check = spin_together(binary, 1, args.seconds, args.threshold_ns, blocked)
+        (out / "beside-blocked.json").write_text(json.dumps({"spin": spin, "blocked": check}))
         from orion_common.sysinfo import gpu_facts
 
         gpu = gpu_facts(0)

@@ -43,6 +43,7 @@ ORION_VARIANTS = {
     "orion-cpu-gate": ("--be-gate", "cpu"),
     "orion-quiet": ("--hp-quiet-us", "300"),
     "orion-mps-be70": ("--sharing", "mps", "--be-sm-percent", "70"),
+    "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
 }
 """orion with settings away from its defaults (``orion up`` options): rows of their own, never
 scored as the suite's orion nor counted as a competitor."""
@@ -54,6 +55,7 @@ MODE_TEXT = {
     "orion-cpu-gate": "orion up --be-gate cpu",
     "orion-quiet": "orion up --hp-quiet-us 300 (BE waits out a 300-us quiet spell of the HP)",
     "orion-mps-be70": "orion up --sharing mps --be-sm-percent 70 (BE kernels on 70% of the SMs)",
+    "orion-quiet-cpu": "orion up --hp-quiet-us 300 --be-gate cpu (quiet spell, BE held on the CPU)",
     "timeslice": "plain processes (time slicing)",
     "mps": "MPS",
     "mps-priority": "MPS, BE clients at lower priority",

@@ -57,8 +57,38 @@ def test_the_summary_files(probe, tmp_path: Path) -> None:
     for name, record in (("alone", alone), ("pair-a", A), ("pair-b", B)):
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     summary = probe.summarise(tmp_path, "probe --out x")
-    assert summary["alone"] == {"gap_count": 1, "longest_gap_us": pytest.approx(3.0)}
+    assert summary["alone"] == {
+        "gap_count": 1,
+        "longest_gap_us": pytest.approx(3.0),
+        "gaps_ms": pytest.approx(0.003),
+        "spun_ms": pytest.approx(50.0),
+    }
+    assert summary["beside_blocked"] is None  # a run from before that phase existed
     assert json.loads((tmp_path / "summary.json").read_text())["format"] == "orion-timeslice-probe"
     page = (tmp_path / "summary.md").read_text()
     assert "| timeslice (ms) | 10.000 (p10 10.000, p90 10.000; n=1) |" in page
     assert "| one context switch (us) | 1000.0" in page
+
+
+def test_slices_handed_to_a_blocked_context_are_summed(probe, tmp_path: Path) -> None:
+    alone = {"start_ns": 0, "end_ns": 50 * MS, "gap_count": 0, "gaps": []}
+    spin = {
+        "start_ns": 0,
+        "end_ns": 50 * MS,
+        "gap_count": 2,
+        "gaps": [[10 * MS, 12 * MS], [30 * MS, 32 * MS + 500_000]],
+    }
+    for name, record in (("alone", alone), ("pair-a", A), ("pair-b", B)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    check = {"flag_before_open": 1, "flag_after_open": 2}
+    (tmp_path / "beside-blocked.json").write_text(json.dumps({"spin": spin, "blocked": check}))
+    blocked = probe.summarise(tmp_path, "probe --out x")["beside_blocked"]
+    assert blocked["gap_count"] == 2
+    assert blocked["longest_gap_us"] == pytest.approx(2500.0)
+    assert blocked["gaps_ms"] == pytest.approx(4.5)
+    assert blocked["ran_early"] is False
+    page = (tmp_path / "summary.md").read_text()
+    assert (
+        "blocked at a closed stream wait: gaps, longest (us), sum (ms) of 50 ms spun | 2, " in page
+    )
+    assert "| the blocked context's kernel ran before its wait opened | no |" in page
