@@ -286,9 +286,11 @@ def test_keyboard_interrupt_from_the_callback_stops_ncu_and_keeps_its_log(
 
 @pytest.fixture
 def ctrl_c_as_a_terminal_sends_it():
-    """SIGINT handled as in a fresh Python process (its own handler, not blocked): another test
-    earlier in the same process may have left it otherwise, and these tests are about what a
-    user's Ctrl-C does."""
+    """SIGINT handled as a terminal's Ctrl-C finds it (Python's handler, not blocked), whoever
+    started pytest: a pytest started in the background by a non-interactive shell (`pytest &` in
+    a script, as some CI runners and agents do) inherits SIGINT ignored, and Python then leaves it
+    ignored, so these tests' own SIGINT would do nothing. (No test leaves it changed:
+    tests/conftest.py fails one that would.)"""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     yield
