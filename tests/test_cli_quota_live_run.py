@@ -36,13 +36,14 @@ runner = CliRunner()
 class LiveColocate:
     """A running `orion colocate` process and the run directory it printed."""
 
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     run_dir: Path
+    output: Path  # what it printed (stdout and stderr)
 
 
 def jobs_file(tmp_path: Path) -> Path:
     """A quota run (every client a peer) whose BE client is promised 20% and capped at 80%.
-    Its window is far longer than the test: the test ends it with Ctrl-C, so it never races
+    Its window is far longer than the test: the test ends it with SIGTERM, so it never races
     the run's clock."""
     data = {
         "run": {
@@ -99,31 +100,33 @@ def live_colocate(
     monkeypatch.setenv("ORION_CLIENT_DEVICE", "cpu")
     monkeypatch.setenv("ORION_PROFILE_DIR", str(tmp_path / "profiles"))
     output_dir = tmp_path / "runs"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "orion_cli.app", "colocate", str(jobs_file(tmp_path))],
-        env=harness.environment(None, None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, cwd=harness.directory,  # outside the checkout: `-m` imports the installed one
-    )  # fmt: skip
+    output = tmp_path / "colocate.out"  # a file, not a pipe nobody reads while the run goes on
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orion_cli.app", "colocate", str(jobs_file(tmp_path))],
+            env=harness.environment(None, None), stdout=sink, stderr=subprocess.STDOUT,
+            cwd=harness.directory,  # outside the checkout: `-m` imports the installed orion
+        )  # fmt: skip
     try:
         wait_for(
             lambda: process.poll() is not None or live_record(output_dir) is not None,
             timeout_s=RUN_START_TIMEOUT_S,
             what="the run to record its daemon in run.json",
         )
-        assert process.poll() is None, process.communicate()[0]
+        assert process.poll() is None, output.read_text()
         wait_for(
             lambda: process.poll() is not None or set(daemon_clients()) == {"hp", "be"},
             timeout_s=RUN_START_TIMEOUT_S,
             what="both clients to join the run's daemon",
         )
-        assert process.poll() is None, process.communicate()[0]
+        assert process.poll() is None, output.read_text()
         run_dir = live_record(output_dir)
         assert run_dir is not None
-        yield LiveColocate(process, run_dir)
+        yield LiveColocate(process, run_dir, output)
     finally:
         if process.poll() is None:
             process.kill()
-        process.communicate()
+        process.wait(timeout=RUN_STOP_TIMEOUT_S)
 
 
 def gone(pid: int) -> bool:
@@ -164,10 +167,14 @@ def test_quota_changes_what_a_live_colocate_runs_daemon_admits(live_colocate: Li
     assert shares("hp") == (0.2, 1.0) and shares("be") == (0.5, 1.0)
     assert live_colocate.process.poll() is None  # all of it while the run was live
 
-    # Ctrl-C ends the run, which keeps its record of each change, in order, on the run clock.
-    live_colocate.process.send_signal(signal.SIGINT)
-    output, _ = live_colocate.process.communicate(timeout=RUN_STOP_TIMEOUT_S)
-    assert live_colocate.process.returncode == 130, output
+    # SIGTERM (`kill`, as a batch system stops a job; SIGINT would do nothing where pytest and so
+    # the run inherited it ignored) ends the run as Ctrl-C does. The run keeps its record of each
+    # change, in order, on the run clock.
+    live_colocate.process.send_signal(signal.SIGTERM)
+    assert live_colocate.process.wait(timeout=RUN_STOP_TIMEOUT_S) == 130, (
+        live_colocate.output.read_text()
+    )
+    assert f"run directory: {run_dir}" in live_colocate.output.read_text()
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "incomplete"
     assert all(gone(c["pid"]) for c in meta["clients"])
