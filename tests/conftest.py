@@ -1,11 +1,14 @@
 """Skip GPU tests cleanly on machines without CUDA, and torchvision tests where it cannot import;
 keep every test's daemons (a colocate run's own included) out of the user's state folder; build
-the stand-in driver every native test drives, compiled once."""
+the stand-in driver every native test drives, compiled once; fail a test that leaves the signal
+state of pytest's main thread changed."""
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+import signal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -61,3 +64,46 @@ def _private_state_dir(
     """A state folder per test (short: daemon sockets have 107 bytes for their path), so a
     daemon running on this machine is never joined and nothing is left in its folder."""
     monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+GUARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # a real-time signal the enum does not name
+        return f"signal {signum}"
+
+
+def _signal_state() -> tuple[frozenset[int], dict[int, Any]]:
+    """The main thread's blocked signals and its SIGINT and SIGTERM handlers."""
+    blocked = frozenset(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    return blocked, {int(s): signal.getsignal(s) for s in GUARDED_SIGNALS}
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found() -> Iterator[None]:
+    """Fails the test that leaves a signal blocked or SIGINT/SIGTERM handled otherwise (the
+    code under test, its fixtures or a native library it loads), and puts them back, so the
+    failure is that test's and not a later one's that relies on Ctrl-C (a process started by
+    pytest inherits its signal mask, too). Autouse, so torn down after the test's own fixtures."""
+    blocked, handlers = _signal_state()
+    yield
+    now_blocked, now_handlers = _signal_state()
+    if (now_blocked, now_handlers) == (blocked, handlers):
+        return
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    for signum, handler in handlers.items():
+        if handler is not None:  # None: set outside Python, cannot be put back from here
+            signal.signal(signum, handler)
+    changes = []
+    if now_blocked != blocked:
+        names = sorted(_signal_name(s) for s in now_blocked ^ blocked)
+        changes.append(f"signal mask changed for {', '.join(names)}")
+    changes += [
+        f"{_signal_name(signum)} handler {handlers[signum]!r} -> {now_handlers[signum]!r}"
+        for signum in handlers
+        if now_handlers[signum] != handlers[signum]
+    ]
+    pytest.fail(f"the test left pytest's signal state changed: {'; '.join(changes)}")

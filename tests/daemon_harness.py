@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from native_harness import read_log, wait_for
+from native_harness import HeldKernel, read_log, wait_for
 
 from orion_daemon import client as daemon_client
 from orion_daemon import state
@@ -28,11 +28,15 @@ SLOT_BACK_S = 5.0
 
 
 @contextlib.contextmanager
-def be_held_behind_hp(harness, daemon, tmp_path, hp_kernel_us: int = 20_000_000):
-    """An HP client running a kernel of ``hp_kernel_us`` (20 s) and a BE client whose ten
-    launches are all held on the GPU behind the gate HP closed; yields the BE process. Both are
-    killed if still running."""
+def be_held_behind_hp(
+    harness, daemon, tmp_path, hp_kernel_us: int = 20_000_000, hold: HeldKernel | None = None
+):
+    """An HP client running a kernel of ``hp_kernel_us`` (20 s; with ``hold``, until the test
+    releases it) and a BE client whose ten launches are all held on the GPU behind the gate HP
+    closed; yields the BE process. Both are killed if still running."""
     hp_env = daemon.join("hp", "inference")
+    if hold is not None:
+        hp_env = {**hp_env, **hold.env()}
     be_env = daemon.join("be", "trainer")
     hp = harness.start(f"func long {hp_kernel_us} launch long 1 32 0 sync 0", env=hp_env,
                        log=tmp_path / "hp.log")  # fmt: skip

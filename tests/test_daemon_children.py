@@ -63,7 +63,7 @@ def test_a_be_clients_child_joins_as_a_gated_client_of_its_own(harness, daemon, 
 
 
 def test_the_parent_keeps_its_slot_while_its_child_runs(harness, daemon, tmp_path):
-    child = "func ck 100 launch ck 4 128 0 say child_joined sleep 20000000"
+    child = "func ck 100 launch ck 4 128 0 say child_joined hold"
     script = f"func k 100 launch k 4 128 0 {spawn(child)}"
     process = harness.start(script, env=joining_environment(tmp_path, "be", "loader"))
     try:

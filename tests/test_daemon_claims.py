@@ -18,7 +18,7 @@ from native_harness import read_log, wait_for
 
 GENEROUS_S = 60.0
 BOUND_S = "2"
-HOLD = "func k 100 launch k 4 128 0 sync 0 say attached sleep 600000000"  # then holds the slot
+HOLD = "func k 100 launch k 4 128 0 sync 0 say attached hold"  # then holds the slot
 SHORT = "func k 100 repeat 3 launch k 4 128 0 end sync 0"
 
 

@@ -134,7 +134,7 @@ def test_status_saves_what_a_running_client_learned_as_a_profile(harness, daemon
     from postprocess.profile_format import read_profile
 
     script = "func u 2000 repeat 8 launch u 8 64 0 end sync 0 repeat 2 launch u 8 64 0 end sync 0"
-    script += " say learned sleep 20000000"
+    script += " say learned hold"
     process = start_orion_run(harness, "--be", "job", script)
     try:
         assert process.stdout.readline().strip() == "learned"
@@ -162,7 +162,7 @@ def test_the_be_queue_bound_follows_an_unprofiled_hp_graph_as_it_is_learned(harn
     # then half of 5% of its step, as an offline profile would give.
     graph = "func ga 2000 func gb 1000 graph_new A graph_node A ga 4 128 graph_node A gb 2 64"
     script = f"{graph} graph_inst A flags repeat 8 graph_run A 0 sync 0 end say learned"
-    script += " sleep 20000000"
+    script += " hold"
     before = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
     process = start_orion_run(harness, "--hp", "serve", script)
     try:

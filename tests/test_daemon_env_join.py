@@ -21,7 +21,7 @@ from orion_daemon.admission import JoinRequest
 from orion_daemon.joining import JOIN_REFUSED_EXIT, join_environment
 
 SHORT = "func k 100 repeat 3 launch k 4 128 0 end sync 0"
-HOLD = "alloc mem 4096 say joined sleep 20000000"  # joins, says so, then holds its slot 20 s
+HOLD = "alloc mem 4096 say joined hold"  # joins, says so, then holds its slot until killed
 
 
 def wait_joined(stdout) -> None:

@@ -40,7 +40,7 @@ def test_an_hp_joining_after_be_that_never_idles_is_learned(harness, daemon, tmp
         # Nothing of the HP is known yet: BE is bounded tightly from its join on.
         assert daemon.status()["queue_limit_us"] == UNLEARNED_HP_QUEUE_LIMIT_NS / 1e3
         script = f"{GRAPH} graph_inst A flags repeat 30 graph_run A 0 sync 0 end say learned"
-        hp = harness.start(f"{script} sleep 20000000", env=hp_environment)
+        hp = harness.start(f"{script} hold", env=hp_environment)
         assert hp.stdout.readline().strip() == "learned"
         learned = daemon.learned("serve")
         wait_for(

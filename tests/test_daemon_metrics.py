@@ -31,7 +31,7 @@ from orion_daemon.status import HELD_REASONS
 GENEROUS_S = 30.0  # a bound for a busy CI machine, not a measure of speed
 MIB = 1 << 20
 # Five launches and an allocation, then nothing for minutes: counters that hold still.
-IDLE_AFTER = "func k 1000 repeat 5 launch k 4 128 0 end sync 0 alloc mem {bytes} sleep 600000000"
+IDLE_AFTER = "func k 1000 repeat 5 launch k 4 128 0 end sync 0 alloc mem {bytes} hold"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -286,9 +286,11 @@ def test_keyboard_interrupt_from_the_callback_stops_ncu_and_keeps_its_log(
 
 @pytest.fixture
 def ctrl_c_as_a_terminal_sends_it():
-    """SIGINT handled as in a fresh Python process (its own handler, not blocked): another test
-    earlier in the same process may have left it otherwise, and these tests are about what a
-    user's Ctrl-C does."""
+    """SIGINT handled as a terminal's Ctrl-C finds it (Python's handler, not blocked), whoever
+    started pytest: a pytest started in the background by a non-interactive shell (`pytest &` in
+    a script, as some CI runners and agents do) inherits SIGINT ignored, and Python then leaves it
+    ignored, so these tests' own SIGINT would do nothing. (No test leaves it changed:
+    tests/conftest.py fails one that would.)"""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     yield
@@ -296,7 +298,7 @@ def ctrl_c_as_a_terminal_sends_it():
     signal.signal(signal.SIGINT, previous)
 
 
-def _interrupt_when(path: Path, timeout_s: float = 30.0) -> threading.Thread:
+def _interrupt_when(path: Path, timeout_s: float = 120.0) -> threading.Thread:
     """SIGINT to this process once ``path`` exists (the fake writes it when it is running)."""
 
     def watch() -> None:
@@ -319,11 +321,10 @@ def test_sigint_while_waiting_for_ncu_stops_it(
     ncu = install_fake_ncu(tmp_path, monkeypatch, mode="sleep")
     monkeypatch.setenv("FAKE_NCU_PID", str(tmp_path / "pid"))
     watcher = _interrupt_when(tmp_path / "pid")
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_ncu(_command(ncu, tmp_path), tmp_path)
     watcher.join()
-    assert time.monotonic() - started < 30
+    assert not (tmp_path / "pid.ended").exists()  # stopped, not waited for
     assert (tmp_path / NCU_LOG).is_file() and not (tmp_path / RAW_CSV).exists()
     assert _process_gone(int((tmp_path / "pid").read_text()))
 
@@ -336,11 +337,10 @@ def test_sigint_during_the_import_keeps_report_log_and_partial_csv(
     monkeypatch.setenv("FAKE_NCU_IMPORT", "sleep")
     monkeypatch.setenv("FAKE_NCU_PID", str(tmp_path / "pid"))
     watcher = _interrupt_when(tmp_path / "pid")
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_ncu(_command(ncu, tmp_path), tmp_path)
     watcher.join()
-    assert time.monotonic() - started < 30
+    assert not (tmp_path / "pid.ended").exists()  # stopped, not waited for
     assert not (tmp_path / RAW_CSV).exists()
     partial = (tmp_path / PARTIAL_RAW_CSV).read_text()
     assert partial.splitlines() == FIXTURE.read_text().splitlines()[:6]

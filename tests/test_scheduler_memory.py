@@ -143,16 +143,23 @@ def test_a_limit_changed_while_the_client_runs_holds_from_its_next_allocation(ha
     with SchedulerRun(settings()) as run:
         index = run.add_client("job", "be", memory_limit=10_000)
         run.publish()
+        lowered = tmp_path / "lowered"
         process = harness.start(
-            "alloc mem 6000 say lowered? sleep 400000 alloc mem 1000 free_all alloc mem 4000",
+            f"alloc mem 6000 say lowered? await {lowered} alloc mem 1000 free_all alloc mem 4000",
             env=run.client_environment(index),
             log=tmp_path / "job.log",
         )
-        assert process.stdout.readline().strip() == "alloc mem rc=0"
-        run.set_memory_limit(index, 5000)  # below what it holds: nothing is freed
-        assert process.stdout.readline().strip() == "lowered?"
-        assert run.stats()["job"]["memory_used"] == 6000
-        out, err = process.communicate(timeout=30)
+        try:
+            assert process.stdout.readline().strip() == "alloc mem rc=0"
+            run.set_memory_limit(index, 5000)  # below what it holds: nothing is freed
+            assert process.stdout.readline().strip() == "lowered?"
+            assert run.stats()["job"]["memory_used"] == 6000
+            lowered.touch()  # its next allocation comes after the change, however slow the test
+            out, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
         assert process.returncode == 0, err
         stats = run.stats()["job"]
     assert return_codes(out) == [OUT_OF_MEMORY, 0]

@@ -738,6 +738,13 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             std::printf("child rc=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128);
             std::fflush(stdout);
             pos += 2 + count;
+        } else if (cmd == "hold") {  // hold: until killed, or until what started it is gone
+            // A client that keeps its slot while the test looks at it, for as long as the test
+            // takes (no sleep is long enough on every machine); an orphan (its parent killed,
+            // the test's shell or spawning launcher) goes on with the script instead of lingering.
+            const pid_t parent = getppid();
+            while (getppid() == parent) sleep_us(10000);
+            pos += 1;
         } else if (cmd == "kill_self") {
             raise(SIGKILL);
             pos += 1;

@@ -94,6 +94,14 @@ def write_pid() -> None:
         Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")
 
 
+def sleep_ran_out() -> None:
+    """A sleep that was not cut short leaves ``$FAKE_NCU_PID.ended``: a test tells "orion
+    stopped it" from "orion waited for it" by that file, not by how long it took."""
+    pid_file = os.environ.get("FAKE_NCU_PID")
+    if pid_file:
+        Path(f"{pid_file}.ended").write_text("ended", encoding="utf-8")
+
+
 def import_report(argv: list[str]) -> int:
     """`ncu --import PATH --csv ...`: the real run's CSV, unchanged, on stdout."""
     report = option(argv, "--import") or ""
@@ -114,6 +122,7 @@ def import_report(argv: list[str]) -> int:
         sys.stdout.flush()
         write_pid()
         time.sleep(60)
+        sleep_ran_out()
         return 0
     sys.stdout.write(text)
     return 0
@@ -171,6 +180,7 @@ def main(argv: list[str]) -> int:
             out(progress(index, names[index % len(names)]))
             index += 1
             time.sleep(0.05)
+        sleep_ran_out()
         return 0
     passes = 3 if mode == "app" else 1
     to_stderr = os.environ.get("FAKE_NCU_PROGRESS_STREAM") == "stderr"
