@@ -52,7 +52,7 @@ from orion_daemon.lock import already_running, folder_lock, gpu_claim
 from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
 from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY, MPS_THREAD_PERCENTAGE
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
-from orion_daemon.protocol import answer
+from orion_daemon.protocol import PASSED_FDS, answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
@@ -696,6 +696,8 @@ class Daemon:
             "run": self._scheduler.name,
             "slot": slot,
             "environment": self._env(slot, request.strict, request.role),
+            # What the daemon decides, sealed: the client maps it read-only (RunDecisions).
+            PASSED_FDS: [self._scheduler.decisions_fd],
         }
 
     def _recorded_names(self) -> frozenset[str]:
@@ -957,10 +959,12 @@ class Daemon:
             "socket": str(self.folder / state.SOCKET),
             "log": str(self.folder / state.LOG),
             "python": sys.executable,
-            # The shared state's name, its process and the daemon clock's origin (a run's
-            # run.json has its own entry, with the daemon's state folder).
+            # The shared state's name, where its sealed decisions are (read-only to all but this
+            # process), its process and the daemon clock's origin (a run's run.json has its own
+            # entry, with the daemon's state folder).
             "scheduler": {
                 "shm": self._scheduler.name,
+                "decisions": self._scheduler.decisions_path,
                 "controller_pid": os.getpid(),
                 "clock_origin_ns": self.clock.origin_ns,
             },

@@ -20,7 +20,10 @@
 //
 // The daemon's answer is put into the environment (ORION_RUN, ORION_CLIENT, ORION_STRICT=0,
 // CUDA_VISIBLE_DEVICES as the GPU's UUID, the MPS folders), before the driver initialises, so the
-// driver itself sees the MPS folders; from then on the process is an ordinary lenient client.
+// driver itself sees the MPS folders; from then on the process is an ordinary lenient client. The
+// answer comes with the run's decisions (shared_state.h, RunDecisions): a sealed memfd passed with
+// SCM_RIGHTS, kept open by this process and named in ORION_DECISIONS (/proc/<pid>/fd/<n>), which
+// the library maps read-only. A daemon may not set ORION_DECISIONS itself.
 //
 // Whom it trusts (docs/architecture.md, "Trust model"): the state folder and the folder above it
 // must be this user's, writable by no one else and not symlinks; the process listening on the

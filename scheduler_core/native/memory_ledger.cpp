@@ -18,7 +18,7 @@ std::uint64_t take_size(std::unordered_map<Key, std::uint64_t>& sizes, Key key) 
 }  // namespace
 
 bool MemoryLedger::reserve(std::uint64_t bytes) {
-    const std::uint64_t limit = slot_->memory.limit.load(std::memory_order_acquire);
+    const std::uint64_t limit = decision_->memory_limit.load(std::memory_order_acquire);
     const std::uint64_t after = slot_->memory.used.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
     if (limit != 0 && after > limit) {
         slot_->memory.used.fetch_sub(bytes, std::memory_order_acq_rel);
@@ -275,7 +275,7 @@ void MemoryLedger::adopt(MemoryLedger& old) {
 }
 
 std::uint64_t MemoryLedger::limit() const {
-    return slot_->memory.limit.load(std::memory_order_acquire);
+    return decision_->memory_limit.load(std::memory_order_acquire);
 }
 
 std::uint64_t MemoryLedger::used() const {

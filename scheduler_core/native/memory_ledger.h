@@ -42,9 +42,12 @@ namespace orion {
 
 class MemoryLedger {
 public:
-    // `sm_count`: the GPU's SMs, for what a stack size takes (cuCtxSetLimit).
-    void attach(ClientSlot* slot, std::uint32_t sm_count = 0) {
+    // `slot`: where the client reports its use; `decision`: its limit, as the controller
+    // decided it (read-only for the client). `sm_count`: the GPU's SMs, for what a stack size
+    // takes (cuCtxSetLimit).
+    void attach(ClientSlot* slot, const ClientDecision* decision, std::uint32_t sm_count = 0) {
         slot_ = slot;
+        decision_ = decision;
         sm_count_ = sm_count;
     }
     bool active() const { return slot_ != nullptr; }
@@ -125,6 +128,7 @@ private:
     void cap_kept(Pool* pool, std::uint64_t threshold);
 
     ClientSlot* slot_ = nullptr;
+    const ClientDecision* decision_ = nullptr;
     std::mutex mutex_;
     std::unordered_map<CUdeviceptr, std::uint64_t> pointers_;
     std::unordered_map<CUmemGenericAllocationHandle, std::uint64_t> handles_;
