@@ -294,7 +294,7 @@ private:
     std::uint64_t gate_spacing() const {
         return gate_spacing_ns_ != 0 ? gate_spacing_ns_ : view_.decisions().queue_limit_ns;
     }
-    static_assert(kMaxClients <= 32, "RunHeader::be_mask holds a bit per client");
+    static_assert(kMaxClients <= 32, "RunDecisions::be_mask holds a bit per client");
     std::once_flag gate_once_;
     bool gate_mapped_ = false;
     std::atomic<bool> gate_failed_{false};

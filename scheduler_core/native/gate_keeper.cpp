@@ -26,7 +26,7 @@ constexpr std::uint64_t kQuotaPollNs = 100'000;
 // look. Handing the GPU over at every such gap would charge each hand-over's idle look and queued
 // work to the clients; the GPU idles this long when the holder has really stopped.
 constexpr std::uint64_t kReturnGraceNs = 5 * kQuotaPollNs;
-// Under RunHeader::hold_long_be, BE work longer than the queue limit waits until the HP has
+// Under RunDecisions::hold_long_be, BE work longer than the queue limit waits until the HP has
 // launched nothing for this long (a quiet spell, tracking.h): the gaps between an eager
 // request's launches (its host thread launching the next kernel) are shorter, so a long BE
 // kernel never lands inside one.
@@ -204,7 +204,7 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
         block.hold_passes.fetch_add(1, std::memory_order_relaxed);
     }
     // The latency controller's strictest step: the end of the HP's quiet spell (tracking.h)
-    // long BE work waits out, 0 when not held. (The run's own spell, RunHeader::hp_quiet_ns,
+    // long BE work waits out, 0 when not held. (The run's own spell, RunDecisions::hp_quiet_ns,
     // holds all BE work: decide() says kHpNotQuiet.)
     const std::uint64_t long_held_until =
         holds_for_hp && decisions.hold_long_be.load(std::memory_order_acquire) != 0

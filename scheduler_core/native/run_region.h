@@ -30,7 +30,7 @@ struct RunConfig {
     bool quotas = false;
     std::uint64_t quota_window_ns = 1'000'000'000;
     bool open_slots = false;  // a daemon's run: clients join and leave after publication
-    std::uint64_t hp_quiet_ns = 0;  // RunHeader::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
+    std::uint64_t hp_quiet_ns = 0;  // RunDecisions::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
 };
 
 // Owns one mapping of a run's shared memory and of its decisions (RunDecisions); unmaps on
@@ -125,7 +125,7 @@ bool needs_gate_keeper(const RunMapping& run);
 // an HP client joins or once its step is learned; clients read them at each launch).
 void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
                      std::uint64_t unknown_duration_ns);
-// The latency controller's strictest step (RunHeader::hold_long_be): the gate keeper holds BE
+// The latency controller's strictest step (RunDecisions::hold_long_be): the gate keeper holds BE
 // work longer than the queue limit while the HP client is active.
 void set_hold_long_be(const RunMapping& run, bool hold);
 // The daemon's pulse: now, on the monotonic clock.

@@ -96,12 +96,12 @@ enum class ClientState : std::uint32_t {
     // process reads it, and it becomes kRegistered when it is ready to be attached.
     kReserved = 5,
 };
-// Where a held BE launch waits (RunHeader::be_gate).
+// Where a held BE launch waits (RunDecisions::be_gate).
 enum class BeGate : std::uint32_t {
     kCpu = 0,  // in the launching thread, inside the launch call, until the policy admits it
     kGpu = 1,  // on the GPU: the launch returns at once, its stream waits on the client's gate word
 };
-// How a CUDA graph of a client gated on the GPU is held (RunHeader::be_graph_gate).
+// How a CUDA graph of a client gated on the GPU is held (RunDecisions::be_graph_gate).
 enum class BeGraphGate : std::uint32_t {
     kInside = 0,  // wait nodes on the gate word inside the graph, one per queue limit of its work
     kWhole = 1,   // not rewritten: admitted whole behind its launch's stream wait
@@ -293,7 +293,7 @@ enum class Reason : std::uint8_t {
     kHpBusy = 10,           // REEF: HP has work in flight
     kGpuGate = 11,          // BE launch returned at once; its stream waits on the GPU-side gate
     kSamplingHold = 12,     // an HP client is taking clean samples of its unlearned work
-    kHpNotQuiet = 13,       // the HP launched within its quiet spell (RunHeader::hp_quiet_ns)
+    kHpNotQuiet = 13,       // the HP launched within its quiet spell (RunDecisions::hp_quiet_ns)
     kCount = 14,
 };
 
@@ -586,7 +586,7 @@ constexpr std::uint64_t kDecisionsBytes = (sizeof(RunDecisions) + kPageBytes - 1
 // is extended by this much at a time); a word further ahead is not believed (tracking.h).
 constexpr std::uint64_t kMaxSamplingHoldNs = 100'000'000;
 
-// The longest quiet spell a run may ask for (RunHeader::hp_quiet_ns): 1 s.
+// The longest quiet spell a run may ask for (RunDecisions::hp_quiet_ns): 1 s.
 constexpr std::uint64_t kMaxHpQuietNs = 1'000'000'000;
 
 static_assert(std::is_standard_layout_v<RunHeader>);

@@ -62,7 +62,7 @@ inline std::uint64_t quiet_spell_end_ns(std::uint64_t last_launch_ns, std::uint6
     return now_ns < end ? end : 0;
 }
 
-// The end of the run's HP quiet spell (RunHeader::hp_quiet_ns) in force at `now_ns`, 0 if none
+// The end of the run's HP quiet spell (RunDecisions::hp_quiet_ns) in force at `now_ns`, 0 if none
 // (always 0 under a policy that does not hold BE for HP). The rings are not read while the
 // setting is off.
 inline std::uint64_t hp_quiet_until_ns(const RunView& view, std::uint64_t now_ns) {
