@@ -119,7 +119,7 @@ def test_a_handle_that_is_not_the_daemons_cannot_change_a_limit(daemon):
 def test_decisions_anyone_could_write_are_refused(harness, daemon, tmp_path):
     env = daemon.join("be", "trainer")
     forged = os.memfd_create("forged")  # a segment of the same size, not sealed
-    os.ftruncate(forged, os.fstat(os.open(env["ORION_DECISIONS"], os.O_RDONLY)).st_size)
+    os.ftruncate(forged, os.stat(env["ORION_DECISIONS"]).st_size)
     os.set_inheritable(forged, True)
     env = {**env, "ORION_DECISIONS": f"/proc/{os.getpid()}/fd/{forged}", "ORION_STRICT": "1"}
     result = harness.run("func k 1 launch k 1 1 0", env=env, log=tmp_path / "be.log")
