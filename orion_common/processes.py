@@ -39,6 +39,33 @@ def process_start_time(pid: int) -> int | None:
         return None
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (``/proc/<pid>/stat``, field 4); None when it does not run."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the name, in parentheses, may hold anything
+    try:
+        return int(fields[1])  # field 4 overall: fields[0] is field 3 (the state)
+    except (IndexError, ValueError):
+        return None
+
+
+def is_ancestor(ancestor: int, pid: int, max_depth: int = 64) -> bool:
+    """Whether ``ancestor`` is ``pid``'s parent, grandparent, ... (as the kernel says now): what
+    a daemon checks before a process that names a client as its parent shares that client's
+    memory limit. Bounded, so a cycle read mid-reuse of pids cannot loop."""
+    at = parent_pid(pid)
+    for _ in range(max_depth):
+        if at is None or at <= 1:
+            return False
+        if at == ancestor:
+            return True
+        at = parent_pid(at)
+    return False
+
+
 def same_process(pid: int, start_time: int | None) -> bool:
     """Whether ``pid`` still runs and is the process that started at ``start_time`` (None: a
     record of an older orion that kept no start time; then only whether ``pid`` runs)."""

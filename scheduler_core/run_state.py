@@ -459,6 +459,15 @@ class SchedulerRun:
             raise OrionError(f"a memory limit must be at least 1 byte (got {limit})")
         self._run.set_memory_limit(index, 0 if limit is None else int(limit))
 
+    def share_memory(self, index: int, holder: int) -> None:
+        """Client ``index``'s allocations count against client ``holder``'s memory limit (a BE
+        client's child against its parent's), also in ``holder``'s use; ``index`` keeps the
+        limit on its own once ``holder``'s slot is released."""
+        try:
+            self._run.share_memory(index, holder)
+        except (RuntimeError, ValueError) as error:
+            raise OrionError(f"cannot share a memory limit: {error}") from None
+
     def set_quota(self, index: int, min_util: float, max_util: float) -> None:
         """Client ``index``'s shares of GPU time (fractions of the quota window), also while the
         run is live: the gate keeper applies them at its next pass (within a millisecond)."""

@@ -76,8 +76,10 @@ bool is_my_ancestor(pid_t pid) {
 // A child process (exec'd) of a daemon client inherits the client's variables, but the slot is
 // its ancestor's. A best-effort client's children (data-loader workers, a subprocess that uses
 // the GPU) must not pass by the gate, so such a child joins the daemon as a client of its own:
-// the same role and limits (ORION_MEMORY_LIMIT, ORION_MAX_UTIL), no promised share (the parent
-// holds the promise: ORION_MIN_UTIL is dropped), named `<parent's name>.<pid>`. The variables
+// the same role and GPU-time cap (ORION_MAX_UTIL), no promised share (the parent holds the
+// promise: ORION_MIN_UTIL is dropped), its allocations counted against the parent's memory limit
+// (ORION_PARENT names the parent; the daemon shares the limit once it has checked that the
+// parent's process is an ancestor), named `<parent's name>.<pid>`. The variables
 // are set for that join here; true when the caller should join again. The HP client's children
 // pass through as before: one HP per GPU, and HP is never gated.
 bool rejoin_as_child(const RunView& view, std::uint32_t index) {
@@ -107,6 +109,9 @@ bool rejoin_as_child(const RunView& view, std::uint32_t index) {
     unsetenv("ORION_MIN_UTIL");
     setenv("ORION_ROLE", "be", 1);
     setenv("ORION_NAME", name.c_str(), 1);
+    // Its allocations count against the parent's memory limit (the daemon checks the parent is
+    // its ancestor): a data loader's workers do not each get the whole limit again.
+    setenv("ORION_PARENT", parent.c_str(), 1);
     if (env_flag("ORION_DEBUG")) {
         log_message(("a child of BE client '" + parent + "' joins as '" + name + "'").c_str());
     }
@@ -127,6 +132,7 @@ bool join_past_a_gone_run() {
     unsetenv("ORION_CLIENT");
     unsetenv("ORION_DECISIONS");
     unsetenv("ORION_MIN_UTIL");
+    unsetenv("ORION_PARENT");  // the run it names is gone, and with it the parent's slot
     const char* inherited = std::getenv("ORION_NAME");
     if (inherited != nullptr && inherited[0] != '\0') {
         const std::string suffix = "." + std::to_string(getpid());
@@ -262,7 +268,7 @@ void ClientRuntime::attach_from_environment() {
     gate_spacing_ns_ = policy_ == Policy::kQuota
                            ? quota_wait_spacing_ns(view_.decisions().quota_window_ns)
                            : 0;
-    memory_.attach(&slot, &view_.decision(index), view_.decisions().sm_count);
+    memory_.attach(view_, index, view_.decisions().sm_count);
     // Whoever is gated learns what its profile lacks (an offline entry always wins).
     learning_ = tracks_;
     if (learning_) {
@@ -436,7 +442,7 @@ void ClientRuntime::detach() {
     if (slot_->state.compare_exchange_strong(expected,
                                              static_cast<std::uint32_t>(ClientState::kExited),
                                              std::memory_order_acq_rel)) {
-        slot_->memory.used.store(0, std::memory_order_release);  // freed with the process
+        memory_.drop_all();  // freed with the process
     }
 }
 

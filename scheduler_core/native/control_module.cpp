@@ -316,6 +316,11 @@ public:
         orion::set_memory_limit(run(), client, bytes);
     }
 
+    // The client's allocations count against `holder`'s memory limit (a BE client's child).
+    void share_memory(std::uint32_t client, std::uint32_t holder) {
+        orion::share_memory(run(), client, holder);
+    }
+
     // The client's GPU-time shares (fractions 0-1 of the quota window), also while the run is
     // live: the gate keeper applies them at its next pass.
     void set_quota(std::uint32_t client, double min_util, double max_util) {
@@ -360,6 +365,8 @@ public:
         out["memory_used"] = slot.memory.used.load();
         out["memory_peak"] = slot.memory.peak.load();
         out["allocations_refused"] = slot.memory.refused.load();
+        // The slot whose memory limit it shares, -1 for its own.
+        out["memory_account"] = static_cast<int>(decision.memory_account.load()) - 1;
         out["min_util"] = decision.min_ppm.load() / static_cast<double>(kFullShare);
         out["max_util"] = decision.max_ppm.load() / static_cast<double>(kFullShare);
         out["gpu_share"] = static_cast<double>(slot.quota.used_ns.load()) /
@@ -711,6 +718,7 @@ PYBIND11_MODULE(_native, m) {
         .def("client_state", &Run::client_state, py::arg("client"))
         .def("mark_gone", &Run::mark_gone, py::arg("client"), py::arg("crashed"))
         .def("set_memory_limit", &Run::set_memory_limit, py::arg("client"), py::arg("bytes"))
+        .def("share_memory", &Run::share_memory, py::arg("client"), py::arg("holder"))
         .def("client_name", &Run::client_name, py::arg("client"))
         .def("set_quota", &Run::set_quota, py::arg("client"), py::arg("min_util"),
              py::arg("max_util"))

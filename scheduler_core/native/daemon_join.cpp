@@ -287,6 +287,9 @@ std::string join_request() {
     message += "],";
     const std::string profile = trimmed(environment("ORION_PROFILE"));
     if (!profile.empty()) message += "\"profile\":" + json_quote(profile) + ",";
+    // Set by the library of a BE client's child (client_runtime.cpp, rejoin_as_child).
+    const std::string parent = trimmed(environment("ORION_PARENT"));
+    if (!parent.empty()) message += "\"parent\":" + json_quote(parent) + ",";
     // A size is passed on as text: the daemon reads sizes (8GiB) the one way orion reads them.
     const std::string limit = trimmed(environment("ORION_MEMORY_LIMIT"));
     if (!limit.empty()) message += "\"memory_limit\":" + json_quote(limit) + ",";

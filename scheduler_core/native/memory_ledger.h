@@ -42,12 +42,14 @@ namespace orion {
 
 class MemoryLedger {
 public:
-    // `slot`: where the client reports its use; `decision`: its limit, as the controller
-    // decided it (read-only for the client). `sm_count`: the GPU's SMs, for what a stack size
-    // takes (cuCtxSetLimit).
-    void attach(ClientSlot* slot, const ClientDecision* decision, std::uint32_t sm_count = 0) {
-        slot_ = slot;
-        decision_ = decision;
+    // Client `index` of the run `view`: its slot is where it reports its use, its decision
+    // (read-only for the client) says its limit, or whose limit and use it shares
+    // (ClientDecision::memory_account). `sm_count`: the GPU's SMs, for what a stack size takes
+    // (cuCtxSetLimit).
+    void attach(const RunView& view, std::uint32_t index, std::uint32_t sm_count = 0) {
+        view_ = view;
+        slot_ = &view.client(index);
+        decision_ = &view.decision(index);
         sm_count_ = sm_count;
     }
     bool active() const { return slot_ != nullptr; }
@@ -102,7 +104,12 @@ public:
     // if need be (it is held already; new allocations are refused until the client is under).
     void adopt(MemoryLedger& old);
 
-    // The limit in force (0: none).
+    // The process is ending: what it holds goes with it, from its own use and from the use of
+    // the client whose limit it shares.
+    void drop_all();
+
+    // The limit in force (0: none), and the use counted against it: the client's own, or, for a
+    // client that shares another's limit, the use of all that share it.
     std::uint64_t limit() const;
     std::uint64_t used() const;
 
@@ -126,7 +133,16 @@ private:
     CUmemoryPool pool_key(CUmemoryPool pool) const;
     // Gives back what `pool` keeps beyond what its threshold lets it keep. mutex_ held.
     void cap_kept(Pool* pool, std::uint64_t threshold);
+    // Where the limit and the use it counts against are (ClientDecision::memory_account).
+    struct Account {
+        ClientMemory* memory;
+        const ClientDecision* decision;
+    };
+    Account account() const;
+    // Counts `bytes` held already (no limit asked), in this slot and the account it shares.
+    void charge(std::uint64_t bytes);
 
+    RunView view_;
     ClientSlot* slot_ = nullptr;
     const ClientDecision* decision_ = nullptr;
     std::mutex mutex_;

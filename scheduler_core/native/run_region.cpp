@@ -92,16 +92,26 @@ void check_client_name(const std::string& name) {
     }
 }
 
-// Moves `slot` from `from` to `end` (exited or dead) unless its state changed meanwhile, then
-// zeroes its memory use: its allocations died with its process. Returns the state it saw (`from`
-// when this call moved it).
-ClientState end_slot(ClientSlot& slot, ClientState from, ClientState end) {
+// Zeroes the memory use of `client`, whose process is gone (its allocations died with it), and
+// gives it back to the slot whose limit it shared, if any. Idempotent: a second call finds 0.
+void drop_memory_use(const RunView& run, std::uint32_t client) {
+    const std::uint64_t used = run.client(client).memory.used.exchange(0, std::memory_order_acq_rel);
+    const std::uint32_t holder = run.decision(client).memory_account.load(std::memory_order_acquire);
+    if (used != 0 && holder != 0 && holder <= kMaxClients && holder - 1 != client) {
+        subtract_at_most(run.client(holder - 1).memory.used, used);
+    }
+}
+
+// Moves `client` from `from` to `end` (exited or dead) unless its state changed meanwhile, then
+// drops its memory use. Returns the state it saw (`from` when this call moved it).
+ClientState end_slot(const RunView& run, std::uint32_t client, ClientState from,
+                     ClientState end) {
     auto expected = static_cast<std::uint32_t>(from);
-    if (!slot.state.compare_exchange_strong(expected, static_cast<std::uint32_t>(end),
-                                            std::memory_order_acq_rel)) {
+    if (!run.client(client).state.compare_exchange_strong(
+            expected, static_cast<std::uint32_t>(end), std::memory_order_acq_rel)) {
         return static_cast<ClientState>(expected);
     }
-    slot.memory.used.store(0, std::memory_order_release);
+    drop_memory_use(run, client);
     return from;
 }
 
@@ -121,6 +131,7 @@ void set_state(ClientSlot& slot, ClientState state) {
 void write_slot_defaults(const RunView& run, std::uint32_t client) {
     ClientDecision& decision = run.decision(client);
     decision.role.store(0, std::memory_order_relaxed);
+    decision.memory_account.store(0, std::memory_order_relaxed);
     decision.min_ppm.store(0, std::memory_order_relaxed);
     decision.memory_limit.store(0, std::memory_order_relaxed);
     decision.max_ppm.store(kFullShare, std::memory_order_release);
@@ -507,6 +518,7 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
         ClientSlot& slot = run.view().client(index);
         const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
         if (state == ClientState::kExited || state == ClientState::kDead) {
+            drop_memory_use(run.view(), index);  // one that detached itself left its count
             gone.push_back(index);
             continue;
         }
@@ -520,7 +532,7 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
         // before any process attached simply ended (a program that never used the GPU).
         const ClientState end =
             state == ClientState::kAttached ? ClientState::kDead : ClientState::kExited;
-        const ClientState seen = end_slot(slot, state, end);
+        const ClientState seen = end_slot(run.view(), index, state, end);
         // An exited one detached in the meantime.
         if (seen == state || seen == ClientState::kExited) gone.push_back(index);
     }
@@ -530,8 +542,7 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
 bool expire_registered(const RunMapping& run, std::uint32_t client) {
     require_open(run);
     check_client(run, client);
-    ClientSlot& slot = run.view().client(client);
-    return end_slot(slot, ClientState::kRegistered, ClientState::kExited) ==
+    return end_slot(run.view(), client, ClientState::kRegistered, ClientState::kExited) ==
            ClientState::kRegistered;
 }
 
@@ -549,6 +560,18 @@ void release_slot(const RunMapping& run, std::uint32_t client) {
     }
     // Readers skip the slot from this store on (no longer attached).
     set_state(slot, ClientState::kReserved);
+    drop_memory_use(v, client);
+    // Those that shared its memory limit (its children) keep the limit, each on its own from now
+    // on: the limit first, so that none sees its own limit unset while it counts on its own.
+    const std::uint64_t limit = v.decision(client).memory_limit.load(std::memory_order_acquire);
+    for (std::uint32_t other = 0; other < kMaxClients; ++other) {
+        ClientDecision& sharer = v.decision(other);
+        if (other == client || sharer.memory_account.load(std::memory_order_acquire) != client + 1) {
+            continue;
+        }
+        sharer.memory_limit.store(limit, std::memory_order_release);
+        sharer.memory_account.store(0, std::memory_order_release);
+    }
     v.decisions().be_mask.fetch_and(~(1U << client), std::memory_order_acq_rel);
     for (std::uint32_t i = 0; i < kKernelSlots; ++i) {
         v.kernels(client)[i].key.store(0, std::memory_order_relaxed);
@@ -576,10 +599,10 @@ void release_slot(const RunMapping& run, std::uint32_t client) {
 
 void mark_gone(const RunMapping& run, std::uint32_t client, bool crashed) {
     check_client(run, client);
-    ClientSlot& slot = run.view().client(client);
-    end_slot(slot, ClientState::kAttached, crashed ? ClientState::kDead : ClientState::kExited);
+    end_slot(run.view(), client, ClientState::kAttached,
+             crashed ? ClientState::kDead : ClientState::kExited);
     // Its allocations died with its process, also when it detached before this call.
-    slot.memory.used.store(0, std::memory_order_release);
+    drop_memory_use(run.view(), client);
 }
 
 void load_kernel(const RunMapping& run, std::uint32_t client, std::uint64_t key,
@@ -638,6 +661,28 @@ void load_graph(const RunMapping& run, std::uint32_t client, std::uint64_t key,
     }
     slot.timeline_count += entry->timeline_count;
     if (claimed) ++slot.graph_count;
+}
+
+void share_memory(const RunMapping& run, std::uint32_t client, std::uint32_t holder) {
+    check_client(run, client);
+    check_client(run, holder);
+    require_controller(run);
+    if (client == holder) throw std::invalid_argument("a client cannot share its own limit");
+    const RunView v = run.view();
+    if (v.decision(holder).memory_account.load(std::memory_order_acquire) != 0) {
+        throw std::invalid_argument("client slot " + std::to_string(holder) +
+                                    " shares another's memory limit: share that one's");
+    }
+    for (std::uint32_t other = 0; other < kMaxClients; ++other) {
+        if (v.decision(other).memory_account.load(std::memory_order_acquire) == client + 1) {
+            throw std::invalid_argument("client slot " + std::to_string(client) +
+                                        " has others sharing its memory limit");
+        }
+    }
+    // Its own limit says the shared one too (what status shows); the account decides.
+    v.decision(client).memory_limit.store(
+        v.decision(holder).memory_limit.load(std::memory_order_acquire), std::memory_order_release);
+    v.decision(client).memory_account.store(holder + 1, std::memory_order_release);
 }
 
 void set_memory_limit(const RunMapping& run, std::uint32_t client, std::uint64_t bytes) {

@@ -161,6 +161,11 @@ void load_kernel(const RunMapping& run, std::uint32_t client, std::uint64_t key,
 // is gated as a unit only.
 void load_graph(const RunMapping& run, std::uint32_t client, std::uint64_t key,
                 const ProfileEntry& graph, const std::vector<TimelineNode>& timeline);
+// Client `client`'s allocations count against the memory limit of `holder` (a BE client's
+// child, its parent's), in `holder`'s use as well as its own; its own use goes back to `holder`
+// when it ends, and it keeps the limit on its own once `holder`'s slot is released. `holder` must
+// not share another's limit itself, nor `client` have others sharing its own.
+void share_memory(const RunMapping& run, std::uint32_t client, std::uint32_t holder);
 // Bytes (0: none); also while the run is live.
 void set_memory_limit(const RunMapping& run, std::uint32_t client, std::uint64_t bytes);
 // GPU-time shares (fractions 0-1 of the quota window); also while the run is live.

@@ -12,6 +12,7 @@
 // to attach before that or when the magic, layout version or size disagree.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -444,6 +445,15 @@ struct alignas(64) ClientMemory {
     std::atomic<std::uint64_t> refused;  // allocations refused by the limit
 };
 
+// Takes up to `bytes` off `count`, never below zero: a shared memory count (ClientDecision::
+// memory_account) is reset when its own client ends, while those sharing it may still give back.
+inline void subtract_at_most(std::atomic<std::uint64_t>& count, std::uint64_t bytes) {
+    std::uint64_t seen = count.load(std::memory_order_relaxed);
+    while (!count.compare_exchange_weak(seen, seen - std::min(seen, bytes),
+                                        std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+}
+
 // A client's use of GPU time, counted by the gate keeper, which measures the time the client had
 // work on the GPU. Its shares are the controller's (ClientDecision, layout 14), in parts per
 // million of the run's quota window.
@@ -520,7 +530,10 @@ struct alignas(64) ClientDecision {
     // window: promised when the client has work, and never more (kFullShare: no cap).
     std::atomic<std::uint32_t> min_ppm;
     std::atomic<std::uint32_t> max_ppm;
-    std::uint32_t reserved32;
+    // 0: the client's memory counts against its own limit. Otherwise 1 + the slot whose limit
+    // and use it shares: a BE client's child counts against its parent's (run_region.h,
+    // share_memory); its own slot keeps its own use too, which goes back when it ends.
+    std::atomic<std::uint32_t> memory_account;
     std::atomic<std::uint64_t> memory_limit;  // bytes its allocations may hold; 0: no limit
 };
 

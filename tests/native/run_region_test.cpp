@@ -324,6 +324,53 @@ void sealed_decisions(const std::string& name) {
     RunMapping::unlink(name, &error);
 }
 
+// A BE client's child shares its parent's memory limit (share_memory): the child's use comes back
+// out of the parent's when the child ends, and the child keeps the limit on its own once the
+// parent's slot is released.
+void shared_memory_limit(const std::string& name) {
+    RunMapping run = make_run(name, true);
+    if (!run.valid()) return ++failures, void();
+    publish(run);
+    const RunView view = run.view();
+    const auto parent = static_cast<std::uint32_t>(reserve_slot(run, "loader", Role::kBestEffort));
+    set_memory_limit(run, parent, 8000);
+    register_slot(run, parent, getpid());
+    const auto child = static_cast<std::uint32_t>(reserve_slot(run, "loader.1", Role::kBestEffort));
+    share_memory(run, child, parent);
+    register_slot(run, child, getpid());
+    check(view.decision(child).memory_account.load() == parent + 1 &&
+              view.decision(child).memory_limit.load() == 8000,
+          "the child counts against its parent's slot, and says the parent's limit");
+    const auto grandchild =
+        static_cast<std::uint32_t>(reserve_slot(run, "loader.2", Role::kBestEffort));
+    check(throws<std::invalid_argument>([&] { share_memory(run, grandchild, child); }) &&
+              throws<std::invalid_argument>([&] { share_memory(run, parent, grandchild); }),
+          "no chains: a sharer's own limit is not shared, nor a holder made a sharer");
+    // What the two processes hold (as their ledgers count it), then the child is gone.
+    view.client(parent).memory.used.store(5000 + 2000);
+    view.client(child).memory.used.store(2000);
+    view.client(child).state.store(as_word(ClientState::kExited));
+    const std::vector<std::uint32_t> gone = reap_slots(run);
+    check(gone.size() == 1 && view.client(parent).memory.used.load() == 5000 &&
+              view.client(child).memory.used.load() == 0,
+          "a child that ended gives its use back out of its parent's");
+    release_slot(run, child);
+    check(view.decision(child).memory_account.load() == 0, "a released slot shares nothing");
+
+    share_memory(run, grandchild, parent);
+    view.client(parent).state.store(as_word(ClientState::kExited));
+    reap_slots(run);
+    release_slot(run, parent);
+    check(view.decision(grandchild).memory_account.load() == 0 &&
+              view.decision(grandchild).memory_limit.load() == 8000,
+          "once the parent's slot is released, its child keeps the limit on its own");
+    std::atomic<std::uint64_t> count{100};
+    subtract_at_most(count, 300);
+    check(count.load() == 0, "a shared count never goes below zero");
+    std::string error;
+    RunMapping::unlink(name, &error);
+}
+
 }  // namespace
 
 int main() {
@@ -332,6 +379,7 @@ int main() {
     open_run(prefix + "-open");
     corrupted_offsets(prefix + "-corrupt");
     sealed_decisions(prefix + "-sealed");
+    shared_memory_limit(prefix + "-shared");
     if (failures == 0) std::printf("ok\n");
     return failures == 0 ? 0 : 1;
 }
