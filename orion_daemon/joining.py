@@ -55,6 +55,7 @@ ORION_VARIABLES = (
     "ORION_STRICT",
     "ORION_BE_WHEN_DAEMON_GONE",
     "ORION_DAEMON_GONE_HOLD_S",
+    "ORION_PARENT",  # set by the library of a BE client's child: the client it shares a limit of
     *JOIN_VARIABLES.values(),
 )
 """Every variable that makes a program take part in a run or join a daemon."""

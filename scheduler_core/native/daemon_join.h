@@ -14,6 +14,8 @@
 //                            (what Ray's fractional num_gpus means for memory)
 //   ORION_MIN_UTIL, ORION_MAX_UTIL, ORION_LATENCY_TARGET_MS   as `orion run`'s options
 //   ORION_STATE_DIR          where the daemons' state folders are (default as `orion up`'s)
+//   ORION_PARENT             set by the library itself in a BE client's child: the client whose
+//                            memory limit the child shares (the daemon checks it is an ancestor)
 //   CUDA_VISIBLE_DEVICES     the GPU: one nvidia-smi index (CUDA_DEVICE_ORDER=PCI_BUS_ID is
 //                            what makes CUDA number GPUs the same way) or a GPU UUID or unique
 //                            UUID prefix, matched against the daemons' records; unset means GPU 0

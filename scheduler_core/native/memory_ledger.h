@@ -7,8 +7,10 @@
 // take the client's use past its limit fails with CUDA_ERROR_OUT_OF_MEMORY without reaching the
 // driver, so PyTorch and CuPy raise their usual out-of-memory errors. Frees give the size back
 // (the ledger remembers each allocation's size: the driver's free calls do not say it). The limit
-// lives in shared memory, so the controller can change it while the run is live; lowering it
-// below the current use fails new allocations and never frees anything.
+// lives in the run's sealed decisions (shared_state.h, RunDecisions), so the controller can change
+// it while the run is live and the client cannot; lowering it below the current use fails new
+// allocations and never frees anything. A BE client's child counts against its parent's limit
+// (ClientDecision::memory_account): in the parent's use as well as its own.
 //
 // Memory the driver keeps for the client beyond its live allocations counts too:
 // - a stream-ordered pool keeps freed memory up to its release threshold (cuMemPoolSetAttribute
