@@ -24,19 +24,44 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
-def process_start_time(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field 22); None
-    when it does not run (or this is not Linux). A pid is reused once its process is gone, so a
-    recorded pid names the same process only while this also matches what was recorded with it."""
+def _stat_field(pid: int, field: int) -> int | None:
+    """Field ``field`` (numbered as proc(5) does, from 1) of ``/proc/<pid>/stat`` from the
+    state (3) on, as a number; None when ``pid`` does not run (or this is not Linux)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[-1].split()  # the name, in parentheses, may hold anything
     try:
-        return int(fields[19])  # field 22 overall: fields[0] is field 3 (the state)
+        return int(fields[field - 3])  # fields[0] is field 3 (the state)
     except (IndexError, ValueError):
         return None
+
+
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field 22); None
+    when it does not run (or this is not Linux). A pid is reused once its process is gone, so a
+    recorded pid names the same process only while this also matches what was recorded with it."""
+    return _stat_field(pid, 22)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (``/proc/<pid>/stat``, field 4); None when it does not run."""
+    return _stat_field(pid, 4)
+
+
+def is_ancestor(ancestor: int, pid: int, max_depth: int = 64) -> bool:
+    """Whether ``ancestor`` is ``pid``'s parent, grandparent, ... (as the kernel says now): what
+    a daemon checks before a process that names a client as its parent shares that client's
+    memory limit. Bounded, so a cycle read mid-reuse of pids cannot loop."""
+    at = parent_pid(pid)
+    for _ in range(max_depth):
+        if at is None or at <= 1:
+            return False
+        if at == ancestor:
+            return True
+        at = parent_pid(at)
+    return False
 
 
 def same_process(pid: int, start_time: int | None) -> bool:

@@ -39,6 +39,10 @@ class JoinRequest:
     """The program must run as a client or not at all (a benchmark run's: its library attaches
     as the program starts and exits with status 70 when it cannot); otherwise it attaches when
     it first reaches the driver and runs ungated when it cannot."""
+    parent: str | None = None
+    """The client whose process started this one (the library of a BE client's child names it):
+    the child's allocations then count against that client's memory limit, once the daemon has
+    checked that it is the child's ancestor."""
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> JoinRequest:
@@ -69,6 +73,9 @@ class JoinRequest:
         strict = message.get("strict", False)
         if not isinstance(strict, bool):
             raise OrionError(f"join: strict must be true or false (got {strict!r})")
+        parent = message.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise OrionError("join: parent must be a client's name")
         return cls(
             role=str(message.get("role", "")),
             name=str(message.get("name", "")),
@@ -80,6 +87,7 @@ class JoinRequest:
             max_util=number("max_util", 1.0) if message.get("max_util") is not None else 1.0,
             latency_target_ms=number("latency_target_ms", None),
             strict=strict,
+            parent=parent or None,
         )
 
 

@@ -20,7 +20,9 @@ parsed again on the other side.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import sys
 from collections.abc import Mapping
@@ -49,26 +51,47 @@ def socket_path(daemon: Daemon) -> Path:
     return daemon if isinstance(daemon, Path) else Path(daemon["socket"])
 
 
-def call(daemon: Daemon, op: str, *, timeout_s: float = TIMEOUT_S, **fields: Any) -> dict:
+def call(
+    daemon: Daemon,
+    op: str,
+    *,
+    timeout_s: float = TIMEOUT_S,
+    passed: list[int] | None = None,
+    **fields: Any,
+) -> dict:
     """Sends the request ``op`` with ``fields`` to ``daemon`` and returns its answer; an
     :class:`OrionError` with the daemon's own one-line refusal (and hint) when it said no, or
-    saying that it did not answer (gone, stalled past ``timeout_s``, not this user's)."""
+    saying that it did not answer (gone, stalled past ``timeout_s``, not this user's).
+    Descriptors the daemon passes with its answer are appended to ``passed`` (the caller's to
+    close), or closed when ``passed`` is None."""
     path = socket_path(daemon)
+    received: list[int] = []
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout_s)
             connection.connect(str(path))
             check_daemon_peer(connection, path)  # before a word is sent or believed
             connection.sendall(encode({"op": op, **fields}))
-            answer = decode(read_line(connection))
+            answer = decode(read_line(connection, received))
     except (OSError, ValueError) as error:
+        _close_all(received)
         raise OrionError(
             f"the orion daemon at {path} did not answer ({error})",
             hint="`orion status` says whether it runs; `orion up` starts one",
         ) from None
+    if not answer.get("ok") or passed is None:
+        _close_all(received)
+    else:
+        passed.extend(received)
     if not answer.get("ok"):
         raise OrionError(str(answer.get("error", "the daemon refused")), hint=answer.get("hint"))
     return answer
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def answers(daemon: Daemon, timeout_s: float = 2.0) -> bool:
@@ -102,10 +125,15 @@ def check_join(daemon: Daemon, join_request: JoinRequest) -> None:
     call(daemon, "check", **join_request.__dict__)
 
 
-def join(daemon: Daemon, join_request: JoinRequest) -> Any:
+def join(daemon: Daemon, join_request: JoinRequest) -> tuple[Any, int | None]:
     """Takes a slot for the calling process; the answer's ``environment`` (unchecked: the
-    caller checks it, :func:`orion_daemon.ownership.checked_environment`)."""
-    return call(daemon, "join", **join_request.__dict__).get("environment")
+    caller checks it, :func:`orion_daemon.ownership.checked_environment`) and the descriptor of
+    the run's decisions the daemon passed with it (the caller's to keep or close; None when none
+    came)."""
+    passed: list[int] = []
+    environment = call(daemon, "join", passed=passed, **join_request.__dict__).get("environment")
+    _close_all(passed[1:])
+    return environment, (passed[0] if passed else None)
 
 
 def change_limits(daemon: Daemon, client: str, **changes: Any) -> list[dict[str, Any]]:

@@ -21,10 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orion_common.errors import OrionError
 from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.ownership import checked_environment
+from scheduler_core.run_state import DECISIONS_VARIABLE
 from scheduler_core.settings import MEMORY_LIMIT
 
 COMMAND_NOT_FOUND = 127
@@ -49,9 +51,11 @@ _DEFAULTS: dict[str, Any] = {"min_util": 0.0, "max_util": 1.0}
 ORION_VARIABLES = (
     "ORION_RUN",
     "ORION_CLIENT",
+    DECISIONS_VARIABLE,
     "ORION_STRICT",
     "ORION_BE_WHEN_DAEMON_GONE",
     "ORION_DAEMON_GONE_HOLD_S",
+    "ORION_PARENT",  # set by the library of a BE client's child: the client it shares a limit of
     *JOIN_VARIABLES.values(),
 )
 """Every variable that makes a program take part in a run or join a daemon."""
@@ -123,10 +127,30 @@ def check_join_now(gpu: int, join_request: JoinRequest, folder: Path | None = No
 def join(gpu: int, join_request: JoinRequest, folder: Path | None = None) -> dict[str, str]:
     """Takes a slot of ``gpu``'s daemon for the calling process; the variables the daemon
     answered with (``ORION_RUN``, ``ORION_CLIENT``, ``CUDA_VISIBLE_DEVICES``, MPS folders), once
-    they are all variables a daemon may set (:func:`ownership.checked_environment`)."""
+    they are all variables a daemon may set (:func:`ownership.checked_environment`), and
+    ``ORION_DECISIONS``: where the run's decisions are, which the daemon passed with its answer.
+
+    The descriptor stays open, inheritable, for the life of this process: a program it execs
+    keeps it (same pid, same path), and a program it starts finds it through this process's
+    ``/proc/<pid>/fd``; the library maps it read-only (scheduler_core/native/shared_state.h,
+    RunDecisions)."""
     folder = folder or state.state_dir(gpu)
     record = state.require_daemon(gpu, folder)
-    return checked_environment(daemon_client.join(record, join_request))
+    answered, decisions = daemon_client.join(record, join_request)
+    try:
+        environment = checked_environment(answered)
+    except OrionError:
+        if decisions is not None:
+            os.close(decisions)
+        raise
+    if decisions is None:
+        raise OrionError(
+            "the daemon's answer to join came without the run's decisions",
+            hint="a daemon of an older orion? restart it with this one",
+        )
+    os.set_inheritable(decisions, True)
+    environment[DECISIONS_VARIABLE] = f"/proc/{os.getpid()}/fd/{decisions}"
+    return environment
 
 
 def program_environment(base: Mapping[str, str], joined: Mapping[str, str]) -> dict[str, str]:
@@ -136,9 +160,12 @@ def program_environment(base: Mapping[str, str], joined: Mapping[str, str]) -> d
     from scheduler_core.library import with_preload
 
     environment = dict(base)
+    answered = {k: v for k, v in joined.items() if k != DECISIONS_VARIABLE}
     environment.update(
-        {k: v for k, v in checked_environment(joined).items() if k != "ORION_PRELOAD"}
+        {k: v for k, v in checked_environment(answered).items() if k != "ORION_PRELOAD"}
     )
+    if DECISIONS_VARIABLE in joined:  # set by :func:`join`, never by a daemon
+        environment[DECISIONS_VARIABLE] = joined[DECISIONS_VARIABLE]
     return with_preload(environment)
 
 

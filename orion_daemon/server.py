@@ -40,7 +40,7 @@ from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
-from orion_common.processes import process_alive, process_start_time
+from orion_common.processes import is_ancestor, process_alive, process_start_time
 from orion_common.run_format import LIMITS_TABLE
 from orion_common.runclock import RunClock, utc_now
 from orion_daemon import latency_control, state
@@ -52,7 +52,7 @@ from orion_daemon.lock import already_running, folder_lock, gpu_claim
 from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
 from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY, MPS_THREAD_PERCENTAGE
 from orion_daemon.ownership import peer_credentials, peer_may_use_daemon, private_folder
-from orion_daemon.protocol import answer
+from orion_daemon.protocol import PASSED_FDS, answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
@@ -671,6 +671,10 @@ class Daemon:
                 self._set_queue_limit(profile.kernels, request.latency_target_ms)
             elif request.role == "hp":
                 self._protect_unlearned_hp()
+            holder = self._memory_holder(request, pid)
+            if holder is not None:
+                self._scheduler.share_memory(slot, holder.slot)
+                limit = holder.memory_limit
             self._scheduler.register(slot, pid)
         except OrionError:
             self._scheduler.release(slot)
@@ -696,7 +700,26 @@ class Daemon:
             "run": self._scheduler.name,
             "slot": slot,
             "environment": self._env(slot, request.strict, request.role),
+            # What the daemon decides, sealed: the client maps it read-only (RunDecisions).
+            PASSED_FDS: [self._scheduler.decisions_fd],
         }
+
+    def _memory_holder(self, request: JoinRequest, pid: int) -> Client | None:
+        """The client whose memory limit a joining child shares: the BE client it names as its
+        parent (``request.parent``, which a BE client's library sets for its children), once the
+        parent's process is an ancestor of ``pid``, or the client that parent shares with
+        itself; None for any other join, which keeps a limit of its own. The check is the
+        kernel's, not the request's: any process may name any client."""
+        if request.parent is None or request.role != "be":
+            return None
+        parent = next((c for c in self.clients.values() if c.name == request.parent), None)
+        if parent is None or parent.role != "be":
+            return None
+        stats = self._scheduler.client_stats(parent.slot)
+        if not is_ancestor(int(stats.get("pid", 0)), pid):
+            return None
+        shared = int(stats.get("memory_account", -1))
+        return self.clients.get(shared, parent) if shared >= 0 else parent
 
     def _recorded_names(self) -> frozenset[str]:
         return self._recordings.names() if self._recordings is not None else frozenset()
@@ -957,10 +980,12 @@ class Daemon:
             "socket": str(self.folder / state.SOCKET),
             "log": str(self.folder / state.LOG),
             "python": sys.executable,
-            # The shared state's name, its process and the daemon clock's origin (a run's
-            # run.json has its own entry, with the daemon's state folder).
+            # The shared state's name, where its sealed decisions are (read-only to all but this
+            # process), its process and the daemon clock's origin (a run's run.json has its own
+            # entry, with the daemon's state folder).
             "scheduler": {
                 "shm": self._scheduler.name,
+                "decisions": self._scheduler.decisions_path,
                 "controller_pid": os.getpid(),
                 "clock_origin_ns": self.clock.origin_ns,
             },

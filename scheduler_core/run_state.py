@@ -60,6 +60,12 @@ MAX_HP_QUIET_NS = 1_000_000_000
 library's ``kMaxHpQuietNs``)."""
 TRACE_CAPACITY = 65536
 """Trace records per client kept between two drains when a run records a kernel trace."""
+DECISIONS_VARIABLE = "ORION_DECISIONS"
+"""Where a client's library finds the run's decisions (a path to a descriptor of the sealed
+segment, ``/proc/<pid>/fd/<n>``): what the controller decides (roles, limits, shares, the BE
+mask, the daemon's heartbeat) lives there, read-only to every client (shared_state.h,
+RunDecisions). Set by the controller for a closed run's clients and by the joining process for a
+daemon's, never by a daemon's answer."""
 _SHM_PREFIX = "orion-"
 _SHM_DIR = Path("/dev/shm")
 
@@ -425,8 +431,21 @@ class SchedulerRun:
         environment = dict(os.environ if base is None else base)
         environment["ORION_RUN"] = self.name
         environment["ORION_CLIENT"] = str(index)
+        environment[DECISIONS_VARIABLE] = self.decisions_path
         environment["ORION_STRICT"] = "1" if strict else "0"
         return with_preload(environment, preload_library_path())
+
+    @property
+    def decisions_fd(self) -> int:
+        """The descriptor of the run's sealed decisions (close-on-exec): a daemon passes it to
+        each client it admits, which maps it read-only."""
+        return int(self._run.decisions_fd)
+
+    @property
+    def decisions_path(self) -> str:
+        """Where a process of this user opens the run's decisions read-only (through this
+        process's descriptor, so only while it runs): what a closed run's clients are given."""
+        return str(self._run.decisions_path)
 
     # -- while running --------------------------------------------------------------------
     def client_state(self, index: int) -> str:
@@ -439,6 +458,15 @@ class SchedulerRun:
         if limit is not None and limit < 1:
             raise OrionError(f"a memory limit must be at least 1 byte (got {limit})")
         self._run.set_memory_limit(index, 0 if limit is None else int(limit))
+
+    def share_memory(self, index: int, holder: int) -> None:
+        """Client ``index``'s allocations count against client ``holder``'s memory limit (a BE
+        client's child against its parent's), also in ``holder``'s use; ``index`` keeps the
+        limit on its own once ``holder``'s slot is released."""
+        try:
+            self._run.share_memory(index, holder)
+        except (RuntimeError, ValueError) as error:
+            raise OrionError(f"cannot share a memory limit: {error}") from None
 
     def set_quota(self, index: int, min_util: float, max_util: float) -> None:
         """Client ``index``'s shares of GPU time (fractions of the quota window), also while the

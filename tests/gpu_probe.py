@@ -100,7 +100,7 @@ def _library_launches() -> int | None:
         return None
     from scheduler_core import native_module
 
-    run = native_module().Run.attach(name)
+    run = native_module().Run.attach(name, os.environ.get("ORION_DECISIONS", ""))
     try:
         return int(run.client_stats(int(os.environ["ORION_CLIENT"]))["launches"])
     finally:

@@ -2,8 +2,10 @@
 
 What users rely on: a process a best-effort client starts (a data-loader worker, a subprocess
 that uses the GPU) inherits the client's variables but not its slot, and it is not let past the
-gate: it joins the daemon as a best-effort client of its own, with the parent's limits, named
-after the parent, while the parent keeps its slot. The high-priority client's children run as
+gate: it joins the daemon as a best-effort client of its own, named after the parent, while the
+parent keeps its slot; its allocations count against the parent's memory limit, so a parent and
+its workers together hold no more than the parent may, and what a child held goes back when it
+ends. The high-priority client's children run as
 they would without orion (one HP per GPU, and HP is never gated). Outside a daemon (a closed
 benchmark run) a second process of a slot passes through, as tests/test_scheduler_native.py
 shows.
@@ -58,7 +60,7 @@ def test_a_be_clients_child_joins_as_a_gated_client_of_its_own(harness, daemon, 
     for pid in (parent, child):
         assert any(e.kind == "wait_value" and e.pid == pid for e in log)
     assert sum(e.kind == "launch" and e.pid == child for e in log) == 3
-    # Its limit is the parent's, counted apart from the parent's use.
+    # Its limit is the parent's (the parent holds nothing yet).
     assert "meminfo free=3192 total=8192" in result.stdout
 
 
@@ -104,3 +106,47 @@ def test_the_hp_clients_child_passes_through(harness, daemon, tmp_path):
     ]
     # Unlimited and ungated, as it would run without orion (the device's own 16 GiB).
     assert f"meminfo free={(16 << 30) - 5000} total={16 << 30}" in result.stdout
+
+
+def test_a_be_clients_children_share_its_memory_limit(harness, daemon, tmp_path):
+    # The parent holds 5000 of its 8192; its child asks for 5000 (refused: 10000 together), then
+    # for 3000 (fits: 8000), and sees what is left of the shared limit.
+    child = "func ck 100 launch ck 4 128 0 alloc mem 5000 alloc mem 3000 meminfo"
+    script = f"alloc mem 5000 {spawn(child)} say child_done sleep 20000000"
+    env = joining_environment(tmp_path, "be", "trainer", memory_limit=8192)
+    process = harness.start(script, env=env)
+    try:
+        lines = [process.stdout.readline().strip() for _ in range(6)]
+        assert lines == [
+            "alloc mem rc=0",
+            "alloc mem rc=2",
+            "alloc mem rc=0",
+            "meminfo free=192 total=8192 device_total=8192",
+            "child rc=0",
+            "child_done",
+        ]
+        # The child's 3000 went back with it: the parent holds its own 5000 again.
+        wait_for(lambda: daemon.names() == ["trainer"], timeout_s=SLOT_BACK_S,
+                 what="the child's slot to come back")  # fmt: skip
+        (parent,) = daemon.status()["clients"]
+        assert parent["memory_used_bytes"] == 5000 and parent["memory_limit_bytes"] == 8192
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_a_process_that_merely_names_a_client_keeps_a_limit_of_its_own(harness, daemon, tmp_path):
+    # Not the client's descendant: naming it as its parent shares nothing.
+    env = joining_environment(tmp_path, "be", "trainer", memory_limit=8192)
+    holder = harness.start("alloc mem 5000 say held sleep 20000000", env=env)
+    try:
+        assert holder.stdout.readline().strip() == "alloc mem rc=0"
+        assert holder.stdout.readline().strip() == "held"
+        env = joining_environment(tmp_path, "be", "stranger", memory_limit=8192)
+        env["ORION_PARENT"] = "trainer"
+        result = harness.run("alloc mem 5000 meminfo", env=env, log=tmp_path / "stranger.log")
+        assert result.stdout.splitlines()[0] == "alloc mem rc=0"
+        assert "meminfo free=3192 total=8192" in result.stdout
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

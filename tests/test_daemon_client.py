@@ -102,7 +102,7 @@ def test_each_named_request_sends_its_op_and_fields(tmp_path):
     with fake_daemon(tmp_path, {"ok": True, "environment": {"ORION_RUN": "r"}}) as daemon:
         path = daemon.path
         daemon_client.check_join(path, join_request)
-        assert daemon_client.join(path, join_request) == {"ORION_RUN": "r"}
+        assert daemon_client.join(path, join_request) == ({"ORION_RUN": "r"}, None)
         daemon_client.change_limits(path, "trainer", memory_limit=None, max_util=0.5)
         daemon_client.start_records(path, tmp_path / "run", ["a", "b"], 42, True)
         daemon_client.end_records(path, tmp_path / "run")

@@ -212,9 +212,9 @@ def test_be_graph_gate_whole_admits_graphs_whole_behind_their_launchs_gate(
 
 def test_the_run_header_says_how_graphs_are_gated_and_refuses_another_word():
     with SchedulerRun(dataclasses.replace(gate_settings(), be_graph_gate="whole")) as run:
-        assert native_module().Run.attach(run.name).be_graph_gate == "whole"
+        assert native_module().Run.attach(run.name, run.decisions_path).be_graph_gate == "whole"
     with SchedulerRun(gate_settings()) as run:
-        assert native_module().Run.attach(run.name).be_graph_gate == "inside"
+        assert native_module().Run.attach(run.name, run.decisions_path).be_graph_gate == "inside"
     with pytest.raises(
         OrionError, match=r"be_graph_gate must be one of inside, whole, segments \(got 'x'\)"
     ):

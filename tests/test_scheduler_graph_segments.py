@@ -254,4 +254,4 @@ def test_time_sliced_runs_split_graphs_and_the_header_says_so():
     assert default_be_graph_gate("mps") == "inside"
     settings = dataclasses.replace(split_settings(), be_graph_gate="segments")
     with SchedulerRun(settings) as run:
-        assert native_module().Run.attach(run.name).be_graph_gate == "segments"
+        assert native_module().Run.attach(run.name, run.decisions_path).be_graph_gate == "segments"

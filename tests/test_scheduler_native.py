@@ -567,7 +567,7 @@ def test_hp_completion_must_be_a_known_mode():
     with pytest.raises(ValueError, match="'estimate' or 'gpu-write', not 'fast'"):
         native.Run.create("/orion-test-bad-mode", "orion", 132, 1, 1, 1, 0, "fast")
     with SchedulerRun(settings("orion", hp_completion="gpu-write")) as run:
-        assert native.Run.attach(run.name).hp_completion == "gpu-write"
+        assert native.Run.attach(run.name, run.decisions_path).hp_completion == "gpu-write"
 
 
 def test_be_waits_for_an_estimated_hp_kernel_for_its_profiled_duration(harness, tmp_path):

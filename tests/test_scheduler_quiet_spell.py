@@ -191,9 +191,9 @@ def test_without_a_quiet_spell_be_runs_beside_the_hp_as_before(
 def test_the_run_header_says_the_quiet_spell():
     native = native_module()
     with SchedulerRun(settings("gpu", 250_000)) as run:
-        assert native.Run.attach(run.name).hp_quiet_ns == 250_000
+        assert native.Run.attach(run.name, run.decisions_path).hp_quiet_ns == 250_000
     with SchedulerRun(settings("gpu", 0)) as run:
-        assert native.Run.attach(run.name).hp_quiet_ns == 0
+        assert native.Run.attach(run.name, run.decisions_path).hp_quiet_ns == 0
 
 
 @pytest.mark.parametrize("value", [-1, MAX_HP_QUIET_NS + 1])
@@ -223,6 +223,8 @@ def test_the_daemon_runs_with_the_quiet_spell_it_was_given(tmp_path: Path):
         )
         assert "BE waits out a 300-us quiet spell of the HP" in table.output
         record = state.live_record(running.folder)
-        assert native_module().Run.attach(record["scheduler"]["shm"]).hp_quiet_ns == 300_000
+        scheduler = record["scheduler"]
+        attached = native_module().Run.attach(scheduler["shm"], scheduler["decisions"])
+        assert attached.hp_quiet_ns == 300_000
     finally:
         running.close()

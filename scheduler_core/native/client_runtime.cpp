@@ -76,12 +76,15 @@ bool is_my_ancestor(pid_t pid) {
 // A child process (exec'd) of a daemon client inherits the client's variables, but the slot is
 // its ancestor's. A best-effort client's children (data-loader workers, a subprocess that uses
 // the GPU) must not pass by the gate, so such a child joins the daemon as a client of its own:
-// the same role and limits (ORION_MEMORY_LIMIT, ORION_MAX_UTIL), no promised share (the parent
-// holds the promise: ORION_MIN_UTIL is dropped), named `<parent's name>.<pid>`. The variables
+// the same role and GPU-time cap (ORION_MAX_UTIL), no promised share (the parent holds the
+// promise: ORION_MIN_UTIL is dropped), its allocations counted against the parent's memory limit
+// (ORION_PARENT names the parent; the daemon shares the limit once it has checked that the
+// parent's process is an ancestor), named `<parent's name>.<pid>`. The variables
 // are set for that join here; true when the caller should join again. The HP client's children
 // pass through as before: one HP per GPU, and HP is never gated.
-bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
-    if (view.header().open_slots == 0) return false;  // a closed run: no daemon to join
+bool rejoin_as_child(const RunView& view, std::uint32_t index) {
+    const ClientSlot& slot = view.client(index);
+    if (view.decisions().open_slots == 0) return false;  // a closed run: no daemon to join
     const char* role = std::getenv("ORION_ROLE");
     if (role == nullptr || role[0] == '\0') return false;  // not joined from the environment
     if (slot.state.load(std::memory_order_acquire) !=
@@ -91,7 +94,7 @@ bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
     const std::int32_t holder = slot.pid.load(std::memory_order_acquire);
     if (holder <= 0 || holder == getpid() || !is_my_ancestor(holder)) return false;
     const std::string parent(slot.name, strnlen(slot.name, sizeof slot.name));
-    if (slot.role != static_cast<std::uint32_t>(Role::kBestEffort)) {
+    if (view.role(index) != Role::kBestEffort) {
         if (env_flag("ORION_DEBUG")) {
             log_message(("a child of HP client '" + parent + "' passes through").c_str());
         }
@@ -102,9 +105,13 @@ bool rejoin_as_child(const RunView& view, const ClientSlot& slot) {
     const std::string name = parent.substr(0, room) + suffix;
     unsetenv("ORION_RUN");
     unsetenv("ORION_CLIENT");
+    unsetenv("ORION_DECISIONS");
     unsetenv("ORION_MIN_UTIL");
     setenv("ORION_ROLE", "be", 1);
     setenv("ORION_NAME", name.c_str(), 1);
+    // Its allocations count against the parent's memory limit (the daemon checks the parent is
+    // its ancestor): a data loader's workers do not each get the whole limit again.
+    setenv("ORION_PARENT", parent.c_str(), 1);
     if (env_flag("ORION_DEBUG")) {
         log_message(("a child of BE client '" + parent + "' joins as '" + name + "'").c_str());
     }
@@ -123,7 +130,9 @@ bool join_past_a_gone_run() {
     if (std::strcmp(role, "be") != 0) return false;
     unsetenv("ORION_RUN");
     unsetenv("ORION_CLIENT");
+    unsetenv("ORION_DECISIONS");
     unsetenv("ORION_MIN_UTIL");
+    unsetenv("ORION_PARENT");  // the run it names is gone, and with it the parent's slot
     const char* inherited = std::getenv("ORION_NAME");
     if (inherited != nullptr && inherited[0] != '\0') {
         const std::string suffix = "." + std::to_string(getpid());
@@ -196,8 +205,12 @@ void ClientRuntime::attach_from_environment() {
         fail("ORION_RUN is set but ORION_CLIENT is missing or not a client index");
         return;
     }
+    // The run's decisions, sealed and mapped read-only (RunDecisions): a path to the descriptor
+    // the daemon handed over its socket, or to the closed run's controller's.
+    const char* decisions = variable("ORION_DECISIONS");
     std::string error;
-    RunMapping mapping = RunMapping::attach(run, &error);
+    RunMapping mapping =
+        RunMapping::attach(run, decisions != nullptr ? decisions : "", &error);
     if (!mapping.valid()) {
         if (rejoined_.empty() && join_past_a_gone_run()) {
             attach_from_environment();
@@ -212,7 +225,7 @@ void ClientRuntime::attach_from_environment() {
         return;
     }
     const auto index = static_cast<std::uint32_t>(client);
-    if (index >= view.header().client_count) {
+    if (index >= view.decisions().client_count) {
         fail("client index " + std::to_string(index) + " is not configured in run '" + run + "'");
         return;
     }
@@ -226,7 +239,7 @@ void ClientRuntime::attach_from_environment() {
                                             static_cast<std::uint32_t>(ClientState::kAttached),
                                             std::memory_order_acq_rel)) {
         // A BE daemon client's child joins as a client of its own (see rejoin_as_child).
-        if (rejoined_.empty() && rejoin_as_child(view, slot)) {
+        if (rejoined_.empty() && rejoin_as_child(view, index)) {
             attach_from_environment();
             return;
         }
@@ -239,32 +252,32 @@ void ClientRuntime::attach_from_environment() {
     view_ = mapping_.view();
     index_ = index;
     slot_ = &slot;
-    policy_ = static_cast<Policy>(view_.header().policy);
-    role_ = static_cast<Role>(slot.role);
+    policy_ = static_cast<Policy>(view_.decisions().policy);
+    role_ = view_.role(index);
     // GPU-time shares hold BE clients under any policy with a library that gates (priority too).
     tracks_ = policy_tracks_launches(policy_) ||
-              (view_.header().quotas != 0 && role_ == Role::kBestEffort);
+              (view_.decisions().quotas != 0 && role_ == Role::kBestEffort);
     tracing_ = view_.trace_capacity() != 0;
     has_profile_ = slot.kernel_count != 0;
     // Under `quota` every client is a peer whose work the gate keeper grants.
     gpu_gate_ = tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
-                view_.header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
+                view_.decisions().be_gate == static_cast<std::uint32_t>(BeGate::kGpu);
     // Work between two gate waits under `quota`, where no HP latency rides on it: a tenth of a
     // slice (a wait per tiny kernel costs the GPU itself). Otherwise the run's queue limit, read
     // at each launch (gates.cpp): a daemon sets it when the HP client joins or is learned.
     gate_spacing_ns_ = policy_ == Policy::kQuota
-                           ? quota_wait_spacing_ns(view_.header().quota_window_ns)
+                           ? quota_wait_spacing_ns(view_.decisions().quota_window_ns)
                            : 0;
-    memory_.attach(&slot, view_.header().sm_count);
+    memory_.attach(view_, index, view_.decisions().sm_count);
     // Whoever is gated learns what its profile lacks (an offline entry always wins).
     learning_ = tracks_;
     if (learning_) {
-        learner_.attach(&view_.learned(index_), view_.header().sm_count);
+        learner_.attach(&view_.learned(index_), view_.decisions().sm_count);
         sampler_.attach(&slot.stats);
     }
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
-    if (view_.header().open_slots != 0) {
+    if (view_.decisions().open_slots != 0) {
         read_daemon_gone_choice();
         start_daemon_watch();
     }
@@ -312,13 +325,13 @@ bool ClientRuntime::watch_daemon() {
     };
     while (active()) {
         nanosleep(&kPeriod, nullptr);
-        const RunHeader& header = view_.header();
-        if (header.shutdown.load(std::memory_order_acquire) != 0) {
+        const RunDecisions& decisions = view_.decisions();
+        if (decisions.shutdown.load(std::memory_order_acquire) != 0) {
             leave_daemon("the daemon stopped");
             stop_holding();
             return true;
         }
-        const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
+        const std::uint64_t beat = decisions.daemon_heartbeat_ns.load(std::memory_order_acquire);
         const std::uint64_t now = monotonic_ns();
         if (beat == 0 || now <= beat + kDaemonStaleNs) {
             if (silent_since != 0) {
@@ -363,9 +376,9 @@ bool ClientRuntime::watch_for_a_daemon() {
     while (!g_exiting.load(std::memory_order_acquire)) {
         nanosleep(&kPeriod, nullptr);
         if (g_exiting.load(std::memory_order_acquire)) break;
-        const RunHeader& header = view_.header();
-        const std::uint64_t beat = header.daemon_heartbeat_ns.load(std::memory_order_acquire);
-        if (header.shutdown.load(std::memory_order_acquire) == 0 && beat != 0 &&
+        const RunDecisions& decisions = view_.decisions();
+        const std::uint64_t beat = decisions.daemon_heartbeat_ns.load(std::memory_order_acquire);
+        if (decisions.shutdown.load(std::memory_order_acquire) == 0 && beat != 0 &&
             monotonic_ns() <= beat + kDaemonStaleNs &&
             slot_->state.load(std::memory_order_acquire) ==
                 static_cast<std::uint32_t>(ClientState::kAttached) &&
@@ -429,7 +442,7 @@ void ClientRuntime::detach() {
     if (slot_->state.compare_exchange_strong(expected,
                                              static_cast<std::uint32_t>(ClientState::kExited),
                                              std::memory_order_acq_rel)) {
-        slot_->memory.used.store(0, std::memory_order_release);  // freed with the process
+        memory_.drop_all();  // freed with the process
     }
 }
 
@@ -467,9 +480,9 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         ticket.trace = false;
         return ticket;
     }
-    const RunHeader& header = view_.header();
-    ticket.kernel.sm_needed = header.sm_count;
-    ticket.kernel.duration_ns = header.unknown_duration_ns;
+    const RunDecisions& decisions = view_.decisions();
+    ticket.kernel.sm_needed = decisions.sm_count;
+    ticket.kernel.duration_ns = decisions.unknown_duration_ns;
     bool offline = false;
     bool sample_to_learn = false;
     if (shape.function != nullptr && (tracks_ || tracing_ || has_profile_)) {
@@ -571,7 +584,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         // Published first, then the gates closed: the keeper's open-after-check protocol
         // (shared_state.h, GateBlock) relies on that order.
         if (role_ == Role::kHighPriority && policy_holds_be_for_hp(policy_) &&
-            header.be_gate == static_cast<std::uint32_t>(BeGate::kGpu)) {
+            decisions.be_gate == static_cast<std::uint32_t>(BeGate::kGpu)) {
             close_be_gates(ticket.launch_ns);
         }
         start_sampling(&ticket, sample_to_learn, clean, launch_count, shape.function == nullptr);
@@ -656,12 +669,12 @@ bool ClientRuntime::extend_sampling_hold(std::uint64_t now_ns) {
 }
 
 bool ClientRuntime::be_has_work(std::uint64_t now_ns) const {
-    const std::uint32_t be_clients = view_.header().be_mask.load(std::memory_order_acquire);
-    for (std::uint32_t client = 0; client < view_.header().client_count; ++client) {
+    const std::uint32_t be_clients = view_.decisions().be_mask.load(std::memory_order_acquire);
+    for (std::uint32_t client = 0; client < view_.decisions().client_count; ++client) {
         const ClientSlot& peer = view_.client(client);
-        const bool best_effort = view_.header().open_slots != 0
+        const bool best_effort = view_.decisions().open_slots != 0
                                      ? (be_clients & (1U << client)) != 0
-                                     : peer.role == static_cast<std::uint32_t>(Role::kBestEffort);
+                                     : view_.role(client) == Role::kBestEffort;
         if (best_effort && client_participates(peer) && client_has_work(view_, client, now_ns)) {
             return true;
         }

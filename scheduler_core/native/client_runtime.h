@@ -292,9 +292,9 @@ private:
     // Profiled work between two gate waits on a stream or in a graph: under `quota` the fixed
     // spacing, otherwise the run's queue limit as it is now (a daemon sets it as HP joins).
     std::uint64_t gate_spacing() const {
-        return gate_spacing_ns_ != 0 ? gate_spacing_ns_ : view_.header().queue_limit_ns;
+        return gate_spacing_ns_ != 0 ? gate_spacing_ns_ : view_.decisions().queue_limit_ns;
     }
-    static_assert(kMaxClients <= 32, "RunHeader::be_mask holds a bit per client");
+    static_assert(kMaxClients <= 32, "RunDecisions::be_mask holds a bit per client");
     std::once_flag gate_once_;
     bool gate_mapped_ = false;
     std::atomic<bool> gate_failed_{false};
@@ -309,7 +309,7 @@ private:
     // A sampling hold lasts this long past the latest HP launch that asked for it or was timed
     // under it: long enough for BE work let through before it to drain and for the HP's next
     // request (at 10 per second or more) to come while it holds.
-    static constexpr std::uint64_t kSamplingHoldNs = 100'000'000;
+    static constexpr std::uint64_t kSamplingHoldNs = kMaxSamplingHoldNs;
     // The most BE time one HP client may hold, over its life: an HP whose kernels keep changing
     // shape (new keys forever) must not starve BE. Beyond it HP work is learned only when BE idles.
     static constexpr std::uint64_t kSamplingHoldBudgetNs = 3'000'000'000;

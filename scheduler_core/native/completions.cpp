@@ -36,7 +36,7 @@ void ClientRuntime::ensure_completion_tracking() {
         // Under `quota` every client's work is timed by its written completions.
         const bool gpu_writes =
             role_ != Role::kHighPriority || policy_ == Policy::kQuota ||
-            view_.header().hp_completion != static_cast<std::uint32_t>(CompletionMode::kEstimate);
+            view_.decisions().hp_completion != static_cast<std::uint32_t>(CompletionMode::kEstimate);
         CompletionMode mode = CompletionMode::kEstimate;
         if (gpu_writes) {
             if (ensure_completion_words()) {

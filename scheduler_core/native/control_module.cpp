@@ -5,6 +5,8 @@
 // preload library, so there is no second description of any of them in Python. Every write into
 // the run's shared memory is a function of run_region.h: this module converts Python values to
 // C++ ones, calls them, and converts what it reads back.
+#include <unistd.h>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -130,20 +132,32 @@ public:
         return Run(name, std::move(mapping));
     }
 
-    static Run attach(const std::string& name) {
+    // Another handle on a run this or another process controls: its decisions read-only, from
+    // `decisions` (a path to the controller's descriptor, as `decisions_path` says it).
+    static Run attach(const std::string& name, const std::string& decisions) {
         std::string error;
-        RunMapping mapping = RunMapping::attach(name, &error);
+        RunMapping mapping = RunMapping::attach(name, decisions, &error);
         if (!mapping.valid()) throw std::runtime_error(error);
         return Run(name, std::move(mapping));
     }
 
     const std::string& name() const { return name_; }
-    std::string policy() const { return policy_name(static_cast<Policy>(header().policy)); }
-    std::uint32_t sm_count() const { return header().sm_count; }
-    std::uint32_t client_count() const { return header().client_count; }
+    // The sealed decisions' descriptor in the controller (handed to clients over a daemon's
+    // socket); -1 in a handle that attached.
+    int decisions_fd() const { return run().decisions_fd(); }
+    // Where any process of this machine (of this user) opens the decisions read-only: through
+    // the controller's descriptor; empty in a handle that attached.
+    std::string decisions_path() const {
+        const int fd = run().decisions_fd();
+        if (fd < 0) return "";
+        return "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+    }
+    std::string policy() const { return policy_name(static_cast<Policy>(decisions().policy)); }
+    std::uint32_t sm_count() const { return decisions().sm_count; }
+    std::uint32_t client_count() const { return decisions().client_count; }
     std::uint32_t trace_capacity() const { return view().trace_capacity(); }
-    std::uint64_t queue_limit_ns() const { return header().queue_limit_ns; }
-    std::string hp_completion() const { return completion_mode_name(header().hp_completion); }
+    std::uint64_t queue_limit_ns() const { return decisions().queue_limit_ns; }
+    std::string hp_completion() const { return completion_mode_name(decisions().hp_completion); }
     std::uint64_t size_bytes() const { return mapping_.size(); }
     bool ready() const { return header().ready.load(std::memory_order_acquire) != 0; }
 
@@ -194,10 +208,10 @@ public:
     }
 
     void set_hold_long_be(bool hold) { orion::set_hold_long_be(run(), hold); }
-    bool hold_long_be() const { return header().hold_long_be.load() != 0; }
+    bool hold_long_be() const { return decisions().hold_long_be.load() != 0; }
 
-    bool open_slots() const { return header().open_slots != 0; }
-    std::uint32_t be_mask() const { return header().be_mask.load(std::memory_order_acquire); }
+    bool open_slots() const { return decisions().open_slots != 0; }
+    std::uint32_t be_mask() const { return decisions().be_mask.load(std::memory_order_acquire); }
 
     void add_kernel(std::uint32_t client, std::uint64_t key, std::uint32_t sm_needed,
                     const std::string& kernel_class, std::uint64_t duration_ns) {
@@ -254,14 +268,14 @@ public:
     }
 
     std::string be_gate() const {
-        return header().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) ? "gpu" : "cpu";
+        return decisions().be_gate == static_cast<std::uint32_t>(BeGate::kGpu) ? "gpu" : "cpu";
     }
 
     std::string be_graph_gate() const {
-        return name_of(kBeGraphGateNames, header().be_graph_gate);
+        return name_of(kBeGraphGateNames, decisions().be_graph_gate);
     }
 
-    std::uint64_t hp_quiet_ns() const { return header().hp_quiet_ns; }
+    std::uint64_t hp_quiet_ns() const { return decisions().hp_quiet_ns; }
 
     bool gate_open(std::uint32_t client) const {
         check_client(client);
@@ -302,14 +316,19 @@ public:
         orion::set_memory_limit(run(), client, bytes);
     }
 
+    // The client's allocations count against `holder`'s memory limit (a BE client's child).
+    void share_memory(std::uint32_t client, std::uint32_t holder) {
+        orion::share_memory(run(), client, holder);
+    }
+
     // The client's GPU-time shares (fractions 0-1 of the quota window), also while the run is
     // live: the gate keeper applies them at its next pass.
     void set_quota(std::uint32_t client, double min_util, double max_util) {
         orion::set_quota(run(), client, min_util, max_util);
     }
 
-    bool quotas() const { return header().quotas != 0; }
-    std::uint64_t quota_window_ns() const { return header().quota_window_ns; }
+    bool quotas() const { return decisions().quotas != 0; }
+    std::uint64_t quota_window_ns() const { return decisions().quota_window_ns; }
 
     std::string client_name(std::uint32_t client) const {
         check_client(client);
@@ -324,7 +343,8 @@ public:
         const ClientStats& s = slot.stats;
         py::dict out;
         out["name"] = std::string(slot.name);
-        out["role"] = slot.role == static_cast<std::uint32_t>(Role::kHighPriority) ? "hp" : "be";
+        const ClientDecision& decision = run_view.decision(client);
+        out["role"] = run_view.role(client) == Role::kHighPriority ? "hp" : "be";
         out["state"] = state_name(slot.state.load(std::memory_order_acquire));
         out["pid"] = slot.pid.load(std::memory_order_acquire);
         out["profiled_kernels"] = slot.kernel_count;
@@ -341,14 +361,16 @@ public:
         out["graphs_gated"] = s.graphs_gated.load();
         out["graph_gate_waits"] = s.graph_gate_waits.load();
         out["graphs_ungated"] = s.graphs_ungated.load();
-        out["memory_limit"] = slot.memory.limit.load();
+        out["memory_limit"] = decision.memory_limit.load();
         out["memory_used"] = slot.memory.used.load();
         out["memory_peak"] = slot.memory.peak.load();
         out["allocations_refused"] = slot.memory.refused.load();
-        out["min_util"] = slot.quota.min_ppm.load() / static_cast<double>(kFullShare);
-        out["max_util"] = slot.quota.max_ppm.load() / static_cast<double>(kFullShare);
+        // The slot whose memory limit it shares, -1 for its own.
+        out["memory_account"] = static_cast<int>(decision.memory_account.load()) - 1;
+        out["min_util"] = decision.min_ppm.load() / static_cast<double>(kFullShare);
+        out["max_util"] = decision.max_ppm.load() / static_cast<double>(kFullShare);
         out["gpu_share"] = static_cast<double>(slot.quota.used_ns.load()) /
-                           static_cast<double>(header().quota_window_ns);
+                           static_cast<double>(decisions().quota_window_ns);
         out["gpu_busy_ns"] = slot.quota.busy_ns.load();
         out["gpu_launch_ns"] = slot.quota.launch_ns.load();
         out["profiled_graphs"] = slot.graph_count;
@@ -528,6 +550,7 @@ private:
     }
     RunView view() const { return run().view(); }
     RunHeader& header() const { return view().header(); }
+    RunDecisions& decisions() const { return view().decisions(); }
     void check_client(std::uint32_t client) const { orion::check_client(run(), client); }
 
     std::string name_;
@@ -650,8 +673,10 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("be_gate") = "gpu", py::arg("quotas") = false,
                     py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false,
                     py::arg("be_graph_gate") = "inside", py::arg("hp_quiet_ns") = 0)
-        .def_static("attach", &Run::attach, py::arg("name"))
+        .def_static("attach", &Run::attach, py::arg("name"), py::arg("decisions"))
         .def_property_readonly("name", &Run::name)
+        .def_property_readonly("decisions_fd", &Run::decisions_fd)
+        .def_property_readonly("decisions_path", &Run::decisions_path)
         .def_property_readonly("policy", &Run::policy)
         .def_property_readonly("sm_count", &Run::sm_count)
         .def_property_readonly("client_count", &Run::client_count)
@@ -693,6 +718,7 @@ PYBIND11_MODULE(_native, m) {
         .def("client_state", &Run::client_state, py::arg("client"))
         .def("mark_gone", &Run::mark_gone, py::arg("client"), py::arg("crashed"))
         .def("set_memory_limit", &Run::set_memory_limit, py::arg("client"), py::arg("bytes"))
+        .def("share_memory", &Run::share_memory, py::arg("client"), py::arg("holder"))
         .def("client_name", &Run::client_name, py::arg("client"))
         .def("set_quota", &Run::set_quota, py::arg("client"), py::arg("min_util"),
              py::arg("max_util"))

@@ -287,6 +287,9 @@ std::string join_request() {
     message += "],";
     const std::string profile = trimmed(environment("ORION_PROFILE"));
     if (!profile.empty()) message += "\"profile\":" + json_quote(profile) + ",";
+    // Set by the library of a BE client's child (client_runtime.cpp, rejoin_as_child).
+    const std::string parent = trimmed(environment("ORION_PARENT"));
+    if (!parent.empty()) message += "\"parent\":" + json_quote(parent) + ",";
     // A size is passed on as text: the daemon reads sizes (8GiB) the one way orion reads them.
     const std::string limit = trimmed(environment("ORION_MEMORY_LIMIT"));
     if (!limit.empty()) message += "\"memory_limit\":" + json_quote(limit) + ",";
@@ -408,8 +411,55 @@ bool daemon_may_set(const std::string& name) {
 }
 
 // ---- the conversation -------------------------------------------------------------------------
+// A descriptor received with an answer, closed unless taken.
+class ReceivedFd {
+public:
+    ReceivedFd() = default;
+    ReceivedFd(const ReceivedFd&) = delete;
+    ReceivedFd& operator=(const ReceivedFd&) = delete;
+    ~ReceivedFd() { reset(-1); }
+    void reset(int fd) {
+        if (fd_ >= 0) close(fd_);
+        fd_ = fd;
+    }
+    int get() const { return fd_; }
+    int take() { return std::exchange(fd_, -1); }
+
+private:
+    int fd_ = -1;
+};
+
+// Reads what the peer sent into `buffer`, keeping a descriptor passed with it (SCM_RIGHTS, the
+// run's decisions) in `passed`; any other descriptor is closed at once.
+ssize_t receive(int fd, char* buffer, std::size_t size, ReceivedFd* passed) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    iovec vector{buffer, size};
+    msghdr message{};
+    message.msg_iov = &vector;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
+         header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        const std::size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+            int received = -1;
+            std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int), sizeof received);
+            if (passed->get() < 0) {
+                passed->reset(received);
+            } else {
+                close(received);
+            }
+        }
+    }
+    return n;
+}
+
 std::string ask_daemon(const std::string& folder, const std::string& device,
-                       const std::string& request) {
+                       const std::string& request, ReceivedFd* passed) {
     check_folder(parent_of(folder));
     check_folder(folder);
     const std::string path = folder + "/daemon.sock";
@@ -444,7 +494,7 @@ std::string ask_daemon(const std::string& folder, const std::string& device,
     std::string reply;
     char buffer[4096];
     while (reply.find('\n') == std::string::npos && reply.size() < kMaxReplyBytes) {
-        const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+        const ssize_t n = receive(fd, buffer, sizeof buffer, passed);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) throw JoinFailure{std::string("the daemon did not answer: ") +
                                      std::strerror(errno)};
@@ -456,8 +506,10 @@ std::string ask_daemon(const std::string& folder, const std::string& device,
 
 using Answer = std::vector<std::pair<std::string, std::string>>;
 
-// The variables of the daemon's answer to `join`, once every one is a variable it may set.
-Answer parse_answer(const std::string& line) {
+// The variables of the daemon's answer to `join`, once every one is a variable it may set, and
+// ORION_DECISIONS: where this process holds the run's decisions the daemon passed with its answer
+// (`decisions`, taken; /proc/<pid>/fd/<n>, which this process's children can open too).
+Answer parse_answer(const std::string& line, ReceivedFd* decisions) {
     Json answer;
     if (!JsonParser(line).parse(&answer) || answer.type != Json::Type::kObject) {
         throw JoinFailure{"the daemon's answer is not a JSON object"};
@@ -486,11 +538,21 @@ Answer parse_answer(const std::string& line) {
         }
         accepted.emplace_back(name, value.text);
     }
+    if (decisions->get() < 0) {
+        throw JoinFailure{"the daemon's answer to join came without the run's decisions (a "
+                          "daemon of an older orion? restart it with this one)"};
+    }
+    // Kept open for the life of the process: the mapping needs it only once, but a child's
+    // library finds its parent's run through it (client_runtime.cpp, rejoin_as_child).
+    accepted.emplace_back("ORION_DECISIONS", "/proc/" + std::to_string(getpid()) + "/fd/" +
+                                                 std::to_string(decisions->take()));
     return accepted;
 }
 
-void apply_answer(const std::string& line) {
-    for (const auto& [name, value] : parse_answer(line)) setenv(name.c_str(), value.c_str(), 1);
+void apply_answer(const std::string& line, ReceivedFd* decisions) {
+    for (const auto& [name, value] : parse_answer(line, decisions)) {
+        setenv(name.c_str(), value.c_str(), 1);
+    }
 }
 
 }  // namespace
@@ -516,7 +578,9 @@ void join_daemon_from_environment() {
                               "); a client joins the daemon of one GPU"};
         }
         const std::string request = join_request();
-        apply_answer(ask_daemon(daemon_folder(devices), devices, request));
+        ReceivedFd decisions;
+        const std::string answer = ask_daemon(daemon_folder(devices), devices, request, &decisions);
+        apply_answer(answer, &decisions);
     } catch (const JoinFailure& failure) {
         log_message(("cannot join the orion daemon: " + failure.message + "; exiting with status " +
                      std::to_string(kJoinRefusedExit))
@@ -540,7 +604,10 @@ bool rejoin_daemon(std::vector<std::pair<std::string, std::string>>* answer, std
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     const std::string devices = visible != nullptr ? trimmed(visible) : "0";
     try {
-        *answer = parse_answer(ask_daemon(daemon_folder(devices), devices, join_request()));
+        ReceivedFd decisions;
+        const std::string line =
+            ask_daemon(daemon_folder(devices), devices, join_request(), &decisions);
+        *answer = parse_answer(line, &decisions);
         return true;
     } catch (const JoinFailure& failure) {
         *why = failure.message;

@@ -14,13 +14,18 @@
 //                            (what Ray's fractional num_gpus means for memory)
 //   ORION_MIN_UTIL, ORION_MAX_UTIL, ORION_LATENCY_TARGET_MS   as `orion run`'s options
 //   ORION_STATE_DIR          where the daemons' state folders are (default as `orion up`'s)
+//   ORION_PARENT             set by the library itself in a BE client's child: the client whose
+//                            memory limit the child shares (the daemon checks it is an ancestor)
 //   CUDA_VISIBLE_DEVICES     the GPU: one nvidia-smi index (CUDA_DEVICE_ORDER=PCI_BUS_ID is
 //                            what makes CUDA number GPUs the same way) or a GPU UUID or unique
 //                            UUID prefix, matched against the daemons' records; unset means GPU 0
 //
 // The daemon's answer is put into the environment (ORION_RUN, ORION_CLIENT, ORION_STRICT=0,
 // CUDA_VISIBLE_DEVICES as the GPU's UUID, the MPS folders), before the driver initialises, so the
-// driver itself sees the MPS folders; from then on the process is an ordinary lenient client.
+// driver itself sees the MPS folders; from then on the process is an ordinary lenient client. The
+// answer comes with the run's decisions (shared_state.h, RunDecisions): a sealed memfd passed with
+// SCM_RIGHTS, kept open by this process and named in ORION_DECISIONS (/proc/<pid>/fd/<n>), which
+// the library maps read-only. A daemon may not set ORION_DECISIONS itself.
 //
 // Whom it trusts (docs/architecture.md, "Trust model"): the state folder and the folder above it
 // must be this user's, writable by no one else and not symlinks; the process listening on the

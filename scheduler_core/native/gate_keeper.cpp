@@ -26,7 +26,7 @@ constexpr std::uint64_t kQuotaPollNs = 100'000;
 // look. Handing the GPU over at every such gap would charge each hand-over's idle look and queued
 // work to the clients; the GPU idles this long when the holder has really stopped.
 constexpr std::uint64_t kReturnGraceNs = 5 * kQuotaPollNs;
-// Under RunHeader::hold_long_be, BE work longer than the queue limit waits until the HP has
+// Under RunDecisions::hold_long_be, BE work longer than the queue limit waits until the HP has
 // launched nothing for this long (a quiet spell, tracking.h): the gaps between an eager
 // request's launches (its host thread launching the next kernel) are shorter, so a long BE
 // kernel never lands inside one.
@@ -59,8 +59,8 @@ void GateKeeper::stop() {
 }
 
 void GateKeeper::account(std::uint64_t now_ns) {
-    const RunHeader& header = view_.header();
-    const std::uint64_t bucket_ns = std::max<std::uint64_t>(header.quota_window_ns / kBuckets, 1);
+    const RunDecisions& decisions = view_.decisions();
+    const std::uint64_t bucket_ns = std::max<std::uint64_t>(decisions.quota_window_ns / kBuckets, 1);
     const std::uint64_t epoch = now_ns / bucket_ns;
     if (epoch != epoch_) {
         // Slots that passed since the last pass start empty (all of them after a long pause).
@@ -73,9 +73,9 @@ void GateKeeper::account(std::uint64_t now_ns) {
     const std::uint64_t previous_pass_ns = last_pass_ns_ == 0 ? now_ns : last_pass_ns_;
     const std::uint64_t elapsed = std::min(now_ns - previous_pass_ns, bucket_ns);
     last_pass_ns_ = now_ns;
-    const bool time_slices = static_cast<Policy>(header.policy) == Policy::kQuota;
+    const bool time_slices = static_cast<Policy>(decisions.policy) == Policy::kQuota;
     const GateBlock& block = view_.gates();
-    const std::uint32_t count = std::min(header.client_count, kMaxClients);
+    const std::uint32_t count = std::min(decisions.client_count, kMaxClients);
     bool drained = false;
     for (std::uint32_t client = 0; client < count; ++client) {
         ClientSlot& slot = view_.client(client);
@@ -164,11 +164,11 @@ bool GateKeeper::any_work() const {
 }
 
 std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
-    const RunHeader& header = view_.header();
-    const auto policy = static_cast<Policy>(header.policy);
-    const bool quotas = header.quotas != 0 || policy == Policy::kQuota;
+    const RunDecisions& decisions = view_.decisions();
+    const auto policy = static_cast<Policy>(decisions.policy);
+    const bool quotas = decisions.quotas != 0 || policy == Policy::kQuota;
     GateBlock& block = view_.gates();
-    const std::uint32_t count = std::min(header.client_count, kMaxClients);
+    const std::uint32_t count = std::min(decisions.client_count, kMaxClients);
     QuotaClient shares[kMaxClients];
     if (quotas) {
         account(now_ns);
@@ -177,14 +177,14 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
             shares[client].participates = client_participates(slot);
             shares[client].has_work = usage_[client].has_work;
             shares[client].used_ns = slot.quota.used_ns.load(std::memory_order_relaxed);
-            shares[client].min_ppm = slot.quota.min_ppm.load(std::memory_order_relaxed);
-            shares[client].max_ppm = slot.quota.max_ppm.load(std::memory_order_relaxed);
+            shares[client].min_ppm = view_.decision(client).min_ppm.load(std::memory_order_relaxed);
+            shares[client].max_ppm = view_.decision(client).max_ppm.load(std::memory_order_relaxed);
         }
     }
     if (policy == Policy::kQuota) {
-        const std::uint64_t slice = quota_slice_ns(header.quota_window_ns);
+        const std::uint64_t slice = quota_slice_ns(decisions.quota_window_ns);
         hold_for_returning_holder(shares, count, now_ns);
-        const int holder = quota_holder(shares, count, header.quota_window_ns, holder_,
+        const int holder = quota_holder(shares, count, decisions.quota_window_ns, holder_,
                                         now_ns < holder_since_ns_ + slice);
         if (holder != holder_) {
             holder_ = holder;
@@ -197,22 +197,21 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
     // An HP client taking clean samples of its unlearned work: no BE gate opens until the hold
     // ends (the HP bounds it), whatever the policy or a share would say.
     const bool holds_for_hp = policy_holds_be_for_hp(policy);
-    const bool hold = holds_for_hp && sampling_hold_in_force(header, now_ns);
+    const bool hold = holds_for_hp && sampling_hold_in_force(view_.header(), now_ns);
     if (hold) {
         all_idle = false;
-        expected_change = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+        expected_change = view_.header().sampling_hold_until_ns.load(std::memory_order_acquire);
         block.hold_passes.fetch_add(1, std::memory_order_relaxed);
     }
     // The latency controller's strictest step: the end of the HP's quiet spell (tracking.h)
-    // long BE work waits out, 0 when not held. (The run's own spell, RunHeader::hp_quiet_ns,
+    // long BE work waits out, 0 when not held. (The run's own spell, RunDecisions::hp_quiet_ns,
     // holds all BE work: decide() says kHpNotQuiet.)
     const std::uint64_t long_held_until =
-        holds_for_hp && header.hold_long_be.load(std::memory_order_acquire) != 0
+        holds_for_hp && decisions.hold_long_be.load(std::memory_order_acquire) != 0
             ? quiet_spell_end_ns(hp_last_launch_ns(view_), kLongHoldQuietNs, now_ns)
             : 0;
     for (std::uint32_t client = 0; client < count; ++client) {
-        const bool gated = policy == Policy::kQuota || view_.client(client).role ==
-                                                           static_cast<std::uint32_t>(Role::kBestEffort);
+        const bool gated = policy == Policy::kQuota || view_.role(client) == Role::kBestEffort;
         if (!gated) continue;
         std::atomic<std::uint32_t>& gate = block.gates[client].word;
         // Read the gate before the rings: an HP launch published after this read also closed
@@ -241,13 +240,13 @@ std::uint64_t GateKeeper::step(std::uint64_t now_ns, bool* idle) {
             }
             if (quotas) {
                 // A cap holds the client back and a promise lets it run, whatever HP does.
-                const QuotaVerdict verdict = quota_verdict(shares[client], header.quota_window_ns);
+                const QuotaVerdict verdict = quota_verdict(shares[client], decisions.quota_window_ns);
                 if (verdict == QuotaVerdict::kCapped) open = false;
                 if (verdict == QuotaVerdict::kOwed) open = true;
             }
             if (hold) open = false;
             if (open && long_held_until != 0 &&
-                (!batch.known || batch.duration_ns > header.queue_limit_ns)) {
+                (!batch.known || batch.duration_ns > decisions.queue_limit_ns)) {
                 open = false;
                 block.long_holds.fetch_add(1, std::memory_order_relaxed);
                 if (expected_change == 0 || long_held_until < expected_change) {

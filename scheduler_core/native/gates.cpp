@@ -129,8 +129,8 @@ void ClientRuntime::close_be_gates(std::uint64_t now_ns) {
     const std::uint64_t heartbeat = block.keeper_heartbeat_ns.load(std::memory_order_acquire);
     // Without a live keeper nobody would open what HP closes: leave BE ungated instead.
     const bool keeper_alive = heartbeat != 0 && now_ns < heartbeat + kKeeperStaleNs;
-    // Clients of an open run join and leave: the controller keeps the BE set in the header.
-    const std::uint32_t be_clients = view_.header().be_mask.load(std::memory_order_acquire);
+    // Clients of an open run join and leave: the controller keeps the BE set in its decisions.
+    const std::uint32_t be_clients = view_.decisions().be_mask.load(std::memory_order_acquire);
     for (std::uint32_t mask = be_clients; mask != 0; mask &= mask - 1) {
         const auto client = static_cast<std::uint32_t>(__builtin_ctz(mask));
         if (keeper_alive) {

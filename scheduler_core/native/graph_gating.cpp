@@ -195,7 +195,7 @@ bool ClientRuntime::gates_graphs() {
     // stream wait, as before graphs were gated inside. Not counted in graphs_ungated, which
     // says a graph could not be rewritten: here none was meant to be.
     return gpu_gate_ &&
-           view_.header().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kInside) &&
+           view_.decisions().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kInside) &&
            !gate_failed_.load(std::memory_order_relaxed) && ensure_gate_mapped();
 }
 

@@ -138,7 +138,7 @@ bool ClientRuntime::segments_graphs() const {
     // The clients whose launches wait at a gate (BE under reef and orion, every client under
     // quota), in a run that splits graphs.
     return tracks_ && (role_ == Role::kBestEffort || policy_ == Policy::kQuota) &&
-           view_.header().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kSegments);
+           view_.decisions().be_graph_gate == static_cast<std::uint32_t>(BeGraphGate::kSegments);
 }
 
 KernelInfo ClientRuntime::node_work(const CUDA_KERNEL_NODE_PARAMS_v2& params) {

@@ -15,25 +15,61 @@ std::uint64_t take_size(std::unordered_map<Key, std::uint64_t>& sizes, Key key) 
     return bytes;
 }
 
+void raise_peak(ClientMemory& memory, std::uint64_t used) {
+    std::uint64_t peak = memory.peak.load(std::memory_order_relaxed);
+    while (used > peak &&
+           !memory.peak.compare_exchange_weak(peak, used, std::memory_order_relaxed)) {
+    }
+}
+
 }  // namespace
 
+MemoryLedger::Account MemoryLedger::account() const {
+    const std::uint32_t holder = decision_->memory_account.load(std::memory_order_acquire);
+    if (holder == 0 || holder > kMaxClients) return {&slot_->memory, decision_};
+    return {&view_.client(holder - 1).memory, &view_.decision(holder - 1)};
+}
+
 bool MemoryLedger::reserve(std::uint64_t bytes) {
-    const std::uint64_t limit = slot_->memory.limit.load(std::memory_order_acquire);
-    const std::uint64_t after = slot_->memory.used.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+    const Account shared = account();
+    const std::uint64_t limit = shared.decision->memory_limit.load(std::memory_order_acquire);
+    const std::uint64_t after =
+        shared.memory->used.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
     if (limit != 0 && after > limit) {
-        slot_->memory.used.fetch_sub(bytes, std::memory_order_acq_rel);
+        shared.memory->used.fetch_sub(bytes, std::memory_order_acq_rel);
         slot_->memory.refused.fetch_add(1, std::memory_order_relaxed);
         return false;
     }
-    std::uint64_t peak = slot_->memory.peak.load(std::memory_order_relaxed);
-    while (after > peak && !slot_->memory.peak.compare_exchange_weak(peak, after,
-                                                                     std::memory_order_relaxed)) {
+    raise_peak(*shared.memory, after);
+    if (shared.memory != &slot_->memory) {
+        raise_peak(slot_->memory,
+                   slot_->memory.used.fetch_add(bytes, std::memory_order_acq_rel) + bytes);
     }
     return true;
 }
 
+void MemoryLedger::charge(std::uint64_t bytes) {
+    const Account shared = account();
+    raise_peak(*shared.memory,
+               shared.memory->used.fetch_add(bytes, std::memory_order_acq_rel) + bytes);
+    if (shared.memory != &slot_->memory) {
+        raise_peak(slot_->memory,
+                   slot_->memory.used.fetch_add(bytes, std::memory_order_acq_rel) + bytes);
+    }
+}
+
+void MemoryLedger::drop_all() {
+    const Account shared = account();
+    const std::uint64_t held = slot_->memory.used.exchange(0, std::memory_order_acq_rel);
+    if (shared.memory != &slot_->memory) subtract_at_most(shared.memory->used, held);
+}
+
 void MemoryLedger::unreserve(std::uint64_t bytes) {
+    const Account shared = account();
     slot_->memory.used.fetch_sub(bytes, std::memory_order_acq_rel);
+    // The account's use was reset when its own client ended (its slot is being given back):
+    // what is given back there never goes below zero.
+    if (shared.memory != &slot_->memory) subtract_at_most(shared.memory->used, bytes);
 }
 
 void MemoryLedger::record_pointer(CUdeviceptr pointer, std::uint64_t bytes) {
@@ -215,7 +251,7 @@ void MemoryLedger::undo_context_limit(CUlimit limit) {
     const std::uint64_t now = context_bytes_[limit];
     const std::uint64_t before = context_before_[limit];
     if (now > before) unreserve(now - before);
-    if (before > now) slot_->memory.used.fetch_add(before - now, std::memory_order_acq_rel);
+    if (before > now) charge(before - now);
     context_bytes_[limit] = before;
 }
 
@@ -267,19 +303,15 @@ void MemoryLedger::adopt(MemoryLedger& old) {
     old.pool_pointers_.clear();
     old.graphs_.clear();
     if (slot_ == nullptr || held == 0) return;
-    const std::uint64_t after = slot_->memory.used.fetch_add(held, std::memory_order_acq_rel) + held;
-    std::uint64_t peak = slot_->memory.peak.load(std::memory_order_relaxed);
-    while (after > peak && !slot_->memory.peak.compare_exchange_weak(peak, after,
-                                                                     std::memory_order_relaxed)) {
-    }
+    charge(held);
 }
 
 std::uint64_t MemoryLedger::limit() const {
-    return slot_->memory.limit.load(std::memory_order_acquire);
+    return account().decision->memory_limit.load(std::memory_order_acquire);
 }
 
 std::uint64_t MemoryLedger::used() const {
-    return slot_->memory.used.load(std::memory_order_acquire);
+    return account().memory->used.load(std::memory_order_acquire);
 }
 
 void MemoryLedger::adjust_info(std::size_t* free_bytes, std::size_t* total_bytes) const {

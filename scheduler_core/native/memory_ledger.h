@@ -7,8 +7,10 @@
 // take the client's use past its limit fails with CUDA_ERROR_OUT_OF_MEMORY without reaching the
 // driver, so PyTorch and CuPy raise their usual out-of-memory errors. Frees give the size back
 // (the ledger remembers each allocation's size: the driver's free calls do not say it). The limit
-// lives in shared memory, so the controller can change it while the run is live; lowering it
-// below the current use fails new allocations and never frees anything.
+// lives in the run's sealed decisions (shared_state.h, RunDecisions), so the controller can change
+// it while the run is live and the client cannot; lowering it below the current use fails new
+// allocations and never frees anything. A BE client's child counts against its parent's limit
+// (ClientDecision::memory_account): in the parent's use as well as its own.
 //
 // Memory the driver keeps for the client beyond its live allocations counts too:
 // - a stream-ordered pool keeps freed memory up to its release threshold (cuMemPoolSetAttribute
@@ -42,9 +44,14 @@ namespace orion {
 
 class MemoryLedger {
 public:
-    // `sm_count`: the GPU's SMs, for what a stack size takes (cuCtxSetLimit).
-    void attach(ClientSlot* slot, std::uint32_t sm_count = 0) {
-        slot_ = slot;
+    // Client `index` of the run `view`: its slot is where it reports its use, its decision
+    // (read-only for the client) says its limit, or whose limit and use it shares
+    // (ClientDecision::memory_account). `sm_count`: the GPU's SMs, for what a stack size takes
+    // (cuCtxSetLimit).
+    void attach(const RunView& view, std::uint32_t index, std::uint32_t sm_count = 0) {
+        view_ = view;
+        slot_ = &view.client(index);
+        decision_ = &view.decision(index);
         sm_count_ = sm_count;
     }
     bool active() const { return slot_ != nullptr; }
@@ -99,7 +106,12 @@ public:
     // if need be (it is held already; new allocations are refused until the client is under).
     void adopt(MemoryLedger& old);
 
-    // The limit in force (0: none).
+    // The process is ending: what it holds goes with it, from its own use and from the use of
+    // the client whose limit it shares.
+    void drop_all();
+
+    // The limit in force (0: none), and the use counted against it: the client's own, or, for a
+    // client that shares another's limit, the use of all that share it.
     std::uint64_t limit() const;
     std::uint64_t used() const;
 
@@ -123,8 +135,18 @@ private:
     CUmemoryPool pool_key(CUmemoryPool pool) const;
     // Gives back what `pool` keeps beyond what its threshold lets it keep. mutex_ held.
     void cap_kept(Pool* pool, std::uint64_t threshold);
+    // Where the limit and the use it counts against are (ClientDecision::memory_account).
+    struct Account {
+        ClientMemory* memory;
+        const ClientDecision* decision;
+    };
+    Account account() const;
+    // Counts `bytes` held already (no limit asked), in this slot and the account it shares.
+    void charge(std::uint64_t bytes);
 
+    RunView view_;
     ClientSlot* slot_ = nullptr;
+    const ClientDecision* decision_ = nullptr;
     std::mutex mutex_;
     std::unordered_map<CUdeviceptr, std::uint64_t> pointers_;
     std::unordered_map<CUmemGenericAllocationHandle, std::uint64_t> handles_;

@@ -35,7 +35,7 @@ struct Snapshot {
     // An HP client's sampling hold is in force (RunHeader::sampling_hold_until_ns): BE stands
     // aside so the HP's unlearned work is timed alone. Bounded in time by the HP client.
     bool sampling_hold = false;
-    // When the HP's quiet spell ends (RunHeader::hp_quiet_ns, tracking.h's hp_quiet_until_ns),
+    // When the HP's quiet spell ends (RunDecisions::hp_quiet_ns, tracking.h's hp_quiet_until_ns),
     // 0 when none is in force: BE waits while the HP may launch again within the spell.
     std::uint64_t hp_quiet_until_ns = 0;
 };

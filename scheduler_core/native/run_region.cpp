@@ -57,7 +57,7 @@ void require_unpublished(const RunMapping& run) {
 }
 
 void require_open(const RunMapping& run) {
-    if (run.view().header().open_slots == 0) {
+    if (run.view().decisions().open_slots == 0) {
         throw std::runtime_error("run '" + run.name() +
                                  "' is not an open run (its clients are fixed)");
     }
@@ -76,7 +76,8 @@ void require_state(const RunMapping& run, std::uint32_t client, ClientState stat
 // A profile is loaded before publication, or into a slot its daemon has reserved.
 void require_configurable(const RunMapping& run, std::uint32_t client) {
     check_client(run, client);
-    if (run.view().header().open_slots != 0) {
+    require_controller(run);
+    if (run.view().decisions().open_slots != 0) {
         require_state(run, client, ClientState::kReserved, "load the profile of");
     } else {
         require_unpublished(run);
@@ -91,21 +92,32 @@ void check_client_name(const std::string& name) {
     }
 }
 
-// Moves `slot` from `from` to `end` (exited or dead) unless its state changed meanwhile, then
-// zeroes its memory use: its allocations died with its process. Returns the state it saw (`from`
-// when this call moved it).
-ClientState end_slot(ClientSlot& slot, ClientState from, ClientState end) {
+// Zeroes the memory use of `client`, whose process is gone (its allocations died with it), and
+// gives it back to the slot whose limit it shared, if any. Idempotent: a second call finds 0.
+void drop_memory_use(const RunView& run, std::uint32_t client) {
+    const std::uint64_t used = run.client(client).memory.used.exchange(0, std::memory_order_acq_rel);
+    const std::uint32_t holder = run.decision(client).memory_account.load(std::memory_order_acquire);
+    if (used != 0 && holder != 0 && holder <= kMaxClients && holder - 1 != client) {
+        subtract_at_most(run.client(holder - 1).memory.used, used);
+    }
+}
+
+// Moves `client` from `from` to `end` (exited or dead) unless its state changed meanwhile, then
+// drops its memory use. Returns the state it saw (`from` when this call moved it).
+ClientState end_slot(const RunView& run, std::uint32_t client, ClientState from,
+                     ClientState end) {
     auto expected = static_cast<std::uint32_t>(from);
-    if (!slot.state.compare_exchange_strong(expected, static_cast<std::uint32_t>(end),
-                                            std::memory_order_acq_rel)) {
+    if (!run.client(client).state.compare_exchange_strong(
+            expected, static_cast<std::uint32_t>(end), std::memory_order_acq_rel)) {
         return static_cast<ClientState>(expected);
     }
-    slot.memory.used.store(0, std::memory_order_release);
+    drop_memory_use(run, client);
     return from;
 }
 
-void name_slot(ClientSlot& slot, const std::string& name, Role role) {
-    slot.role = static_cast<std::uint32_t>(role);
+void name_slot(const RunView& run, std::uint32_t client, const std::string& name, Role role) {
+    run.decision(client).role.store(static_cast<std::uint32_t>(role), std::memory_order_release);
+    ClientSlot& slot = run.client(client);
     std::memcpy(slot.name, name.data(), name.size());
     slot.name[name.size()] = '\0';
 }
@@ -115,15 +127,98 @@ void set_state(ClientSlot& slot, ClientState state) {
 }
 
 // What a free slot holds that is not zero: no cap on its GPU time, and its gate open (nothing is
-// held until an HP client launches).
+// held until an HP client launches); its other decisions are zero (HP's role, no limit).
 void write_slot_defaults(const RunView& run, std::uint32_t client) {
-    run.client(client).quota.max_ppm.store(kFullShare, std::memory_order_relaxed);
+    ClientDecision& decision = run.decision(client);
+    decision.role.store(0, std::memory_order_relaxed);
+    decision.memory_account.store(0, std::memory_order_relaxed);
+    decision.min_ppm.store(0, std::memory_order_relaxed);
+    decision.memory_limit.store(0, std::memory_order_relaxed);
+    decision.max_ppm.store(kFullShare, std::memory_order_release);
     run.gates().gates[client].word.store(kGateOpen, std::memory_order_release);
 }
 
 // The gates an HP launch closes: one bit per BE slot.
-void mark_best_effort(RunHeader& header, std::uint32_t client) {
-    header.be_mask.fetch_or(1U << client, std::memory_order_acq_rel);
+void mark_best_effort(RunDecisions& decisions, std::uint32_t client) {
+    decisions.be_mask.fetch_or(1U << client, std::memory_order_acq_rel);
+}
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010  // Linux 5.1
+#endif
+// The seals that make a decisions segment the controller's alone: no mapping made after them can
+// write, and it can neither shrink under a reader (SIGBUS) nor grow; F_SEAL_SEAL keeps them.
+constexpr int kDecisionSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+
+// A new decisions segment, mapped read-write and sealed, for run `name`; nullptr with `error`
+// set when it cannot be made (a kernel before 5.1 cannot seal against future writes).
+RunDecisions* create_decisions(const std::string& name, int* fd_out, std::string* error) {
+    const int fd = memfd_create("orion-decisions", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        *error = describe("cannot create the decisions of", name);
+        return nullptr;
+    }
+    void* base = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(kDecisionsBytes)) == 0) {
+        base = mmap(nullptr, kDecisionsBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (base == MAP_FAILED) {
+        *error = describe("cannot map the decisions of", name);
+        close(fd);
+        return nullptr;
+    }
+    // Sealed before anything is handed out: the mapping above is the only writable one, ever.
+    if (fcntl(fd, F_ADD_SEALS, kDecisionSeals) != 0) {
+        *error = describe("cannot seal the decisions (Linux 5.1 or later is needed) of", name);
+        munmap(base, kDecisionsBytes);
+        close(fd);
+        return nullptr;
+    }
+    *fd_out = fd;
+    return static_cast<RunDecisions*>(base);
+}
+
+// The decisions at `path`, mapped read-only once they are sealed against every writer and are
+// run `name`'s; nullptr with `error` set otherwise.
+const RunDecisions* attach_decisions(const std::string& name, const std::string& path,
+                                     std::string* error) {
+    if (path.empty()) {
+        *error = "no decisions were given for run '" + name +
+                 "' (ORION_DECISIONS: they come with the join, or from the run's controller)";
+        return nullptr;
+    }
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *error = "cannot open the decisions of run '" + name + "' at " + path + ": " +
+                 std::strerror(errno);
+        return nullptr;
+    }
+    struct stat info {};
+    const int seals = fcntl(fd, F_GET_SEALS);
+    const bool sized = fstat(fd, &info) == 0 &&
+                       static_cast<std::uint64_t>(info.st_size) == kDecisionsBytes;
+    if (seals < 0 || (seals & kDecisionSeals) != kDecisionSeals || !sized) {
+        *error = "the decisions of run '" + name + "' at " + path +
+                 " are not a sealed orion segment (anyone could write them)";
+        close(fd);
+        return nullptr;
+    }
+    void* base = mmap(nullptr, kDecisionsBytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        *error = "cannot map the decisions of run '" + name + "': " + std::strerror(errno);
+        return nullptr;
+    }
+    const auto* decisions = static_cast<const RunDecisions*>(base);
+    if (decisions->magic != kDecisionsMagic || decisions->layout_version != kLayoutVersion ||
+        decisions->decisions_bytes != sizeof(RunDecisions) ||
+        strncmp(decisions->run_name, name.c_str(), kRunNameBytes) != 0) {
+        *error = "the decisions at " + path + " are not those of run '" + name +
+                 "' (another run's, or another orion version's)";
+        munmap(base, kDecisionsBytes);
+        return nullptr;
+    }
+    return decisions;
 }
 
 }  // namespace
@@ -133,31 +228,55 @@ RunMapping::RunMapping(RunMapping&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       name_(std::move(other.name_)),
       layout_(std::exchange(other.layout_, Layout{})),
-      trace_capacity_(std::exchange(other.trace_capacity_, 0)) {}
+      trace_capacity_(std::exchange(other.trace_capacity_, 0)),
+      decisions_(std::exchange(other.decisions_, nullptr)),
+      decisions_fd_(std::exchange(other.decisions_fd_, -1)) {}
 
 RunMapping& RunMapping::operator=(RunMapping&& other) noexcept {
     if (this != &other) {
-        if (base_ != nullptr) munmap(base_, size_);
+        release();
         base_ = std::exchange(other.base_, nullptr);
         size_ = std::exchange(other.size_, 0);
         name_ = std::move(other.name_);
         layout_ = std::exchange(other.layout_, Layout{});
         trace_capacity_ = std::exchange(other.trace_capacity_, 0);
+        decisions_ = std::exchange(other.decisions_, nullptr);
+        decisions_fd_ = std::exchange(other.decisions_fd_, -1);
     }
     return *this;
 }
 
-RunMapping::~RunMapping() {
+RunMapping::~RunMapping() { release(); }
+
+void RunMapping::release() {
     if (base_ != nullptr) munmap(base_, size_);
+    if (decisions_ != nullptr) munmap(decisions_, kDecisionsBytes);
+    if (decisions_fd_ >= 0) close(decisions_fd_);
+    base_ = nullptr;
+    decisions_ = nullptr;
+    decisions_fd_ = -1;
 }
 
 RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
                               std::string* error) {
+    if (name.empty() || name.size() >= kRunNameBytes) {
+        *error = "a run's name must have 1 to " + std::to_string(kRunNameBytes - 1) +
+                 " characters (got '" + name + "')";
+        return {};
+    }
     const std::uint32_t trace_capacity = round_up_pow2(config.trace_capacity);
     const Layout layout = compute_layout(trace_capacity);
+    int decisions_fd = -1;
+    RunDecisions* decisions = create_decisions(name, &decisions_fd, error);
+    if (decisions == nullptr) return {};
+    auto drop_decisions = [&] {
+        munmap(decisions, kDecisionsBytes);
+        close(decisions_fd);
+    };
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, S_IRUSR | S_IWUSR);
     if (fd < 0) {
         *error = describe("cannot create shared memory", name);
+        drop_decisions();
         return {};
     }
     // The umask may have widened nothing, but make the 0600 promise explicit.
@@ -166,6 +285,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
         *error = describe("cannot size shared memory", name);
         close(fd);
         shm_unlink(name.c_str());
+        drop_decisions();
         return {};
     }
     void* base = mmap(nullptr, layout.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -173,6 +293,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     if (base == MAP_FAILED) {
         *error = describe("cannot map shared memory", name);
         shm_unlink(name.c_str());
+        drop_decisions();
         return {};
     }
     // ftruncate zero-fills: every atomic starts at 0, every slot is free.
@@ -181,17 +302,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->layout_version = kLayoutVersion;
     header->header_bytes = sizeof(RunHeader);
     header->total_bytes = layout.total_bytes;
-    header->policy = static_cast<std::uint32_t>(config.policy);
-    header->sm_count = config.sm_count;
-    // An open run counts every slot (free ones take part in nothing); a closed one counts the
-    // clients its controller adds before publishing.
-    header->open_slots = config.open_slots ? 1 : 0;
-    header->client_count = config.open_slots ? kMaxClients : 0;
-    header->queue_limit_ns = config.queue_limit_ns;
-    header->unknown_duration_ns = config.unknown_duration_ns;
-    header->stale_ns = config.stale_ns;
     header->trace_capacity = trace_capacity;
-    header->hp_completion = static_cast<std::uint32_t>(config.hp_completion);
     header->clients_offset = layout.clients_offset;
     header->kernels_offset = layout.kernels_offset;
     header->inflight_offset = layout.inflight_offset;
@@ -202,18 +313,34 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     header->timeline_offset = layout.timeline_offset;
     header->gate_offset = layout.gate_offset;
     header->learned_offset = layout.learned_offset;
-    header->be_gate = static_cast<std::uint32_t>(config.be_gate);
-    header->be_graph_gate = static_cast<std::uint32_t>(config.be_graph_gate);
-    header->quotas = config.quotas ? 1 : 0;
-    header->quota_window_ns = config.quota_window_ns;
-    header->hp_quiet_ns = std::min(config.hp_quiet_ns, kMaxHpQuietNs);
+    decisions->magic = kDecisionsMagic;
+    decisions->layout_version = kLayoutVersion;
+    decisions->decisions_bytes = sizeof(RunDecisions);
+    std::memcpy(decisions->run_name, name.c_str(), name.size() + 1);
+    decisions->policy = static_cast<std::uint32_t>(config.policy);
+    decisions->sm_count = config.sm_count;
+    // An open run counts every slot (free ones take part in nothing); a closed one counts the
+    // clients its controller adds before publishing.
+    decisions->open_slots = config.open_slots ? 1 : 0;
+    decisions->client_count = config.open_slots ? kMaxClients : 0;
+    decisions->queue_limit_ns = config.queue_limit_ns;
+    decisions->unknown_duration_ns = config.unknown_duration_ns;
+    decisions->stale_ns = config.stale_ns;
+    decisions->trace_capacity = trace_capacity;
+    decisions->hp_completion = static_cast<std::uint32_t>(config.hp_completion);
+    decisions->be_gate = static_cast<std::uint32_t>(config.be_gate);
+    decisions->be_graph_gate = static_cast<std::uint32_t>(config.be_graph_gate);
+    decisions->quotas = config.quotas ? 1 : 0;
+    decisions->quota_window_ns = config.quota_window_ns;
+    decisions->hp_quiet_ns = std::min(config.hp_quiet_ns, kMaxHpQuietNs);
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {
-        write_slot_defaults(RunView(base, layout, trace_capacity), client);
+        write_slot_defaults(RunView(base, layout, trace_capacity, decisions), client);
     }
-    return RunMapping(base, layout.total_bytes, name, trace_capacity);
+    return RunMapping(base, layout.total_bytes, name, trace_capacity, decisions, decisions_fd);
 }
 
-RunMapping RunMapping::attach(const std::string& name, std::string* error) {
+RunMapping RunMapping::attach(const std::string& name, const std::string& decisions_path,
+                              std::string* error) {
     const int fd = shm_open(name.c_str(), O_RDWR, 0);
     if (fd < 0) {
         *error = describe("cannot open shared memory", name);
@@ -249,8 +376,24 @@ RunMapping RunMapping::attach(const std::string& name, std::string* error) {
         munmap(base, size);
         return {};
     }
-    // Read once, checked: from now on this process uses its own copy (RunView).
-    return RunMapping(base, size, name, header->trace_capacity);
+    const RunDecisions* decisions = attach_decisions(name, decisions_path, error);
+    if (decisions == nullptr) {
+        munmap(base, size);
+        return {};
+    }
+    // The trace capacity is the controller's word; the header's copy only has to agree.
+    if (decisions->trace_capacity != header->trace_capacity) {
+        *error = "shared memory '" + name + "' has a corrupt layout (its trace capacity is not "
+                 "the one its controller decided)";
+        munmap(base, size);
+        munmap(const_cast<RunDecisions*>(decisions), kDecisionsBytes);
+        return {};
+    }
+    // Read once, checked: from now on this process uses its own copy (RunView). The decisions
+    // are mapped read-only: the non-const pointer only lets the view's type be one for every
+    // process; a store through it faults.
+    return RunMapping(base, size, name, decisions->trace_capacity,
+                      const_cast<RunDecisions*>(decisions), -1);
 }
 
 bool RunMapping::unlink(const std::string& name, std::string* error) {
@@ -269,44 +412,58 @@ const char* state_name(std::uint32_t state) {
 }
 
 void check_client(const RunMapping& run, std::uint32_t client) {
-    if (client >= run.view().header().client_count) {
+    if (client >= run.view().decisions().client_count) {
         throw std::out_of_range("no client " + std::to_string(client) + " in run '" +
                                 run.name() + "'");
     }
 }
 
+void require_controller(const RunMapping& run) {
+    if (!run.controls()) {
+        throw std::runtime_error("only the controller of run '" + run.name() +
+                                 "' decides for it (this process attached to it)");
+    }
+}
+
 void publish(const RunMapping& run) {
+    require_controller(run);
     run.view().header().ready.store(1, std::memory_order_release);
 }
 
 bool needs_gate_keeper(const RunMapping& run) {
-    const RunHeader& header = run.view().header();
-    return header.be_gate == static_cast<std::uint32_t>(BeGate::kGpu) &&
-           (policy_tracks_launches(static_cast<Policy>(header.policy)) || header.quotas != 0);
+    const RunDecisions& decisions = run.view().decisions();
+    return decisions.be_gate == static_cast<std::uint32_t>(BeGate::kGpu) &&
+           (policy_tracks_launches(static_cast<Policy>(decisions.policy)) ||
+            decisions.quotas != 0);
 }
 
 void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
                      std::uint64_t unknown_duration_ns) {
-    RunHeader& header = run.view().header();
-    header.queue_limit_ns = queue_limit_ns;
-    header.unknown_duration_ns = unknown_duration_ns;
+    require_controller(run);
+    RunDecisions& decisions = run.view().decisions();
+    decisions.queue_limit_ns = queue_limit_ns;
+    decisions.unknown_duration_ns = unknown_duration_ns;
 }
 
 void set_hold_long_be(const RunMapping& run, bool hold) {
-    run.view().header().hold_long_be.store(hold ? 1 : 0, std::memory_order_release);
+    require_controller(run);
+    run.view().decisions().hold_long_be.store(hold ? 1 : 0, std::memory_order_release);
 }
 
 void heartbeat(const RunMapping& run) {
-    run.view().header().daemon_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+    require_controller(run);
+    run.view().decisions().daemon_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
 }
 
 void shut_down(const RunMapping& run) {
-    run.view().header().shutdown.store(1, std::memory_order_release);
+    require_controller(run);
+    run.view().decisions().shutdown.store(1, std::memory_order_release);
 }
 
 std::uint32_t add_client(const RunMapping& run, const std::string& name, Role role) {
     require_unpublished(run);
-    RunHeader& header = run.view().header();
+    require_controller(run);
+    RunDecisions& header = run.view().decisions();
     if (header.open_slots != 0) {
         throw std::runtime_error("an open run's clients join with reserve_client");
     }
@@ -317,7 +474,7 @@ std::uint32_t add_client(const RunMapping& run, const std::string& name, Role ro
     check_client_name(name);
     const std::uint32_t index = header.client_count;
     ClientSlot& slot = run.view().client(index);
-    name_slot(slot, name, role);
+    name_slot(run.view(), index, name, role);
     set_state(slot, ClientState::kRegistered);
     if (role == Role::kBestEffort) mark_best_effort(header, index);
     header.client_count = index + 1;
@@ -326,6 +483,7 @@ std::uint32_t add_client(const RunMapping& run, const std::string& name, Role ro
 
 int reserve_slot(const RunMapping& run, const std::string& name, Role role) {
     require_open(run);
+    require_controller(run);
     check_client_name(name);
     for (std::uint32_t index = 0; index < kMaxClients; ++index) {
         ClientSlot& slot = run.view().client(index);
@@ -335,7 +493,7 @@ int reserve_slot(const RunMapping& run, const std::string& name, Role role) {
                 std::memory_order_acq_rel)) {
             continue;
         }
-        name_slot(slot, name, role);
+        name_slot(run.view(), index, name, role);
         return static_cast<int>(index);
     }
     return -1;
@@ -343,11 +501,12 @@ int reserve_slot(const RunMapping& run, const std::string& name, Role role) {
 
 void register_slot(const RunMapping& run, std::uint32_t client, std::int32_t claim_pid) {
     require_state(run, client, ClientState::kReserved, "register");
+    require_controller(run);
     ClientSlot& slot = run.view().client(client);
     slot.claim_pid.store(claim_pid, std::memory_order_release);
     slot.pid.store(0, std::memory_order_release);
-    if (slot.role == static_cast<std::uint32_t>(Role::kBestEffort)) {
-        mark_best_effort(run.view().header(), client);
+    if (run.view().role(client) == Role::kBestEffort) {
+        mark_best_effort(run.view().decisions(), client);
     }
     set_state(slot, ClientState::kRegistered);
 }
@@ -359,6 +518,7 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
         ClientSlot& slot = run.view().client(index);
         const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
         if (state == ClientState::kExited || state == ClientState::kDead) {
+            drop_memory_use(run.view(), index);  // one that detached itself left its count
             gone.push_back(index);
             continue;
         }
@@ -372,7 +532,7 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
         // before any process attached simply ended (a program that never used the GPU).
         const ClientState end =
             state == ClientState::kAttached ? ClientState::kDead : ClientState::kExited;
-        const ClientState seen = end_slot(slot, state, end);
+        const ClientState seen = end_slot(run.view(), index, state, end);
         // An exited one detached in the meantime.
         if (seen == state || seen == ClientState::kExited) gone.push_back(index);
     }
@@ -382,14 +542,14 @@ std::vector<std::uint32_t> reap_slots(const RunMapping& run) {
 bool expire_registered(const RunMapping& run, std::uint32_t client) {
     require_open(run);
     check_client(run, client);
-    ClientSlot& slot = run.view().client(client);
-    return end_slot(slot, ClientState::kRegistered, ClientState::kExited) ==
+    return end_slot(run.view(), client, ClientState::kRegistered, ClientState::kExited) ==
            ClientState::kRegistered;
 }
 
 void release_slot(const RunMapping& run, std::uint32_t client) {
     require_open(run);
     check_client(run, client);
+    require_controller(run);
     const RunView v = run.view();
     ClientSlot& slot = v.client(client);
     const auto state = static_cast<ClientState>(slot.state.load(std::memory_order_acquire));
@@ -400,7 +560,19 @@ void release_slot(const RunMapping& run, std::uint32_t client) {
     }
     // Readers skip the slot from this store on (no longer attached).
     set_state(slot, ClientState::kReserved);
-    v.header().be_mask.fetch_and(~(1U << client), std::memory_order_acq_rel);
+    drop_memory_use(v, client);
+    // Those that shared its memory limit (its children) keep the limit, each on its own from now
+    // on: the limit first, so that none sees its own limit unset while it counts on its own.
+    const std::uint64_t limit = v.decision(client).memory_limit.load(std::memory_order_acquire);
+    for (std::uint32_t other = 0; other < kMaxClients; ++other) {
+        ClientDecision& sharer = v.decision(other);
+        if (other == client || sharer.memory_account.load(std::memory_order_acquire) != client + 1) {
+            continue;
+        }
+        sharer.memory_limit.store(limit, std::memory_order_release);
+        sharer.memory_account.store(0, std::memory_order_release);
+    }
+    v.decisions().be_mask.fetch_and(~(1U << client), std::memory_order_acq_rel);
     for (std::uint32_t i = 0; i < kKernelSlots; ++i) {
         v.kernels(client)[i].key.store(0, std::memory_order_relaxed);
     }
@@ -427,10 +599,10 @@ void release_slot(const RunMapping& run, std::uint32_t client) {
 
 void mark_gone(const RunMapping& run, std::uint32_t client, bool crashed) {
     check_client(run, client);
-    ClientSlot& slot = run.view().client(client);
-    end_slot(slot, ClientState::kAttached, crashed ? ClientState::kDead : ClientState::kExited);
+    end_slot(run.view(), client, ClientState::kAttached,
+             crashed ? ClientState::kDead : ClientState::kExited);
     // Its allocations died with its process, also when it detached before this call.
-    slot.memory.used.store(0, std::memory_order_release);
+    drop_memory_use(run.view(), client);
 }
 
 void load_kernel(const RunMapping& run, std::uint32_t client, std::uint64_t key,
@@ -491,18 +663,42 @@ void load_graph(const RunMapping& run, std::uint32_t client, std::uint64_t key,
     if (claimed) ++slot.graph_count;
 }
 
+void share_memory(const RunMapping& run, std::uint32_t client, std::uint32_t holder) {
+    check_client(run, client);
+    check_client(run, holder);
+    require_controller(run);
+    if (client == holder) throw std::invalid_argument("a client cannot share its own limit");
+    const RunView v = run.view();
+    if (v.decision(holder).memory_account.load(std::memory_order_acquire) != 0) {
+        throw std::invalid_argument("client slot " + std::to_string(holder) +
+                                    " shares another's memory limit: share that one's");
+    }
+    for (std::uint32_t other = 0; other < kMaxClients; ++other) {
+        if (v.decision(other).memory_account.load(std::memory_order_acquire) == client + 1) {
+            throw std::invalid_argument("client slot " + std::to_string(client) +
+                                        " has others sharing its memory limit");
+        }
+    }
+    // Its own limit says the shared one too (what status shows); the account decides.
+    v.decision(client).memory_limit.store(
+        v.decision(holder).memory_limit.load(std::memory_order_acquire), std::memory_order_release);
+    v.decision(client).memory_account.store(holder + 1, std::memory_order_release);
+}
+
 void set_memory_limit(const RunMapping& run, std::uint32_t client, std::uint64_t bytes) {
     check_client(run, client);
-    run.view().client(client).memory.limit.store(bytes, std::memory_order_release);
+    require_controller(run);
+    run.view().decision(client).memory_limit.store(bytes, std::memory_order_release);
 }
 
 void set_quota(const RunMapping& run, std::uint32_t client, double min_util, double max_util) {
     check_client(run, client);
+    require_controller(run);
     if (!(min_util >= 0 && min_util <= 1 && max_util >= 0 && max_util <= 1)) {
         throw std::invalid_argument("min_util and max_util must be between 0 and 1");
     }
     if (min_util > max_util) throw std::invalid_argument("min_util must not exceed max_util");
-    ClientQuota& quota = run.view().client(client).quota;
+    ClientDecision& quota = run.view().decision(client);
     quota.min_ppm.store(share_ppm(min_util), std::memory_order_release);
     quota.max_ppm.store(share_ppm(max_util), std::memory_order_release);
 }

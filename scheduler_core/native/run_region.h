@@ -30,10 +30,18 @@ struct RunConfig {
     bool quotas = false;
     std::uint64_t quota_window_ns = 1'000'000'000;
     bool open_slots = false;  // a daemon's run: clients join and leave after publication
-    std::uint64_t hp_quiet_ns = 0;  // RunHeader::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
+    std::uint64_t hp_quiet_ns = 0;  // RunDecisions::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
 };
 
-// Owns one mapping of a run's shared memory; unmaps on destruction. Movable, not copyable.
+// Owns one mapping of a run's shared memory and of its decisions (RunDecisions); unmaps on
+// destruction. Movable, not copyable.
+//
+// The decisions are a sealed memfd (shared_state.h, RunDecisions): the process that creates the
+// run maps them read-write and keeps the descriptor to hand to clients (decisions_fd); every
+// process that attaches maps them read-only from a path to that descriptor (`/proc/<pid>/fd/<n>`:
+// the controller's, or its own copy received over the daemon's socket). Every function below that
+// writes a decision refuses a mapping that is not the controller's (std::runtime_error) instead
+// of faulting.
 class RunMapping {
 public:
     RunMapping() = default;
@@ -43,31 +51,46 @@ public:
     RunMapping& operator=(RunMapping&& other) noexcept;
     ~RunMapping();
 
-    // Creates a new run (fails if the name exists). The header is filled but not yet `ready`.
+    // Creates a new run (fails if the name exists) and its sealed decisions. The header is filled
+    // but not yet `ready`.
     static RunMapping create(const std::string& name, const RunConfig& config, std::string* error);
-    // Maps an existing run after checking magic, layout version and size.
-    static RunMapping attach(const std::string& name, std::string* error);
+    // Maps an existing run after checking magic, layout version and size, and its decisions
+    // (read-only) from `decisions_path` after checking that they are sealed against writing and
+    // are this run's.
+    static RunMapping attach(const std::string& name, const std::string& decisions_path,
+                             std::string* error);
     // Removes the name; mappings stay valid until unmapped.
     static bool unlink(const std::string& name, std::string* error);
 
     bool valid() const { return base_ != nullptr; }
-    RunView view() const { return RunView(base_, layout_, trace_capacity_); }
+    RunView view() const { return RunView(base_, layout_, trace_capacity_, decisions_); }
+    // The decisions' descriptor (close-on-exec) in the process that created the run; -1 in one
+    // that attached.
+    int decisions_fd() const { return decisions_fd_; }
+    // Whether this process may write the decisions (it created the run).
+    bool controls() const { return decisions_fd_ >= 0; }
     std::uint64_t size() const { return size_; }
     // The shared-memory name the run was created or attached under (for error messages).
     const std::string& name() const { return name_; }
 
 private:
-    RunMapping(void* base, std::uint64_t size, std::string name, std::uint32_t trace_capacity)
+    RunMapping(void* base, std::uint64_t size, std::string name, std::uint32_t trace_capacity,
+               RunDecisions* decisions, int decisions_fd)
         : base_(base),
           size_(size),
           name_(std::move(name)),
           layout_(compute_layout(trace_capacity)),
-          trace_capacity_(trace_capacity) {}
+          trace_capacity_(trace_capacity),
+          decisions_(decisions),
+          decisions_fd_(decisions_fd) {}
+    void release();
     void* base_ = nullptr;
     std::uint64_t size_ = 0;
     std::string name_;
     Layout layout_{};  // where the regions are: this process's own copy (RunView)
     std::uint32_t trace_capacity_ = 0;
+    RunDecisions* decisions_ = nullptr;  // kDecisionsBytes mapped
+    int decisions_fd_ = -1;
 };
 
 // A share of GPU time (0-1 of the quota window) in the parts per million ClientQuota holds.
@@ -89,6 +112,8 @@ const char* state_name(std::uint32_t state);
 // ---- Checks (each throws as the module comment says) ----
 // `client` is a slot the run counts (every slot of an open run).
 void check_client(const RunMapping& run, std::uint32_t client);
+// This process created the run: it alone may change what the run decides.
+void require_controller(const RunMapping& run);
 
 // ---- Run-wide words ----
 // Makes the run visible to clients (release: everything written before is seen by an attacher).
@@ -100,7 +125,7 @@ bool needs_gate_keeper(const RunMapping& run);
 // an HP client joins or once its step is learned; clients read them at each launch).
 void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
                      std::uint64_t unknown_duration_ns);
-// The latency controller's strictest step (RunHeader::hold_long_be): the gate keeper holds BE
+// The latency controller's strictest step (RunDecisions::hold_long_be): the gate keeper holds BE
 // work longer than the queue limit while the HP client is active.
 void set_hold_long_be(const RunMapping& run, bool hold);
 // The daemon's pulse: now, on the monotonic clock.
@@ -136,6 +161,11 @@ void load_kernel(const RunMapping& run, std::uint32_t client, std::uint64_t key,
 // is gated as a unit only.
 void load_graph(const RunMapping& run, std::uint32_t client, std::uint64_t key,
                 const ProfileEntry& graph, const std::vector<TimelineNode>& timeline);
+// Client `client`'s allocations count against the memory limit of `holder` (a BE client's
+// child, its parent's), in `holder`'s use as well as its own; its own use goes back to `holder`
+// when it ends, and it keeps the limit on its own once `holder`'s slot is released. `holder` must
+// not share another's limit itself, nor `client` have others sharing its own.
+void share_memory(const RunMapping& run, std::uint32_t client, std::uint32_t holder);
 // Bytes (0: none); also while the run is live.
 void set_memory_limit(const RunMapping& run, std::uint32_t client, std::uint64_t bytes);
 // GPU-time shares (fractions 0-1 of the quota window); also while the run is live.

@@ -12,6 +12,7 @@
 // to attach before that or when the magic, layout version or size disagree.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -46,7 +47,11 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     ClientStats::felt_slower (the felt slowdown's tail)
 // 13: the HP's quiet spell: RunHeader::hp_quiet_ns (was reserved[0]), Reason::kHpNotQuiet,
 //     GateBlock::quiet_holds
-constexpr std::uint32_t kLayoutVersion = 13;
+// 14: what the controller decides lives in a segment of its own that clients map read-only
+//     (RunDecisions, ClientDecision): the run's settings, be_mask, shutdown, the daemon's
+//     heartbeat, hold_long_be, and each client's role, memory limit and GPU-time shares, all
+//     moved out of RunHeader, ClientSlot, ClientMemory and ClientQuota
+constexpr std::uint32_t kLayoutVersion = 14;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -92,12 +97,12 @@ enum class ClientState : std::uint32_t {
     // process reads it, and it becomes kRegistered when it is ready to be attached.
     kReserved = 5,
 };
-// Where a held BE launch waits (RunHeader::be_gate).
+// Where a held BE launch waits (RunDecisions::be_gate).
 enum class BeGate : std::uint32_t {
     kCpu = 0,  // in the launching thread, inside the launch call, until the policy admits it
     kGpu = 1,  // on the GPU: the launch returns at once, its stream waits on the client's gate word
 };
-// How a CUDA graph of a client gated on the GPU is held (RunHeader::be_graph_gate).
+// How a CUDA graph of a client gated on the GPU is held (RunDecisions::be_graph_gate).
 enum class BeGraphGate : std::uint32_t {
     kInside = 0,  // wait nodes on the gate word inside the graph, one per queue limit of its work
     kWhole = 1,   // not rewritten: admitted whole behind its launch's stream wait
@@ -289,7 +294,7 @@ enum class Reason : std::uint8_t {
     kHpBusy = 10,           // REEF: HP has work in flight
     kGpuGate = 11,          // BE launch returned at once; its stream waits on the GPU-side gate
     kSamplingHold = 12,     // an HP client is taking clean samples of its unlearned work
-    kHpNotQuiet = 13,       // the HP launched within its quiet spell (RunHeader::hp_quiet_ns)
+    kHpNotQuiet = 13,       // the HP launched within its quiet spell (RunDecisions::hp_quiet_ns)
     kCount = 14,
 };
 
@@ -431,23 +436,29 @@ inline bool open_gate_if_unchanged(std::atomic<std::uint32_t>& gate, std::uint32
                                         std::memory_order_relaxed);
 }
 
-// A client's GPU memory (memory_ledger.h). `limit` is written by the controller, also while the
-// run is live (0: none); the rest by the client's allocation hooks, and `used` reset by the
-// controller when the client is gone (its allocations died with its process).
+// A client's GPU memory (memory_ledger.h), as the client reports it: written by its allocation
+// hooks, and `used` reset by the controller when the client is gone (its allocations died with
+// its process). Its limit is the controller's (ClientDecision::memory_limit, layout 14).
 struct alignas(64) ClientMemory {
-    std::atomic<std::uint64_t> limit;
     std::atomic<std::uint64_t> used;     // bytes of the client's live allocations
     std::atomic<std::uint64_t> peak;     // the most `used` has been
     std::atomic<std::uint64_t> refused;  // allocations refused by the limit
 };
 
-// A client's share of GPU time (jobs.json min_util / max_util), in parts per million of the run's
-// quota window. The shares are written by the controller (also while the run is live); the
-// counts by the gate keeper, which measures the time the client had work on the GPU.
+// Takes up to `bytes` off `count`, never below zero: a shared memory count (ClientDecision::
+// memory_account) is reset when its own client ends, while those sharing it may still give back.
+inline void subtract_at_most(std::atomic<std::uint64_t>& count, std::uint64_t bytes) {
+    std::uint64_t seen = count.load(std::memory_order_relaxed);
+    while (!count.compare_exchange_weak(seen, seen - std::min(seen, bytes),
+                                        std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+}
+
+// A client's use of GPU time, counted by the gate keeper, which measures the time the client had
+// work on the GPU. Its shares are the controller's (ClientDecision, layout 14), in parts per
+// million of the run's quota window.
 constexpr std::uint32_t kFullShare = 1'000'000;
 struct alignas(64) ClientQuota {
-    std::atomic<std::uint32_t> min_ppm;  // promised when the client has work
-    std::atomic<std::uint32_t> max_ppm;  // never more (kFullShare: no cap)
     std::atomic<std::uint64_t> used_ns;  // GPU time in the last window
     std::atomic<std::uint64_t> busy_ns;  // GPU time counted since the run began
     // GPU time per finished launch, as the keeper measured it (0 until measured): what a client
@@ -457,7 +468,7 @@ struct alignas(64) ClientQuota {
 
 struct alignas(64) ClientSlot {
     std::atomic<std::uint32_t> state;
-    std::uint32_t role;
+    std::uint32_t reserved0;  // was the role (layout 14: ClientDecision::role)
     std::atomic<std::int32_t> pid;
     std::atomic<std::uint32_t> completion_mode;
     char name[kClientNameBytes];
@@ -493,16 +504,7 @@ struct alignas(64) RunHeader {
     std::uint32_t header_bytes;
     std::uint64_t total_bytes;
     std::atomic<std::uint32_t> ready;
-    std::uint32_t policy;
-    std::uint32_t sm_count;
-    std::uint32_t client_count;
-    std::uint64_t queue_limit_ns;       // BE work allowed on the GPU at once (sum of durations)
-    std::uint64_t unknown_duration_ns;  // duration assumed for an unprofiled kernel
-    std::uint64_t stale_ns;             // a launch older than this counts as finished
-    std::uint32_t trace_capacity;       // per client, power of two; 0 = tracing off
-    // How the HP client tracks its launches' completions: a CompletionMode, kEstimate (no
-    // driver call on HP's critical path) or kGpuWrite. BE clients always ask for GPU writes.
-    std::uint32_t hp_completion;
+    std::uint32_t trace_capacity;  // per client, power of two; 0 = tracing off (see RunDecisions)
     std::uint64_t clients_offset;
     std::uint64_t kernels_offset;
     std::uint64_t inflight_offset;
@@ -512,44 +514,96 @@ struct alignas(64) RunHeader {
     std::uint64_t graphs_offset;
     std::uint64_t timeline_offset;
     std::uint64_t gate_offset;  // page aligned: the GateBlock, registered by BE clients
+    std::uint64_t learned_offset;  // page aligned: a LearnedBlock per client
+    // A sampling hold (layout 11): an HP client that cannot learn its kernels beside busy BE work
+    // asks BE to stand aside until `sampling_hold_until_ns` (monotonic; the hold is in force
+    // while now is before it): no BE gate opens, and no BE launch passes the CPU gate, meanwhile.
+    // Written by the HP client: a client's report, bounded by its reader (tracking.h).
+    std::atomic<std::uint64_t> sampling_hold_until_ns;
+    std::uint64_t reserved[4];
+};
+
+// What the controller decides for one client (layout 14; RunDecisions).
+struct alignas(64) ClientDecision {
+    std::atomic<std::uint32_t> role;  // a Role
+    // Shares of GPU time (jobs.json min_util / max_util), in parts per million of the run's quota
+    // window: promised when the client has work, and never more (kFullShare: no cap).
+    std::atomic<std::uint32_t> min_ppm;
+    std::atomic<std::uint32_t> max_ppm;
+    // 0: the client's memory counts against its own limit. Otherwise 1 + the slot whose limit
+    // and use it shares: a BE client's child counts against its parent's (run_region.h,
+    // share_memory); its own slot keeps its own use too, which goes back when it ends.
+    std::atomic<std::uint32_t> memory_account;
+    std::atomic<std::uint64_t> memory_limit;  // bytes its allocations may hold; 0: no limit
+};
+
+// Everything the controller (a daemon, or a closed run's controller) decides, in a segment of its
+// own (layout 14; run_region.h). The controller creates it as a memfd, maps it read-write, then
+// seals it (F_SEAL_FUTURE_WRITE, no shrinking or growing, no more seals): from then on nobody can
+// map it writable or write to it but through the controller's own mapping. Clients get the file
+// descriptor (a daemon's over its socket with SCM_RIGHTS; a closed run's through the controller's
+// /proc/<pid>/fd) and map it read-only, so a client that writes where it can reach changes none
+// of it: its role, limits and shares, the BE mask HP closes gates by, the daemon's heartbeat and
+// shutdown word, and the run's settings are the controller's alone. What clients report (their
+// launches, completions, memory use, statistics) stays in the cooperative region.
+constexpr std::uint64_t kDecisionsMagic = 0x4345444e4f49524fULL;  // the bytes "ORIONDEC"
+constexpr std::size_t kRunNameBytes = 64;  // a run's shared-memory name, terminator included
+struct alignas(64) RunDecisions {
+    std::uint64_t magic;
+    std::uint32_t layout_version;
+    std::uint32_t decisions_bytes;
+    // The cooperative region these decisions are for: a client checks it against ORION_RUN.
+    char run_name[kRunNameBytes];
+    std::uint32_t policy;
+    std::uint32_t sm_count;
+    std::uint32_t client_count;
+    std::uint32_t trace_capacity;  // per client, power of two; 0 = tracing off
+    std::uint64_t queue_limit_ns;       // BE work allowed on the GPU at once (sum of durations)
+    std::uint64_t unknown_duration_ns;  // duration assumed for an unprofiled kernel
+    std::uint64_t stale_ns;             // a launch older than this counts as finished
+    // How the HP client tracks its launches' completions: a CompletionMode, kEstimate (no
+    // driver call on HP's critical path) or kGpuWrite. BE clients always ask for GPU writes.
+    std::uint32_t hp_completion;
     std::uint32_t be_gate;      // a BeGate
-    // 1: some client has a GPU-time share (ClientSlot::quota) the gate keeper enforces, over a
+    // 1: some client has a GPU-time share (ClientDecision) the gate keeper enforces, over a
     // sliding window of quota_window_ns. Set before the run is published.
     std::uint32_t quotas;
-    std::uint64_t quota_window_ns;
     // 1: an open run (a daemon's): every slot is counted (client_count = kMaxClients), clients
     // are configured after publication, and a slot is reused once its process is gone.
     std::uint32_t open_slots;
+    std::uint64_t quota_window_ns;
+    std::uint32_t be_graph_gate;  // a BeGraphGate (clients gated on the GPU only)
     // Bit per BE client slot: the gates an HP launch closes. Written by the controller whenever
     // a client is registered or released; read by HP on every gating launch.
     std::atomic<std::uint32_t> be_mask;
     // 1 once the daemon stops (`orion down`, SIGTERM): every client passes through from then on.
     std::atomic<std::uint32_t> shutdown;
-    std::uint32_t be_graph_gate;  // a BeGraphGate (clients gated on the GPU only)
-    // Monotonic ns of the daemon's latest pass (about every 100 ms); 0 without a daemon. Clients of
-    // an open run stop gating when it is older than kDaemonStaleNs (a daemon killed with SIGKILL).
-    std::atomic<std::uint64_t> daemon_heartbeat_ns;
-    std::uint64_t learned_offset;  // page aligned: a LearnedBlock per client
-    // A sampling hold (layout 11): an HP client that cannot learn its kernels beside busy BE work
-    // asks BE to stand aside until `sampling_hold_until_ns` (monotonic; the hold is in force
-    // while now is before it): no BE gate opens, and no BE launch passes the CPU gate, meanwhile.
-    std::atomic<std::uint64_t> sampling_hold_until_ns;
-    std::uint32_t reserved32;
     // 1: the daemon's latency controller is at its strictest: the keeper holds BE work longer
     // than the queue limit (a whole graph, a long kernel) while the HP client is active.
     std::atomic<std::uint32_t> hold_long_be;
+    // Monotonic ns of the daemon's latest pass (about every 100 ms); 0 without a daemon. Clients of
+    // an open run stop gating when it is older than kDaemonStaleNs (a daemon killed with SIGKILL).
+    std::atomic<std::uint64_t> daemon_heartbeat_ns;
     // The HP's quiet spell (layout 13; 0: off): under the policies that hold BE for HP, no BE
     // work is admitted until the HP has launched nothing for this long (hp_quiet_until_ns in
     // tracking.h). Time-sliced, every gap of the HP's work BE gets into costs the HP two context
     // switches: this keeps BE out of the short gaps between one request's launches.
     std::uint64_t hp_quiet_ns;
     std::uint64_t reserved[4];
+    ClientDecision clients[kMaxClients];
 };
+constexpr std::uint64_t kDecisionsBytes = (sizeof(RunDecisions) + kPageBytes - 1) / kPageBytes *
+                                          kPageBytes;
 
-// The longest quiet spell a run may ask for (RunHeader::hp_quiet_ns): 1 s.
+// The longest one sampling hold of an HP client lasts (RunHeader::sampling_hold_until_ns: a hold
+// is extended by this much at a time); a word further ahead is not believed (tracking.h).
+constexpr std::uint64_t kMaxSamplingHoldNs = 100'000'000;
+
+// The longest quiet spell a run may ask for (RunDecisions::hp_quiet_ns): 1 s.
 constexpr std::uint64_t kMaxHpQuietNs = 1'000'000'000;
 
 static_assert(std::is_standard_layout_v<RunHeader>);
+static_assert(std::is_standard_layout_v<RunDecisions>);
 static_assert(std::is_standard_layout_v<ClientSlot>);
 static_assert(std::is_standard_layout_v<InflightEntry>);
 static_assert(std::is_standard_layout_v<KernelEntry>);
@@ -601,22 +655,31 @@ constexpr Layout compute_layout(std::uint32_t trace_capacity) {
 // The key of a profile table's entry (KernelEntry, GraphEntry), for probe_table.h.
 constexpr auto entry_key = [](auto& entry) -> auto& { return entry.key; };
 
-// Typed access to a mapped run: its base address, and where each region is. The regions' offsets
-// are the view's own copy (RunMapping's: computed when the run was made, checked against the
-// trace capacity when it was attached), never re-read from the shared header: any process that
-// maps the run can write the header, and a bad offset must not send the daemon's gate keeper (or
-// a client) reading out of bounds.
+// Typed access to a mapped run: its base address, where each region is, and its decisions. The
+// regions' offsets are the view's own copy (RunMapping's: computed when the run was made, checked
+// against the trace capacity when it was attached), never re-read from the shared header: any
+// process that maps the run can write the header, and a bad offset must not send the daemon's
+// gate keeper (or a client) reading out of bounds. The decisions (RunDecisions) are mapped
+// read-only in every process but the controller's: a client's stores there fault.
 class RunView {
 public:
     RunView() = default;
-    RunView(void* base, const Layout& layout, std::uint32_t trace_capacity)
+    RunView(void* base, const Layout& layout, std::uint32_t trace_capacity,
+            RunDecisions* decisions)
         : base_(static_cast<unsigned char*>(base)),
           layout_(layout),
-          trace_capacity_(trace_capacity) {}
+          trace_capacity_(trace_capacity),
+          decisions_(decisions) {}
 
     bool valid() const { return base_ != nullptr; }
     void* base() const { return base_; }
     RunHeader& header() const { return *reinterpret_cast<RunHeader*>(base_); }
+    // The controller's decisions: writable in the controller's process only (run_region.h).
+    RunDecisions& decisions() const { return *decisions_; }
+    ClientDecision& decision(std::uint32_t index) const { return decisions_->clients[index]; }
+    Role role(std::uint32_t index) const {
+        return static_cast<Role>(decisions_->clients[index].role.load(std::memory_order_relaxed));
+    }
     ClientSlot& client(std::uint32_t index) const {
         return reinterpret_cast<ClientSlot*>(base_ + layout_.clients_offset)[index];
     }
@@ -673,6 +736,7 @@ private:
     unsigned char* base_ = nullptr;
     Layout layout_{};
     std::uint32_t trace_capacity_ = 0;
+    RunDecisions* decisions_ = nullptr;
 };
 
 }  // namespace orion

@@ -28,8 +28,8 @@ bool launch_finished(const RunView& view, std::uint32_t client, std::uint64_t se
     if (view.completion(client)[seq & kRingMask].load(std::memory_order_acquire) == seq) {
         return true;
     }
-    const RunHeader& header = view.header();
-    if (header.stale_ns != 0 && now_ns > launch.launch_ns + header.stale_ns) return true;
+    const RunDecisions& decisions = view.decisions();
+    if (decisions.stale_ns != 0 && now_ns > launch.launch_ns + decisions.stale_ns) return true;
     if (launch.gpu_written) return false;  // a graph: only its written completion ends it
     const auto mode = view.client(client).completion_mode.load(std::memory_order_relaxed);
     return mode == static_cast<std::uint32_t>(CompletionMode::kEstimate) &&
@@ -84,8 +84,8 @@ bool add_hp_graph(const RunView& view, std::uint32_t client, const InflightLaunc
     const std::uint64_t from = now_ns > start ? now_ns - start : 0;
     if (from >= graph->duration_ns) {
         KernelInfo overran;
-        overran.sm_needed = view.header().sm_count;
-        overran.duration_ns = view.header().unknown_duration_ns;
+        overran.sm_needed = view.decisions().sm_count;
+        overran.duration_ns = view.decisions().unknown_duration_ns;
         return add_hp_kernel(out, overran);
     }
     const std::uint64_t to = from + horizon_ns;
@@ -111,20 +111,20 @@ bool add_hp_graph(const RunView& view, std::uint32_t client, const InflightLaunc
 
 void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t horizon_ns,
                      Snapshot* out) {
-    const RunHeader& header = view.header();
-    out->sm_count = header.sm_count;
-    out->queue_limit_ns = header.queue_limit_ns;
+    const RunDecisions& decisions = view.decisions();
+    out->sm_count = decisions.sm_count;
+    out->queue_limit_ns = decisions.queue_limit_ns;
     out->be_outstanding_ns = 0;
     out->hp_in_flight = 0;
     out->hp_backlog = false;
     out->earliest_end_ns = 0;
-    out->sampling_hold = sampling_hold_in_force(header, now_ns);
+    out->sampling_hold = sampling_hold_in_force(view.header(), now_ns);
     out->hp_quiet_until_ns = hp_quiet_until_ns(view, now_ns);
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
          ++client) {
         const ClientSlot& slot = view.client(client);
         if (!client_participates(slot)) continue;
-        const bool is_hp = slot.role == static_cast<std::uint32_t>(Role::kHighPriority);
+        const bool is_hp = view.role(client) == Role::kHighPriority;
         const std::uint64_t low = advance_low_water(view, client, now_ns);
         const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
         if (published <= low) continue;
@@ -143,8 +143,8 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
             KernelInfo info;
             const bool consistent = read_inflight(ring[seq & kRingMask], seq, &launch) == seq;
             if (!consistent) {
-                info.duration_ns = header.unknown_duration_ns;  // being rewritten: the worst case
-                info.sm_needed = header.sm_count;
+                info.duration_ns = decisions.unknown_duration_ns;  // being rewritten: the worst case
+                info.sm_needed = decisions.sm_count;
             } else {
                 info.known = launch.known;
                 info.sm_needed = launch.sm_needed;
@@ -168,7 +168,7 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
     // launch meanwhile only makes the spell longer): it sleeps until then.
     if (out->sampling_hold || out->hp_quiet_until_ns != 0) {
         const std::uint64_t hold_end =
-            out->sampling_hold ? header.sampling_hold_until_ns.load(std::memory_order_acquire) : 0;
+            out->sampling_hold ? view.header().sampling_hold_until_ns.load(std::memory_order_acquire) : 0;
         out->earliest_end_ns = std::max(hold_end, out->hp_quiet_until_ns);
     }
 }
@@ -190,14 +190,14 @@ bool client_has_work(const RunView& view, std::uint32_t client, std::uint64_t no
 }
 
 bool be_may_run(const RunView& view, std::uint64_t now_ns) {
-    const RunHeader& header = view.header();
-    const std::uint32_t be_clients = header.be_mask.load(std::memory_order_acquire);
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+    const RunDecisions& decisions = view.decisions();
+    const std::uint32_t be_clients = decisions.be_mask.load(std::memory_order_acquire);
+    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
          ++client) {
         const ClientSlot& slot = view.client(client);
-        const bool best_effort = header.open_slots != 0
+        const bool best_effort = decisions.open_slots != 0
                                      ? (be_clients & (1U << client)) != 0
-                                     : slot.role == static_cast<std::uint32_t>(Role::kBestEffort);
+                                     : view.role(client) == Role::kBestEffort;
         if (!best_effort || !client_participates(slot)) continue;
         const std::uint64_t low = advance_low_water(view, client, now_ns);
         const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
@@ -220,12 +220,12 @@ bool be_may_run(const RunView& view, std::uint64_t now_ns) {
 }
 
 std::uint64_t hp_last_launch_ns(const RunView& view) {
-    const RunHeader& header = view.header();
+    const RunDecisions& decisions = view.decisions();
     std::uint64_t newest = 0;
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
          ++client) {
         const ClientSlot& slot = view.client(client);
-        if (slot.role != static_cast<std::uint32_t>(Role::kHighPriority) ||
+        if (view.role(client) != Role::kHighPriority ||
             !client_participates(slot)) {
             continue;
         }
@@ -239,7 +239,7 @@ std::uint64_t hp_last_launch_ns(const RunView& view) {
 }
 
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns) {
-    const RunHeader& header = view.header();
+    const RunDecisions& decisions = view.decisions();
     KernelInfo batch;
     const ClientSlot& slot = view.client(client);
     const std::uint64_t low = client_participates(slot) ? advance_low_water(view, client, now_ns) : 0;
@@ -249,13 +249,13 @@ KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_
     for (std::uint64_t seq = low + 1; client_participates(slot) && seq <= published &&
                                       seq - low <= kMaxScan;
          ++seq) {
-        if (!first && batch.duration_ns >= header.queue_limit_ns) break;
+        if (!first && batch.duration_ns >= decisions.queue_limit_ns) break;
         if (launch_finished(view, client, seq, now_ns)) continue;
         InflightLaunch launch;
         if (read_inflight(ring[seq & kRingMask], seq, &launch) != seq) {
             launch = InflightLaunch{};  // being rewritten: the worst case
-            launch.sm_needed = header.sm_count;
-            launch.duration_ns = header.unknown_duration_ns;
+            launch.sm_needed = decisions.sm_count;
+            launch.duration_ns = decisions.unknown_duration_ns;
         }
         const auto kernel_class = static_cast<KernelClass>(launch.kernel_class);
         batch.known = first ? launch.known : batch.known && launch.known;
@@ -267,8 +267,8 @@ KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_
     }
     if (first) {
         batch.known = false;
-        batch.sm_needed = header.sm_count;
-        batch.duration_ns = header.unknown_duration_ns;
+        batch.sm_needed = decisions.sm_count;
+        batch.duration_ns = decisions.unknown_duration_ns;
     }
     return batch;
 }
@@ -293,8 +293,8 @@ bool process_is_gone(int pid) {
 }
 
 void reap_dead_peers(const RunView& view, std::uint32_t self) {
-    const RunHeader& header = view.header();
-    for (std::uint32_t client = 0; client < header.client_count && client < kMaxClients;
+    const RunDecisions& decisions = view.decisions();
+    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
          ++client) {
         if (client == self) continue;
         ClientSlot& slot = view.client(client);

@@ -33,8 +33,11 @@ void gather_snapshot(const RunView& view, std::uint64_t now_ns, std::uint64_t ho
 KernelInfo next_be_batch(const RunView& view, std::uint32_t client, std::uint64_t now_ns);
 
 // Whether an HP client's sampling hold is in force at `now_ns` (RunHeader::sampling_hold_until_ns).
+// The word is a client's report: a hold ending further ahead than any client asks for
+// (kMaxSamplingHoldNs) is not believed, so a word written wrong cannot hold BE work for good.
 inline bool sampling_hold_in_force(const RunHeader& header, std::uint64_t now_ns) {
-    return now_ns < header.sampling_hold_until_ns.load(std::memory_order_acquire);
+    const std::uint64_t until = header.sampling_hold_until_ns.load(std::memory_order_acquire);
+    return now_ns < until && until - now_ns <= kMaxSamplingHoldNs;
 }
 
 // Whether BE work may be running on the GPU, as an HP client asks before taking a sample to
@@ -59,15 +62,15 @@ inline std::uint64_t quiet_spell_end_ns(std::uint64_t last_launch_ns, std::uint6
     return now_ns < end ? end : 0;
 }
 
-// The end of the run's HP quiet spell (RunHeader::hp_quiet_ns) in force at `now_ns`, 0 if none
+// The end of the run's HP quiet spell (RunDecisions::hp_quiet_ns) in force at `now_ns`, 0 if none
 // (always 0 under a policy that does not hold BE for HP). The rings are not read while the
 // setting is off.
 inline std::uint64_t hp_quiet_until_ns(const RunView& view, std::uint64_t now_ns) {
-    const RunHeader& header = view.header();
-    if (header.hp_quiet_ns == 0 || !policy_holds_be_for_hp(static_cast<Policy>(header.policy))) {
+    const RunDecisions& decisions = view.decisions();
+    if (decisions.hp_quiet_ns == 0 || !policy_holds_be_for_hp(static_cast<Policy>(decisions.policy))) {
         return 0;
     }
-    return quiet_spell_end_ns(hp_last_launch_ns(view), header.hp_quiet_ns, now_ns);
+    return quiet_spell_end_ns(hp_last_launch_ns(view), decisions.hp_quiet_ns, now_ns);
 }
 
 // Whether `client` has launches the GPU has not finished. For a client whose completions the GPU
