@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # cells' folders, outside the checkout, so they are the installed orion's, with its library.
 sys.path.insert(0, str(ROOT))
 
+from orion_common.errors import OrionError  # noqa: E402
 from reporting.suite import (  # noqa: E402
     MODES,
     NEIGHBOURS_IDLE,
@@ -67,6 +68,8 @@ LONG_RUN_S = 3600.0
 READY_TIMEOUT_S = 420.0
 """How long a program may take to warm up (XLA and Inductor compile on their first run)."""
 STOP_TIMEOUT_S = 60.0
+POLL_S = 0.5
+"""How often a cell's window checks that its programs still run."""
 
 
 class Program(BaseModel):
@@ -344,6 +347,7 @@ class Worker:
                     time.sleep(self.args.learn_s)  # the daemon sees the HP alone first
             start = max(ready.values()) + self.args.settle_s
             end = start + self.args.window
+            next_sample = time.time() + self.args.status_every_s / 2
             while time.time() < end:
                 for key, process in processes.items():
                     if process.poll() is not None:
@@ -351,9 +355,14 @@ class Worker:
                             f"{key} exited with {process.returncode} inside the "
                             f"window: see {key}.log"
                         )
-                if state is not None:
-                    samples.append(self.status_sample(state, environment))
-                time.sleep(min(2.0, max(0.0, end - time.time())))
+                if (
+                    state is not None
+                    and self.args.status_every_s > 0
+                    and time.time() >= next_sample
+                ):
+                    samples.append(self.status_sample(state))
+                    next_sample += self.args.status_every_s
+                time.sleep(min(POLL_S, max(0.0, end - time.time())))
         finally:
             self.stop(processes)
             if samples:
@@ -416,22 +425,19 @@ class Worker:
             time.sleep(0.2)
         raise CellFailed(f"{key} was not ready within {READY_TIMEOUT_S:.0f} s: see {key}.log")
 
-    def status_sample(self, state: Path, environment: dict[str, str]) -> dict:
-        result = subprocess.run(
-            orion_cli("status", "--gpu", str(self.gpu), "--state-dir", str(state), "--json"),
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            cwd=state,
-        )
-        if result.returncode != 0:
-            return {"time": time.time(), "error": (result.stderr or result.stdout)[-300:]}
+    def status_sample(self, state: Path) -> dict:
+        """What `orion status --json` shows, asked of the daemon from this process. Not through
+        `orion status`: starting a Python process with the CLI's imports every few seconds
+        slowed an eager HP beside it by 3-5x for about 100 ms each time (measured on an H200,
+        `benchmarks/results/nvidia-h200/suite-variants/`), which the orion rows alone paid."""
+        from orion_daemon import client as daemon_client
+        from orion_daemon import state as daemon_state
+
         try:
-            return {"time": time.time(), **json.loads(result.stdout)}
-        except ValueError:
-            return {"time": time.time(), "error": result.stdout[-300:]}
+            record = daemon_state.require_daemon(self.gpu, daemon_state.state_dir(self.gpu, state))
+            return {"time": time.time(), **daemon_client.status(record, timeout_s=30)}
+        except OrionError as error:
+            return {"time": time.time(), "error": str(error)[-300:]}
 
     @staticmethod
     def stop(processes: dict[str, subprocess.Popen]) -> None:
@@ -476,6 +482,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="hp-first under orion: seconds the HP runs alone before BE joins",
     )
     parser.add_argument("--gpus", default="0", help="GPU indices, comma-separated")
+    parser.add_argument(
+        "--status-every-s",
+        type=float,
+        default=5.0,
+        help="seconds between the daemon's status samples in orion cells (0: none)",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="sharing modes to run")
     parser.add_argument("--pairs", help="only these pairs (names as in the summary)")
     parser.add_argument(
@@ -494,6 +506,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         problems.append("--rounds: at least 1")
     if not (math.isfinite(args.window) and args.window >= 1):
         problems.append("--window: at least 1 second")
+    if not (math.isfinite(args.status_every_s) and args.status_every_s >= 0):
+        problems.append("--status-every-s: 0 or more seconds")
     if not (math.isfinite(args.learn_s) and args.learn_s >= 0):
         problems.append("--learn-s: 0 or more seconds")
     try:

@@ -75,6 +75,7 @@ def test_a_bad_suite_file_is_refused_one_line_per_problem(tmp_path: Path) -> Non
         (["--window", "nan"], "--window"),
         (["--rounds", "0"], "--rounds"),
         (["--learn-s", "-1"], "--learn-s"),
+        (["--status-every-s", "-1"], "--status-every-s"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(
@@ -84,6 +85,23 @@ def test_bad_options_are_refused_before_anything_runs(
         suite.parse_args(["--out", str(tmp_path / "out"), *arguments])
     assert message in str(raised.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_status_sample_asks_the_daemon_from_the_runner_and_records_a_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `orion status` process per sample (its start slowed an eager HP beside it): the
+    runner asks the daemon itself, and a daemon that is not there is a sample with its error."""
+    started = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the worker sets it: put back afterwards
+    monkeypatch.setattr(suite.subprocess, "run", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(suite.subprocess, "Popen", lambda *a, **k: started.append(a))
+    args = suite.parse_args(["--out", str(tmp_path / "out")])
+    loaded = suite.load_suite(ROOT / "benchmarks" / "suite.json")
+    sample = suite.Worker(loaded, 0, args).status_sample(tmp_path / "no-daemon-here")
+    assert "no orion daemon runs for GPU 0" in sample["error"]
+    assert sample["time"] > 0
+    assert started == []
 
 
 def test_pairs_of_one_hp_share_a_gpu_and_modes_rotate_between_rounds() -> None:
