@@ -235,6 +235,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         default_unknown_duration_ns,
     )
     from scheduler_core.run_state import TRACE_CAPACITY
+    from scheduler_core.sharing import hp_priority_stream
 
     thresholds = config.run.thresholds
     if thresholds.queue_limit_us is not None:
@@ -258,7 +259,13 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         be_graph_gate=config.be_graph_gate,
         quotas=any((c.min_util, c.max_util) != (0.0, 1.0) for c in config.clients),
         quota_window_ns=round(config.run.quota_window_s * 1e9),
+        hp_priority_stream=hp_priority_stream(_sharing(config)),
     )
+
+
+def _sharing(config: JobsConfig) -> str:
+    """How the run's clients share the GPU: its policy's mode, ``run.sharing`` already applied."""
+    return "mps" if config.policy.uses_mps else "timeslice"
 
 
 def _nanoseconds(microseconds: float | None) -> int | None:
@@ -284,7 +291,7 @@ def _daemon_needs(
         sm_count=settings.sm_count,
         folder=state.state_dir(config.run.gpu),
         policy=settings.policy,
-        sharing="mps" if config.policy.uses_mps else "timeslice",
+        sharing=_sharing(config),
         gpu_name=environment.get("gpu_name"),
         memory_bytes=memory_mib << 20 if isinstance(memory_mib, int) and memory_mib > 0 else None,
         queue_limit_ns=_nanoseconds(thresholds.queue_limit_us),

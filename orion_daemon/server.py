@@ -57,7 +57,12 @@ from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
 from scheduler_core.settings import BE_SM_PERCENT, HP_QUIET_US
-from scheduler_core.sharing import default_be_graph_gate, default_sharing, native_sharing_problem
+from scheduler_core.sharing import (
+    default_be_graph_gate,
+    default_sharing,
+    hp_priority_stream,
+    native_sharing_problem,
+)
 
 TICK_S = 0.1
 """How often the daemon beats (its heartbeat thread) and looks for gone clients (its loop): a
@@ -344,6 +349,7 @@ class Daemon:
                     quota_window_ns=s.quota_window_ns,
                     open_slots=True,
                     hp_quiet_ns=round(s.hp_quiet_us * 1000),
+                    hp_priority_stream=hp_priority_stream(s.sharing),
                 )
             )
         )

@@ -123,6 +123,11 @@ class SchedulerSettings:
     # has launched nothing for this long, so BE stays out of the short gaps between the kernels
     # of one HP request (time-sliced, each such gap costs the HP two context switches).
     hp_quiet_ns: int = 0
+    # An HP client's launches on the legacy default stream move to a private highest-priority
+    # stream. Worth it only where stream priorities order work between clients (MPS): time-
+    # sliced, the driver never runs two clients' kernels at once, and each moved launch costs
+    # four more driver calls on an eager HP's critical path.
+    hp_priority_stream: bool = True
 
     @property
     def holds_be_on_gpu(self) -> bool:
@@ -218,6 +223,7 @@ class SchedulerRun:
                 settings.open_slots,
                 settings.be_graph_gate,
                 settings.hp_quiet_ns,
+                settings.hp_priority_stream,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None

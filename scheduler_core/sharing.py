@@ -96,3 +96,12 @@ def default_be_graph_gate(sharing: str | None) -> str:
     """How BE graphs are held under ``sharing`` when the run does not say. A policy that shares
     nothing (``None``: dedicated) holds no graph; it reads as not time-sliced, as reports do."""
     return BE_GRAPH_GATE_BY_SHARING["timeslice" if sharing == "timeslice" else "mps"]
+
+
+def hp_priority_stream(sharing: str | None) -> bool:
+    """Whether an HP client's legacy-stream launches move to a private highest-priority stream
+    (``SchedulerSettings.hp_priority_stream``). Stream priority orders blocks of different
+    clients only where their kernels run at once: under MPS. Time-sliced, the driver never runs
+    two clients' kernels together, so the move would order nothing and cost an eager HP four
+    driver calls per launch (``docs/scheduler.md``, "Priorities")."""
+    return sharing != "timeslice"

@@ -65,6 +65,18 @@ def test_a_client_joining_runs_its_program_gated(harness, daemon, tmp_path):
     assert kinds.count("launch") == 10 and "wait_value" in kinds
 
 
+def test_a_time_sliced_daemons_hp_launches_stay_on_the_programs_stream(harness, daemon, tmp_path):
+    # Stream priority orders two clients' blocks only when their kernels run at once (MPS):
+    # time-sliced, moving the HP's legacy-stream launches to a priority stream would order
+    # nothing and cost an eager HP driver calls on every launch.
+    script = "func k 1 launch k 1 32 0 launch k 1 32 legacy sync 0"
+    result = harness.run(script, env=daemon.join("hp", "serve"), log=tmp_path / "hp.log")
+    assert result.returncode == 0, result.stderr
+    events = read_log(tmp_path / "hp.log")
+    assert [e.fields[4] for e in events if e.kind == "launch"] == ["stream=(nil)", "stream=0x1"]
+    assert not [e for e in events if e.kind in ("stream_create", "stream_wait_event")]
+
+
 GRAPH_SCRIPT = (
     "func g1 1000 func g2 1000 graph_new G graph_node G g1 1 32 graph_node G g2 1 32 "
     "graph_inst G flags graph_run G 0 sync 0"

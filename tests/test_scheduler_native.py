@@ -8,6 +8,7 @@ and a client killed mid-run does not stall the others.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -220,6 +221,25 @@ def test_hp_default_stream_launches_move_to_a_priority_stream(harness: Harness, 
     # Synchronising the legacy stream also waits for the moved work.
     syncs = [e.fields[0] for e in events if e.kind == "stream_sync"]
     assert syncs == ["stream=(nil)", f"stream={private_stream}"]
+
+
+def test_time_sliced_hp_launches_keep_their_stream_and_cost_no_extra_driver_calls(
+    harness: Harness, tmp_path: Path
+):
+    # Time-sliced, stream priorities order nothing between clients: an HP's legacy-stream launch
+    # stays where the program put it, with no private stream and no stream waits around it
+    # (events it records are the timing samples every HP client takes).
+    with SchedulerRun(replace(settings("orion"), hp_priority_stream=False)) as run:
+        index = run.add_client("hp", "hp")
+        run.publish()
+        script = "func k 1 launch k 1 32 0 launch k 1 32 legacy sync 0"
+        result = harness.run(script, env=run.client_environment(index), log=tmp_path / "log")
+        assert result.returncode == 0, result.stderr
+        stats = run.stats()["hp"]
+    events = read_log(tmp_path / "log")
+    assert [e.fields[4].removeprefix("stream=") for e in launches(events)] == ["(nil)", "0x1"]
+    assert stats["redirected_launches"] == 0
+    assert not [e for e in events if e.kind in ("stream_create", "stream_wait_event")]
 
 
 def _execution(events: list, name: str) -> tuple[int, int]:

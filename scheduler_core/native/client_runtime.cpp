@@ -472,7 +472,8 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         slot_->stats.graph_launches.fetch_add(1, std::memory_order_relaxed);
     }
     const bool may_redirect = role_ == Role::kHighPriority && policy_sets_priorities(policy_) &&
-                              !shape.stream_fixed && is_legacy_stream(stream, variant);
+                              view_.decisions().hp_priority_stream != 0 && !shape.stream_fixed &&
+                              is_legacy_stream(stream, variant);
     if ((tracks_ || may_redirect) && stream_is_capturing(ticket.own_stream)) {
         // Work captured into a graph runs later, as a graph launch; adding or gating now would
         // change the graph. Pass it through untouched.

@@ -105,7 +105,8 @@ public:
                       std::uint64_t stale_ns, std::uint32_t trace_capacity,
                       const std::string& hp_completion, const std::string& be_gate,
                       bool quotas, std::uint64_t quota_window_ns, bool open_slots,
-                      const std::string& be_graph_gate, std::uint64_t hp_quiet_ns) {
+                      const std::string& be_graph_gate, std::uint64_t hp_quiet_ns,
+                      bool hp_priority_stream) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         if (quota_window_ns == 0) throw py::value_error("quota_window_ns must be positive");
         if (hp_quiet_ns > kMaxHpQuietNs) {
@@ -126,6 +127,7 @@ public:
         config.trace_capacity = trace_capacity;
         config.open_slots = open_slots;
         config.hp_quiet_ns = hp_quiet_ns;
+        config.hp_priority_stream = hp_priority_stream;
         std::string error;
         RunMapping mapping = RunMapping::create(name, config, &error);
         if (!mapping.valid()) throw std::runtime_error(error);
@@ -276,6 +278,7 @@ public:
     }
 
     std::uint64_t hp_quiet_ns() const { return decisions().hp_quiet_ns; }
+    bool hp_priority_stream() const { return decisions().hp_priority_stream != 0; }
 
     bool gate_open(std::uint32_t client) const {
         check_client(client);
@@ -672,7 +675,8 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("trace_capacity") = 0, py::arg("hp_completion") = "estimate",
                     py::arg("be_gate") = "gpu", py::arg("quotas") = false,
                     py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false,
-                    py::arg("be_graph_gate") = "inside", py::arg("hp_quiet_ns") = 0)
+                    py::arg("be_graph_gate") = "inside", py::arg("hp_quiet_ns") = 0,
+                    py::arg("hp_priority_stream") = true)
         .def_static("attach", &Run::attach, py::arg("name"), py::arg("decisions"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("decisions_fd", &Run::decisions_fd)
@@ -686,6 +690,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("be_gate", &Run::be_gate)
         .def_property_readonly("be_graph_gate", &Run::be_graph_gate)
         .def_property_readonly("hp_quiet_ns", &Run::hp_quiet_ns)
+        .def_property_readonly("hp_priority_stream", &Run::hp_priority_stream)
         .def("gate_open", &Run::gate_open, py::arg("client"))
         .def("gate_stats", &Run::gate_stats)
         .def("stop_gate_keeper", &Run::stop_gate_keeper,

@@ -333,6 +333,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     decisions->quotas = config.quotas ? 1 : 0;
     decisions->quota_window_ns = config.quota_window_ns;
     decisions->hp_quiet_ns = std::min(config.hp_quiet_ns, kMaxHpQuietNs);
+    decisions->hp_priority_stream = config.hp_priority_stream ? 1 : 0;
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {
         write_slot_defaults(RunView(base, layout, trace_capacity, decisions), client);
     }

@@ -31,6 +31,7 @@ struct RunConfig {
     std::uint64_t quota_window_ns = 1'000'000'000;
     bool open_slots = false;  // a daemon's run: clients join and leave after publication
     std::uint64_t hp_quiet_ns = 0;  // RunDecisions::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
+    bool hp_priority_stream = true;  // RunDecisions::hp_priority_stream
 };
 
 // Owns one mapping of a run's shared memory and of its decisions (RunDecisions); unmaps on

@@ -51,7 +51,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     (RunDecisions, ClientDecision): the run's settings, be_mask, shutdown, the daemon's
 //     heartbeat, hold_long_be, and each client's role, memory limit and GPU-time shares, all
 //     moved out of RunHeader, ClientSlot, ClientMemory and ClientQuota
-constexpr std::uint32_t kLayoutVersion = 14;
+// 15: RunDecisions::hp_priority_stream (was reserved[0]): the HP's legacy-stream launches move
+//     to a priority stream only where priorities order work between clients (MPS)
+constexpr std::uint32_t kLayoutVersion = 15;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -589,7 +591,13 @@ struct alignas(64) RunDecisions {
     // tracking.h). Time-sliced, every gap of the HP's work BE gets into costs the HP two context
     // switches: this keeps BE out of the short gaps between one request's launches.
     std::uint64_t hp_quiet_ns;
-    std::uint64_t reserved[4];
+    // 1 (layout 15): an HP client's launches on the legacy default stream move to a private
+    // highest-priority stream (docs/scheduler.md, "Priorities"). Only where stream priorities
+    // order work between clients, i.e. under MPS: time-sliced, the driver never runs two
+    // clients' kernels at once, and the move costs an eager HP four driver calls per launch.
+    std::uint32_t hp_priority_stream;
+    std::uint32_t reserved32;
+    std::uint64_t reserved[3];
     ClientDecision clients[kMaxClients];
 };
 constexpr std::uint64_t kDecisionsBytes = (sizeof(RunDecisions) + kPageBytes - 1) / kPageBytes *
