@@ -11,7 +11,6 @@ from rich.table import Table
 from orion_cli._common import MatrixDirOpt, console, error_console, handle_errors, interactive
 from orion_cli.console import JsonOpt, print_json, print_table, shown
 from orion_common.output_paths import check_output_file
-from placement.fleet import OBJECTIVES
 
 
 @handle_errors
@@ -50,14 +49,14 @@ def plan_command(
     within its SLO. BE jobs run alone, beside an HP service or beside one other BE job, or stay
     unplaced when there is no room. At most two jobs per GPU.
     """
+    from placement.fleet import OBJECTIVES, load_fleet
+    from placement.plan import load_matrices, solve
+    from placement.plan_file import write_plan
+
     if objective is not None and objective not in OBJECTIVES:
         raise typer.BadParameter(
             f"must be one of {', '.join(OBJECTIVES)}, not {objective!r}", param_hint="--objective"
         )
-    from placement.fleet import load_fleet
-    from placement.plan import load_matrices, solve
-    from placement.plan_file import write_plan
-
     if output is not None:
         check_output_file(output, "plan file")
     spec = load_fleet(fleet)

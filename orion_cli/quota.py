@@ -53,8 +53,11 @@ def quota_command(
     (CUDA out of memory) until it is back under. Each change is appended to the run
     directory's limits.csv with its time on the run clock.
     """
-    from colocation.config import ClientConfig
     from colocation.jobs_errors import value_problem
+
+    # the schema itself, not colocation.config, which also reads profiles (pandas): a quota
+    # change is made beside the latency-critical service it protects
+    from colocation.jobs_schema import ClientConfig
     from orion_common.errors import UsageError
     from orion_daemon.limits import UNCHANGED
 

@@ -1,4 +1,10 @@
-"""`orion report RUN_DIR [RUN_DIR ...]`: tables in the terminal, pictures and a Markdown summary."""
+"""`orion report RUN_DIR [RUN_DIR ...]`: tables in the terminal, pictures and a Markdown summary.
+
+`reporting` (pandas, and matplotlib for the pictures) and the plan reader are imported inside
+the functions that use them: `orion_cli.app` imports this module to register the command, and
+`orion status`, `orion run`, `orion up` must start without loading them (a command started beside
+a latency-critical service slowed its requests while it loaded pandas and matplotlib).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,8 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -21,25 +26,12 @@ from orion_cli.console import warn
 from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
 from orion_common.output_paths import check_output_folder
-from placement.plan_file import load_plan
-from reporting import RunData, load_runs, report_json, report_tables, write_report
-from reporting.memory import with_limits_text
-from reporting.plan_check import (
-    PLAN_VIEW,
-    SECTION_HEADING,
-    PlanCheck,
-    check_plan,
-    display_frame,
-    is_plan_run,
-    plan_report_json,
-    read_plan_run,
-    write_plan_report,
-)
-from reporting.shares import SHARE_PERCENTILE
-from reporting.suite import is_suite_run
-from reporting.suite import summarise as summarise_suite
-from reporting.suite import summary_table as suite_summary_table
-from reporting.summary import target_met_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from reporting.plan_check import PlanCheck
+    from reporting.rundata import RunData
 
 # (column, header, format) for each table; formats are str.format specs.
 _CLIENT_VIEW = [
@@ -117,25 +109,35 @@ _MEMORY_VIEW = [
     ("limits_text", "limit GiB", "{}"),
     ("refused", "refused allocations", "{}"),
 ]
-_SHARES_VIEW = [
-    ("run", "run", "{}"),
-    ("client", "client", "{}"),
-    ("role", "role", "{}"),
-    ("window_s", "window s", "{:g}"),
-    ("samples", "samples", "{}"),
-    ("mean_share", "mean share", "{:.3f}"),
-    ("p95_share", f"p{SHARE_PERCENTILE:g} share", "{:.3f}"),
-    ("min_util", "min_util at end", "{:.3f}"),
-    ("max_util", "max_util at end", "{:.3f}"),
-    ("share_changes", "changes", "{}"),
-]
 
-# The plan check's (column, header) view with terminal formats: text columns as they are, the
-# yes/no columns worded as `target met` is.
-_PLAN_VIEW = [
-    (name, header, "target" if name in ("within_tolerance", "slo_met") else "{}")
-    for name, header in PLAN_VIEW
-]
+
+def _shares_view() -> list[tuple[str, str, str]]:
+    """The shares table's view; a function, as its header names reporting's percentile."""
+    from reporting.shares import SHARE_PERCENTILE
+
+    return [
+        ("run", "run", "{}"),
+        ("client", "client", "{}"),
+        ("role", "role", "{}"),
+        ("window_s", "window s", "{:g}"),
+        ("samples", "samples", "{}"),
+        ("mean_share", "mean share", "{:.3f}"),
+        ("p95_share", f"p{SHARE_PERCENTILE:g} share", "{:.3f}"),
+        ("min_util", "min_util at end", "{:.3f}"),
+        ("max_util", "max_util at end", "{:.3f}"),
+        ("share_changes", "changes", "{}"),
+    ]
+
+
+def _plan_view() -> list[tuple[str, str, str]]:
+    """The plan check's (column, header) view with terminal formats: text columns as they are,
+    the yes/no columns worded as `target met` is."""
+    from reporting.plan_check import PLAN_VIEW
+
+    return [
+        (name, header, "target" if name in ("within_tolerance", "slo_met") else "{}")
+        for name, header in PLAN_VIEW
+    ]
 
 
 # Columns repeated in every part when a table is split to fit a narrow terminal.
@@ -143,7 +145,11 @@ _KEY_COLUMNS = ("run", "client")
 
 
 def _cell(value: Any, spec: str) -> str:
+    import pandas as pd
+
     if spec == "target":
+        from reporting.summary import target_met_text
+
         return target_met_text(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -242,6 +248,10 @@ def report_command(
     its programs alone, the worst pair under orion and the geometric mean over pairs, and writes
     summary.json; --check then fails on failed cells or a missed target.
     """
+    from reporting import report_json, write_report
+    from reporting.plan_check import plan_report_json, write_plan_report
+    from reporting.suite import is_suite_run
+
     if output is not None and (as_json or plots):
         check_output_folder(output, "report folder")
     out = output_console()
@@ -292,6 +302,9 @@ def report_suite(
     """A suite run (``benchmarks/suite.py``): every pair under every mode against alone, the
     worst pair under orion and the geometric mean; ``summary.json`` written beside its cells
     (or in ``--output``)."""
+    from reporting.suite import summarise as summarise_suite
+    from reporting.suite import summary_table as suite_summary_table
+
     summary = summarise_suite(folder)
     text = json.dumps(summary, indent=2, allow_nan=False)
     write_text_atomic((output or folder) / "summary.json", text + "\n")
@@ -357,6 +370,10 @@ def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | 
     """The runs to report on and, for a plan-run directory (``orion run-plan plan.json``), its
     plan check, whose GPU runs are the runs. A plan run is reported on its own: its GPUs' runs
     are its report, and a second argument would mix another run into the plan's verdict."""
+    from placement.plan_file import load_plan
+    from reporting import load_runs
+    from reporting.plan_check import check_plan, is_plan_run, read_plan_run
+
     plan_dirs = [path for path in run_dirs if is_plan_run(path)]
     if not plan_dirs:
         return load_runs(run_dirs), None
@@ -372,6 +389,9 @@ def load_report_input(run_dirs: list[Path]) -> tuple[list[RunData], PlanCheck | 
 
 def print_runs(out: Console, runs: list[RunData]) -> list[dict[str, Any]]:
     """The usual tables, verdicts and warnings of ``runs``; returns the headline rows."""
+    from reporting import report_tables
+    from reporting.memory import with_limits_text
+
     tables = report_tables(runs)
     for run, label in zip(runs, tables.labels, strict=True):
         if not run.complete:
@@ -395,7 +415,7 @@ def print_runs(out: Console, runs: list[RunData]) -> list[dict[str, Any]]:
         print_table(out, "GPU memory per client (orion's count)", memory, _MEMORY_VIEW)
     if len(tables.shares):
         title = "GPU time share per client (gate keeper, after the first quota window)"
-        print_table(out, title, tables.shares, _SHARES_VIEW)
+        print_table(out, title, tables.shares, _shares_view())
     traced = tables.tail[tables.tail["traced"].astype(bool)] if len(tables.tail) else tables.tail
     if len(traced):
         print_table(out, "where the HP tail comes from (requests above p95)", traced, _TAIL_VIEW)
@@ -428,10 +448,12 @@ def incomplete_banner(run: RunData, label: str) -> str:
 def print_plan_check(out: Console, check: PlanCheck) -> None:
     """The plan section: each planned client's measured figure against the plan's, the verdict
     and what keeps GPUs from being judged. Printed last, where a reader of a plan run looks."""
+    from reporting.plan_check import SECTION_HEADING, display_frame
+
     if not len(check.rows):
         out.print(f"{SECTION_HEADING}: the plan places no clients", highlight=False)
     else:
-        print_table(out, SECTION_HEADING, display_frame(check.rows), _PLAN_VIEW)
+        print_table(out, SECTION_HEADING, display_frame(check.rows), _plan_view())
     for sentence in check.summary:
         out.print(f"- {sentence}", highlight=False)
     for warning in check.warnings:

@@ -124,7 +124,7 @@ def up_command(
         **hold_bound(daemon_gone_hold_s),
     )
     if foreground:
-        # A fresh process: this one made a CUDA context reading the GPU's facts.
+        # A fresh process: this one initialised the CUDA driver reading the GPU's facts.
         sys.stdout.flush()
         arguments = daemon_command(settings)
         private_folder(folder)  # 0700 and this user's, or refused in one line

@@ -8,6 +8,7 @@ or no torch, and say what is missing rather than crash. The GPU questions are an
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import platform
@@ -32,7 +33,8 @@ _NVIDIA_PARAMS = Path("/proc/driver/nvidia/params")
 
 @dataclass(frozen=True)
 class GpuFacts:
-    """What NVML and torch say about one GPU."""
+    """What NVML and the CUDA driver (torch where the driver API does not answer) say about one
+    GPU."""
 
     index: int
     name: str
@@ -117,6 +119,64 @@ def cuda_driver_version() -> str | None:
     return f"{version // 1000}.{(version % 1000) // 10}"
 
 
+@dataclass(frozen=True)
+class _DeviceProperties:
+    """The fields of torch's device properties that :func:`gpu_facts` reads."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int
+    major: int
+    minor: int
+
+
+# CUdevice_attribute values (cuda.h): stable across CUDA versions.
+_CU_MULTIPROCESSOR_COUNT = 16
+_CU_COMPUTE_CAPABILITY_MAJOR = 75
+_CU_COMPUTE_CAPABILITY_MINOR = 76
+
+
+def _driver_device_properties(index: int, library: str = "libcuda.so.1") -> Any | None:
+    """GPU ``index``'s properties from the CUDA driver API, or None when the driver cannot say.
+
+    Asked of the driver directly (``cuInit``, ``cuDeviceGetAttribute``: no context made) rather
+    than of torch: `orion up` reads these facts beside a latency-critical service, and importing
+    torch there costs seconds of CPU. Indices are CUDA's, as torch's are (both honour
+    ``CUDA_VISIBLE_DEVICES``)."""
+    try:
+        cuda = ctypes.CDLL(library)
+        if cuda.cuInit(0) != 0:
+            return None
+        count = ctypes.c_int()
+        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or not 0 <= index < count.value:
+            return None
+        device = ctypes.c_int()
+        if cuda.cuDeviceGet(ctypes.byref(device), index) != 0:
+            return None
+        attributes = []
+        for attribute in (
+            _CU_MULTIPROCESSOR_COUNT,
+            _CU_COMPUTE_CAPABILITY_MAJOR,
+            _CU_COMPUTE_CAPABILITY_MINOR,
+        ):
+            value = ctypes.c_int()
+            if cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+                return None
+            attributes.append(value.value)
+        name = ctypes.create_string_buffer(256)
+        if cuda.cuDeviceGetName(name, len(name), device) != 0:
+            return None
+        memory = ctypes.c_size_t()
+        if cuda.cuDeviceTotalMem_v2(ctypes.byref(memory), device) != 0:
+            return None
+    except (OSError, AttributeError):  # no driver library, or one without these functions
+        return None
+    sm_count, major, minor = attributes
+    return _DeviceProperties(
+        name.value.decode(errors="replace"), memory.value, sm_count, major, minor
+    )
+
+
 def _torch_device_properties(index: int) -> Any | None:
     try:
         import torch
@@ -136,7 +196,8 @@ def gpu_facts(index: int = 0) -> GpuFacts | None:
     if stand_ins is not None:
         return _stand_in_facts(stand_ins[index]) if 0 <= index < len(stand_ins) else None
     nvml = _nvml()
-    props = _torch_device_properties(index)
+    # torch only where the driver API did not answer (it uses the same driver, so this is rare).
+    props = _driver_device_properties(index) or _torch_device_properties(index)
     if nvml is None and props is None:
         return None
     name: str | None = None

@@ -9,110 +9,82 @@ sums a benchmark scenario's rounds up into ``summary.json``. Nothing here prints
 user can fix raise :class:`orion_common.errors.OrionError`.
 """
 
-from reporting.benchmark import build_summary, load_summary, validate_summary
-from reporting.memory import memory_series, memory_summary
-from reporting.metrics import (
-    BE_FRACTION_MIN,
-    HP_P99_SLOWDOWN_MAX,
-    client_summary,
-    compare_runs,
-    find_baseline,
-    headline,
-    latency_sample,
-    measured_window,
-    percentile_summary,
-    relative_to_dedicated,
-    run_labels,
-    scheduler_table,
-    window_rows,
-    work_sample,
-)
-from reporting.plots import (
-    plot_gpu_shares_over_time,
-    plot_gpu_utilisation,
-    plot_kernel_timeline,
-    plot_latency_cdf,
-    plot_latency_over_time,
-    plot_memory_over_time,
-    plot_tail_attribution,
-    plot_tradeoff,
-)
-from reporting.rundata import ClientInfo, Environment, RunData, load_run, load_runs
-from reporting.series import gpu_clock_summary, gpu_samples, kernel_slice, request_latencies
-from reporting.shares import shares_series, shares_summary
-from reporting.stats import bootstrap_percentile_ci, ratio_over_rounds_ci
-from reporting.summary import (
-    ReportTables,
-    environment_table,
-    report_json,
-    report_tables,
-    run_warnings,
-    tail_lines,
-    verdicts,
-    write_report,
-)
-from reporting.tail import (
-    LatencySplit,
-    be_launches,
-    service_alone_ms,
-    slow_requests,
-    split_latency,
-    tail_summary,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BE_FRACTION_MIN",
-    "HP_P99_SLOWDOWN_MAX",
-    "ClientInfo",
-    "Environment",
-    "LatencySplit",
-    "ReportTables",
-    "RunData",
-    "be_launches",
-    "bootstrap_percentile_ci",
-    "build_summary",
-    "client_summary",
-    "compare_runs",
-    "environment_table",
-    "find_baseline",
-    "gpu_clock_summary",
-    "gpu_samples",
-    "headline",
-    "kernel_slice",
-    "latency_sample",
-    "load_run",
-    "load_runs",
-    "load_summary",
-    "measured_window",
-    "memory_series",
-    "memory_summary",
-    "percentile_summary",
-    "plot_gpu_shares_over_time",
-    "plot_gpu_utilisation",
-    "plot_kernel_timeline",
-    "plot_latency_cdf",
-    "plot_latency_over_time",
-    "plot_memory_over_time",
-    "plot_tail_attribution",
-    "plot_tradeoff",
-    "ratio_over_rounds_ci",
-    "relative_to_dedicated",
-    "report_json",
-    "report_tables",
-    "request_latencies",
-    "run_labels",
-    "run_warnings",
-    "scheduler_table",
-    "service_alone_ms",
-    "shares_series",
-    "shares_summary",
-    "slow_requests",
-    "split_latency",
-    "tail_lines",
-    "tail_summary",
-    "validate_summary",
-    "verdicts",
-    "window_rows",
-    "work_sample",
-    "write_report",
-]
+import importlib
+from typing import Any
+
+# Each module with the public names it gives the package, imported on first use (PEP 562): every
+# module here loads pandas, and ``plots`` matplotlib, so ``import reporting.shares`` (or a
+# command that imports one small piece, as `orion report` does for the plan check) pays only for
+# what it uses, and `orion status` or `orion run` beside a latency-critical service for none.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "reporting.benchmark": ("build_summary", "load_summary", "validate_summary"),
+    "reporting.memory": ("memory_series", "memory_summary"),
+    "reporting.metrics": (
+        "BE_FRACTION_MIN",
+        "HP_P99_SLOWDOWN_MAX",
+        "client_summary",
+        "compare_runs",
+        "find_baseline",
+        "headline",
+        "latency_sample",
+        "measured_window",
+        "percentile_summary",
+        "relative_to_dedicated",
+        "run_labels",
+        "scheduler_table",
+        "window_rows",
+        "work_sample",
+    ),
+    "reporting.plots": (
+        "plot_gpu_shares_over_time",
+        "plot_gpu_utilisation",
+        "plot_kernel_timeline",
+        "plot_latency_cdf",
+        "plot_latency_over_time",
+        "plot_memory_over_time",
+        "plot_tail_attribution",
+        "plot_tradeoff",
+    ),
+    "reporting.rundata": ("ClientInfo", "Environment", "RunData", "load_run", "load_runs"),
+    "reporting.series": ("gpu_clock_summary", "gpu_samples", "kernel_slice", "request_latencies"),
+    "reporting.shares": ("shares_series", "shares_summary"),
+    "reporting.stats": ("bootstrap_percentile_ci", "ratio_over_rounds_ci"),
+    "reporting.summary": (
+        "ReportTables",
+        "environment_table",
+        "report_json",
+        "report_tables",
+        "run_warnings",
+        "tail_lines",
+        "verdicts",
+        "write_report",
+    ),
+    "reporting.tail": (
+        "LatencySplit",
+        "be_launches",
+        "service_alone_ms",
+        "slow_requests",
+        "split_latency",
+        "tail_summary",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    """``reporting.NAME`` (and ``from reporting import NAME``): NAME from its module, which is
+    imported now; kept in the package's namespace so the next look-up is a plain one."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})

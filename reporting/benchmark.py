@@ -32,7 +32,6 @@ import pandas as pd
 
 from orion_common.errors import OrionError
 from orion_common.run_format import GATING_POLICIES
-from reporting import plots
 from reporting.metrics import (
     BE_FRACTION_MIN,
     HP_P99_SLOWDOWN_MAX,
@@ -239,6 +238,9 @@ def summary_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
 
 def plot_summary_tradeoff(summary: Mapping[str, Any], out_path: str | Path) -> Path:
     """The trade-off figure of every row, with the ratio intervals as error bars."""
+    # matplotlib only here: the summary's tables and checks are read where nothing is drawn.
+    from reporting import plots
+
     frame = summary_frame(summary)
     rounds = max((row["rounds"] for row in summary["rows"]), default=0)
     title = (

@@ -16,15 +16,19 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 from orion_common.run_format import RAW_TRACE_COLUMN_NAMES as TRACE_COLUMNS
 from scheduler_core.library import native_module, preload_library_path, with_preload
 from scheduler_core.thresholds import DEFAULT_STALE_NS
+
+if TYPE_CHECKING:
+    # pandas is imported where a kernel table is read or a trace built: `orion up`, `orion run`,
+    # `orion status` and the daemon import this module for its constants and settings, and must
+    # start without loading pandas (~0.3 s of CPU beside a latency-critical service).
+    import pandas as pd
 
 NATIVE_POLICIES = ("passthrough", "priority", "reef", "orion", "quota")
 """What the preload library enforces (``SchedulerSettings.policy``); not the user-facing policies
@@ -79,6 +83,8 @@ def graph_timeline(
     the graph spends between kernels (its wall time minus their sum) is spread evenly over the
     gaps, so the last node ends at the graph's wall time. Rows run in profile order (``order``).
     """
+    import pandas as pd
+
     if "order" in nodes.columns:
         nodes = nodes.sort_values("order", kind="stable")
     replayed = pd.to_numeric(nodes["duration_ns"], errors="coerce")
@@ -331,6 +337,8 @@ class SchedulerRun:
         return dict(self._clients)
 
     def _load_kernels(self, index: int, client: str, kernels: pd.DataFrame) -> dict[int, str]:
+        import pandas as pd
+
         native = native_module()
         names: dict[int, str] = {}
         for row in kernels.itertuples(index=False):
@@ -370,6 +378,8 @@ class SchedulerRun:
         end on the graph's clock (:func:`graph_timeline`), so that a BE kernel is checked only
         against the HP kernels expected to run while it would.
         """
+        import pandas as pd
+
         native = native_module()
         if nodes.empty:
             raise OrionError(f"client {self._clients[index]!r}: a graph needs kernel nodes")
@@ -513,6 +523,8 @@ class SchedulerRun:
         """Trace records written since the last call, as a table (TRACE_COLUMNS): of the clients
         in slots ``indices`` (None: every client). ``attrs["records_lost"]`` counts the records
         the ring overwrote before this call could read them."""
+        import pandas as pd
+
         rows = []
         lost_now = 0
         chosen = self._clients if indices is None else {i: self._clients[i] for i in indices}

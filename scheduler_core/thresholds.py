@@ -24,7 +24,12 @@ to find, from the HP's measured slowdown (orion_daemon.latency_control).
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # pandas only for the hints: the daemon and `orion up`/`orion run` import this module, and a
+    # command started beside a latency-critical service must not spend ~0.3 s loading pandas.
+    import pandas as pd
 
 SLACK_SHARE = 0.5
 DEFAULT_SLOWDOWN = 0.05
@@ -46,6 +51,8 @@ DEFAULT_STALE_NS = 5_000_000_000
 
 def step_gpu_time_ns(kernels: pd.DataFrame) -> float:
     """GPU time of one profiled step: measured durations where present, ncu's otherwise."""
+    import pandas as pd
+
     if kernels.empty:
         return 0.0
     measured = pd.to_numeric(kernels["measured_duration_ns"], errors="coerce")

@@ -17,9 +17,13 @@ does. Ray is imported only when used (``pip install "orion-gpu-share[ray]"``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from orion.ray.agent import NodeGpu, NodeInventory, start_daemons, stop_daemons
 from orion.ray.env import options, runtime_env
-from orion.ray.plan import run_plan
+
+if TYPE_CHECKING:
+    from orion.ray.plan import run_plan
 
 __all__ = [
     "NodeGpu",
@@ -30,3 +34,14 @@ __all__ = [
     "start_daemons",
     "stop_daemons",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``run_plan`` on first use (PEP 562): its module reads jobs files and runs, which loads
+    pandas through ``colocation``, and an actor's ``import orion.ray`` (or ``orion doctor``'s
+    Ray rows, :mod:`orion.ray.checks`) should not pay for that."""
+    if name == "run_plan":
+        from orion.ray.plan import run_plan
+
+        return run_plan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
