@@ -58,15 +58,7 @@ def build_bert(spec: WorkloadSpec) -> TorchModelWorkload:
         model = transformers.BertForSequenceClassification(config)
         input_ids = torch.randint(0, config.vocab_size, (spec.batch_size, seq_len))
         labels = torch.randint(0, BERT_NUM_LABELS, (spec.batch_size,))
-    _runtime.finish_build(device)
-    return TorchModelWorkload(
-        spec,
-        device,
-        model,
-        inputs=(input_ids,),
-        infer=lambda m, ids: m(input_ids=ids).logits,
-        loss=lambda m, ids: m(input_ids=ids, labels=labels).loss,
-    )
+    return _token_model(spec, device, model, input_ids, labels)
 
 
 def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
@@ -81,6 +73,22 @@ def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
         # back to anyway keeps transformers from logging a warning at the first training step.
         model.loss_type = "ForCausalLM"
         input_ids = torch.randint(0, config.vocab_size, (spec.batch_size, seq_len))
+    # A causal LM learns to predict its own input: the ids are their own labels.
+    return _token_model(spec, device, model, input_ids, labels=None)
+
+
+def _token_model(
+    spec: WorkloadSpec,
+    device: torch.device,
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor | None,
+) -> TorchModelWorkload:
+    """Both models take token ids alone and answer logits; only their training labels differ.
+
+    ``labels`` None means the step's ids themselves (the tensor the step is given, which may
+    be a copy of ``input_ids``), not a tensor fixed at build.
+    """
     _runtime.finish_build(device)
     return TorchModelWorkload(
         spec,
@@ -88,5 +96,5 @@ def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
         model,
         inputs=(input_ids,),
         infer=lambda m, ids: m(input_ids=ids).logits,
-        loss=lambda m, ids: m(input_ids=ids, labels=ids).loss,
+        loss=lambda m, ids: m(input_ids=ids, labels=ids if labels is None else labels).loss,
     )
