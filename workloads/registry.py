@@ -121,74 +121,64 @@ _SYNTHETIC_NO_GRAPH = (
 _GRID = OptionInfo("grid", 0, "blocks per launch; 0 means one block per SM", 0, 2**31 - 1)
 _BLOCK = OptionInfo("block", 256, "threads per block", 1, 1024)
 
+
+def _vision(name: str, model: str) -> WorkloadInfo:
+    """A torchvision classifier: the vision workloads differ only in the model they build."""
+    return WorkloadInfo(
+        name=name,
+        description=f"torchvision {model}, random weights, 224x224 images",
+        kind="vision",
+        requires=("torchvision",),
+        options=(),
+        builder=_lazy("workloads.vision", f"build_{name}"),
+    )
+
+
+def _nlp(name: str, description: str, seq_len: OptionInfo) -> WorkloadInfo:
+    """A transformers model from its config: each takes only a sequence length (its own bound)."""
+    return WorkloadInfo(
+        name=name,
+        description=description,
+        kind="nlp",
+        requires=("transformers",),
+        options=(seq_len,),
+        builder=_lazy("workloads.nlp", f"build_{name}"),
+    )
+
+
+def _synthetic(name: str, description: str, option: OptionInfo) -> WorkloadInfo:
+    """A CuPy kernel: CUDA only, never a graph, the grid and block options plus its own one."""
+    return WorkloadInfo(
+        name=name,
+        description=description,
+        kind="synthetic",
+        requires=("cupy",),
+        options=(_GRID, _BLOCK, option),
+        builder=_lazy("workloads.synthetic", f"build_{name.replace('-', '_')}"),
+        devices=("cuda",),
+        graph_capture=_SYNTHETIC_NO_GRAPH,
+    )
+
+
 _REGISTRY: tuple[WorkloadInfo, ...] = (
-    WorkloadInfo(
-        name="resnet50",
-        description="torchvision ResNet-50, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", "build_resnet50"),
+    _vision("resnet50", "ResNet-50"),
+    _vision("resnet101", "ResNet-101"),
+    _vision("mobilenet_v2", "MobileNetV2"),
+    _nlp(
+        "bert",
+        "BERT-base sequence classifier (2 labels) from a transformers config",
+        _SEQ_LEN_BERT,
     ),
-    WorkloadInfo(
-        name="resnet101",
-        description="torchvision ResNet-101, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", "build_resnet101"),
+    _nlp("gpt2", "GPT-2 small language model from a transformers config", _SEQ_LEN_GPT2),
+    _synthetic(
+        "synthetic-compute",
+        "CuPy kernel of per-thread FMA chains (compute-bound), tunable grid",
+        OptionInfo("iterations", 4096, "FMA-chain loop length per thread", 1, 2**31 - 1),
     ),
-    WorkloadInfo(
-        name="mobilenet_v2",
-        description="torchvision MobileNetV2, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", "build_mobilenet_v2"),
-    ),
-    WorkloadInfo(
-        name="bert",
-        description="BERT-base sequence classifier (2 labels) from a transformers config",
-        kind="nlp",
-        requires=("transformers",),
-        options=(_SEQ_LEN_BERT,),
-        builder=_lazy("workloads.nlp", "build_bert"),
-    ),
-    WorkloadInfo(
-        name="gpt2",
-        description="GPT-2 small language model from a transformers config",
-        kind="nlp",
-        requires=("transformers",),
-        options=(_SEQ_LEN_GPT2,),
-        builder=_lazy("workloads.nlp", "build_gpt2"),
-    ),
-    WorkloadInfo(
-        name="synthetic-compute",
-        description="CuPy kernel of per-thread FMA chains (compute-bound), tunable grid",
-        kind="synthetic",
-        requires=("cupy",),
-        options=(
-            _GRID,
-            _BLOCK,
-            OptionInfo("iterations", 4096, "FMA-chain loop length per thread", 1, 2**31 - 1),
-        ),
-        builder=_lazy("workloads.synthetic", "build_synthetic_compute"),
-        devices=("cuda",),
-        graph_capture=_SYNTHETIC_NO_GRAPH,
-    ),
-    WorkloadInfo(
-        name="synthetic-memory",
-        description="CuPy grid-stride copy between two device buffers (memory-bound)",
-        kind="synthetic",
-        requires=("cupy",),
-        options=(
-            _GRID,
-            _BLOCK,
-            OptionInfo("mib", 256, "bytes copied per launch, in MiB", 1, 2**20),
-        ),
-        builder=_lazy("workloads.synthetic", "build_synthetic_memory"),
-        devices=("cuda",),
-        graph_capture=_SYNTHETIC_NO_GRAPH,
+    _synthetic(
+        "synthetic-memory",
+        "CuPy grid-stride copy between two device buffers (memory-bound)",
+        OptionInfo("mib", 256, "bytes copied per launch, in MiB", 1, 2**20),
     ),
 )
 _BY_NAME: dict[str, WorkloadInfo] = {info.name: info for info in _REGISTRY}
