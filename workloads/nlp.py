@@ -49,10 +49,14 @@ def _transformers(spec: WorkloadSpec) -> ModuleType:
     return transformers
 
 
+def _prepare(spec: WorkloadSpec) -> tuple[torch.device, ModuleType, int]:
+    """The device, transformers (offline, SDPA registered) and the ``seq_len`` option: what both
+    models resolve, alike, before they build."""
+    return _runtime.resolve_device(spec), _transformers(spec), spec.resolved_options()["seq_len"]
+
+
 def build_bert(spec: WorkloadSpec) -> TorchModelWorkload:
-    device = _runtime.resolve_device(spec)
-    transformers = _transformers(spec)
-    seq_len = spec.resolved_options()["seq_len"]
+    device, transformers, seq_len = _prepare(spec)
     config = transformers.BertConfig(num_labels=BERT_NUM_LABELS, attn_implementation=_ATTENTION)
     with _runtime.seeded(device), torch.device(device):
         model = transformers.BertForSequenceClassification(config)
@@ -62,9 +66,7 @@ def build_bert(spec: WorkloadSpec) -> TorchModelWorkload:
 
 
 def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
-    device = _runtime.resolve_device(spec)
-    transformers = _transformers(spec)
-    seq_len = spec.resolved_options()["seq_len"]
+    device, transformers, seq_len = _prepare(spec)
     # No KV cache: each request is one full forward pass, and the cache objects only cost time.
     config = transformers.GPT2Config(attn_implementation=_ATTENTION, use_cache=False)
     with _runtime.seeded(device), torch.device(device):

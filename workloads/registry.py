@@ -122,60 +122,64 @@ _GRID = OptionInfo("grid", 0, "blocks per launch; 0 means one block per SM", 0, 
 _BLOCK = OptionInfo("block", 256, "threads per block", 1, 1024)
 
 
-def _vision(name: str, model: str) -> WorkloadInfo:
-    """A torchvision classifier: the vision workloads differ only in the model they build."""
-    return WorkloadInfo(
-        name=name,
-        description=f"torchvision {model}, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", f"build_{name}"),
-    )
+@dataclass(frozen=True)
+class _Kind:
+    """What every workload of one kind shares: the package it needs, the module that builds it,
+    where it runs, whether it serves as a graph and the options all of the kind take."""
+
+    requires: tuple[str, ...]
+    module: str
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    graph_capture: str | None = None
+    options: tuple[OptionInfo, ...] = ()
 
 
-def _nlp(name: str, description: str, seq_len: OptionInfo) -> WorkloadInfo:
-    """A transformers model from its config: each takes only a sequence length (its own bound)."""
+_KINDS: dict[str, _Kind] = {
+    "vision": _Kind(("torchvision",), "workloads.vision"),
+    "nlp": _Kind(("transformers",), "workloads.nlp"),
+    "synthetic": _Kind(
+        ("cupy",), "workloads.synthetic", ("cuda",), _SYNTHETIC_NO_GRAPH, (_GRID, _BLOCK)
+    ),
+}
+
+
+def _workload(kind: str, name: str, description: str, *options: OptionInfo) -> WorkloadInfo:
+    """A workload of ``kind``, built by ``build_<name>`` (dashes as underscores) of the kind's
+    module; ``options`` come after the kind's own."""
+    shared = _KINDS[kind]
     return WorkloadInfo(
         name=name,
         description=description,
-        kind="nlp",
-        requires=("transformers",),
-        options=(seq_len,),
-        builder=_lazy("workloads.nlp", f"build_{name}"),
-    )
-
-
-def _synthetic(name: str, description: str, option: OptionInfo) -> WorkloadInfo:
-    """A CuPy kernel: CUDA only, never a graph, the grid and block options plus its own one."""
-    return WorkloadInfo(
-        name=name,
-        description=description,
-        kind="synthetic",
-        requires=("cupy",),
-        options=(_GRID, _BLOCK, option),
-        builder=_lazy("workloads.synthetic", f"build_{name.replace('-', '_')}"),
-        devices=("cuda",),
-        graph_capture=_SYNTHETIC_NO_GRAPH,
+        kind=kind,
+        requires=shared.requires,
+        options=(*shared.options, *options),
+        builder=_lazy(shared.module, f"build_{name.replace('-', '_')}"),
+        devices=shared.devices,
+        graph_capture=shared.graph_capture,
     )
 
 
 _REGISTRY: tuple[WorkloadInfo, ...] = (
-    _vision("resnet50", "ResNet-50"),
-    _vision("resnet101", "ResNet-101"),
-    _vision("mobilenet_v2", "MobileNetV2"),
-    _nlp(
+    _workload("vision", "resnet50", "torchvision ResNet-50, random weights, 224x224 images"),
+    _workload("vision", "resnet101", "torchvision ResNet-101, random weights, 224x224 images"),
+    _workload("vision", "mobilenet_v2", "torchvision MobileNetV2, random weights, 224x224 images"),
+    _workload(
+        "nlp",
         "bert",
         "BERT-base sequence classifier (2 labels) from a transformers config",
         _SEQ_LEN_BERT,
     ),
-    _nlp("gpt2", "GPT-2 small language model from a transformers config", _SEQ_LEN_GPT2),
-    _synthetic(
+    _workload(
+        "nlp", "gpt2", "GPT-2 small language model from a transformers config", _SEQ_LEN_GPT2
+    ),
+    _workload(
+        "synthetic",
         "synthetic-compute",
         "CuPy kernel of per-thread FMA chains (compute-bound), tunable grid",
         OptionInfo("iterations", 4096, "FMA-chain loop length per thread", 1, 2**31 - 1),
     ),
-    _synthetic(
+    _workload(
+        "synthetic",
         "synthetic-memory",
         "CuPy grid-stride copy between two device buffers (memory-bound)",
         OptionInfo("mib", 256, "bytes copied per launch, in MiB", 1, 2**20),
