@@ -15,12 +15,15 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orion_common.stand_in_gpus import DRIVER_VERSION as STAND_IN_DRIVER
 from orion_common.stand_in_gpus import StandInGpu, stand_in_gpus
+
+_T = TypeVar("_T")
 
 # Where NVIDIA installs tools outside PATH on common images.
 _NCU_FALLBACKS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu")
@@ -58,6 +61,18 @@ def _nvml() -> Any | None:
     return pynvml
 
 
+def _ask_nvml(query: Callable[[Any], _T]) -> _T | None:
+    """``query(pynvml)``, or None without NVML or when the driver refuses the question: every
+    NVML fact degrades to "not available" in this one place instead of raising."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return query(nvml)
+    except Exception:
+        return None
+
+
 def _as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -68,13 +83,9 @@ def gpu_uuid(index: int) -> str | None:
     stand_ins = stand_in_gpus()
     if stand_ins is not None:
         return stand_ins[index].uuid if 0 <= index < len(stand_ins) else None
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        return _as_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index)))
-    except Exception:
-        return None
+    return _ask_nvml(
+        lambda nvml: _as_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index)))
+    )
 
 
 def gpu_count() -> int | None:
@@ -82,13 +93,7 @@ def gpu_count() -> int | None:
     stand_ins = stand_in_gpus()
     if stand_ins is not None:
         return len(stand_ins)
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        return int(nvml.nvmlDeviceGetCount())
-    except Exception:
-        return None
+    return _ask_nvml(lambda nvml: int(nvml.nvmlDeviceGetCount()))
 
 
 def nvml_available() -> bool:
@@ -98,23 +103,13 @@ def nvml_available() -> bool:
 
 def driver_version() -> str | None:
     """The kernel driver's version, e.g. ``580.159.04``."""
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        return _as_text(nvml.nvmlSystemGetDriverVersion())
-    except Exception:
-        return None
+    return _ask_nvml(lambda nvml: _as_text(nvml.nvmlSystemGetDriverVersion()))
 
 
 def cuda_driver_version() -> str | None:
     """The newest CUDA version the driver supports, e.g. ``13.0``."""
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        version = int(nvml.nvmlSystemGetCudaDriverVersion_v2())
-    except Exception:
+    version = _ask_nvml(lambda nvml: int(nvml.nvmlSystemGetCudaDriverVersion_v2()))
+    if version is None:
         return None
     return f"{version // 1000}.{(version % 1000) // 10}"
 

@@ -21,7 +21,7 @@ from scipy.sparse import csr_array
 
 from orion_common.errors import OrionError
 from placement.fleet import BeJob, Fleet, HpService
-from placement.pair_matrix import PairMatrix, default_matrix_dir, load_pair_matrix
+from placement.pair_matrix import MatrixJob, PairMatrix, default_matrix_dir, load_pair_matrix
 from placement.plan_file import Plan, PlanClient, PlanGpu
 
 RATE_TOLERANCE = 1e-6
@@ -378,14 +378,10 @@ def _plan(
         if option is not None and option.hp is not None:
             job = matrix.jobs[option.hp.job]
             clients.append(
-                PlanClient(
+                _plan_client(
                     option.hp.name,
-                    job.name,
+                    job,
                     "hp",
-                    job.workload,
-                    job.mode,
-                    job.batch_size,
-                    dtype=job.dtype,
                     cuda_graph=job.cuda_graph,
                     rate_per_s=option.hp.rate_per_s,
                     p99_slo_ms=option.hp.p99_slo_ms,
@@ -399,14 +395,10 @@ def _plan(
             throughput += option.be_throughput[be.name]
             weighted += be.weight * option.be_throughput[be.name]
             clients.append(
-                PlanClient(
+                _plan_client(
                     be.name,
-                    job.name,
+                    job,
                     "be",
-                    job.workload,
-                    job.mode,
-                    job.batch_size,
-                    dtype=job.dtype,
                     weight=be.weight,
                     predicted_throughput_per_s=option.be_throughput[be.name],
                     predicted_ratio=option.be_ratio[be.name],
@@ -444,3 +436,14 @@ def _plan(
     }
     sources = {kind: m.source for kind, m in matrices.items()}
     return Plan(objective, tuple(gpus), unplaced, totals, tuple(notes), sources)
+
+
+def _plan_client(
+    name: str, job: MatrixJob, role: str, **figures: float | bool | None
+) -> PlanClient:
+    """A plan's client: the matrix job it runs as measured (workload, mode, batch, dtype), then
+    the figures of its role (an HP service's SLO and predicted p99, a BE job's weight and
+    predicted throughput), so both roles copy the measured job the same way."""
+    return PlanClient(
+        name, job.name, role, job.workload, job.mode, job.batch_size, dtype=job.dtype, **figures
+    )

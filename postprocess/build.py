@@ -28,20 +28,12 @@ from postprocess.occupancy import occupancy_columns
 from postprocess.profile_format import (
     IDENTITY_COLUMNS,
     PROFILE_COLUMNS,
+    SHAPE_COLUMNS,
     Profile,
     complete_metadata,
 )
 
-MEASURED_COLUMNS: tuple[str, ...] = (
-    "demangled_name",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "duration_ns",
-)
+MEASURED_COLUMNS: tuple[str, ...] = ("demangled_name", *SHAPE_COLUMNS, "duration_ns")
 """What :func:`attach_measured_durations` needs from the un-instrumented pass, in launch order."""
 
 IDENTITY_TABLE_COLUMNS: dict[str, str] = {
@@ -54,7 +46,6 @@ IDENTITY_TABLE_COLUMNS: dict[str, str] = {
 }
 """Schema of :func:`kernel_identity_table`, the table the scheduler loads."""
 
-_SHAPE_COLUMNS = IDENTITY_COLUMNS[1:]
 _ANCHOR_RUN = 3
 """Occurrence-numbered matches count only in runs of at least this many launches: after an extra
 or missing launch of a kernel, its later occurrence numbers are off by one and can pair single
@@ -90,7 +81,7 @@ def build_profile(trace: NcuTrace, metadata: dict[str, Any]) -> Profile:
         {
             "order": pd.Series(np.arange(len(kernels)), dtype="Int64"),
             **{column: kernels[column] for column in ("kernel_name", "demangled_name")},
-            **{column: kernels[column] for column in _SHAPE_COLUMNS},
+            **{column: kernels[column] for column in SHAPE_COLUMNS},
             "occurrence": kernels.groupby(list(IDENTITY_COLUMNS), dropna=False, sort=False)
             .cumcount()
             .astype("Int64"),
@@ -158,7 +149,7 @@ def kernel_base_name(name: str) -> str:
 
 
 def _shape(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
-    dims = [frame[column].astype("Int64").tolist() for column in _SHAPE_COLUMNS]
+    dims = [frame[column].astype("Int64").tolist() for column in SHAPE_COLUMNS]
     return [tuple(None if pd.isna(v) else int(v) for v in row) for row in zip(*dims, strict=True)]
 
 

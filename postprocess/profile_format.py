@@ -59,15 +59,11 @@ PROFILE_COLUMNS: dict[str, str] = {
 }
 """Column -> pandas dtype, in file order. Nullable dtypes: an ``n/a`` counter stays empty."""
 
-IDENTITY_COLUMNS: tuple[str, ...] = (
-    "kernel_name",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-)
+SHAPE_COLUMNS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+"""A launch's shape, in the order every table that carries one lists it: declared once, so the
+profile, the measured tables and the summaries cannot disagree on it."""
+
+IDENTITY_COLUMNS: tuple[str, ...] = ("kernel_name", *SHAPE_COLUMNS)
 """A kernel's identity: name plus launch shape. Nothing is matched by position alone."""
 
 METADATA_KEYS: tuple[str, ...] = (

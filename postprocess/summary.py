@@ -13,7 +13,7 @@ import pandas as pd
 
 from postprocess.build import identity_groups, kernel_identity_table
 from postprocess.classify import KERNEL_CLASSES
-from postprocess.profile_format import Profile
+from postprocess.profile_format import SHAPE_COLUMNS, Profile
 
 SM_BIN_FRACTIONS: tuple[float, ...] = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4)
 """Upper edges of the ``sm_needed`` bins as fractions of the SM count; then "up to all but one"
@@ -78,12 +78,7 @@ def summarize_profile(
     top = top[
         [
             "demangled_name",
-            "grid_x",
-            "grid_y",
-            "grid_z",
-            "block_x",
-            "block_y",
-            "block_z",
+            *SHAPE_COLUMNS,
             "launches",
             "kernel_class",
             "sm_needed",

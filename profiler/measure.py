@@ -23,7 +23,7 @@ import pandas as pd
 
 from orion_common.atomic_io import write_text_atomic
 from orion_common.errors import OrionError
-from postprocess import MEASURED_COLUMNS
+from postprocess import MEASURED_COLUMNS, SHAPE_COLUMNS
 
 STEP_COLUMNS: tuple[str, ...] = ("step", "order", *MEASURED_COLUMNS)
 """The per-step table (``measured_steps.csv``): every kernel of every measured step, in launch
@@ -34,7 +34,6 @@ MEDIAN_COLUMNS: tuple[str, ...] = ("order", *MEASURED_COLUMNS, "steps_used")
 median duration over the steps whose kernel sequence agreed."""
 
 _DIMS = ("x", "y", "z")
-_SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 
 @dataclass(frozen=True)
@@ -190,12 +189,12 @@ def steps_table(steps: Iterable[list[dict[str, Any]]]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
     return table.astype(
         {"step": "int64", "order": "int64", "demangled_name": "string", "duration_ns": "float64"}
-        | {column: "int64" for column in _SHAPE_COLUMNS}
+        | {column: "int64" for column in SHAPE_COLUMNS}
     )
 
 
 def _sequence(frame: pd.DataFrame) -> tuple[tuple[Any, ...], ...]:
-    columns = ["demangled_name", *_SHAPE_COLUMNS]
+    columns = ["demangled_name", *SHAPE_COLUMNS]
     return tuple(tuple(row) for row in frame[columns].itertuples(index=False, name=None))
 
 

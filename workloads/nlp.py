@@ -49,30 +49,24 @@ def _transformers(spec: WorkloadSpec) -> ModuleType:
     return transformers
 
 
+def _prepare(spec: WorkloadSpec) -> tuple[torch.device, ModuleType, int]:
+    """The device, transformers (offline, SDPA registered) and the ``seq_len`` option: what both
+    models resolve, alike, before they build."""
+    return _runtime.resolve_device(spec), _transformers(spec), spec.resolved_options()["seq_len"]
+
+
 def build_bert(spec: WorkloadSpec) -> TorchModelWorkload:
-    device = _runtime.resolve_device(spec)
-    transformers = _transformers(spec)
-    seq_len = spec.resolved_options()["seq_len"]
+    device, transformers, seq_len = _prepare(spec)
     config = transformers.BertConfig(num_labels=BERT_NUM_LABELS, attn_implementation=_ATTENTION)
     with _runtime.seeded(device), torch.device(device):
         model = transformers.BertForSequenceClassification(config)
         input_ids = torch.randint(0, config.vocab_size, (spec.batch_size, seq_len))
         labels = torch.randint(0, BERT_NUM_LABELS, (spec.batch_size,))
-    _runtime.finish_build(device)
-    return TorchModelWorkload(
-        spec,
-        device,
-        model,
-        inputs=(input_ids,),
-        infer=lambda m, ids: m(input_ids=ids).logits,
-        loss=lambda m, ids: m(input_ids=ids, labels=labels).loss,
-    )
+    return _token_model(spec, device, model, input_ids, labels)
 
 
 def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
-    device = _runtime.resolve_device(spec)
-    transformers = _transformers(spec)
-    seq_len = spec.resolved_options()["seq_len"]
+    device, transformers, seq_len = _prepare(spec)
     # No KV cache: each request is one full forward pass, and the cache objects only cost time.
     config = transformers.GPT2Config(attn_implementation=_ATTENTION, use_cache=False)
     with _runtime.seeded(device), torch.device(device):
@@ -81,6 +75,22 @@ def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
         # back to anyway keeps transformers from logging a warning at the first training step.
         model.loss_type = "ForCausalLM"
         input_ids = torch.randint(0, config.vocab_size, (spec.batch_size, seq_len))
+    # A causal LM learns to predict its own input: the ids are their own labels.
+    return _token_model(spec, device, model, input_ids, labels=None)
+
+
+def _token_model(
+    spec: WorkloadSpec,
+    device: torch.device,
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor | None,
+) -> TorchModelWorkload:
+    """Both models take token ids alone and answer logits; only their training labels differ.
+
+    ``labels`` None means the step's ids themselves (the tensor the step is given, which may
+    be a copy of ``input_ids``), not a tensor fixed at build.
+    """
     _runtime.finish_build(device)
     return TorchModelWorkload(
         spec,
@@ -88,5 +98,5 @@ def build_gpt2(spec: WorkloadSpec) -> TorchModelWorkload:
         model,
         inputs=(input_ids,),
         infer=lambda m, ids: m(input_ids=ids).logits,
-        loss=lambda m, ids: m(input_ids=ids, labels=ids).loss,
+        loss=lambda m, ids: m(input_ids=ids, labels=ids if labels is None else labels).loss,
     )

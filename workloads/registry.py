@@ -121,74 +121,68 @@ _SYNTHETIC_NO_GRAPH = (
 _GRID = OptionInfo("grid", 0, "blocks per launch; 0 means one block per SM", 0, 2**31 - 1)
 _BLOCK = OptionInfo("block", 256, "threads per block", 1, 1024)
 
+
+@dataclass(frozen=True)
+class _Kind:
+    """What every workload of one kind shares: the package it needs, the module that builds it,
+    where it runs, whether it serves as a graph and the options all of the kind take."""
+
+    requires: tuple[str, ...]
+    module: str
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    graph_capture: str | None = None
+    options: tuple[OptionInfo, ...] = ()
+
+
+_KINDS: dict[str, _Kind] = {
+    "vision": _Kind(("torchvision",), "workloads.vision"),
+    "nlp": _Kind(("transformers",), "workloads.nlp"),
+    "synthetic": _Kind(
+        ("cupy",), "workloads.synthetic", ("cuda",), _SYNTHETIC_NO_GRAPH, (_GRID, _BLOCK)
+    ),
+}
+
+
+def _workload(kind: str, name: str, description: str, *options: OptionInfo) -> WorkloadInfo:
+    """A workload of ``kind``, built by ``build_<name>`` (dashes as underscores) of the kind's
+    module; ``options`` come after the kind's own."""
+    shared = _KINDS[kind]
+    return WorkloadInfo(
+        name=name,
+        description=description,
+        kind=kind,
+        requires=shared.requires,
+        options=(*shared.options, *options),
+        builder=_lazy(shared.module, f"build_{name.replace('-', '_')}"),
+        devices=shared.devices,
+        graph_capture=shared.graph_capture,
+    )
+
+
 _REGISTRY: tuple[WorkloadInfo, ...] = (
-    WorkloadInfo(
-        name="resnet50",
-        description="torchvision ResNet-50, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", "build_resnet50"),
+    _workload("vision", "resnet50", "torchvision ResNet-50, random weights, 224x224 images"),
+    _workload("vision", "resnet101", "torchvision ResNet-101, random weights, 224x224 images"),
+    _workload("vision", "mobilenet_v2", "torchvision MobileNetV2, random weights, 224x224 images"),
+    _workload(
+        "nlp",
+        "bert",
+        "BERT-base sequence classifier (2 labels) from a transformers config",
+        _SEQ_LEN_BERT,
     ),
-    WorkloadInfo(
-        name="resnet101",
-        description="torchvision ResNet-101, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", "build_resnet101"),
+    _workload(
+        "nlp", "gpt2", "GPT-2 small language model from a transformers config", _SEQ_LEN_GPT2
     ),
-    WorkloadInfo(
-        name="mobilenet_v2",
-        description="torchvision MobileNetV2, random weights, 224x224 images",
-        kind="vision",
-        requires=("torchvision",),
-        options=(),
-        builder=_lazy("workloads.vision", "build_mobilenet_v2"),
+    _workload(
+        "synthetic",
+        "synthetic-compute",
+        "CuPy kernel of per-thread FMA chains (compute-bound), tunable grid",
+        OptionInfo("iterations", 4096, "FMA-chain loop length per thread", 1, 2**31 - 1),
     ),
-    WorkloadInfo(
-        name="bert",
-        description="BERT-base sequence classifier (2 labels) from a transformers config",
-        kind="nlp",
-        requires=("transformers",),
-        options=(_SEQ_LEN_BERT,),
-        builder=_lazy("workloads.nlp", "build_bert"),
-    ),
-    WorkloadInfo(
-        name="gpt2",
-        description="GPT-2 small language model from a transformers config",
-        kind="nlp",
-        requires=("transformers",),
-        options=(_SEQ_LEN_GPT2,),
-        builder=_lazy("workloads.nlp", "build_gpt2"),
-    ),
-    WorkloadInfo(
-        name="synthetic-compute",
-        description="CuPy kernel of per-thread FMA chains (compute-bound), tunable grid",
-        kind="synthetic",
-        requires=("cupy",),
-        options=(
-            _GRID,
-            _BLOCK,
-            OptionInfo("iterations", 4096, "FMA-chain loop length per thread", 1, 2**31 - 1),
-        ),
-        builder=_lazy("workloads.synthetic", "build_synthetic_compute"),
-        devices=("cuda",),
-        graph_capture=_SYNTHETIC_NO_GRAPH,
-    ),
-    WorkloadInfo(
-        name="synthetic-memory",
-        description="CuPy grid-stride copy between two device buffers (memory-bound)",
-        kind="synthetic",
-        requires=("cupy",),
-        options=(
-            _GRID,
-            _BLOCK,
-            OptionInfo("mib", 256, "bytes copied per launch, in MiB", 1, 2**20),
-        ),
-        builder=_lazy("workloads.synthetic", "build_synthetic_memory"),
-        devices=("cuda",),
-        graph_capture=_SYNTHETIC_NO_GRAPH,
+    _workload(
+        "synthetic",
+        "synthetic-memory",
+        "CuPy grid-stride copy between two device buffers (memory-bound)",
+        OptionInfo("mib", 256, "bytes copied per launch, in MiB", 1, 2**20),
     ),
 )
 _BY_NAME: dict[str, WorkloadInfo] = {info.name: info for info in _REGISTRY}

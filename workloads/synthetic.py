@@ -14,7 +14,7 @@ tensors allocated once at build; steps allocate nothing.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -42,29 +42,23 @@ class SyntheticWorkload(Workload):
     def __init__(
         self,
         spec: WorkloadSpec,
-        device: torch.device,
-        cupy: Any,
-        kernel_name: str,
-        kernel: Any,
+        launch: _Launch,
         kernel_args: tuple[Any, ...],
-        update: Any,
         update_args: tuple[Any, ...],
-        grid: int,
-        block: int,
         inputs: torch.Tensor,
         output: torch.Tensor,
     ) -> None:
-        super().__init__(spec, device)
-        self.grid = grid
-        self.block = block
+        super().__init__(spec, launch.device)
+        self.grid = launch.grid
+        self.block = launch.block
         self.inputs = inputs
         self.output = output
-        self.kernel_name = kernel_name
-        self._cupy = cupy
-        self._cupy_device = cupy.cuda.Device(device.index)
-        self._kernel = kernel
+        self.kernel_name = launch.kernel_name
+        self._cupy = launch.cupy
+        self._cupy_device = launch.cupy.cuda.Device(launch.device.index)
+        self._kernel = launch.kernel
         self._kernel_args = kernel_args
-        self._update = update if spec.mode == "train" else None
+        self._update = launch.update if spec.mode == "train" else None
         self._update_args = update_args
         self._streams: dict[int, Any] = {}
 
@@ -93,73 +87,63 @@ class SyntheticWorkload(Workload):
         return self.output
 
 
-def build_synthetic_compute(spec: WorkloadSpec) -> SyntheticWorkload:
-    """Per-thread FMA chains; buffers of ``grid * block`` elements, one per thread."""
+class _Launch(NamedTuple):
+    """The part of a synthetic workload both kernels resolve alike, read once by ``_prepare``.
+
+    Only the buffers and the kernels' arguments differ between the compute and the memory
+    kernel; keeping the rest in one place keeps their option handling and checks the same.
+    """
+
+    device: torch.device
+    cupy: Any
+    options: dict[str, Any]
+    grid: int
+    block: int
+    kernel_name: str
+    kernel: Any
+    update: Any
+
+
+def _prepare(spec: WorkloadSpec, kernel_names: dict[str, str]) -> _Launch:
+    """Resolve the device, grid and block, and load the main kernel (by dtype) and the update."""
     device = _runtime.resolve_device(spec)
     cupy = _runtime.require("cupy", spec.name)
     options = spec.resolved_options()
     grid = _resolve_grid(options["grid"], device)
     block = options["block"]
-    kernel_name = _kernels.COMPUTE_KERNEL[spec.dtype]
+    kernel_name = kernel_names[spec.dtype]
     kernel = _load(cupy, device, spec, kernel_name, block)
     update = _load(cupy, device, spec, _kernels.AXPY_KERNEL[spec.dtype], block)
-    threads = grid * block
+    return _Launch(device, cupy, options, grid, block, kernel_name, kernel, update)
+
+
+def build_synthetic_compute(spec: WorkloadSpec) -> SyntheticWorkload:
+    """Per-thread FMA chains; buffers of ``grid * block`` elements, one per thread."""
+    launch = _prepare(spec, _kernels.COMPUTE_KERNEL)
+    threads = launch.grid * launch.block
     # Kernels see 4-byte elements: one float, or one bf16 pair.
     values_per_element = 1 if spec.dtype == "fp32" else 2
     sizes = (_kernels.CHAINS * threads * values_per_element, threads * values_per_element)
-    inputs, output = _allocate(spec, device, sizes)
-    in_view, out_view = _as_cupy(cupy, inputs), _as_cupy(cupy, output)
-    kernel_args = (in_view, out_view, np.int32(options["iterations"]))
+    inputs, output = _allocate(spec, launch.device, sizes)
+    in_view, out_view = _as_cupy(launch.cupy, inputs), _as_cupy(launch.cupy, output)
+    kernel_args = (in_view, out_view, np.int32(launch.options["iterations"]))
     # The update reads chain 0's inputs, the first `threads` elements of the input buffer.
     update_args = (in_view, out_view, np.uint64(threads), np.float32(UPDATE_ALPHA))
-    _runtime.finish_build(device)
-    return SyntheticWorkload(
-        spec,
-        device,
-        cupy,
-        kernel_name,
-        kernel,
-        kernel_args,
-        update,
-        update_args,
-        grid,
-        block,
-        inputs,
-        output,
-    )
+    _runtime.finish_build(launch.device)
+    return SyntheticWorkload(spec, launch, kernel_args, update_args, inputs, output)
 
 
 def build_synthetic_memory(spec: WorkloadSpec) -> SyntheticWorkload:
     """Grid-stride copy of ``mib`` MiB between two buffers, as a scale by 1."""
-    device = _runtime.resolve_device(spec)
-    cupy = _runtime.require("cupy", spec.name)
-    options = spec.resolved_options()
-    grid = _resolve_grid(options["grid"], device)
-    block = options["block"]
-    kernel_name = _kernels.COPY_KERNEL[spec.dtype]
-    kernel = _load(cupy, device, spec, kernel_name, block)
-    update = _load(cupy, device, spec, _kernels.AXPY_KERNEL[spec.dtype], block)
-    nbytes = options["mib"] * _MIB
+    launch = _prepare(spec, _kernels.COPY_KERNEL)
+    nbytes = launch.options["mib"] * _MIB
     values = nbytes // _TORCH_DTYPE[spec.dtype].itemsize
-    source, destination = _allocate(spec, device, (values, values))
-    src_view, dst_view = _as_cupy(cupy, source), _as_cupy(cupy, destination)
+    source, destination = _allocate(spec, launch.device, (values, values))
+    src_view, dst_view = _as_cupy(launch.cupy, source), _as_cupy(launch.cupy, destination)
     kernel_args = (src_view, dst_view, np.uint64(nbytes // _VECTOR_BYTES), np.float32(1.0))
     update_args = (src_view, dst_view, np.uint64(nbytes // 4), np.float32(UPDATE_ALPHA))
-    _runtime.finish_build(device)
-    return SyntheticWorkload(
-        spec,
-        device,
-        cupy,
-        kernel_name,
-        kernel,
-        kernel_args,
-        update,
-        update_args,
-        grid,
-        block,
-        source,
-        destination,
-    )
+    _runtime.finish_build(launch.device)
+    return SyntheticWorkload(spec, launch, kernel_args, update_args, source, destination)
 
 
 def _resolve_grid(grid: int, device: torch.device) -> int:

@@ -10,10 +10,11 @@
 
 #include "client_runtime.h"
 #include "hooked_symbols.h"
+#include "ledger_calls.h"
 
 #define ORION_EXPORT extern "C" __attribute__((visibility("default")))
 
-using orion::ClientRuntime;
+using orion::active_ledger;
 using orion::MemoryLedger;
 namespace hooks = orion::hooks;
 
@@ -21,11 +22,6 @@ namespace {
 
 constexpr CUresult kNotFound = CUDA_ERROR_NOT_FOUND;
 constexpr std::uint64_t kLargestElement = 16;
-
-MemoryLedger* ledger() {
-    ClientRuntime& runtime = ClientRuntime::instance();
-    return runtime.active() ? &runtime.memory() : nullptr;
-}
 
 // Bytes of one channel of one element of CUarray_format `format` (cuda.h's values).
 std::uint64_t element_bytes(int format) {
@@ -61,25 +57,17 @@ std::uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR& desc, unsigned int 
 // Reserves `bytes`, creates with `create` (which fills *handle), records or gives back.
 template <typename Handle, typename Create>
 CUresult counted_array(Handle* handle, std::uint64_t bytes, Create create) {
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr || handle == nullptr) return create();
-    if (!account->reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-    const CUresult result = create();
-    if (result == CUDA_SUCCESS) {
-        account->record_array(*handle, bytes);
-    } else {
-        account->unreserve(bytes);
-    }
-    return result;
+    return orion::reserved_call(*account, bytes, create,
+                                [&] { account->record_array(*handle, bytes); });
 }
 
-template <typename Handle, typename Destroy>
-CUresult destroyed_array(Handle handle, Destroy destroy) {
-    const CUresult result = destroy();
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->forget_array(handle);
-    }
-    return result;
+// A destroyed array's size goes back to the client (an array the ledger never saw: nothing).
+template <typename Handle>
+CUresult destroyed_array(Handle handle, CUresult result) {
+    return orion::noted_on_success(result,
+                                   [&](MemoryLedger& account) { account.forget_array(handle); });
 }
 
 }  // namespace
@@ -105,7 +93,7 @@ ORION_EXPORT CUresult cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DES
 ORION_EXPORT CUresult cuArrayDestroy(CUarray array) {
     auto real = hooks::real_cuArrayDestroy(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    return destroyed_array(array, [&] { return real(array); });
+    return destroyed_array(array, real(array));
 }
 
 ORION_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* handle,
@@ -121,5 +109,5 @@ ORION_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* handle,
 ORION_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray array) {
     auto real = hooks::real_cuMipmappedArrayDestroy(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    return destroyed_array(array, [&] { return real(array); });
+    return destroyed_array(array, real(array));
 }

@@ -27,6 +27,18 @@
 namespace orion {
 namespace {
 
+// What the profile says of a launch's work, from a kernel's entry or a graph's alike: the SMs,
+// class and time the gate decides on. The launch path reads it: plain copies, no lock.
+template <typename Entry>
+KernelInfo profiled_work(const Entry& entry) {
+    KernelInfo work;
+    work.known = true;
+    work.sm_needed = entry.sm_needed;
+    work.kernel_class = static_cast<KernelClass>(entry.kernel_class);
+    work.duration_ns = entry.duration_ns;
+    return work;
+}
+
 bool is_legacy_stream(CUstream stream, int variant) {
     return stream == cu_stream_legacy() || (stream == nullptr && variant == hooks::kLegacy);
 }
@@ -491,10 +503,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
                                 shape.grid[2], shape.block[0], shape.block[1], shape.block[2]);
         if (const KernelEntry* entry = view_.find_kernel(index_, ticket.key)) {
             offline = true;
-            ticket.kernel.known = true;
-            ticket.kernel.sm_needed = entry->sm_needed;
-            ticket.kernel.kernel_class = static_cast<KernelClass>(entry->kernel_class);
-            ticket.kernel.duration_ns = entry->duration_ns;
+            ticket.kernel = profiled_work(*entry);
         } else {
             if (learning_) {
                 KernelSighting sighting{ticket.key, shape.function};
@@ -521,10 +530,7 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         const GraphEntry* entry = ticket.key != 0 ? view_.find_graph(index_, ticket.key) : nullptr;
         if (entry != nullptr) {
             offline = true;
-            ticket.kernel.known = true;
-            ticket.kernel.sm_needed = entry->sm_needed;
-            ticket.kernel.kernel_class = static_cast<KernelClass>(entry->kernel_class);
-            ticket.kernel.duration_ns = entry->duration_ns;
+            ticket.kernel = profiled_work(*entry);
         } else {
             // Learned graphs are claimed when instantiated (graph_instantiated).
             if (learning_ && ticket.key != 0) {

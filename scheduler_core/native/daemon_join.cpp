@@ -107,12 +107,26 @@ private:
         at_ += static_cast<std::size_t>(end - begin);
         return true;
     }
-    bool object(Json* out, int depth) {
-        out->type = Json::Type::kObject;
+    // The comma-separated entries after an opening bracket, up to `close`, each read by
+    // `entry`: the one loop of objects and arrays, so both treat commas and spaces alike.
+    template <typename Entry>
+    bool entries(char close, Entry entry) {
         ++at_;
         skip_space();
-        if (at_ < text_.size() && text_[at_] == '}') return ++at_, true;
+        if (at_ < text_.size() && text_[at_] == close) return ++at_, true;
         while (true) {
+            if (!entry()) return false;
+            skip_space();
+            if (at_ < text_.size() && text_[at_] == ',') {
+                ++at_;
+                continue;
+            }
+            return at_ < text_.size() && text_[at_++] == close;
+        }
+    }
+    bool object(Json* out, int depth) {
+        out->type = Json::Type::kObject;
+        return entries('}', [&] {
             skip_space();
             std::string key;
             if (at_ >= text_.size() || text_[at_] != '"' || !string(&key)) return false;
@@ -122,30 +136,17 @@ private:
             Json member;
             if (!value(&member, depth + 1)) return false;
             out->members.emplace_back(std::move(key), std::move(member));
-            skip_space();
-            if (at_ < text_.size() && text_[at_] == ',') {
-                ++at_;
-                continue;
-            }
-            return at_ < text_.size() && text_[at_++] == '}';
-        }
+            return true;
+        });
     }
     bool array(Json* out, int depth) {
         out->type = Json::Type::kArray;
-        ++at_;
-        skip_space();
-        if (at_ < text_.size() && text_[at_] == ']') return ++at_, true;
-        while (true) {
+        return entries(']', [&] {
             Json item;
             if (!value(&item, depth + 1)) return false;
             out->items.push_back(std::move(item));
-            skip_space();
-            if (at_ < text_.size() && text_[at_] == ',') {
-                ++at_;
-                continue;
-            }
-            return at_ < text_.size() && text_[at_++] == ']';
-        }
+            return true;
+        });
     }
     static void append_utf8(std::string* out, unsigned code) {
         if (code < 0x80) {

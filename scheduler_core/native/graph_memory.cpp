@@ -6,14 +6,10 @@
 
 #include "client_runtime.h"
 #include "driver.h"
+#include "ledger_calls.h"
 
 namespace orion {
 namespace {
-
-MemoryLedger* ledger() {
-    ClientRuntime& runtime = ClientRuntime::instance();
-    return runtime.active() ? &runtime.memory() : nullptr;
-}
 
 // The bytes of `graph`'s device-located allocation nodes; 0 when the driver cannot list them
 // (a graph orion cannot read is not refused for it: the allocation nodes' memory then goes
@@ -49,7 +45,7 @@ std::uint64_t allocation_node_bytes(CUgraph graph) {
 }  // namespace
 
 GraphMemory::GraphMemory(CUgraph graph) {
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr) return;
     bytes_ = allocation_node_bytes(graph);
     if (bytes_ != 0 && !account->reserve(bytes_)) {
@@ -60,7 +56,7 @@ GraphMemory::GraphMemory(CUgraph graph) {
 
 void GraphMemory::settle(CUresult result, const CUgraphExec* exec) {
     if (bytes_ == 0) return;
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr) return;  // the client left its run meanwhile: nothing is counted
     if (result == CUDA_SUCCESS && exec != nullptr) {
         account->record_graph(*exec, bytes_);
@@ -70,7 +66,7 @@ void GraphMemory::settle(CUresult result, const CUgraphExec* exec) {
 }
 
 void forget_graph_memory(CUgraphExec exec) {
-    if (MemoryLedger* account = ledger()) account->forget_graph(exec);
+    if (MemoryLedger* account = active_ledger()) account->forget_graph(exec);
 }
 
 }  // namespace orion

@@ -262,15 +262,7 @@ CUresult ClientRuntime::launch_segments(const SegmentedGraph& graph, CUstream st
         shape.segment = true;
         if (!segment.opaque && segment.kernel_count == 1) {
             // Described as its one kernel: looked up, learned and gated as an eager launch of it.
-            const CUDA_KERNEL_NODE_PARAMS_v2& k = segment.kernel;
-            shape.function = k.func != nullptr ? k.func : reinterpret_cast<CUfunction>(k.kern);
-            shape.grid[0] = k.gridDimX;
-            shape.grid[1] = k.gridDimY;
-            shape.grid[2] = k.gridDimZ;
-            shape.block[0] = k.blockDimX;
-            shape.block[1] = k.blockDimY;
-            shape.block[2] = k.blockDimZ;
-            shape.shared_bytes = k.sharedMemBytes;
+            copy_node_shape(segment.kernel, &shape);
         } else if (!segment.opaque && segment.work.known) {
             shape.work = &segment.work;
         }

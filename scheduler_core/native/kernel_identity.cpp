@@ -9,6 +9,7 @@
 
 #include "driver.h"
 #include "kernel_key.h"
+#include "runtime_support.h"
 
 namespace orion {
 
@@ -44,8 +45,7 @@ std::uint64_t ClientRuntime::name_hash(CUfunction function) {
 }
 
 std::uint64_t ClientRuntime::node_key(const CUDA_KERNEL_NODE_PARAMS_v2& params) {
-    CUfunction function =
-        params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
+    CUfunction function = node_function(params);
     if (function == nullptr) return 0;
     return kernel_key(name_hash(function), params.gridDimX, params.gridDimY, params.gridDimZ,
                       params.blockDimX, params.blockDimY, params.blockDimZ);
@@ -77,15 +77,7 @@ std::uint64_t ClientRuntime::identify_graph(CUgraph graph, NodeKeys* nodes_out,
         if (sightings != nullptr) {
             KernelSighting& seen = sightings->emplace_back();
             seen.key = key;
-            seen.function = params.func != nullptr ? params.func
-                                                   : reinterpret_cast<CUfunction>(params.kern);
-            seen.grid[0] = params.gridDimX;
-            seen.grid[1] = params.gridDimY;
-            seen.grid[2] = params.gridDimZ;
-            seen.block[0] = params.blockDimX;
-            seen.block[1] = params.blockDimY;
-            seen.block[2] = params.blockDimZ;
-            seen.shared_bytes = params.sharedMemBytes;
+            copy_node_shape(params, &seen);
         }
     }
     return builder.key();

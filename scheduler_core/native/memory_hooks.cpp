@@ -4,6 +4,7 @@
 #include "client_runtime.h"
 #include "driver.h"
 #include "hooked_symbols.h"
+#include "ledger_calls.h"
 
 #define ORION_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -12,7 +13,7 @@ extern "C" decltype(::cuMemAllocAsync) cuMemAllocAsync_ptsz;
 extern "C" decltype(::cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
 extern "C" decltype(::cuMemFreeAsync) cuMemFreeAsync_ptsz;
 
-using orion::ClientRuntime;
+using orion::active_ledger;
 using orion::MemoryLedger;
 namespace hooks = orion::hooks;
 
@@ -20,25 +21,13 @@ namespace {
 
 constexpr CUresult kNotFound = CUDA_ERROR_NOT_FOUND;
 
-// The ledger of this process's client, or nullptr outside a run.
-MemoryLedger* ledger() {
-    ClientRuntime& runtime = ClientRuntime::instance();
-    return runtime.active() ? &runtime.memory() : nullptr;
-}
-
 // Reserves `bytes`, allocates with `allocate` (which fills *pointer), records or gives back.
 template <typename Allocate>
 CUresult counted_allocation(CUdeviceptr* pointer, std::size_t bytes, Allocate allocate) {
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr || pointer == nullptr) return allocate();
-    if (!account->reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-    const CUresult result = allocate();
-    if (result == CUDA_SUCCESS) {
-        account->record_pointer(*pointer, bytes);
-    } else {
-        account->unreserve(bytes);
-    }
-    return result;
+    return orion::reserved_call(*account, bytes, allocate,
+                                [&] { account->record_pointer(*pointer, bytes); });
 }
 
 // Whether `stream` is being captured: an allocation there becomes a graph memory-allocation
@@ -57,7 +46,7 @@ bool captured(CUstream stream, int variant) {
 template <typename Allocate>
 CUresult counted_pool_allocation(CUdeviceptr* pointer, std::size_t bytes, CUmemoryPool pool,
                                  CUstream stream, int variant, Allocate allocate) {
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr || pointer == nullptr || captured(stream, variant)) return allocate();
     if (pool == nullptr) pool = account->current_pool();
     if (!account->pool_on_device(pool)) return allocate();
@@ -91,11 +80,9 @@ CUresult alloc_from_pool(int variant, CUdeviceptr* pointer, std::size_t bytes, C
 CUresult free_async(int variant, CUdeviceptr pointer, CUstream stream) {
     auto real = hooks::real_cuMemFreeAsync(variant);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(pointer, stream);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->forget_pointer(pointer);
-    }
-    return result;
+    return orion::noted_on_success(real(pointer, stream), [&](MemoryLedger& account) {
+        account.forget_pointer(pointer);
+    });
 }
 
 }  // namespace
@@ -120,7 +107,7 @@ ORION_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* pointer, std::size_t* pitc
                                          unsigned int element_bytes) {
     auto real = hooks::real_cuMemAllocPitch(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr || pointer == nullptr || pitch == nullptr) {
         return real(pointer, pitch, width, height, element_bytes);
     }
@@ -163,11 +150,9 @@ ORION_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* pointer, std::si
 ORION_EXPORT CUresult cuMemFree_v2(CUdeviceptr pointer) {
     auto real = hooks::real_cuMemFree(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(pointer);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->forget_pointer(pointer);
-    }
-    return result;
+    return orion::noted_on_success(real(pointer), [&](MemoryLedger& account) {
+        account.forget_pointer(pointer);
+    });
 }
 
 ORION_EXPORT CUresult cuMemFreeAsync(CUdeviceptr pointer, CUstream stream) {
@@ -185,47 +170,35 @@ ORION_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::siz
                                   unsigned long long flags) {  // NOLINT(google-runtime-int)
     auto real = hooks::real_cuMemCreate(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     const bool on_host = prop != nullptr && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;
     if (account == nullptr || handle == nullptr || on_host) return real(handle, bytes, prop, flags);
-    if (!account->reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-    const CUresult result = real(handle, bytes, prop, flags);
-    if (result == CUDA_SUCCESS) {
-        account->record_handle(*handle, bytes);
-    } else {
-        account->unreserve(bytes);
-    }
-    return result;
+    return orion::reserved_call(*account, bytes, [&] { return real(handle, bytes, prop, flags); },
+                                [&] { account->record_handle(*handle, bytes); });
 }
 
 ORION_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     auto real = hooks::real_cuMemRelease(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(handle);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->forget_handle(handle);
-    }
-    return result;
+    return orion::noted_on_success(real(handle), [&](MemoryLedger& account) {
+        account.forget_handle(handle);
+    });
 }
 
 ORION_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total_bytes) {
     auto real = hooks::real_cuMemGetInfo(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(free_bytes, total_bytes);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->adjust_info(free_bytes, total_bytes);
-    }
-    return result;
+    return orion::noted_on_success(real(free_bytes, total_bytes), [&](MemoryLedger& account) {
+        account.adjust_info(free_bytes, total_bytes);
+    });
 }
 
 ORION_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
     auto real = hooks::real_cuDeviceTotalMem(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(bytes, device);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->adjust_total(bytes);
-    }
-    return result;
+    return orion::noted_on_success(real(bytes, device), [&](MemoryLedger& account) {
+        account.adjust_total(bytes);
+    });
 }
 
 // Stream-ordered pools: where each lives, how much freed memory it may keep, and which one
@@ -234,7 +207,7 @@ ORION_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* 
     auto real = hooks::real_cuMemPoolCreate(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
     const CUresult result = real(pool, props);
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (result == CUDA_SUCCESS && account != nullptr && pool != nullptr && props != nullptr) {
         account->note_pool(*pool, props->location.type == CU_MEM_LOCATION_TYPE_DEVICE);
     }
@@ -244,11 +217,9 @@ ORION_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* 
 ORION_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     auto real = hooks::real_cuMemPoolDestroy(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(pool);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->forget_pool(pool);
-    }
-    return result;
+    return orion::noted_on_success(real(pool), [&](MemoryLedger& account) {
+        account.forget_pool(pool);
+    });
 }
 
 ORION_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute,
@@ -256,7 +227,7 @@ ORION_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribu
     auto real = hooks::real_cuMemPoolSetAttribute(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
     const CUresult result = real(pool, attribute, value);
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (result == CUDA_SUCCESS && account != nullptr && value != nullptr &&
         attribute == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
         account->set_pool_threshold(pool, *static_cast<const cuuint64_t*>(value));
@@ -267,11 +238,9 @@ ORION_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribu
 ORION_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep_bytes) {
     auto real = hooks::real_cuMemPoolTrimTo(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(pool, keep_bytes);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->trim_pool(pool, keep_bytes);
-    }
-    return result;
+    return orion::noted_on_success(real(pool, keep_bytes), [&](MemoryLedger& account) {
+        account.trim_pool(pool, keep_bytes);
+    });
 }
 
 ORION_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
@@ -279,7 +248,7 @@ ORION_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev
     if (real == nullptr) return kNotFound;
     const CUresult result = real(pool, device);
     if (result == CUDA_SUCCESS && pool != nullptr) {
-        if (MemoryLedger* account = ledger()) account->note_default_pool(*pool);
+        if (MemoryLedger* account = active_ledger()) account->note_default_pool(*pool);
     }
     return result;
 }
@@ -288,7 +257,7 @@ ORION_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
     auto real = hooks::real_cuDeviceGetMemPool(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
     const CUresult result = real(pool, device);
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     // The current pool, while the client never set one, is the default pool.
     if (result == CUDA_SUCCESS && pool != nullptr && account != nullptr &&
         account->current_pool() == nullptr) {
@@ -300,11 +269,9 @@ ORION_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
 ORION_EXPORT CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
     auto real = hooks::real_cuDeviceSetMemPool(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    const CUresult result = real(device, pool);
-    if (result == CUDA_SUCCESS) {
-        if (MemoryLedger* account = ledger()) account->set_current_pool(pool);
-    }
-    return result;
+    return orion::noted_on_success(real(device, pool), [&](MemoryLedger& account) {
+        account.set_current_pool(pool);
+    });
 }
 
 // The context's own memory a program grows (memory_ledger.h): refused past the limit before the
@@ -312,7 +279,7 @@ ORION_EXPORT CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
 ORION_EXPORT CUresult cuCtxSetLimit(CUlimit limit, std::size_t value) {
     auto real = hooks::real_cuCtxSetLimit(hooks::kLegacy);
     if (real == nullptr) return kNotFound;
-    MemoryLedger* account = ledger();
+    MemoryLedger* account = active_ledger();
     if (account == nullptr) return real(limit, value);
     if (!account->set_context_limit(limit, value)) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUresult result = real(limit, value);

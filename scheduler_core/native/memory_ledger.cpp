@@ -48,6 +48,14 @@ bool MemoryLedger::reserve(std::uint64_t bytes) {
     return true;
 }
 
+template <typename Key>
+void MemoryLedger::give_back(std::unordered_map<Key, std::uint64_t>& sizes, Key key) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t bytes = take_size(sizes, key);
+    lock.unlock();
+    unreserve(bytes);
+}
+
 void MemoryLedger::charge(std::uint64_t bytes) {
     const Account shared = account();
     raise_peak(*shared.memory,
@@ -88,10 +96,7 @@ void MemoryLedger::record_array(const void* array, std::uint64_t bytes) {
 }
 
 void MemoryLedger::forget_array(const void* array) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const std::uint64_t bytes = take_size(arrays_, array);
-    lock.unlock();
-    unreserve(bytes);
+    give_back(arrays_, array);
 }
 
 void MemoryLedger::forget_pointer(CUdeviceptr pointer) {
@@ -261,17 +266,11 @@ void MemoryLedger::record_graph(const void* exec, std::uint64_t bytes) {
 }
 
 void MemoryLedger::forget_graph(const void* exec) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const std::uint64_t bytes = take_size(graphs_, exec);
-    lock.unlock();
-    unreserve(bytes);
+    give_back(graphs_, exec);
 }
 
 void MemoryLedger::forget_handle(CUmemGenericAllocationHandle handle) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const std::uint64_t bytes = take_size(handles_, handle);
-    lock.unlock();
-    unreserve(bytes);
+    give_back(handles_, handle);
 }
 
 void MemoryLedger::adopt(MemoryLedger& old) {

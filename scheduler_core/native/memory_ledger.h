@@ -143,6 +143,11 @@ private:
     Account account() const;
     // Counts `bytes` held already (no limit asked), in this slot and the account it shares.
     void charge(std::uint64_t bytes);
+    // Gives back the size `sizes` remembers for `key` and forgets it: the one way a freed
+    // allocation, array or graph returns its bytes (mutex_ not held; taken here, released
+    // before the shared counters are touched).
+    template <typename Key>
+    void give_back(std::unordered_map<Key, std::uint64_t>& sizes, Key key);
 
     RunView view_;
     ClientSlot* slot_ = nullptr;

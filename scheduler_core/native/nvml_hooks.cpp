@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "nvml_hooks.h"
 
@@ -44,9 +45,6 @@ namespace {
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr nvmlReturn_t kNvmlFunctionNotFound = 13;  // NVML_ERROR_FUNCTION_NOT_FOUND
 
-using MemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
-using MemoryInfoV2Fn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*);
-
 std::atomic<void*> g_memory_info{nullptr};
 std::atomic<void*> g_memory_info_v2{nullptr};
 
@@ -78,6 +76,23 @@ bool limited_view(unsigned long long* total, unsigned long long* free) {  // NOL
     return true;
 }
 
+// Either version of nvmlDeviceGetMemoryInfo (the real one found as `symbol`, kept in `cached`),
+// its answer turned into the limit's view; the v2 struct's `reserved`, the driver's own share,
+// is not the client's to see. One body for both, so the two versions cannot drift apart.
+template <typename Memory>
+nvmlReturn_t limited_memory_info(std::atomic<void*>& cached, const char* symbol,
+                                 nvmlDevice_t device, Memory* memory) {
+    using Fn = nvmlReturn_t (*)(nvmlDevice_t, Memory*);
+    auto real = reinterpret_cast<Fn>(real_nvml(cached, symbol));
+    if (real == nullptr) return kNvmlFunctionNotFound;
+    const nvmlReturn_t result = real(device, memory);
+    if (result == kNvmlSuccess && memory != nullptr && limited_view(&memory->total, &memory->free)) {
+        if constexpr (std::is_same_v<Memory, nvmlMemory_v2_t>) memory->reserved = 0;
+        memory->used = memory->total - memory->free;
+    }
+    return result;
+}
+
 }  // namespace
 
 // For hooks.cpp's dlsym: the wrapper for an NVML symbol orion answers for (recording `real`),
@@ -98,27 +113,12 @@ void* intercept_nvml(const char* symbol, void* real) {
 }  // namespace orion
 
 ORION_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-    auto real = reinterpret_cast<orion::MemoryInfoFn>(
-        orion::real_nvml(orion::g_memory_info, "nvmlDeviceGetMemoryInfo"));
-    if (real == nullptr) return orion::kNvmlFunctionNotFound;
-    const nvmlReturn_t result = real(device, memory);
-    if (result == orion::kNvmlSuccess && memory != nullptr &&
-        orion::limited_view(&memory->total, &memory->free)) {
-        memory->used = memory->total - memory->free;
-    }
-    return result;
+    return orion::limited_memory_info(orion::g_memory_info, "nvmlDeviceGetMemoryInfo", device,
+                                      memory);
 }
 
 ORION_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
                                                      nvmlMemory_v2_t* memory) {
-    auto real = reinterpret_cast<orion::MemoryInfoV2Fn>(
-        orion::real_nvml(orion::g_memory_info_v2, "nvmlDeviceGetMemoryInfo_v2"));
-    if (real == nullptr) return orion::kNvmlFunctionNotFound;
-    const nvmlReturn_t result = real(device, memory);
-    if (result == orion::kNvmlSuccess && memory != nullptr &&
-        orion::limited_view(&memory->total, &memory->free)) {
-        memory->reserved = 0;  // the driver's own share is not the client's to see
-        memory->used = memory->total - memory->free;
-    }
-    return result;
+    return orion::limited_memory_info(orion::g_memory_info_v2, "nvmlDeviceGetMemoryInfo_v2",
+                                      device, memory);
 }

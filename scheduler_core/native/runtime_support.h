@@ -1,5 +1,6 @@
 // Small helpers shared by the files that implement ClientRuntime (client_runtime.h): its log
-// line and its reading of boolean environment variables. Internal to the preload library.
+// line, its reading of boolean environment variables and of a kernel node's launch. Internal to
+// the preload library.
 #pragma once
 
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_api.h"
 #include "shared_state.h"
 
 namespace orion {
@@ -21,6 +23,27 @@ constexpr std::uint64_t kRingMask = kInflightSlots - 1;
 inline void log_message(const char* text) {
     std::string line = std::string("orion: ") + text + "\n";
     [[maybe_unused]] ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+}
+
+// The function a kernel node runs: its CUfunction, or the CUkernel a node may name instead,
+// which the driver takes wherever a CUfunction goes (driver.h).
+inline CUfunction node_function(const CUDA_KERNEL_NODE_PARAMS_v2& params) {
+    return params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
+}
+
+// A kernel node's function, grid, block and dynamic shared memory, copied into `out` (a
+// LaunchShape that gates a one-kernel segment, or a KernelSighting to learn from): one reading
+// of the node for both. No lock and no allocation: the launch path calls it.
+template <typename Shape>
+inline void copy_node_shape(const CUDA_KERNEL_NODE_PARAMS_v2& params, Shape* out) {
+    out->function = node_function(params);
+    out->grid[0] = params.gridDimX;
+    out->grid[1] = params.gridDimY;
+    out->grid[2] = params.gridDimZ;
+    out->block[0] = params.blockDimX;
+    out->block[1] = params.blockDimY;
+    out->block[2] = params.blockDimZ;
+    out->shared_bytes = params.sharedMemBytes;
 }
 
 // Set, non-empty and not "0".
