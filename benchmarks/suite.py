@@ -585,6 +585,7 @@ def main(argv: list[str] | None = None) -> None:
         window_s=args.window,
         modes=args.mode_list,
         learn_s=args.learn_s,
+        status_every_s=args.status_every_s,
         device=device_record(args.gpu_list),
         placement={g: [p.name for p in ps] for g, ps in placed.items()},
     )
