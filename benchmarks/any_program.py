@@ -26,6 +26,26 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "examples" / "programs"
 
 
+STATUS_EVERY_S = 5.0
+"""Seconds between status samples while the programs share the GPU."""
+
+
+def status_sample(state: Path) -> dict | None:
+    """What `orion status --json` shows, asked of the daemon from this process (None when it
+    does not answer). Not by starting `orion status`: a process started every few seconds beside
+    the service slowed its requests for about 100 ms each time
+    (``benchmarks/results/nvidia-h200/hp-stalls/``)."""
+    from orion_common.errors import OrionError
+    from orion_daemon import client as daemon_client
+    from orion_daemon import state as daemon_state
+
+    try:
+        record = daemon_state.require_daemon(0, daemon_state.state_dir(0, state))
+        return daemon_client.status(record, timeout_s=30)
+    except OrionError:
+        return None
+
+
 def python(script: str, *arguments: str) -> list[str]:
     return [sys.executable, str(PROGRAMS / script), *arguments]
 
@@ -76,11 +96,10 @@ def run_shared(folder: Path, commands: dict[str, list[str]], args: argparse.Name
             time.sleep(2.0 if name != "hp" else 0.0)
         samples = []
         while processes["hp"].poll() is None:
-            time.sleep(2.0)
-            status = subprocess.run(orion("status", "--json", "--state-dir", str(state)),
-                                    capture_output=True, text=True, check=False)  # fmt: skip
-            if status.returncode == 0:
-                samples.append(json.loads(status.stdout))
+            time.sleep(STATUS_EVERY_S)
+            sample = status_sample(state)
+            if sample is not None:
+                samples.append(sample)
         (folder / "status_samples.json").write_text(json.dumps(samples, indent=1))
         for name, process in processes.items():
             code = process.wait(timeout=120)

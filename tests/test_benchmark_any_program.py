@@ -1,0 +1,27 @@
+"""benchmarks/any_program.py's status sampling (the benchmark itself needs a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_status_sample_asks_the_daemon_from_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `orion status` process per sample (its start slowed the service beside it): the
+    benchmark asks the daemon itself, and a daemon that is not there gives no sample."""
+    spec = importlib.util.spec_from_file_location(
+        "orion_any_program", ROOT / "benchmarks" / "any_program.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    started = []
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(module.subprocess, "Popen", lambda *a, **k: started.append(a))
+    assert module.status_sample(tmp_path / "no-daemon-here") is None
+    assert started == []
