@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 def test_a_status_sample_asks_the_daemon_from_this_process(
@@ -15,11 +13,7 @@ def test_a_status_sample_asks_the_daemon_from_this_process(
 ) -> None:
     """No `orion status` process per sample (its start slowed the service beside it): the
     benchmark asks the daemon itself, and a daemon that is not there gives no sample."""
-    spec = importlib.util.spec_from_file_location(
-        "orion_any_program", ROOT / "benchmarks" / "any_program.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("any_program")
     started = []
     monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: started.append(a))
     monkeypatch.setattr(module.subprocess, "Popen", lambda *a, **k: started.append(a))

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def timeline():
-    path = ROOT / "benchmarks" / "gpu_timeline.py"
-    spec = importlib.util.spec_from_file_location("orion_gpu_timeline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_timeline")
 
 
 def trace(tmp_path: Path, name: str, events: list[dict], marker_ts: float, wall_us: float) -> Path:

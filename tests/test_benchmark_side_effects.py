@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pandas as pd
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def side_effects():
-    path = ROOT / "benchmarks" / "side_effects.py"
-    spec = importlib.util.spec_from_file_location("orion_side_effects", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("side_effects")
 
 
 def requests(services_ms: list[float], every_s: float = 0.1) -> pd.DataFrame:
