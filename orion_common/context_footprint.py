@@ -85,7 +85,10 @@ def measure_footprint(
         environment["CUDA_VISIBLE_DEVICES"] = device
     # Nothing of orion's reaches the measured process: it must count a bare context.
     environment.pop("LD_PRELOAD", None)
-    read_end, write_end = os.pipe()
+    try:
+        read_end, write_end = os.pipe()
+    except OSError as error:  # out of file descriptors: the daemon starts all the same
+        return ContextFootprint(0, f"not measured: {error}")
     try:
         try:
             subprocess.run(
