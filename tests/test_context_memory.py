@@ -13,6 +13,8 @@ can be measured the context counts as 0, with the reason in the daemon's log.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import cuda_available
@@ -126,6 +128,23 @@ def test_a_limit_below_the_context_is_refused_at_join_in_one_line(daemon):
     with pytest.raises(OrionError, match="memory limit 100 MiB is below the 300 MiB"):
         daemon_client.change_limits(record, "trainer", memory_limit=100 * MIB)
     assert "tiny" in " ".join(e["client"] for e in daemon.events() if e["event"] == "refused")
+
+
+def test_orion_run_refuses_a_limit_below_the_context_before_the_program_starts(
+    harness, daemon, tmp_path
+):
+    environment = {**harness.environment(None, None), "ORION_STATE_DIR": str(tmp_path)}
+    marker = tmp_path / "started"
+    result = subprocess.run(
+        [sys.executable, "-m", "orion_cli.app", "run", "--be", "--memory-limit", "256MiB", "--",
+         "touch", str(marker)],
+        env=environment, capture_output=True, text=True, timeout=60, check=False,
+        cwd=harness.directory,  # outside the checkout: `-m` would import the source tree first
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "memory limit 256 MiB is below the 300 MiB a CUDA context takes" in result.stderr
+    assert result.stderr.count("error:") == 1
+    assert not marker.exists() and daemon.names() == []
 
 
 def test_the_rule_is_one_for_every_caller():
