@@ -148,9 +148,12 @@ def running_daemon(needs: DaemonNeeds) -> dict[str, Any] | None:
         for c in record.get("clients", [])
         if isinstance(c, dict)
     ]
+    gpu_record = record.get("gpu")
+    context = gpu_record.get("context_bytes") if isinstance(gpu_record, dict) else None
+    context_bytes = context if isinstance(context, int) and not isinstance(context, bool) else 0
     for client in needs.clients:
         try:
-            check_join(client, live, running.memory_bytes)
+            check_join(client, live, running.memory_bytes, context_bytes)
         except OrionError as error:
             raise OrionError(
                 f"client {client.name!r} cannot join the orion daemon running on GPU {gpu} "

@@ -69,6 +69,8 @@ def status_table(status: dict[str, Any]) -> Table:
         f"sharing {status['sharing']}, daemon pid {status['pid']}, up {status['uptime_s']:.0f} s, "
         f"{status['free_slots']} free slots"
     )
+    if status.get("context_bytes"):  # counted in each client's memory below
+        title += f", a CUDA context takes {_size(status['context_bytes'])} (in each memory)"
     if status.get("hp_quiet_us"):
         title += f", BE waits out a {status['hp_quiet_us']:g}-us quiet spell of the HP"
     if status.get("owner"):

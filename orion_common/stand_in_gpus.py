@@ -6,8 +6,11 @@
       "sm_count": 132}]
 
 ``uuid`` and ``name`` are required; ``memory_mib`` defaults to :data:`DEFAULT_MEMORY_MIB` and
-``sm_count`` to :data:`DEFAULT_SM_COUNT`. When it is set, :mod:`orion_common.sysinfo` answers
-every question about GPUs (how many, which UUID, name, memory, SMs) from it instead of NVML, so
+``sm_count`` to :data:`DEFAULT_SM_COUNT`. ``context_mib`` (default 0) is what a CUDA context
+takes on it: the footprint :mod:`orion_common.context_footprint` reports for it instead of
+measuring one, so tests can give a client's context a size the stand-in driver never takes.
+When it is set, :mod:`orion_common.sysinfo` answers every question about GPUs (how many, which
+UUID, name, memory, SMs) from it instead of NVML, so
 `orion up` starts daemons for them and a Ray node started with it in its environment has them.
 The programs that then run "on" those GPUs reach the stand-in driver of ``tests/native/`` (put on
 the library path as ``libcuda.so.1``), never a real one: nothing else in orion changes.
@@ -38,6 +41,7 @@ class StandInGpu:
     name: str
     memory_mib: int
     sm_count: int
+    context_mib: int = 0
 
 
 def stand_in_gpus() -> list[StandInGpu] | None:
@@ -56,7 +60,7 @@ def stand_in_gpus() -> list[StandInGpu] | None:
         where = f"{VARIABLE}[{index}]"
         if not isinstance(item, dict):
             raise OrionError(f"{where} must be an object with uuid and name")
-        unknown = set(item) - {"uuid", "name", "memory_mib", "sm_count"}
+        unknown = set(item) - {"uuid", "name", "memory_mib", "sm_count", "context_mib"}
         if unknown:
             raise OrionError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
         uuid, name = item.get("uuid"), item.get("name")
@@ -70,6 +74,13 @@ def stand_in_gpus() -> list[StandInGpu] | None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OrionError(f"{where}.{key} must be a positive integer (got {value!r})")
             numbers[key] = value
+        context_mib = item.get("context_mib", 0)
+        if isinstance(context_mib, bool) or not isinstance(context_mib, int) or context_mib < 0:
+            raise OrionError(
+                f"{where}.context_mib must be a whole number of MiB, 0 or more "
+                f"(got {context_mib!r})"
+            )
+        numbers["context_mib"] = context_mib
         gpus.append(StandInGpu(index=index, uuid=uuid, name=name, **numbers))
     if len({gpu.uuid for gpu in gpus}) != len(gpus):
         raise OrionError(f"{VARIABLE} gives two GPUs the same uuid")

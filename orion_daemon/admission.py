@@ -113,14 +113,26 @@ def memory_limit(request: JoinRequest, gpu_memory_bytes: int | None) -> int | No
     return max(1, int(request.memory_fraction * gpu_memory_bytes))
 
 
-def memory_limit_problem(limit: int | None, gpu_memory_bytes: int | None) -> str | None:
+def memory_limit_problem(
+    limit: int | None, gpu_memory_bytes: int | None, context_bytes: int = 0
+) -> str | None:
     """Why a client cannot have the memory limit ``limit`` on a GPU of ``gpu_memory_bytes``
-    (None: it can, or either is unknown): a limit over the GPU limits nothing and is a slip in
-    the number or its unit. For a join, and for `orion quota` changing a live client's."""
-    if limit is None or gpu_memory_bytes is None or limit <= gpu_memory_bytes:
+    whose CUDA context takes ``context_bytes`` (None: it can, or what it is checked against is
+    unknown): a limit over the GPU limits nothing and is a slip in the number or its unit, and
+    one below the context is used up before the program allocates anything (every client
+    process counts its context: scheduler_core/native/memory_ledger.h). For a join, and for
+    `orion quota` changing a live client's."""
+    if limit is None:
         return None
-    gpu = format_size(gpu_memory_bytes)
-    return f"memory limit {format_size(limit)} is larger than the GPU's {gpu}"
+    if gpu_memory_bytes is not None and limit > gpu_memory_bytes:
+        gpu = format_size(gpu_memory_bytes)
+        return f"memory limit {format_size(limit)} is larger than the GPU's {gpu}"
+    if limit < context_bytes:
+        return (
+            f"memory limit {format_size(limit)} is below the {format_size(context_bytes)} a "
+            "CUDA context takes on this GPU"
+        )
+    return None
 
 
 def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
@@ -157,10 +169,14 @@ def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
 
 
 def check_join(
-    request: JoinRequest, live: Iterable[LiveClient], gpu_memory_bytes: int | None
+    request: JoinRequest,
+    live: Iterable[LiveClient],
+    gpu_memory_bytes: int | None,
+    context_bytes: int = 0,
 ) -> None:
     """Raises :class:`OrionError` with the reason when ``request`` cannot join beside ``live``:
-    :func:`check_request`'s rules, then those of the GPU and its clients."""
+    :func:`check_request`'s rules, then those of the GPU (its memory, and ``context_bytes``, what
+    a CUDA context takes on it: 0 where unknown) and its clients."""
     live = list(live)
     check_request(request)
     if any(client.name == request.name for client in live):
@@ -176,7 +192,12 @@ def check_join(
                     "HP client at a time",
                     hint="run this program with --be, or stop the other HP client first",
                 )
-    problem = memory_limit_problem(request.memory_limit, gpu_memory_bytes)
+    problem = memory_limit_problem(request.memory_limit, gpu_memory_bytes, context_bytes)
+    if problem is None and request.memory_limit is None and gpu_memory_bytes is not None:
+        # A fraction of the GPU: the limit it comes to must hold the context too.
+        problem = memory_limit_problem(
+            memory_limit(request, gpu_memory_bytes), gpu_memory_bytes, context_bytes
+        )
     if problem is not None:
         raise OrionError(problem)
     promised = sum(client.min_util for client in live)

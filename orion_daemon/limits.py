@@ -41,7 +41,9 @@ def _share(message: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def _memory_limit(message: dict[str, Any], gpu_memory_bytes: int | None) -> object:
+def _memory_limit(
+    message: dict[str, Any], gpu_memory_bytes: int | None, context_bytes: int
+) -> object:
     if "memory_limit" not in message:
         return UNCHANGED
     limit = message["memory_limit"]
@@ -49,7 +51,7 @@ def _memory_limit(message: dict[str, Any], gpu_memory_bytes: int | None) -> obje
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise OrionError("quota: memory_limit must be a whole number of bytes, at least 1")
-    problem = memory_limit_problem(limit, gpu_memory_bytes)
+    problem = memory_limit_problem(limit, gpu_memory_bytes, context_bytes)
     if problem is not None:
         raise OrionError(problem, hint="give a limit in the GPU's memory, or 'none'")
     return limit
@@ -69,17 +71,19 @@ def apply_change(
     policy: str,
     shares: bool,
     gpu_memory_bytes: int | None,
+    context_bytes: int = 0,
 ) -> list[dict[str, Any]]:
     """Checks and applies a ``quota`` request to the daemon's ``clients`` (updated in place, so
     admission counts the new shares) and ``scheduler``; the changes made. Nothing is applied
-    when anything is refused."""
+    when anything is refused. ``context_bytes``: what a CUDA context takes on the GPU, which a
+    new memory limit must hold (0: unknown)."""
     clients = list(clients)
     name = message.get("client")
     client = next((c for c in clients if c.name == name), None)
     if client is None:
         known = ", ".join(sorted(c.name for c in clients)) or "none"
         raise OrionError(f"no client {name!r} on this daemon (clients: {known})")
-    limit = _memory_limit(message, gpu_memory_bytes)
+    limit = _memory_limit(message, gpu_memory_bytes, context_bytes)
     min_util, max_util = _share(message, "min_util"), _share(message, "max_util")
     if min_util is not None or max_util is not None:
         if not shares_enforced(policy, shares):

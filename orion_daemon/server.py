@@ -38,6 +38,7 @@ from typing import Any
 
 from orion_common import run_format
 from orion_common.atomic_io import write_json_atomic
+from orion_common.context_footprint import context_footprint
 from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
 from orion_common.processes import is_ancestor, process_alive, process_start_time
@@ -247,6 +248,9 @@ class Daemon:
         self.stopping = False
         self.queue_limit_ns = settings.queue_limit_ns
         self._scheduler: Any = None
+        self.context_bytes = 0
+        """What one process's CUDA context takes on the GPU, measured as the daemon starts (0:
+        unknown): every client counts it in its memory use, and a limit below it is refused."""
         self._mps: Any = None
         self._events: CsvTable | None = None
         self._limits: CsvTable | None = None  # opened at the first `orion quota`
@@ -334,6 +338,12 @@ class Daemon:
             metrics_server = metrics.bind(metrics_address)
             stack.callback(metrics_server.server_close)
         queue_limit = self.queue_limit_ns or FALLBACK_QUEUE_LIMIT_NS
+        # Before MPS starts and before any client: one bare context, measured in a process of
+        # its own (this one never holds a context), counted in every client's memory use.
+        gpu = s.gpu_uuid or str(s.gpu)
+        footprint = context_footprint(gpu)
+        self.context_bytes = footprint.bytes
+        _LOG.info(footprint.log_line(gpu))
         self._scheduler = stack.enter_context(
             SchedulerRun(
                 SchedulerSettings(
@@ -350,6 +360,7 @@ class Daemon:
                     open_slots=True,
                     hp_quiet_ns=round(s.hp_quiet_us * 1000),
                     hp_priority_stream=hp_priority_stream(s.sharing),
+                    context_bytes=self.context_bytes,
                 )
             )
         )
@@ -585,7 +596,8 @@ class Daemon:
         kept where admission reads it and appended to ``limits.csv`` (records thread)."""
         s = self.settings
         changes = apply_change(message, self.clients.values(), self._scheduler, policy=s.policy,
-                               shares=s.shares, gpu_memory_bytes=s.memory_bytes)  # fmt: skip
+                               shares=s.shares, gpu_memory_bytes=s.memory_bytes,
+                               context_bytes=self.context_bytes)  # fmt: skip
         now, utc, name = round(self.clock.now(), 6), utc_now(), str(message.get("client"))
         if changes:
             rows = [(now, utc, name, c["field"], c["old"], c["new"], c["in_use"]) for c in changes]
@@ -633,7 +645,7 @@ class Daemon:
     def _check(self, request: JoinRequest) -> int | None:
         """Raises the reason ``request`` cannot join now; its memory limit in bytes if it can."""
         live = [LiveClient(c.name, c.role, c.min_util) for c in self.clients.values()]
-        check_join(request, live, self.settings.memory_bytes)
+        check_join(request, live, self.settings.memory_bytes, self.context_bytes)
         if self.settings.owner is not None and request.name not in self._recorded_names():
             raise state.owned_refusal(self._record())
         if (request.min_util, request.max_util) != (0.0, 1.0) and not self.settings.shares:
@@ -975,6 +987,7 @@ class Daemon:
                 "name": s.gpu_name,
                 "sm_count": s.sm_count,
                 "memory_bytes": s.memory_bytes,
+                "context_bytes": self.context_bytes,
             },
             "policy": s.policy,
             "sharing": s.sharing,
@@ -1019,6 +1032,7 @@ class Daemon:
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
             "hp_quiet_us": self.settings.hp_quiet_us,
             "be_sm_percent": self.settings.be_sm_percent,
+            "context_bytes": self.context_bytes,
             "latency_control": self._latency_status(),
             "free_slots": self._free_slots(),
             "owner": self.settings.owner,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import weakref
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from orion_common.context_footprint import first_visible_gpu, footprint_once
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 from orion_common.run_format import RAW_TRACE_COLUMN_NAMES as TRACE_COLUMNS
@@ -70,6 +72,8 @@ segment, ``/proc/<pid>/fd/<n>``): what the controller decides (roles, limits, sh
 mask, the daemon's heartbeat) lives there, read-only to every client (shared_state.h,
 RunDecisions). Set by the controller for a closed run's clients and by the joining process for a
 daemon's, never by a daemon's answer."""
+_LOG = logging.getLogger(__name__)
+"""Where a closed run says what it measured of a CUDA context (its controller's log)."""
 _SHM_PREFIX = "orion-"
 _SHM_DIR = Path("/dev/shm")
 
@@ -134,6 +138,10 @@ class SchedulerSettings:
     # sliced, the driver never runs two clients' kernels at once, and each moved launch costs
     # four more driver calls on an eager HP's critical path.
     hp_priority_stream: bool = True
+    # Bytes one process's CUDA context takes on the GPU (RunDecisions::context_bytes): every
+    # client process counts it in its memory use. None: measured when the run is created
+    # (orion_common.context_footprint, once per process); a daemon passes its own measurement.
+    context_bytes: int | None = None
 
     @property
     def holds_be_on_gpu(self) -> bool:
@@ -171,6 +179,8 @@ class SchedulerSettings:
             )
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
+        if self.context_bytes is not None and self.context_bytes < 0:
+            raise OrionError(f"context_bytes must not be negative (got {self.context_bytes})")
         for name in ("queue_limit_ns", "unknown_duration_ns", "stale_ns", "trace_capacity"):
             if getattr(self, name) < 0:
                 raise OrionError(f"{name} must not be negative (got {getattr(self, name)})")
@@ -211,6 +221,10 @@ class SchedulerRun:
     def __init__(self, settings: SchedulerSettings) -> None:
         native = native_module()
         remove_stale_runs()
+        if settings.context_bytes is None:
+            footprint = footprint_once()
+            _LOG.info(footprint.log_line(first_visible_gpu()))
+            settings = dataclasses.replace(settings, context_bytes=footprint.bytes)
         self.settings = settings
         self.name = f"/{_SHM_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         try:
@@ -230,6 +244,7 @@ class SchedulerRun:
                 settings.be_graph_gate,
                 settings.hp_quiet_ns,
                 settings.hp_priority_stream,
+                settings.context_bytes,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None

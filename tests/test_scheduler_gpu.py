@@ -367,3 +367,41 @@ def test_a_limited_client_sees_its_limit_everywhere_and_every_route_is_refused(
     assert seen["graph_big"] == out_of_memory and seen["graph_small"] == 0, seen
     assert seen["graph_small_launch"] == 0, seen
     assert stats["allocations_refused"] >= 2
+
+
+def test_a_limited_clients_free_memory_leaves_out_its_measured_cuda_context(
+    tmp_path: Path,
+) -> None:
+    # The context is measured (> 0, from NVML) and counted from the client's first call: with a
+    # 4 GiB limit torch sees 4 GiB less the context free, a tensor that fits 4 GiB only without
+    # the context raises torch's usual out-of-memory error, and with a 1 GiB tensor alive the
+    # free figure is the limit less the context less that tensor (NVML inside agrees).
+    from orion_common.context_footprint import context_footprint
+
+    gib = 1 << 30
+    footprint = context_footprint()
+    assert footprint.bytes > 0, footprint.how
+    assert "NVML" in footprint.how
+    program = Path(__file__).resolve().parent / "gpu_context_probe.py"
+    settings = SchedulerSettings(
+        policy="orion", sm_count=_sm_count(), queue_limit_ns=100_000, unknown_duration_ns=100_000
+    )
+    with SchedulerRun(settings) as run:
+        context = run.settings.context_bytes
+        assert context is not None and context > 0
+        # One context measured twice: the same figure within a driver's rounding (2 MiB pages).
+        assert abs(context - footprint.bytes) <= 8 << 20
+        index = run.add_client("limited", "be", memory_limit=4 * gib)
+        run.publish()
+        ask = 4 * gib - context // 2  # fits the limit, not beside the context
+        done = _run_program([str(program), str(ask), str(gib)], run.client_environment(index))
+        stats = run.stats()["limited"]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["total"] == 4 * gib
+    assert seen["free0"] == 4 * gib - context
+    assert seen["ask_refused"]
+    assert seen["free1"] == 4 * gib - context - gib
+    if seen["nvml_total"] is not None:
+        assert (seen["nvml_total"], seen["nvml_free"]) == (4 * gib, seen["free1"])
+    assert stats["allocations_refused"] >= 1
+    assert stats["memory_peak"] >= context + gib

@@ -281,6 +281,8 @@ void ClientRuntime::attach_from_environment() {
                            ? quota_wait_spacing_ns(view_.decisions().quota_window_ns)
                            : 0;
     memory_.attach(view_, index, view_.decisions().sm_count);
+    // This process's CUDA context, as the controller measured it for the GPU (0: unknown).
+    memory_.count_context(view_.decisions().context_bytes);
     // Whoever is gated learns what its profile lacks (an offline entry always wins).
     learning_ = tracks_;
     if (learning_) {

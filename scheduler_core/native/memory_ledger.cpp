@@ -66,6 +66,10 @@ void MemoryLedger::charge(std::uint64_t bytes) {
     }
 }
 
+void MemoryLedger::count_context(std::uint64_t bytes) {
+    if (slot_ != nullptr && bytes != 0) charge(bytes);
+}
+
 void MemoryLedger::drop_all() {
     const Account shared = account();
     const std::uint64_t held = slot_->memory.used.exchange(0, std::memory_order_acq_rel);

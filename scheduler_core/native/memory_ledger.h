@@ -26,8 +26,14 @@
 //   printf FIFO by their size, the stack as its bytes per thread for every thread the GPU can
 //   hold at once (SMs x 2048, the most any GPU keeps resident per SM: an upper bound), each
 //   beyond the driver's default (8 MiB, 1 MiB, 1 KiB), which is part of the context itself.
+// - the process's CUDA context as the driver first makes it (the context, its default heap,
+//   printf FIFO and stack: about 0.6 GiB on an H100), RunDecisions::context_bytes as the
+//   controller measured it for the GPU: counted once per process when it attaches (count_context),
+//   since every process has a context of its own (a BE client's child too, in the account it
+//   shares), over the limit if need be (the process exists already; the daemon refuses a limit
+//   below it at join), and gone with the process like its allocations.
 // Memory of the host (cuMemCreate or a pool located on the host) is not the GPU's: not counted.
-// The context itself (a few hundred MiB the driver takes) and loaded modules are not counted.
+// Loaded modules' code and globals are not counted (their size is the program's, unknown here).
 //
 // Allocation is not the launch path: a mutex around the size maps is affordable here.
 #pragma once
@@ -55,6 +61,10 @@ public:
         sm_count_ = sm_count;
     }
     bool active() const { return slot_ != nullptr; }
+
+    // The process's CUDA context (RunDecisions::context_bytes), counted once when it attaches:
+    // held already, so no limit refuses it. Not the launch path (attach happens once).
+    void count_context(std::uint64_t bytes);
 
     // Takes `bytes` from the client's allowance; false (nothing taken) when the limit forbids it.
     bool reserve(std::uint64_t bytes);

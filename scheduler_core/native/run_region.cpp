@@ -334,6 +334,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     decisions->quota_window_ns = config.quota_window_ns;
     decisions->hp_quiet_ns = std::min(config.hp_quiet_ns, kMaxHpQuietNs);
     decisions->hp_priority_stream = config.hp_priority_stream ? 1 : 0;
+    decisions->context_bytes = config.context_bytes;
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {
         write_slot_defaults(RunView(base, layout, trace_capacity, decisions), client);
     }

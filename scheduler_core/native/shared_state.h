@@ -53,7 +53,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     moved out of RunHeader, ClientSlot, ClientMemory and ClientQuota
 // 15: RunDecisions::hp_priority_stream (was reserved[0]): the HP's legacy-stream launches move
 //     to a priority stream only where priorities order work between clients (MPS)
-constexpr std::uint32_t kLayoutVersion = 15;
+// 16: RunDecisions::context_bytes (was reserved[0]): what the CUDA context of one process takes
+//     on the run's GPU, counted in every client process's memory use (memory_ledger.h)
+constexpr std::uint32_t kLayoutVersion = 16;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -597,7 +599,12 @@ struct alignas(64) RunDecisions {
     // clients' kernels at once, and the move costs an eager HP four driver calls per launch.
     std::uint32_t hp_priority_stream;
     std::uint32_t reserved32;
-    std::uint64_t reserved[3];
+    // Bytes the CUDA context of one process takes on the run's GPU (layout 16; 0: unknown),
+    // measured once by the controller (orion_common/context_footprint.py): each client process
+    // counts it in its memory use when it attaches, since the driver gives every process a
+    // context of its own (a BE client's child too), and it goes back when the process ends.
+    std::uint64_t context_bytes;
+    std::uint64_t reserved[2];
     ClientDecision clients[kMaxClients];
 };
 constexpr std::uint64_t kDecisionsBytes = (sizeof(RunDecisions) + kPageBytes - 1) / kPageBytes *

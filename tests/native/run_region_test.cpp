@@ -49,9 +49,13 @@ std::string path_of(const RunMapping& run) {
     return "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(run.decisions_fd());
 }
 
+// What make_run says one process's CUDA context takes (RunDecisions::context_bytes, layout 16).
+constexpr std::uint64_t kContextBytes = 612ULL << 20;
+
 RunMapping make_run(const std::string& name, bool open_slots,
                     BeGraphGate graph_gate = BeGraphGate::kInside) {
     RunConfig config;
+    config.context_bytes = kContextBytes;
     config.policy = Policy::kOrion;
     config.sm_count = 108;
     config.trace_capacity = 3;  // rounded up to 4
@@ -265,6 +269,8 @@ void sealed_decisions(const std::string& name) {
               mine.decision(index).max_ppm.load() == 500'000 &&
               mine.decisions().be_mask.load() == (1U << index) && !client.controls(),
           "the client reads the controller's decisions");
+    check(mine.decisions().context_bytes == kContextBytes,
+          "the client reads what a CUDA context takes, which it counts in its use");
     set_memory_limit(run, index, 2 << 20);
     check(mine.decision(index).memory_limit.load() == (2 << 20),
           "a change the controller makes is seen by the client at once");
