@@ -255,6 +255,9 @@ def families(status: dict[str, Any]) -> list[Any]:
     out.append(info)
     gauge("orion_daemon_uptime_seconds", "Time since the daemon started.", status["uptime_s"])
     gauge("orion_daemon_free_slots", "Client slots free.", status["free_slots"])
+    gauge("orion_daemon_context_bytes", "GPU memory a client's CUDA context takes on this GPU, "
+          "counted in each client's memory (0: not measured).",
+          status.get("context_bytes"))  # fmt: skip
     queue_limit_us = status.get("queue_limit_us")
     gauge("orion_daemon_queue_limit_seconds", "BE work allowed on the GPU at once beside HP.",
           None if queue_limit_us is None else queue_limit_us / 1e6)  # fmt: skip
@@ -326,7 +329,8 @@ def _client_families(gpu: str, clients: list[dict[str, Any]]) -> list[Any]:
             c["gpu_share"])  # fmt: skip
         add(gauge, "orion_client_min_util_ratio", "GPU-time share promised.", c, c["min_util"])
         add(gauge, "orion_client_max_util_ratio", "GPU-time share cap.", c, c["max_util"])
-        add(gauge, "orion_client_memory_used_bytes", "GPU memory allocated now.", c,
+        add(gauge, "orion_client_memory_used_bytes", "GPU memory held now: allocations and "
+            "its CUDA context.", c,
             c["memory_used_bytes"])  # fmt: skip
         add(gauge, "orion_client_memory_peak_bytes", "Most GPU memory allocated at once.", c,
             c["memory_peak_bytes"])  # fmt: skip

@@ -146,6 +146,7 @@ def test_two_clients_metrics_parse_and_say_what_status_says(two_clients, metrics
                  pid=str(daemon.process.pid))  # fmt: skip
     assert info == 1
     assert value(samples, "orion_daemon_free_slots") == status["free_slots"]
+    assert value(samples, "orion_daemon_context_bytes") == status["context_bytes"]
     assert value(samples, "orion_client_events_total", event="join") == 2
     assert value(samples, "orion_daemon_record_write_failures_total") == 0
     assert value(samples, "orion_daemon_records_degraded") == 0
