@@ -306,13 +306,18 @@ def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_p
             be_process.wait(timeout=10)
     assert entry["samples"] >= 5
     assert entry["duration_ns"] >= MS
-    assert hp_stats["sampling_holds"] >= 1  # BE was busy when the HP came ...
-    assert hp_stats["held_samples"] >= 5  # ... and the samples learned from were taken in a hold
     if be_gate == "gpu":
-        assert keeper["hold_passes"] >= 1  # the keeper kept the gates shut
-    else:
-        assert be_stats["reasons"]["sampling_hold"] >= 1  # BE launches waited in their thread
-    # Some HP kernels ran while no BE kernel did: the hold, not an idle BE, made them clean.
+        # BE's launches queue on the GPU behind their gate waits, so it has unfinished work
+        # whenever the HP comes, however its process is scheduled ...
+        assert hp_stats["sampling_holds"] >= 1
+        assert hp_stats["held_samples"] >= 5  # ... the samples learned from were taken in a hold
+        assert keeper["hold_passes"] >= 1  # ... and the keeper kept the gates shut
+    elif hp_stats["sampling_holds"] >= 1:
+        # A CPU-gated BE launches from its thread a kernel at a time; on a loaded machine that
+        # thread can be off the CPU long enough for BE's work to drain, and then the HP's samples
+        # are alone without a hold. Where the HP did ask, BE's launches waited in their thread.
+        assert be_stats["reasons"]["sampling_hold"] >= 1
+    # Some HP kernels ran while no BE kernel did, and they are what was learned from.
     be_runs = executions(tmp_path / "be.log")
     alone = [
         (start, end)
