@@ -292,6 +292,7 @@ _SUITE_VIEW = [
     ("hp_p99_ratio", "HP p99 / alone [95% CI]", "{}"),
     ("be_ratios", "BE throughput / alone [95% CI]", "{}"),
     ("status_slowdown", "HP slowdown in orion status", "{}"),
+    ("service_mean_ratio", "HP service time / alone, mean [95% CI]", "{}"),
     ("failures", "failed", "{}"),
 ]
 

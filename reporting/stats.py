@@ -67,6 +67,11 @@ def throughput_statistic(batch: np.ndarray) -> np.ndarray:
         return batch[:, :, 1].sum(axis=1) / batch[:, :, 0].sum(axis=1)
 
 
+def mean_statistic(batch: np.ndarray) -> np.ndarray:
+    """The mean of each resample of single values."""
+    return batch.mean(axis=1)
+
+
 def per_resample(function: Callable[[np.ndarray], float]) -> Statistic:
     """Lifts a function of one sample (an array of values or of rows) to a :data:`Statistic`;
     slower than a batched statistic, for anything the two ready-made ones do not cover."""

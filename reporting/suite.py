@@ -30,6 +30,7 @@ import pandas as pd
 
 from reporting.stats import (
     bootstrap_percentile_ci,
+    mean_statistic,
     percentile_statistic,
     ratio_over_rounds_ci,
     throughput_statistic,
@@ -124,6 +125,18 @@ def hp_latencies(cell: Cell, client: str) -> np.ndarray:
     return frame.loc[inside, "latency_ms"].to_numpy(dtype=float)
 
 
+def hp_service_ms(cell: Cell, client: str) -> np.ndarray:
+    """Service times (ms, a request's start to its end: its wait in the service's own queue left
+    out) of the requests that arrived inside the cell's window. Their mean against alone is the
+    slowdown the HP's GPU work took on, which orion's felt slowdown estimates from its launches:
+    the yardstick that figure is read against."""
+    start, end = cell.window
+    frame = _read(cell.output(client))
+    inside = (frame["arrival_unix_s"] >= start) & (frame["arrival_unix_s"] < end)
+    served = frame.loc[inside, "end_unix_s"] - frame.loc[inside, "start_unix_s"]
+    return served.to_numpy(dtype=float) * 1e3
+
+
 def be_work_rows(cell: Cell, client: str) -> np.ndarray:
     """Rows (seconds, work) covering exactly the cell's window: the progress between successive
     records, the first and last cut at the window's edges by linear interpolation. A program
@@ -168,6 +181,7 @@ class PairFigures:
     failures: list[str] = field(default_factory=list)
     hp_interference: list[float] = field(default_factory=list)
     hp_felt_slowdown: list[float] = field(default_factory=list)
+    hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
     @property
     def be_together(self) -> float:
@@ -195,6 +209,7 @@ class PairFigures:
             "be_together": None if math.isnan(self.be_together) else round(self.be_together, 4),
             "hp_interference_shown": _mean(self.hp_interference),
             "hp_felt_slowdown_shown": _mean(self.hp_felt_slowdown),
+            "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
             "failures": self.failures,
         }
 
@@ -239,6 +254,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
         first = group[0].record
         result = PairFigures(pair, mode, first["order"], first["hp"], list(first["be"]))
         hp_pairs: list[tuple[np.ndarray, np.ndarray]] = []
+        service_pairs: list[tuple[np.ndarray, np.ndarray]] = []
         be_pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {b: [] for b in result.bes}
         for cell in sorted(group, key=lambda c: c.record["round"]):
             where = f"round {cell.record['round']}, GPU {cell.record['gpu']}"
@@ -254,6 +270,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             try:
                 shared_hp = hp_latencies(cell, "hp")
                 alone_hp = hp_latencies(references[result.hp], "hp")
+                served = (hp_service_ms(cell, "hp"), hp_service_ms(references[result.hp], "hp"))
                 be_rows = {
                     name: (be_work_rows(cell, name), be_work_rows(references[name], name))
                     for name in result.bes
@@ -265,6 +282,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
                 result.failures.append(f"{where}: no HP request in the window")
                 continue
             hp_pairs.append((shared_hp, alone_hp))
+            service_pairs.append(served)
             for name, rows in be_rows.items():
                 be_pairs[name].append(rows)
             result.rounds += 1
@@ -275,6 +293,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_felt_slowdown += _status_figure(cell, "hp", "felt_slowdown")
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
+            result.hp_service_mean_ratio = ratio_over_rounds_ci(service_pairs, mean_statistic)
             result.be_ratios = {
                 name: ratio_over_rounds_ci(rows, throughput_statistic)
                 for name, rows in be_pairs.items()
@@ -413,6 +432,7 @@ def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
                 )
                 or "-",
                 "status_slowdown": _shown_slowdown(pair),
+                "service_mean_ratio": text(pair.get("hp_service_mean_ratio")),
                 "failures": len(pair["failures"]),
             }
         )

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import suite  # noqa: E402
 
-from reporting.suite import Cell, be_work_rows, hp_latencies, summarise  # noqa: E402
+from reporting.suite import Cell, be_work_rows, hp_latencies, hp_service_ms, summarise  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 COMMITTED = ROOT / "benchmarks" / "results" / "nvidia-h200" / "suite"
@@ -183,6 +183,15 @@ def test_hp_latency_counts_the_requests_that_arrived_in_the_window(tmp_path: Pat
     assert list(latencies) == [20.0, 30.0]
 
 
+def test_hp_service_time_leaves_out_the_wait_in_the_services_own_queue(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"request": range(3), "arrival_unix_s": [1.0, 2.0, 3.0],
+                          "start_unix_s": [1.0, 2.5, 3.0], "end_unix_s": [1.002, 2.504, 3.5],
+                          "latency_ms": [2.0, 504.0, 500.0]})  # fmt: skip
+    frame.to_csv(tmp_path / "hp.csv", index=False)
+    served = hp_service_ms(_cell(tmp_path, (1.5, 2.5), {"hp": "hp.csv"}), "hp")
+    assert served == pytest.approx([4.0])  # arrived at 2.0, started at 2.5, done at 2.504
+
+
 @pytest.fixture
 def committed(tmp_path: Path) -> Path:
     """The committed H200 suite run (real records), copied so reports can write beside it."""
@@ -203,6 +212,11 @@ def test_the_committed_run_scores_its_worst_pair(committed: Path) -> None:
     assert summary["geomean_hp_p99_ratio"] == pytest.approx(expected, rel=1e-3)
     assert summary["neighbour_check"]["intervals_overlap"] in (True, False)
     assert summary["target"]["met"] is False
+    # The felt slowdown's yardstick, per pair and mode: a ratio with its interval.
+    for row in summary["pairs"]:
+        if row["rounds"]:
+            served = row["hp_service_mean_ratio"]
+            assert served["low"] <= served["ratio"] <= served["high"], row["pair"]
 
 
 def test_orion_report_reads_a_suite_run(committed: Path) -> None:

@@ -14,6 +14,7 @@ from reporting.stats import (
     as_sample,
     bootstrap_percentile_ci,
     interval_half_width,
+    mean_statistic,
     per_resample,
     percentile_statistic,
     ratio_over_rounds_ci,
@@ -163,3 +164,13 @@ def test_rows_with_a_missing_value_are_dropped_and_half_width_is_relative():
     assert rows.tolist() == [[1.0, 1.0], [3.0, 3.0]]
     assert interval_half_width((100.0, 96.0, 103.0)) == pytest.approx(0.04)
     assert math.isnan(interval_half_width((float("nan"), 1.0, 2.0)))
+
+
+def test_a_mean_ratio_of_service_times_twice_as_long_is_two_within_its_interval() -> None:
+    rng = np.random.default_rng(3)
+    alone = rng.exponential(1.0, 4000) + 1.0
+    shared = 2.0 * (rng.exponential(1.0, 4000) + 1.0)
+    point, low, high = ratio_over_rounds_ci([(shared, alone)], mean_statistic)
+    assert low <= point <= high
+    assert low < 2.0 < high
+    assert mean_statistic(np.array([[1.0, 3.0], [2.0, 2.0]])).tolist() == [2.0, 2.0]
