@@ -111,6 +111,7 @@ class Suite(BaseModel):
         base = (info.context or {}).get("base", ROOT / "benchmarks")
         self.programs_dir = str((base / self.programs_dir).resolve())
         problems = []
+        first_of: dict[str, int] = {}
         for name, program in self.programs.items():
             script = self.scripts / program.argv[0]
             if not script.is_file():
@@ -128,6 +129,12 @@ class Suite(BaseModel):
                     problems.append(f"{where}: {name} is a {self.programs[name].role} program")
             if len(set(pair.be)) != len(pair.be):
                 problems.append(f"{where}: a BE program twice")
+            if pair.name in first_of:
+                problems.append(
+                    f"{where}: the same programs as pair {first_of[pair.name]}, whatever the "
+                    "order: a run names its cells after their programs (make a second suite file)"
+                )
+            first_of.setdefault(pair.name, index + 1)
         if problems:
             raise ValueError("; ".join(problems))
         return self

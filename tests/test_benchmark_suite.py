@@ -65,6 +65,16 @@ def test_a_bad_suite_file_is_refused_one_line_per_problem(tmp_path: Path) -> Non
     assert all(line.startswith(f"suite: {path}") for line in lines)
 
 
+def test_a_pair_named_twice_is_refused_before_its_cells_would_collide(tmp_path: Path) -> None:
+    pairs = json.loads((DATA / "suite_cpu.json").read_text())["pairs"][:1]
+    again = {**pairs[0], "order": "hp-first" if pairs[0]["order"] == "be-first" else "be-first"}
+    path = write_suite(tmp_path, pairs=[pairs[0], again])
+    with pytest.raises(SystemExit) as raised:
+        suite.load_suite(path)
+    assert str(raised.value).count("\n") == 0
+    assert "pair 2" in str(raised.value) and "the same programs as pair 1" in str(raised.value)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
