@@ -29,6 +29,11 @@ from dataclasses import dataclass
 from orion_common.errors import OrionError
 
 VARIABLE = "ORION_STAND_IN_GPUS"
+CLAIM_SCOPE_VARIABLE = "ORION_STAND_IN_CLAIM_SCOPE"
+"""Where set beside :data:`VARIABLE`, the scope of the stand-in GPUs' machine-wide claims (one
+daemon per GPU, ``orion_daemon/lock.py``): the test suite sets one per session, so two sessions
+on one machine, whose stand-ins share UUIDs, do not refuse each other's daemons. Ignored without
+stand-in GPUs: a real GPU's claim is the machine's."""
 DEFAULT_MEMORY_MIB = 16384
 DEFAULT_SM_COUNT = 132
 DRIVER_VERSION = "stand-in"
@@ -85,3 +90,10 @@ def stand_in_gpus() -> list[StandInGpu] | None:
     if len({gpu.uuid for gpu in gpus}) != len(gpus):
         raise OrionError(f"{VARIABLE} gives two GPUs the same uuid")
     return gpus
+
+
+def stand_in_claim_scope() -> str:
+    """The scope of stand-in GPUs' claims (:data:`CLAIM_SCOPE_VARIABLE`); "" without stand-ins."""
+    if not os.environ.get(VARIABLE, "").strip():
+        return ""
+    return os.environ.get(CLAIM_SCOPE_VARIABLE, "").strip()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from orion_common.errors import OrionError
+from orion_common.stand_in_gpus import stand_in_claim_scope
 from orion_daemon import state
 
 
@@ -70,8 +71,14 @@ _ABSTRACT_NAME_BYTES = 107  # sun_path holds 108 bytes; the leading NUL is the f
 
 
 def gpu_claim_name(uuid: str) -> str:
-    """The abstract socket name that claims the GPU ``uuid`` (a leading NUL: no file)."""
+    """The abstract socket name that claims the GPU ``uuid`` (a leading NUL: no file). A
+    stand-in GPU's claim is scoped by :data:`~orion_common.stand_in_gpus.CLAIM_SCOPE_VARIABLE`
+    where it is set: stand-ins are no machine's hardware, and two test sessions on one machine
+    give theirs the same UUIDs."""
     name = GPU_CLAIM_PREFIX + uuid
+    scope = stand_in_claim_scope()
+    if scope:
+        name += "@" + scope
     return "\0" + name.encode()[:_ABSTRACT_NAME_BYTES].decode(errors="ignore")
 
 

@@ -1,11 +1,13 @@
 """Skip GPU tests cleanly on machines without CUDA, and torchvision tests where it cannot import;
-keep every test's daemons (a colocate run's own included) out of the user's state folder; build
+keep every test's daemons (a colocate run's own included) out of the user's state folder, and
+their stand-in GPUs' claims out of other sessions'; build
 the stand-in driver every native test drives, compiled once; fail a test that leaves the signal
 state of pytest's main thread changed."""
 
 from __future__ import annotations
 
 import functools
+import os
 import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -14,6 +16,11 @@ import pytest
 
 if TYPE_CHECKING:
     from native_harness import Harness
+
+# Stand-in GPUs carry the same UUIDs in every test session: scope their machine-wide claims to
+# this session, so that two sessions on one machine (a developer's beside CI's) leave each
+# other's daemons alone. Inherited by every process the tests start.
+os.environ.setdefault("ORION_STAND_IN_CLAIM_SCOPE", f"pytest-{os.getpid()}")
 
 
 @functools.cache

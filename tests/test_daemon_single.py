@@ -25,7 +25,7 @@ from orion_common.processes import process_start_time
 from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.control import start_detached, stop
-from orion_daemon.lock import gpu_claim_name
+from orion_daemon.lock import gpu_claim, gpu_claim_name
 from orion_daemon.server import DaemonSettings
 
 GENEROUS_S = 60.0
@@ -255,3 +255,21 @@ def test_a_daemon_for_a_gpu_another_users_daemon_schedules_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait(timeout=GENEROUS_S)
+
+
+def test_stand_in_claims_are_scoped_and_real_ones_are_the_machines(monkeypatch):
+    # Two test sessions give their stand-ins one UUID: each session's daemon claims it in its own
+    # scope, so both start; within a scope, and for a real GPU whatever the scope, one claim.
+    uuid = fresh_uuid()
+    monkeypatch.setenv("ORION_STAND_IN_GPUS", json.dumps([{"uuid": uuid, "name": "stand-in"}]))
+    monkeypatch.setenv("ORION_STAND_IN_CLAIM_SCOPE", "session-a")
+    with gpu_claim(0, uuid):
+        refused = pytest.raises(OrionError, match="already scheduled by another orion daemon")
+        with refused, gpu_claim(0, uuid):
+            pass
+        monkeypatch.setenv("ORION_STAND_IN_CLAIM_SCOPE", "session-b")
+        with gpu_claim(0, uuid):
+            pass
+        monkeypatch.delenv("ORION_STAND_IN_GPUS")  # a real GPU: the scope is not read
+        real = gpu_claim_name(uuid)
+        assert real == "\0orion-gpu-" + uuid
