@@ -61,11 +61,15 @@ class StandInNode:
         return [client["name"] for client in self.daemon_status(gpu)["clients"]]
 
     def events(self, gpu: int) -> list[dict[str, str]]:
+        """clients.csv as written so far. The daemon's records thread appends to it while this
+        reads: one snapshot of the text, whole lines only, so a header or a row not yet complete
+        is left for the next read (a reader racing the header once found rows and no columns)."""
         import csv
+        import io
 
         table = state.state_dir(gpu, self.state_dir) / state.CLIENTS_TABLE
-        with table.open() as handle:
-            return list(csv.DictReader(handle))
+        text = table.read_text()
+        return list(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1])))
 
 
 class StandInCluster:
