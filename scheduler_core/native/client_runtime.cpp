@@ -287,7 +287,7 @@ void ClientRuntime::attach_from_environment() {
     learning_ = tracks_;
     if (learning_) {
         learner_.attach(&view_.learned(index_), view_.decisions().sm_count);
-        sampler_.attach(&slot.stats);
+        sampler_.attach(&slot.stats, &view_);
     }
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
@@ -636,6 +636,7 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
         sampler_.claim_felt()) {
         use.call_ns = ticket->enqueue_ns;
         use.alone = !be_has_work(ticket->launch_ns);
+        if (use.alone) use.be_published = be_launches_published(view_);
     }
 }
 
@@ -678,13 +679,8 @@ bool ClientRuntime::extend_sampling_hold(std::uint64_t now_ns) {
 }
 
 bool ClientRuntime::be_has_work(std::uint64_t now_ns) const {
-    const std::uint32_t be_clients = view_.decisions().be_mask.load(std::memory_order_acquire);
     for (std::uint32_t client = 0; client < view_.decisions().client_count; ++client) {
-        const ClientSlot& peer = view_.client(client);
-        const bool best_effort = view_.decisions().open_slots != 0
-                                     ? (be_clients & (1U << client)) != 0
-                                     : view_.role(client) == Role::kBestEffort;
-        if (best_effort && client_participates(peer) && client_has_work(view_, client, now_ns)) {
+        if (is_attached_best_effort(view_, client) && client_has_work(view_, client, now_ns)) {
             return true;
         }
     }

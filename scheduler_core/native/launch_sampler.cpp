@@ -2,12 +2,14 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "clock.h"
 #include "driver.h"
 #include "futex.h"
 #include "kernel_learning.h"
+#include "tracking.h"
 
 namespace orion {
 namespace {
@@ -183,12 +185,17 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
     deliver(use, duration);
     if (stats_ == nullptr || use.expected_ns == 0 || now <= use.call_ns) return;
     const std::uint64_t felt = now - use.call_ns;
-    if (use.alone && felt > use.expected_ns) {
-        // What "alone" adds to a launch's duration here: an average over about eight.
-        const std::uint64_t overhead = felt - use.expected_ns;
-        overhead_ns_ = overhead_ns_ == 0 ? overhead : overhead_ns_ - overhead_ns_ / 8 + overhead / 8;
+    if (use.alone && view_ != nullptr && be_launches_published(*view_) == use.be_published) {
+        // What "alone" adds to a launch's duration here: an average over about eight, of
+        // launches faster than their learned duration too (an average of the slower ones only
+        // would grow past the true overhead and hide a slowdown as large).
+        const std::int64_t overhead =
+            static_cast<std::int64_t>(felt) - static_cast<std::int64_t>(use.expected_ns);
+        overhead_ns_ = overhead_known_ ? overhead_ns_ - overhead_ns_ / 8 + overhead / 8 : overhead;
+        overhead_known_ = true;
     }
-    const std::uint64_t expected = use.expected_ns + overhead_ns_;
+    const std::uint64_t expected = use.expected_ns + static_cast<std::uint64_t>(
+                                                         std::max<std::int64_t>(overhead_ns_, 0));
     stats_->felt_samples.fetch_add(1, std::memory_order_relaxed);
     stats_->felt_ns.fetch_add(felt, std::memory_order_relaxed);
     stats_->felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);

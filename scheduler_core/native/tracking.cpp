@@ -189,16 +189,32 @@ bool client_has_work(const RunView& view, std::uint32_t client, std::uint64_t no
     return published > advance_low_water(view, client, now_ns);
 }
 
-bool be_may_run(const RunView& view, std::uint64_t now_ns) {
+bool is_attached_best_effort(const RunView& view, std::uint32_t client) {
     const RunDecisions& decisions = view.decisions();
-    const std::uint32_t be_clients = decisions.be_mask.load(std::memory_order_acquire);
+    const bool best_effort =
+        decisions.open_slots != 0
+            ? (decisions.be_mask.load(std::memory_order_acquire) & (1U << client)) != 0
+            : view.role(client) == Role::kBestEffort;
+    return best_effort && client_participates(view.client(client));
+}
+
+std::uint64_t be_launches_published(const RunView& view) {
+    const RunDecisions& decisions = view.decisions();
+    std::uint64_t total = 0;
     for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
          ++client) {
+        if (!is_attached_best_effort(view, client)) continue;
+        total += view.client(client).published_seq.load(std::memory_order_acquire);
+    }
+    return total;
+}
+
+bool be_may_run(const RunView& view, std::uint64_t now_ns) {
+    const RunDecisions& decisions = view.decisions();
+    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
+         ++client) {
+        if (!is_attached_best_effort(view, client)) continue;
         const ClientSlot& slot = view.client(client);
-        const bool best_effort = decisions.open_slots != 0
-                                     ? (be_clients & (1U << client)) != 0
-                                     : view.role(client) == Role::kBestEffort;
-        if (!best_effort || !client_participates(slot)) continue;
         const std::uint64_t low = advance_low_water(view, client, now_ns);
         const std::uint64_t published = slot.published_seq.load(std::memory_order_acquire);
         if (published <= low) continue;

@@ -47,6 +47,15 @@ inline bool sampling_hold_in_force(const RunHeader& header, std::uint64_t now_ns
 // unfinished one counts.
 bool be_may_run(const RunView& view, std::uint64_t now_ns);
 
+// Whether `client` is an attached best-effort client: the run's BE mask where the daemon keeps
+// one (open slots), else the role written in its slot.
+bool is_attached_best_effort(const RunView& view, std::uint32_t client);
+
+// Every launch the attached BE clients have published so far, summed: unchanged between two
+// readings means no BE client launched anything in between (how an HP launch timed as felt
+// knows it ran alone from its call to its end, not only at its call).
+std::uint64_t be_launches_published(const RunView& view);
+
 // When the newest launch of any HP client was made (monotonic ns), 0 if none.
 std::uint64_t hp_last_launch_ns(const RunView& view);
 
