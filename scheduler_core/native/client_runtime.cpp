@@ -636,7 +636,6 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
         sampler_.claim_felt()) {
         use.call_ns = ticket->enqueue_ns;
         use.alone = !be_has_work(ticket->launch_ns);
-        if (use.alone) use.be_published = be_launches_published(view_);
     }
 }
 

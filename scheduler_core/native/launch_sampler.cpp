@@ -185,7 +185,7 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
     deliver(use, duration);
     if (stats_ == nullptr || use.expected_ns == 0 || now <= use.call_ns) return;
     const std::uint64_t felt = now - use.call_ns;
-    if (use.alone && view_ != nullptr && be_launches_published(*view_) == use.be_published) {
+    if (use.alone && view_ != nullptr && be_last_launch_ns(*view_) + kAloneQuietNs <= use.call_ns) {
         // What "alone" adds to a launch's duration here: an average over about eight, of
         // launches faster than their learned duration too (an average of the slower ones only
         // would grow past the true overhead and hide a slowdown as large).

@@ -15,11 +15,12 @@
 // HP's work reaches the GPU). One such launch at a time: a thread of its own blocks on the
 // second event (created with blocking sync, so it sleeps rather than spins) and reads the clock
 // as it returns; the client's overhead alone (launching, noticing the end) is measured the same
-// way on launches that ran alone (no BE work unfinished at the call, no BE launch until the
-// end), and is what "alone" adds to a launch's duration. A launch that found BE idle at its call
-// but waited behind BE work launched after it is not alone: counting its wait as overhead would
-// teach the sampler that the harm is the client's own (on an H200 the felt slowdown read 0.80
-// while the HP's p99 was 2.5x of alone).
+// way on launches that ran alone, and is what "alone" adds to a launch's duration. Alone means
+// no BE work unfinished at the call and no BE launch from kAloneQuietNs before the call to the
+// end: a launch that found BE idle at its call but waited behind BE work launched after it, or
+// for a BE context that had just run to switch out, is not alone, and counting its wait as
+// overhead would teach the sampler that the harm is the client's own (on an H200 the felt
+// slowdown read 0.57-0.80 while the HP's p99 was 1.5-2.5x of alone).
 #pragma once
 
 #include <atomic>
@@ -38,7 +39,6 @@ struct SampleUse {
     std::uint64_t expected_ns = 0;  // interference: what it took alone (profiled or learned); 0: none
     std::uint64_t call_ns = 0;      // felt: the launch call (monotonic ns); 0: not timed so
     bool alone = false;             // felt: no BE work was unfinished at the call
-    std::uint64_t be_published = 0;  // felt, alone: BE launches published at the call (tracking.h)
 };
 
 class LaunchSampler {
@@ -67,6 +67,10 @@ public:
 
 private:
     static constexpr int kPairs = 32;  // samples in flight at once; bits of free_mask_
+    // How long before a felt launch's call BE must have launched nothing for it to count as
+    // alone: two of the driver's timeslices (2.09 ms on an H100), so that a BE context still
+    // resident, or a BE kernel running past its estimated end, is not taken for the HP's own.
+    static constexpr std::uint64_t kAloneQuietNs = 5'000'000;
     enum : std::uint32_t { kFree = 0, kRecording = 1, kPending = 2, kFelt = 3 };
     struct Pair {
         std::atomic<std::uint32_t> state{kFree};

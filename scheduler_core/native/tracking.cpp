@@ -198,17 +198,6 @@ bool is_attached_best_effort(const RunView& view, std::uint32_t client) {
     return best_effort && client_participates(view.client(client));
 }
 
-std::uint64_t be_launches_published(const RunView& view) {
-    const RunDecisions& decisions = view.decisions();
-    std::uint64_t total = 0;
-    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
-         ++client) {
-        if (!is_attached_best_effort(view, client)) continue;
-        total += view.client(client).published_seq.load(std::memory_order_acquire);
-    }
-    return total;
-}
-
 bool be_may_run(const RunView& view, std::uint64_t now_ns) {
     const RunDecisions& decisions = view.decisions();
     for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
@@ -235,20 +224,40 @@ bool be_may_run(const RunView& view, std::uint64_t now_ns) {
     return false;
 }
 
+namespace {
+
+// When the newest published launch of `client` was made (monotonic ns), 0 if none.
+std::uint64_t newest_launch_ns(const RunView& view, std::uint32_t client) {
+    const std::uint64_t seq = view.client(client).published_seq.load(std::memory_order_acquire);
+    InflightLaunch launch;
+    if (seq != 0 && read_inflight(view.inflight(client)[seq & kRingMask], seq, &launch) == seq) {
+        return launch.launch_ns;
+    }
+    return 0;
+}
+
+}  // namespace
+
 std::uint64_t hp_last_launch_ns(const RunView& view) {
     const RunDecisions& decisions = view.decisions();
     std::uint64_t newest = 0;
     for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
          ++client) {
-        const ClientSlot& slot = view.client(client);
-        if (view.role(client) != Role::kHighPriority ||
-            !client_participates(slot)) {
+        if (view.role(client) != Role::kHighPriority || !client_participates(view.client(client))) {
             continue;
         }
-        const std::uint64_t seq = slot.published_seq.load(std::memory_order_acquire);
-        InflightLaunch launch;
-        if (seq != 0 && read_inflight(view.inflight(client)[seq & kRingMask], seq, &launch) == seq) {
-            newest = std::max(newest, launch.launch_ns);
+        newest = std::max(newest, newest_launch_ns(view, client));
+    }
+    return newest;
+}
+
+std::uint64_t be_last_launch_ns(const RunView& view) {
+    const RunDecisions& decisions = view.decisions();
+    std::uint64_t newest = 0;
+    for (std::uint32_t client = 0; client < decisions.client_count && client < kMaxClients;
+         ++client) {
+        if (is_attached_best_effort(view, client)) {
+            newest = std::max(newest, newest_launch_ns(view, client));
         }
     }
     return newest;

@@ -51,13 +51,12 @@ bool be_may_run(const RunView& view, std::uint64_t now_ns);
 // one (open slots), else the role written in its slot.
 bool is_attached_best_effort(const RunView& view, std::uint32_t client);
 
-// Every launch the attached BE clients have published so far, summed: unchanged between two
-// readings means no BE client launched anything in between (how an HP launch timed as felt
-// knows it ran alone from its call to its end, not only at its call).
-std::uint64_t be_launches_published(const RunView& view);
-
 // When the newest launch of any HP client was made (monotonic ns), 0 if none.
 std::uint64_t hp_last_launch_ns(const RunView& view);
+
+// When the newest launch of any attached BE client was made (monotonic ns), 0 if none: how an
+// HP launch timed as felt knows that no BE work ran shortly before it or during it.
+std::uint64_t be_last_launch_ns(const RunView& view);
 
 // The HP's quiet spell, the one rule of both gates (the CPU gate's decide() through
 // Snapshot::hp_quiet_until_ns, the gate keeper's pass) and of the keeper's long hold: BE work
