@@ -802,6 +802,8 @@ class Daemon:
         hp = next((c for c in self.clients.values() if c.role == "hp"), None)
         if hp is None or hp.profile is not None:
             return
+        if self._control is not None:
+            return  # the latency loop moves the bound now (_control_latency), within its ceiling
         learned = self._scheduler.learned(hp.slot)
         step = learned_step_ns(learned)
         if step <= 0:
@@ -809,8 +811,7 @@ class Daemon:
                 self._apply_queue_limit(FALLBACK_QUEUE_LIMIT_NS)
             return
         target = hp.latency_target_ms * 1e6 if hp.latency_target_ms is not None else None
-        if self._control is None:
-            self._apply_queue_limit(queue_limit_for_step_ns(step, target))
+        self._apply_queue_limit(queue_limit_for_step_ns(step, target))
 
     def _control_latency(self) -> None:
         """One step of the loop closed on the HP's measured slowdown (orion_daemon.

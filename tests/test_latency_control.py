@@ -26,7 +26,11 @@ from orion_daemon.latency_control import (
 )
 from orion_daemon.server import Daemon, DaemonSettings
 from orion_daemon.status import ClientSample
-from scheduler_core.thresholds import MIN_QUEUE_LIMIT_NS, UNLEARNED_HP_QUEUE_LIMIT_NS
+from scheduler_core.thresholds import (
+    FALLBACK_QUEUE_LIMIT_NS,
+    MIN_QUEUE_LIMIT_NS,
+    UNLEARNED_HP_QUEUE_LIMIT_NS,
+)
 
 US = 1_000
 GRAPH_PROFILE = (
@@ -171,6 +175,28 @@ def test_an_hp_joining_with_nothing_known_gets_a_tight_bound_until_it_is_learned
     daemon._admit(JoinRequest(role="hp", name="serve"), os.getpid())
     assert daemon.status()["queue_limit_us"] == UNLEARNED_HP_QUEUE_LIMIT_NS / 1e3
     assert daemon._scheduler._run.queue_limit_ns == UNLEARNED_HP_QUEUE_LIMIT_NS
+
+
+def test_an_eager_hps_bound_stays_where_the_loop_put_it_between_readings(daemon, monkeypatch):
+    # An eager HP (no graph, so no step) learned: its bound is the fallback and the loop starts
+    # from it. The daemon samples its clients more often than the loop reads them; a sample
+    # must not put the fallback back over what the loop tightened (on an H200 it did, every
+    # sample: the suite's eager encoder service ran at 50 us while the loop said 1 us).
+    joined = daemon._admit(JoinRequest(role="hp", name="serve"), os.getpid())
+    slot = joined["slot"]
+    kernels = [{"graph": False, "launches": 1000, "duration_ns": 20_000}]
+    monkeypatch.setattr(daemon._scheduler, "learned", lambda _slot: kernels)
+    daemon._follow_learned_hp()
+    header = daemon._scheduler._run
+    assert header.queue_limit_ns == FALLBACK_QUEUE_LIMIT_NS
+    for _ in range(2):
+        feed(daemon, slot, 1.0)
+    feed(daemon, slot, 1.4)
+    tightened = header.queue_limit_ns
+    assert tightened == FALLBACK_QUEUE_LIMIT_NS // 2
+    daemon._follow_learned_hp()  # a sampling tick between two readings
+    assert header.queue_limit_ns == tightened
+    assert daemon.status()["queue_limit_us"] == tightened / 1e3
 
 
 def test_at_its_tightest_the_keeper_holds_long_be_work_until_the_hp_is_quiet(harness, tmp_path):
