@@ -55,9 +55,8 @@ def _slowdown(client: dict[str, Any]) -> str:
     """As the program feels it where measured (waiting for the GPU included), else GPU time."""
     felt = client.get("felt_slowdown")
     if felt is not None:
-        tail = client.get("felt_tail") or {}
-        slow = tail.get("2x")
-        return f"{felt:.2f}x felt" + (f", {slow:.1%} over 2x" if slow else "")
+        p99 = client.get("felt_p99")
+        return f"{felt:.2f}x felt" + (f", p99 >= {p99:g}x" if p99 and p99 > 1 else "")
     return "-" if client["interference"] is None else f"{client['interference']:.2f}x"
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scheduler_core.profile_sources import (
+    felt_p99,
     felt_tail,
     interference,
     profile_sources,
@@ -116,12 +117,9 @@ def _felt_tail_between(first: ClientSample, last: ClientSample) -> dict[float, f
     return felt_tail(last.felt_samples - first.felt_samples, slower)
 
 
-def _felt_tail(samples: list[ClientSample]) -> dict[str, float] | None:
-    """Over the samples kept, the share of felt samples slower than each ratio (keys "2x"...)."""
-    if len(samples) < 2:
-        return None
-    tail = _felt_tail_between(samples[0], samples[-1])
-    return None if tail is None else {f"{r:g}x": round(share, 4) for r, share in tail.items()}
+def _felt_tail(samples: list[ClientSample]) -> dict[float, float] | None:
+    """Over the samples kept, the share of felt samples slower than each of the ratios."""
+    return _felt_tail_between(samples[0], samples[-1]) if len(samples) >= 2 else None
 
 
 def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | None:
@@ -155,6 +153,7 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     held_by = {reason: int(reasons.get(reason, 0)) for reason in HELD_REASONS}
     launches_per_s = _launch_rate(samples)
     limit = int(stats.get("memory_limit", 0)) or None
+    tail = _felt_tail(samples)
     return {
         "name": client.name,
         "slot": client.slot,
@@ -200,9 +199,12 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         # The same as the program feels it: an HP launch from its call to the end of its work
         # (waiting for the GPU included), against alone, over the last seconds.
         "felt_slowdown": _interference(samples, felt=True),
-        # Its tail: the share of those launches slower than 1.25, 1.5, 2 and 4 times alone (None
-        # with too few of them); what the latency loop also reads, from 2x up.
-        "felt_tail": _felt_tail(samples),
+        # Its tail: the share of those launches slower than each of the library's ratios (keys
+        # "1.05x" to "8x"; None with too few of them); what the latency loop also reads, from 2x.
+        "felt_tail": None if tail is None else {f"{r:g}x": round(s, 4) for r, s in tail.items()},
+        # Their 99th percentile, from below: the largest ratio more than 1% of them exceeded
+        # (1.0: none did), to read beside a p99 target.
+        "felt_p99": felt_p99(tail),
         "latency_target_ms": client.latency_target_ms,
         "joined_s": round(client.joined_s, 3),
     }

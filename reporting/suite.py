@@ -181,6 +181,7 @@ class PairFigures:
     failures: list[str] = field(default_factory=list)
     hp_interference: list[float] = field(default_factory=list)
     hp_felt_slowdown: list[float] = field(default_factory=list)
+    hp_felt_p99: list[float] = field(default_factory=list)
     hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
     @property
@@ -209,6 +210,7 @@ class PairFigures:
             "be_together": None if math.isnan(self.be_together) else round(self.be_together, 4),
             "hp_interference_shown": _mean(self.hp_interference),
             "hp_felt_slowdown_shown": _mean(self.hp_felt_slowdown),
+            "hp_felt_p99_shown": _mean(self.hp_felt_p99),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
             "failures": self.failures,
         }
@@ -291,6 +293,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_p99_alone_ms.append(float(np.percentile(alone_hp, 99)))
             result.hp_interference += _status_figure(cell, "hp", "interference")
             result.hp_felt_slowdown += _status_figure(cell, "hp", "felt_slowdown")
+            result.hp_felt_p99 += _status_figure(cell, "hp", "felt_p99")
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
             result.hp_service_mean_ratio = ratio_over_rounds_ci(service_pairs, mean_statistic)
@@ -401,10 +404,12 @@ def neighbour_check(cells: list[Cell]) -> dict[str, Any] | None:
 
 def _shown_slowdown(pair: dict[str, Any]) -> str:
     """What `orion status` told about the HP, to read beside its measured p99 ratio: the felt
-    slowdown where the daemon measures it, else the GPU-time interference."""
+    slowdown (and the bound of its p99, where the daemon showed one) where the daemon measures
+    it, else the GPU-time interference."""
     felt, gpu_time = pair.get("hp_felt_slowdown_shown"), pair.get("hp_interference_shown")
+    p99 = pair.get("hp_felt_p99_shown")
     if felt is not None:
-        return f"{felt:.2f} felt"
+        return f"{felt:.2f} felt" + (f", p99 >= {p99:.2f}" if p99 is not None else "")
     return "-" if gpu_time is None else f"{gpu_time:.2f} GPU time"
 
 

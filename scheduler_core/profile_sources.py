@@ -56,6 +56,15 @@ def felt_tail(samples: int, slower: Sequence[int]) -> dict[float, float] | None:
     return {float(r): count / samples for r, count in zip(ratios, slower, strict=True)}
 
 
+def felt_p99(tail: dict[float, float] | None) -> float | None:
+    """A lower bound of the felt samples' 99th percentile ratio: the largest of the library's
+    ratios that more than :data:`TAIL_SHARE` of them exceeded, 1.0 when none did (the p99 is
+    then under the smallest ratio); None without a tail to read."""
+    if not tail:
+        return None
+    return tail_slowdown(tail, minimum=0.0) or 1.0
+
+
 def tail_slowdown(
     tail: dict[float, float] | None, minimum: float = TAIL_STEER_RATIO
 ) -> float | None:

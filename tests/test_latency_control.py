@@ -9,6 +9,7 @@ HP's latency alone is refused at join with both numbers. Readings are scripted: 
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from orion_daemon.latency_control import (
 )
 from orion_daemon.server import Daemon, DaemonSettings
 from orion_daemon.status import ClientSample
+from scheduler_core import native_module
 from scheduler_core.thresholds import (
     FALLBACK_QUEUE_LIMIT_NS,
     MIN_QUEUE_LIMIT_NS,
@@ -298,18 +300,40 @@ def test_the_loop_reads_the_felt_tail_where_more_than_one_percent_is_slow():
     # below 2x (alone jitter), nor a window of too few samples to say.
     from orion_daemon.status import recent_slowdown
 
-    def window(samples: int, slower: tuple[int, ...], mean: float = 0.95) -> list[ClientSample]:
+    def window(samples: int, slow: list[float], mean: float = 0.95) -> list[ClientSample]:
+        """A window of `samples` felt samples, `slow` the ratios of those slower than alone."""
         expected = 10_000_000
+        ratios = native_module().FELT_TAIL_RATIOS
         return [
-            ClientSample(0.0, 0, felt_slower=(0, 0, 0, 0)),
+            ClientSample(0.0, 0, felt_slower=(0,) * len(ratios)),
             ClientSample(
                 2.0, 100, felt_ns=int(expected * mean), felt_expected_ns=expected,
-                felt_samples=samples, felt_slower=slower,
+                felt_samples=samples,
+                felt_slower=tuple(sum(x > r for x in slow) for r in ratios),
             ),
         ]  # fmt: skip
 
-    assert recent_slowdown(window(200, (12, 8, 6, 6)), 2.0) == pytest.approx(4.0)
-    assert recent_slowdown(window(200, (12, 8, 6, 1)), 2.0) == pytest.approx(2.0)
-    assert recent_slowdown(window(200, (1, 1, 1, 1)), 2.0) == pytest.approx(0.95)
-    assert recent_slowdown(window(200, (40, 20, 0, 0)), 2.0) == pytest.approx(0.95)
-    assert recent_slowdown(window(20, (20, 20, 20, 20)), 2.0) == pytest.approx(0.95)
+    assert recent_slowdown(window(200, [5.0] * 6 + [1.6] * 6), 2.0) == pytest.approx(4.0)
+    assert recent_slowdown(window(200, [5.0] + [2.2] * 5 + [1.6] * 6), 2.0) == pytest.approx(2.0)
+    assert recent_slowdown(window(200, [5.0]), 2.0) == pytest.approx(0.95)
+    assert recent_slowdown(window(200, [1.6] * 20 + [1.3] * 20), 2.0) == pytest.approx(0.95)
+    assert recent_slowdown(window(20, [5.0] * 20), 2.0) == pytest.approx(0.95)
+
+
+def test_status_bounds_the_felt_p99_from_below_within_one_step():
+    # 3% of 200 felt samples at 1.4x alone, the rest as alone: the p99 is 1.4x, and the status
+    # says at least 1.35x (the largest of the library's ratios more than 1% exceeded); with none
+    # slower than the smallest ratio, 1.0; with too few samples, nothing.
+    from scheduler_core.profile_sources import felt_p99, felt_tail
+
+    ratios = native_module().FELT_TAIL_RATIOS
+    steps = [b / a for a, b in itertools.pairwise(ratios) if b <= 3.0]
+    assert max(steps) <= 1.25  # so the bound is within 20% of the p99 it bounds, up to 3x
+
+    def counts(slow: list[float]) -> list[int]:
+        return [sum(x > r for x in slow) for r in ratios]
+
+    assert felt_p99(felt_tail(200, counts([1.4] * 6))) == pytest.approx(1.35)
+    assert felt_p99(felt_tail(200, counts([1.4] * 2))) == pytest.approx(1.0)  # 1%: not more
+    assert felt_p99(felt_tail(200, counts([]))) == pytest.approx(1.0)
+    assert felt_p99(felt_tail(20, counts([1.4] * 6))) is None

@@ -8,6 +8,7 @@ reaches them; FAKE_BLOCKS_PER_SM is what its occupancy calculator answers.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 from native_harness import (
@@ -399,8 +400,10 @@ def test_an_hp_launch_that_waits_for_the_gpu_is_slower_as_felt_than_as_gpu_time(
     # The GPU time of its launches: exactly alone (SIMULATED_EVENTS: the 1-ms wait is not in it)
     assert stats["sampled_ns"] / stats["sampled_expected_ns"] == pytest.approx(1.0, rel=1e-3)
     assert stats["felt_ns"] / stats["felt_expected_ns"] >= 2.5
-    # Its tail, counted per ratio (1.25, 1.5, 2, 4x): every sampled request here waited for the
-    # GPU, so at least the 2x count has them; each count includes the ones above it.
+    # Its tail, counted per ratio (1.05x to 8x): every sampled request here waited for the GPU,
+    # so at least the 2x count has them; each count includes the ones above it.
     slower = stats["felt_slower"]
-    assert stats["felt_samples"] >= slower[0] >= slower[1] >= slower[2] >= slower[3]
-    assert slower[2] >= 1
+    ratios = native_module().FELT_TAIL_RATIOS
+    assert stats["felt_samples"] >= slower[0]
+    assert all(a >= b for a, b in itertools.pairwise(slower))
+    assert slower[ratios.index(2.0)] >= 1

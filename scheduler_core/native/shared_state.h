@@ -55,7 +55,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     to a priority stream only where priorities order work between clients (MPS)
 // 16: RunDecisions::context_bytes (was reserved[0]): what the CUDA context of one process takes
 //     on the run's GPU, counted in every client process's memory use (memory_ledger.h)
-constexpr std::uint32_t kLayoutVersion = 16;
+// 17: ClientStats::felt_slower counts 12 ratios (was 4), fine enough to bound a p99 within 20%
+constexpr std::uint32_t kLayoutVersion = 17;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -69,10 +70,13 @@ constexpr std::uint32_t kLearnedNodes = 8192;  // per client: kernel nodes of it
 constexpr std::uint32_t kLearnedNameBytes = 512 * 1024;  // per client: learned kernels' names
 constexpr std::uint32_t kLearnSamples = 8;     // durations an entry keeps (its median's window)
 constexpr std::uint32_t kLearnMinSamples = 5;
-constexpr std::uint32_t kFeltTails = 4;
+constexpr std::uint32_t kFeltTails = 12;
 // Felt/expected ratios whose exceedances an HP client counts (ClientStats::felt_slower), in
-// hundredths so that the launch sampler compares integers.
-constexpr std::uint32_t kFeltTailPercents[kFeltTails] = {125, 150, 200, 400};  // a learned entry gates from this many samples on
+// hundredths so that the launch sampler compares integers. Each step at most 1.25 times the one
+// before from 1.05 to 3x: the largest ratio more than 1% of samples exceed bounds their p99
+// from below within that step (`orion status`'s felt_p99).
+constexpr std::uint32_t kFeltTailPercents[kFeltTails] = {105, 110, 120, 135, 150, 175,
+                                                         200, 250, 300, 400, 600, 800};  // a learned entry gates from this many samples on
 constexpr std::size_t kPageBytes = 4096;
 
 static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
