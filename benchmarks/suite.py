@@ -21,13 +21,19 @@ Several GPUs run pairs at once, a worker process per GPU: the pairs are spread o
 (pairs with the same HP program together, so its alone run serves them all), and every GPU runs
 its own alone runs in each round. Rounds run one after another, all GPUs in step.
 
+Rounds can be added to a run later (another session, another host of the same GPU kind) with
+``--first-round``: each round records the digest of the code it ran (``roundN/round.json``), and
+the summary refuses to pool rounds of different code or GPU kinds.
+
     python benchmarks/suite.py --out results/suite --rounds 3 --window 30 --gpus 0,1,2,3
+    python benchmarks/suite.py --out results/suite --rounds 1 --first-round 3 ...  # one more
     python benchmarks/suite.py --out results/suite --summarise-only
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -58,6 +64,7 @@ from reporting.suite import (  # noqa: E402
     NEIGHBOURS_IDLE,
     ORION_MODE,
     ORION_VARIANTS,
+    ROUND_RECORD,
     SUITE_FORMAT,
     summarise,
     summary_table,
@@ -532,8 +539,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+SAME_IN_EVERY_ROUND = ("programs", "pairs", "window_s", "modes", "learn_s")
+"""What rounds added to a run later must share with the run's suite.json to be pooled."""
+
+
+def cannot_add_rounds(out: Path, record: dict, rounds: list[int | str]) -> str:
+    """Why these rounds cannot go into ``out`` ('' when they can): ``out`` holds a run of another
+    suite, window, modes or learning time, or one of the rounds already."""
+    path = out / "suite.json"
+    if path.is_file():
+        existing = json.loads(path.read_text())
+        differ = [k for k in SAME_IN_EVERY_ROUND if existing.get(k) != record.get(k)]
+        if differ:
+            return (
+                f"{out} holds a run whose {', '.join(differ)} differ from these options; "
+                "add rounds only with the same suite, --window, --modes and --learn-s"
+            )
+    taken = [r for r in rounds if any((out / f"round{r}").glob("gpu*/*/cell.json"))]
+    if taken:
+        return (
+            f"{out} already holds round {', '.join(map(str, taken))}; "
+            "add rounds with --first-round past the last one"
+        )
+    return ""
+
+
 def write_summary(out: Path) -> dict:
-    summary = summarise(out)
+    try:
+        summary = summarise(out)
+    except OrionError as error:
+        raise SystemExit(f"suite: {error.message}") from None
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(summary_table(summary).to_string(index=False))
     worst = summary["worst_pair"]
@@ -543,6 +578,31 @@ def write_summary(out: Path) -> dict:
             f"geometric mean {summary['geomean_hp_p99_ratio']}x"
         )
     return summary
+
+
+SOURCE_SUFFIXES = (".py", ".cpp", ".h", ".json")
+
+
+def source_digest(root: Path = ROOT) -> str:
+    """What code a round ran, where no git history travels with it: SHA-256 of orion's packages
+    (the checkout's top-level folders with an ``__init__.py``, the native library's sources
+    included) and the suite's own programs and runner, file by file in path order. Rounds added
+    to a run later must show the same digest for the run to be summarised as one
+    (reporting.suite.mixed_rounds)."""
+    folders = [path.parent for path in root.glob("*/__init__.py")]
+    folders += [root / "examples" / "programs"]
+    files = [root / "benchmarks" / "suite.py"]
+    for folder in folders:
+        files += [
+            path
+            for path in folder.rglob("*")
+            if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts
+        ]
+    digest = hashlib.sha256()
+    for path in sorted(set(files)):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def device_record(gpus: list[int]) -> dict:
@@ -596,11 +656,25 @@ def main(argv: list[str] | None = None) -> None:
         device=device_record(args.gpu_list),
         placement={g: [p.name for p in ps] for g, ps in placed.items()},
     )
-    (args.out / "suite.json").write_text(json.dumps(record, indent=1))
     rounds: list[int | str] = list(range(args.first_round, args.first_round + args.rounds))
     if args.neighbour_check:
         rounds.insert(0, NEIGHBOURS_IDLE)
+    problem = cannot_add_rounds(args.out, record, rounds)
+    if problem:
+        raise SystemExit(f"suite: {problem}")
+    if not (args.out / "suite.json").is_file():
+        (args.out / "suite.json").write_text(json.dumps(record, indent=1))
+    digest = source_digest()
     for round_ in rounds:
+        (args.out / f"round{round_}").mkdir(parents=True, exist_ok=True)
+        round_record = {
+            "round": round_,
+            "orion_source": digest,
+            "device": record["device"],
+            "started_unix_s": time.time(),
+            "argv": sys.argv[1:] if argv is None else argv,
+        }
+        (args.out / f"round{round_}" / ROUND_RECORD).write_text(json.dumps(round_record, indent=1))
         workers = []
         for gpu, gpu_pairs in placed.items():
             if not gpu_pairs or (round_ == NEIGHBOURS_IDLE and gpu != args.gpu_list[0]):

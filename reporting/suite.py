@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orion_common.errors import OrionError
 from reporting.stats import (
     bootstrap_percentile_ci,
     mean_statistic,
@@ -38,6 +39,9 @@ from reporting.stats import (
 
 SUITE_FORMAT = "orion-suite/1"
 SUMMARY_FORMAT = "orion-suite-summary/1"
+ROUND_RECORD = "round.json"
+"""Each round's own record (``roundN/round.json``): the digest of the orion source it ran, the
+device, when it started and the runner's arguments; rounds added to a run later bring their own."""
 ORION_MODE = "orion"
 ORION_VARIANTS = {
     "orion-mps": ("--sharing", "mps"),
@@ -310,10 +314,51 @@ def _pair_key(key: tuple[str, str]) -> tuple[str, int]:
     return pair, MODES.index(mode) if mode in MODES else len(MODES)
 
 
+def rounds_run(folder: Path) -> list[dict[str, Any]]:
+    """What each round recorded of itself (``ROUND_RECORD``); rounds run before rounds recorded
+    themselves have none."""
+    records = []
+    for path in sorted(folder.glob(f"round*/{ROUND_RECORD}")):
+        record = json.loads(path.read_text())
+        device = record.get("device") or {}
+        records.append(
+            {
+                "round": record.get("round"),
+                "orion_source": record.get("orion_source"),
+                "gpus": sorted(set((device.get("gpus") or {}).values())),
+                "driver": device.get("driver"),
+            }
+        )
+    return records
+
+
+def mixed_rounds(records: list[dict[str, Any]]) -> str:
+    """Why these rounds cannot be summarised as one run ('' when they can): they ran different
+    orion sources, or on GPUs of different kinds. Rounds on different hosts of one kind pool: each
+    shared run is set against its own round's alone runs."""
+    for key, what in (("orion_source", "orion sources"), ("gpus", "GPU kinds")):
+        seen: dict[str, list[str]] = {}
+        for record in records:
+            if record[key]:
+                value = str(record[key])[:12] if key == "orion_source" else ", ".join(record[key])
+                seen.setdefault(value, []).append(str(record["round"]))
+        if len(seen) > 1:
+            parts = "; ".join(f"{value} in round {', '.join(r)}" for value, r in seen.items())
+            return f"the rounds ran different {what} ({parts})"
+    return ""
+
+
 def summarise(folder: Path) -> dict[str, Any]:
     """``summary.json``'s content: per pair and mode its figures, the worst pair under orion and
-    the geometric mean over pairs, and whether each pair is ahead of each competitor."""
+    the geometric mean over pairs, and whether each pair is ahead of each competitor. Refuses a
+    run whose rounds ran different orion sources or GPU kinds."""
     suite = json.loads((folder / "suite.json").read_text())
+    recorded = rounds_run(folder)
+    problem = mixed_rounds(recorded)
+    if problem:
+        raise OrionError(
+            f"{folder}: {problem}", hint="summarise each in a folder of its own (move its rounds)"
+        )
     cells = load_cells(folder)
     figures = pair_figures(cells)
     by_pair: dict[str, dict[str, PairFigures]] = {}
@@ -365,6 +410,7 @@ def summarise(folder: Path) -> dict[str, Any]:
         "device": suite.get("device"),
         "window_s": suite.get("window_s"),
         "rounds": sorted({c.record["round"] for c in cells}, key=str),
+        "rounds_run": recorded,
         "worst_pair": None
         if worst is None
         else {"pair": worst.pair, "hp_p99_ratio": worst.as_dict()["hp_p99_ratio"]},

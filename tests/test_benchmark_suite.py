@@ -244,3 +244,69 @@ def test_orion_report_reads_a_suite_run(committed: Path) -> None:
     checked = runner.invoke(app, ["report", str(committed), "--check"])
     assert checked.exit_code == 1
     assert "failed" in checked.output
+
+
+def _round_record(folder: Path, round_: int, source: str, gpu: str = "NVIDIA H200") -> None:
+    (folder / f"round{round_}").mkdir(exist_ok=True)
+    record = {"round": round_, "orion_source": source, "device": {"gpus": {"0": gpu}}}
+    (folder / f"round{round_}" / "round.json").write_text(json.dumps(record))
+
+
+def test_rounds_of_other_orion_code_or_another_gpu_kind_are_not_pooled(committed: Path) -> None:
+    # Rounds of one run may come from several sessions; each says what code it ran. Pooled, rounds
+    # of two versions of orion would score neither, so the summary refuses them, naming both.
+    from orion_common.errors import OrionError
+
+    _round_record(committed, 0, "a" * 64)
+    summary = summarise(committed)
+    assert summary["rounds_run"] == [
+        {"round": 0, "orion_source": "a" * 64, "gpus": ["NVIDIA H200"], "driver": None}
+    ]
+    _round_record(committed, 1, "b" * 64)
+    with pytest.raises(OrionError) as refused:
+        summarise(committed)
+    assert "different orion sources (aaaaaaaaaaaa in round 0; bbbbbbbbbbbb in round 1)" in str(
+        refused.value
+    )
+    _round_record(committed, 1, "a" * 64, gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(OrionError, match="different GPU kinds"):
+        summarise(committed)
+
+
+def test_rounds_are_added_only_to_a_run_of_the_same_options_and_never_over_one(
+    tmp_path: Path,
+) -> None:
+    record = {"programs": {"a": 1}, "pairs": [1], "window_s": 30.0, "modes": ["orion"],
+              "learn_s": 5.0, "device": {"gpus": {"0": "G"}}}  # fmt: skip
+    out = tmp_path / "run"
+    assert suite.cannot_add_rounds(out, record, [0]) == ""  # nothing there yet
+    out.mkdir()
+    (out / "suite.json").write_text(json.dumps(record))
+    cell = out / "round0" / "gpu0" / "alone-a" / "cell.json"
+    cell.parent.mkdir(parents=True)
+    cell.write_text("{}")
+    assert "already holds round 0" in suite.cannot_add_rounds(out, record, [0, 1])
+    assert suite.cannot_add_rounds(out, {**record, "device": {"gpus": {"0": "H"}}}, [1]) == ""
+    other = suite.cannot_add_rounds(out, {**record, "window_s": 20.0, "modes": ["mps"]}, [1])
+    assert "whose window_s, modes differ" in other
+
+
+def test_the_source_digest_follows_the_code_and_nothing_else(tmp_path: Path) -> None:
+    root = tmp_path / "checkout"
+    (root / "pkg").mkdir(parents=True)
+    (root / "examples" / "programs").mkdir(parents=True)
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "suite.py").write_text("runner")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "a.py").write_text("x = 1\n")
+    (root / "examples" / "programs" / "serve.py").write_text("serve\n")
+    first = suite.source_digest(root)
+    (root / "pkg" / "__pycache__").mkdir()
+    (root / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (root / "pkg" / "notes.txt").write_text("not code")
+    assert suite.source_digest(root) == first
+    (root / "pkg" / "a.py").write_text("x = 2\n")
+    assert suite.source_digest(root) != first
+    (root / "pkg" / "a.py").write_text("x = 1\n")
+    (root / "examples" / "programs" / "serve.py").write_text("serve faster\n")
+    assert suite.source_digest(root) != first
