@@ -345,4 +345,8 @@ def _client_families(gpu: str, clients: list[dict[str, Any]]) -> list[Any]:
             "the end of their work over the same alone, over the last seconds (`orion status`'s "
             "felt_slowdown: the slowdown as the program feels it, waits for the GPU included).",
             c, c.get("felt_slowdown"))  # fmt: skip
+        add(gauge, "orion_client_felt_p99_ratio", "The largest felt/alone ratio more than 1% of "
+            "its sampled launches exceeded, over the last seconds (`orion status`'s felt_p99: "
+            "their 99th percentile, from below; 1 when none exceeded 1.05).",
+            c, c.get("felt_p99"))  # fmt: skip
     return list(made.values())

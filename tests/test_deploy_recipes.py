@@ -80,7 +80,8 @@ def test_the_grafana_dashboard_queries_only_metrics_the_daemon_serves():
               "heartbeat_age_s": 0.01, "client_events": {"join": 1},
               "requests": {"status": {"count": 1, "seconds": 0.001}},
               "clients": [{**client_status(hp, {"memory_limit": 1 << 30}),
-                           "interference": 1.2}]}  # fmt: skip
+                           "interference": 1.2, "felt_slowdown": 1.3,
+                           "felt_p99": 2.0}]}  # fmt: skip
 
     class Snapshot:
         def collect(self):
