@@ -285,22 +285,29 @@ def test_a_cap_changed_while_the_run_is_live_holds_within_a_window(harness, tmp_
 
 
 def test_under_orion_a_be_promise_is_kept_beside_a_busy_hp(harness, tmp_path):
-    # HP runs back-to-back long kernels; reef/orion alone would hold BE the whole time.
+    # HP runs back-to-back long kernels; reef/orion alone would hold BE the whole time. BE
+    # launches until it is stopped, and is running before HP starts, however slowly a loaded
+    # machine starts either process.
     hp_script = "func k 1000 func long 20000 repeat 60 launch long 1 32 0 end sync 0"
+    be_script = "func k 1000 say started repeat 1000000 launch k 8 128 0 end sync 0"
     table = kernel_table(("k", 8, 128, 8, "compute", 1), ("long", 1, 32, 132, "compute", 20))
     with SchedulerRun(quota_settings("orion")) as run:
         hp = run.add_client("hp", "hp", table)
         be = run.add_client("be", "be", table, min_util=0.3)
         run.publish()
         with sampled(run) as ledger:
-            hp_process = harness.start(
-                hp_script, env=run.client_environment(hp), log=tmp_path / "h.log"
-            )
             be_process = harness.start(
-                saturating(1000), env=run.client_environment(be), log=tmp_path / "b.log"
+                be_script, env=run.client_environment(be), log=tmp_path / "b.log"
             )
-            assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
-            assert hp_process.wait(timeout=60) == 0, hp_process.stderr.read()
+            try:
+                assert be_process.stdout.readline().strip() == "started"
+                hp_process = harness.start(
+                    hp_script, env=run.client_environment(hp), log=tmp_path / "h.log"
+                )
+                assert hp_process.wait(timeout=60) == 0, hp_process.stderr.read()
+            finally:
+                be_process.kill()
+                be_process.wait(timeout=10)
     hp_events = read_log(tmp_path / "h.log")
     hp_end = [e.time_ns for e in hp_events if e.kind == "exec_end"][-1]
     start = first_start(tmp_path / "h.log") + 400 * MS
