@@ -356,7 +356,7 @@ def hp_requests_felt(harness, tmp_path, requests, gap_us, be_kernel=None, be_scr
                 be_process.wait(timeout=10)
 
 
-@pytest.mark.parametrize("be_gap_us", [150, 3000])
+@pytest.mark.parametrize("be_gap_us", [150, 2000])
 def test_a_wait_near_be_work_is_not_taken_for_the_hps_own_overhead(harness, tmp_path, be_gap_us):
     # A BE client launches a short kernel every `be_gap_us`: at most HP calls BE has nothing
     # unfinished, yet it launched shortly before the call (a BE context still resident must
