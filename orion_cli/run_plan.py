@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from orion_cli._common import console, fail, handle_errors
+from orion_cli.console import shown, warn
 
 
 @handle_errors
@@ -23,9 +24,16 @@ def run_plan_command(
         typer.Option("--output-dir", "-o", help="Where to create the plan-run directory."),
     ] = Path("runs"),
     duration: Annotated[
-        float,
-        typer.Option("--duration", "-d", help="Measure this many seconds on every GPU."),
-    ] = 60.0,
+        float | None,
+        typer.Option(
+            "--duration",
+            "-d",
+            help="Measure this many seconds on every GPU [default: as long as the pair matrix "
+            "measured each pair, so the run measures what the plan predicted; 60 for plans from "
+            "matrices that did not record it].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a plan: each of its GPUs as an `orion colocate` run, all at once on this host.
 
@@ -33,10 +41,18 @@ def run_plan_command(
     `orion report` on that directory compares what was measured with what the plan predicted.
     """
     from orion_common.plan_run_format import PLAN_RUN_FILE
-    from placement.plan_run import check_plan_run, run_plan
+    from placement.plan_file import load_plan
+    from placement.plan_run import check_plan_run, duration_mismatches, planned_duration, run_plan
 
-    check_plan_run(plan, duration, output_dir)  # before saying it runs
-    console.print(f"running the plan {plan} (one run per GPU, all at once)", highlight=False)
+    if duration is None:
+        duration = planned_duration(load_plan(plan))
+    loaded = check_plan_run(plan, duration, output_dir)  # before saying it runs
+    for mismatch in duration_mismatches(loaded, duration):
+        warn(f"{mismatch}: leave out --duration to run as long as the matrix measured")
+    console.print(
+        f"running the plan {shown(plan)} for {duration:g} s (one run per GPU, all at once)",
+        highlight=False,
+    )
     root = run_plan(plan, duration, output_dir)
     record = json.loads((root / PLAN_RUN_FILE).read_text())
     table = Table(title=f"plan run ({record['status']})", title_justify="left")

@@ -88,6 +88,10 @@ class PairMatrix:
     jobs: dict[str, MatrixJob]
     pairs: tuple[Pair, ...]
     source: str = ""
+    duration_s: float | None = None
+    """Seconds each cell was measured for (``orion pairs``' ``duration_s``): the predictions hold
+    for runs that long (a daemon's first seconds weigh more in a short run). None in matrices
+    from before it was recorded."""
     _index: dict[tuple[str | None, frozenset[str]], Pair] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -115,7 +119,12 @@ def parse_pair_matrix(data: Any, source: str = "pair matrix") -> PairMatrix:
 
 
 def _parse(data: Any, source: str) -> PairMatrix:
-    top = obj(data, "", ("format", "version", "device", "policy", "settings", "jobs", "pairs"))
+    top = obj(
+        data,
+        "",
+        ("format", "version", "device", "policy", "settings", "jobs", "pairs"),
+        ("duration_s",),
+    )
     if top["format"] != FORMAT:
         raise FieldError("format", f"must be {FORMAT!r}, not {top['format']!r}")
     if isinstance(top["version"], bool) or top["version"] != VERSION:
@@ -137,7 +146,16 @@ def _parse(data: Any, source: str) -> PairMatrix:
             raise FieldError(path, f"repeats the co-runners of pairs[{seen[key]}]")
         seen[key] = index
         pairs.append(pair)
-    return PairMatrix(device, policy, dict(top["settings"]), jobs, tuple(pairs), source)
+    duration = top.get("duration_s")
+    return PairMatrix(
+        device,
+        policy,
+        dict(top["settings"]),
+        jobs,
+        tuple(pairs),
+        source,
+        None if duration is None else number(duration, "duration_s"),
+    )
 
 
 def _job(name: str, spec: Any) -> MatrixJob:

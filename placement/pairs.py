@@ -440,6 +440,7 @@ def build_pair_matrix(
         "device": device,
         "policy": spec.policy,
         "settings": dict(spec.settings),
+        "duration_s": spec.duration_s,
         "jobs": jobs,
         "pairs": pairs,
     }

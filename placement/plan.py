@@ -404,7 +404,16 @@ def _plan(
                     predicted_ratio=option.be_ratio[be.name],
                 )
             )
-        gpus.append(PlanGpu(index, kind, matrix.policy, dict(matrix.settings), tuple(clients)))
+        gpus.append(
+            PlanGpu(
+                index,
+                kind,
+                matrix.policy,
+                dict(matrix.settings),
+                tuple(clients),
+                matrix.duration_s,
+            )
+        )
     unplaced = tuple(job.name for job in fleet.be if job.name not in ratios)
     notes = [f"BE job {name!r} is left unplaced: no GPU has room for it" for name in unplaced]
     if unplaced and objective == "max-min-be":

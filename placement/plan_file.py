@@ -60,6 +60,9 @@ class PlanGpu:
     policy: str
     settings: dict[str, Any]
     clients: tuple[PlanClient, ...]
+    matrix_duration_s: float | None = None
+    """Seconds each pair of the matrix was measured for: a run of the plan that long measures
+    what was predicted. None when the matrix did not record it (older matrices and plans)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,11 @@ class Plan:
                     "kind": gpu.kind,
                     "policy": gpu.policy,
                     "settings": dict(gpu.settings),
+                    **(
+                        {}
+                        if gpu.matrix_duration_s is None
+                        else {"matrix_duration_s": gpu.matrix_duration_s}
+                    ),
                     "clients": [_client_dict(client) for client in gpu.clients],
                 }
                 for gpu in self.gpus
@@ -167,7 +175,12 @@ def _parse(data: Any) -> Plan:
     gpus = []
     for position, item in enumerate(array(top["gpus"], "gpus")):
         path = join("gpus", position)
-        spec = obj(item, path, ("index", "kind", "policy", "settings", "clients"))
+        spec = obj(
+            item,
+            path,
+            ("index", "kind", "policy", "settings", "clients"),
+            ("matrix_duration_s",),
+        )
         if not isinstance(spec["settings"], dict):
             raise FieldError(join(path, "settings"), "must be an object")
         index = integer(spec["index"], join(path, "index"))
@@ -191,6 +204,7 @@ def _parse(data: Any) -> Plan:
                 string(spec["policy"], join(path, "policy"), POLICY_NAMES),
                 dict(spec["settings"]),
                 clients,
+                _optional_seconds(spec.get("matrix_duration_s"), join(path, "matrix_duration_s")),
             )
         )
     unplaced = []
@@ -214,6 +228,10 @@ def _parse(data: Any) -> Plan:
         for i, note in enumerate(array(top.get("notes", []), "notes"))
     )
     return Plan(objective, tuple(gpus), tuple(unplaced), totals, notes, dict(matrices))
+
+
+def _optional_seconds(value: Any, path: str) -> float | None:
+    return None if value is None else number(value, path)
 
 
 def _client(data: Any, path: str, names: dict[str, str]) -> PlanClient:

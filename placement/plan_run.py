@@ -39,6 +39,30 @@ from orion_common.runclock import utc_now
 from orion_daemon.signals import sigterm_as_interrupt
 from placement.jobs_files import jobs_client, run_sharing, run_thresholds, shared_policy
 from placement.plan_file import Plan, load_plan
+from reporting.plan_check import length_mismatch
+
+DEFAULT_RUN_S = 60.0
+"""How long a plan is measured when neither the caller nor its matrices say (matrices from before
+they recorded their cells' length): `orion pairs`' own default cell length."""
+
+
+def planned_duration(plan: Plan) -> float:
+    """How long to measure ``plan`` unless told: as long as its matrix's cells were measured (the
+    longest where GPUs come from matrices of different lengths), so that the run measures what
+    the plan predicted; :data:`DEFAULT_RUN_S` when no matrix recorded it."""
+    known = [gpu.matrix_duration_s for gpu in plan.gpus if gpu.matrix_duration_s is not None]
+    return max(known) if known else DEFAULT_RUN_S
+
+
+def duration_mismatches(plan: Plan, duration_s: float) -> list[str]:
+    """One sentence per plan GPU whose matrix measured cells of another length than
+    ``duration_s`` (said before a run; the report says it again after)."""
+    found = []
+    for gpu in plan.gpus:
+        mismatch = length_mismatch(duration_s, gpu.matrix_duration_s)
+        if gpu.clients and mismatch is not None:
+            found.append(f"GPU {gpu.index}: {mismatch}")
+    return found
 
 
 def plan_jobs(plan: Plan, duration_s: float, output_dir: Path) -> dict[int, dict[str, Any]]:

@@ -61,6 +61,26 @@ PREDICTION_TOLERANCE = 0.10
 predictions", either way (a prediction 20 % too pessimistic is as wrong a basis for placing jobs
 as one 20 % too optimistic)."""
 
+LENGTH_TOLERANCE = 0.10
+"""How far a run's measured length may be from its pair matrix's cells' before the two are said
+to measure different things: a daemon learns the HP and settles its latency loop in the first
+seconds of a shared run, which weigh more in a short run (measured on two H200s: 10-s cells
+predicted 7-17% more BE throughput than 30-s runs kept)."""
+
+
+def length_mismatch(measured_s: float, matrix_s: float | None) -> str | None:
+    """Why a run measured for ``measured_s`` seconds may not measure what a matrix of
+    ``matrix_s``-second cells predicted, or None when the lengths agree (or the matrix does not
+    say). One rule for `orion run-plan`'s warning before a run and the report's after it."""
+    if matrix_s is None or abs(measured_s - matrix_s) <= LENGTH_TOLERANCE * matrix_s:
+        return None
+    return (
+        f"a run of {measured_s:.0f} s, where the plan's predictions come from pairs measured for "
+        f"{matrix_s:g} s each (a daemon's first seconds weigh differently in runs of other "
+        "lengths)"
+    )
+
+
 # Per planned client, what could be made of it.
 STATE_OK = "ok"
 """Measured in a complete run: judged."""
@@ -139,6 +159,8 @@ class PlannedGpu(Protocol):
     def policy(self) -> str: ...
     @property
     def clients(self) -> Sequence[PlannedClient]: ...
+    @property
+    def matrix_duration_s(self) -> float | None: ...
 
 
 class PlanLike(Protocol):
@@ -225,6 +247,7 @@ def check_plan(plan: PlanLike, plan_run: PlanRun) -> PlanCheck:
     runs: list[RunData] = []
     rows: list[dict[str, Any]] = []
     gpu_rows: list[dict[str, Any]] = []
+    length_warnings: list[str] = []
     for gpu in plan.gpus:
         if not gpu.clients:
             continue
@@ -232,6 +255,10 @@ def check_plan(plan: PlanLike, plan_run: PlanRun) -> PlanCheck:
         run, state, note = _load_gpu_run(gpu.index, entry, plan_run.status)
         if run is not None:
             runs.append(run)
+            length = _measured_length(run)
+            mismatch = None if length is None else length_mismatch(length, gpu.matrix_duration_s)
+            if mismatch is not None:
+                length_warnings.append(f"gpu{gpu.index}: {mismatch}")
         gpu_rows.append(
             {
                 "gpu": gpu.index,
@@ -261,6 +288,7 @@ def check_plan(plan: PlanLike, plan_run: PlanRun) -> PlanCheck:
                 else "some GPU runs did not finish normally"
             )
         )
+    warnings += length_warnings
     planned = set(gpus["gpu"])
     for entry in plan_run.gpus:
         if entry.index not in planned:
@@ -483,6 +511,13 @@ def _load_gpu_run(
         # The run itself went through and recorded everything: its figures stand.
         return run, STATE_OK, f"`orion colocate` exited with code {entry.exit_code} after the run"
     return run, STATE_OK, None
+
+
+def _measured_length(run: RunData) -> float | None:
+    """Seconds of the run's measured window, None when its record lacks one."""
+    if run.measure_start_s is None or run.measure_end_s is None:
+        return None
+    return run.measure_end_s - run.measure_start_s
 
 
 def _measured(run: RunData) -> dict[str, dict[str, Any]]:

@@ -94,6 +94,8 @@ CASES = [
         "pairs[0].be_ratios_ci.train-a: lo 0.7 is above hi 0.6",
     ),
     (_set(["pairs", 1, "be"], ["train-a"]), "pairs[1]: repeats the co-runners of pairs[0]"),
+    (_set(["duration_s"], 0), "duration_s: must be positive, not 0"),
+    (_set(["duration_s"], "30 s"), "duration_s: must be a number"),
 ]
 
 

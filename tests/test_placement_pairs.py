@@ -99,6 +99,8 @@ def test_pair_matrix_from_synthetic_runs(tmp_path: Path) -> None:
     assert matrix.device == "nvidia-h200" and matrix.policy == "orion"
     # orion's default sharing mode is written into the matrix, so a plan runs the jobs as measured.
     assert matrix.settings == {"queue_limit_us": 200, "sharing": "timeslice"}
+    # and how long each cell was measured, so a plan from it runs that long by default
+    assert matrix.duration_s == spec.duration_s == 60.0
     # pooled alone p99 of 1..100 and 2..200 ms; BE 32 samples per 0.5 s
     assert matrix.jobs["search"].alone_p99_ms == pytest.approx(
         float(np.percentile([*range(1, 101), *range(2, 201, 2)], 99))

@@ -68,6 +68,10 @@ def _edited(change: Any) -> dict[str, Any]:
         ),
         (lambda d: d["unplaced"].append("a"), "unplaced[0]: 'a' is also placed"),
         (lambda d: d["totals"].pop("gpus_used"), "totals.gpus_used: is required"),
+        (
+            lambda d: d["gpus"][0].update(matrix_duration_s=-30),
+            "gpus[0].matrix_duration_s: must be positive, not -30",
+        ),
     ],
 )
 def test_hand_edited_plan_is_refused(change: Any, expected: str) -> None:

@@ -18,7 +18,7 @@ from orion_common.plan_run_format import PLAN_RUN_FILE
 from placement import plan_run
 from placement.fleet import load_fleet
 from placement.plan import load_matrices, solve
-from placement.plan_file import Plan, write_plan
+from placement.plan_file import Plan, load_plan, write_plan
 from placement.plan_run import plan_jobs, run_plan
 
 DATA = Path(__file__).parent / "data" / "placement"
@@ -149,3 +149,54 @@ def test_a_plan_runs_in_the_sharing_mode_its_matrix_was_measured_in(plan, tmp_pa
     )
     runs = [c["run"] for c in plan_jobs(retimed, 30.0, tmp_path).values()]
     assert {run.get("sharing") for run in runs if run["policy"] == "orion"} == {"timeslice"}
+
+
+def _plan_from_cells_of(tmp_path: Path, cell_s: float) -> Path:
+    """The fixture fleet planned from the fixture matrix, its cells said to be ``cell_s`` long."""
+    matrix = json.loads((DATA / "pairs" / "nvidia-h100-80gb-hbm3.json").read_text())
+    matrix["duration_s"] = cell_s
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    (pairs / "nvidia-h100-80gb-hbm3.json").write_text(json.dumps(matrix))
+    fleet = load_fleet(DATA / "fleet.json")
+    solved = solve(fleet, load_matrices(fleet.gpu_kinds(), pairs), "max-total-be")
+    assert {gpu.matrix_duration_s for gpu in solved.gpus} == {cell_s}
+    path = write_plan(solved, tmp_path / "plan.json")
+    assert load_plan(path) == solved
+    return path
+
+
+def _run_plan_durations(monkeypatch) -> list[float]:
+    """`orion run-plan` up to the run itself: the durations it would run for."""
+    asked: list[float] = []
+
+    def stop(plan_path: Path, duration_s: float, output_dir: Path) -> Path:
+        asked.append(duration_s)
+        raise OrionError("stopped before any GPU")
+
+    monkeypatch.setattr(plan_run, "run_plan", stop)
+    return asked
+
+
+def test_a_plan_runs_as_long_as_its_matrix_measured_each_pair(tmp_path: Path, monkeypatch) -> None:
+    # 10-s cells measure a daemon's first seconds: a plan from them run for 60 s misses its
+    # predictions, so the run's length defaults to the cells' and any other length is warned of.
+    path = _plan_from_cells_of(tmp_path, 30.0)
+    asked = _run_plan_durations(monkeypatch)
+    result = CliRunner().invoke(app, ["run-plan", str(path), "-o", str(tmp_path / "runs")])
+    assert asked == [30.0]
+    assert "for 30 s" in result.output and "warning" not in result.output
+    result = CliRunner().invoke(app, ["run-plan", str(path), "-d", "60", "-o", str(tmp_path)])
+    assert asked == [30.0, 60.0]
+    warning = " ".join(result.output.split())
+    assert "warning: GPU 0: a run of 60 s, where the plan's predictions come from pairs " in warning
+    assert "measured for 30 s each" in warning and "leave out --duration" in warning
+
+
+def test_a_plan_from_a_matrix_that_did_not_record_its_cells_runs_60_s(plan, monkeypatch) -> None:
+    solved, path = plan
+    assert {gpu.matrix_duration_s for gpu in solved.gpus} == {None}
+    assert plan_run.planned_duration(solved) == plan_run.DEFAULT_RUN_S == 60.0
+    asked = _run_plan_durations(monkeypatch)
+    result = CliRunner().invoke(app, ["run-plan", str(path)])
+    assert asked == [60.0] and "warning" not in result.output

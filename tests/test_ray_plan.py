@@ -223,3 +223,30 @@ def test_a_node_lost_mid_run_leaves_complete_records_for_the_others(cluster, tmp
     check = check_plan(load_plan(root / "plan.json"), read_plan_run(root))
     states = dict(zip(check.gpus["gpu"], check.gpus["state"], strict=True))
     assert states[1] == "failed" and states[0] != "failed"
+
+
+def test_a_plan_on_ray_runs_as_long_as_its_matrix_measured_each_pair(tmp_path, monkeypatch):
+    # The default of `orion run-plan`: a run as long as the matrix's cells, before Ray is reached.
+    import orion.ray.plan as ray_plan
+
+    asked: list[float] = []
+
+    def stop(plan_path, duration_s, *rest):
+        asked.append(duration_s)
+        raise RuntimeError("stopped before Ray")
+
+    monkeypatch.setattr(ray_plan, "check_run_plan", stop)
+    plan = load_plan(plan_file(tmp_path / "plan.json", [("h100", (hp("svc"),))]))
+    timed = Plan(
+        plan.objective,
+        tuple(PlanGpu(g.index, g.kind, g.policy, g.settings, g.clients, 30.0) for g in plan.gpus),
+        plan.unplaced,
+        plan.totals,
+    )
+    for path, expected in (
+        (tmp_path / "plan.json", 60.0),
+        (write_plan(timed, tmp_path / "t.json"), 30.0),
+    ):
+        with pytest.raises(RuntimeError, match="stopped before Ray"):
+            ray_plan.run_plan(path, output_dir=tmp_path / "runs")
+        assert asked.pop() == expected

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -447,3 +448,35 @@ def test_a_plan_run_as_orion_run_plan_writes_it(tmp_path: Path) -> None:
         else:
             assert row["measured_throughput_per_s"] == pytest.approx(20 * 32 / 10.0)
         assert row["ratio"] is not None
+
+
+def _one_gpu_plan_run(root: Path, matrix_duration_s: float | None) -> Path:
+    """One GPU measured for 10 s (rundir_factory's window), its matrix's cells as given."""
+    plan = _plan([(_hp("search", 95.0, slo=100.0), _be("a", 64.0))])
+    plan = Plan(
+        plan.objective,
+        (replace(plan.gpus[0], matrix_duration_s=matrix_duration_s),),
+        plan.unplaced,
+        plan.totals,
+    )
+    run_dir = _gpu_run(root, 0, ("search", 1.0), ("a", 19))
+    return _write_plan_run(root, plan, [{"run_dir": run_dir, "exit_code": 0}])
+
+
+def test_a_run_shorter_than_the_matrix_cells_is_said_to_measure_something_else(
+    tmp_path: Path,
+) -> None:
+    check = _check(_one_gpu_plan_run(tmp_path / "short", 30.0))
+    (warning,) = [w for w in check.warnings if "pairs measured for" in w]
+    assert warning.startswith("gpu0: a run of 10 s, where")
+    assert "pairs measured for 30 s each" in warning
+    # the figures are still judged: the warning says why they may miss, it does not hide them
+    assert _row(check, "search")["within_tolerance"] is True
+
+
+def test_a_run_as_long_as_the_matrix_cells_or_of_an_older_plan_has_no_length_warning(
+    tmp_path: Path,
+) -> None:
+    for name, cells in (("same", 10.0), ("nearly", 10.9), ("older", None)):
+        check = _check(_one_gpu_plan_run(tmp_path / name, cells))
+        assert not [w for w in check.warnings if "pairs measured for" in w], name

@@ -54,8 +54,8 @@ from orion_common import run_format
 from orion_common.csv_table import table_rows
 from orion_common.errors import OrionError
 from orion_daemon.mps import with_sm_share
-from placement.plan_file import Plan, PlanGpu
-from placement.plan_run import PlanRunRecord, plan_jobs
+from placement.plan_file import Plan, PlanGpu, load_plan
+from placement.plan_run import PlanRunRecord, plan_jobs, planned_duration
 
 START_DELAY_S = 1.0
 """Between the last job becoming ready and the window's start: the start reaches every job's
@@ -526,7 +526,7 @@ def run_plan(
     plan: str | Path,
     *,
     address: str | None = None,
-    duration_s: float = 60.0,
+    duration_s: float | None = None,
     output_dir: str | Path = "runs",
     ready_timeout_s: float = 600.0,
     job_host: type = JobHost,
@@ -535,13 +535,16 @@ def run_plan(
     """Carries out the plan at ``plan`` on the Ray cluster at ``address`` (None: the one this
     process is connected to, or ``ray.init()``'s); returns the plan-run directory.
 
-    Every GPU of the plan runs at once for ``duration_s`` seconds of measurement. Daemons that
+    Every GPU of the plan runs at once for ``duration_s`` seconds of measurement (None: as long
+    as the plan's pair matrix measured each pair, `orion run-plan`'s default). Daemons that
     are missing are started with ``daemon_options`` (:func:`orion.ray.start_daemons`'). The
     record's status is ``complete`` when every GPU's run completed, else ``failed``.
     ``job_host`` is the actor class that runs a job (tests give one with a tiny workload).
     """
     plan_path = Path(plan)
     output = Path(output_dir)
+    if duration_s is None:
+        duration_s = planned_duration(load_plan(plan_path))
     loaded = check_run_plan(plan_path, duration_s, output, ready_timeout_s, daemon_options)
     ray = connect(address)
     placements = place(loaded, start_daemons(**daemon_options))
