@@ -14,9 +14,13 @@ The rule (:func:`next_control`, a pure function of the state and one reading):
 - **Tighten at once** when a reading is above the allowed slowdown: the queue bound halves, down
   to ``floor_ns``; a reading above it at the floor sets ``hold_long_be`` (the gate keeper then
   holds BE work longer than the bound, a whole graph or a long kernel, while the HP is active).
-- **Loosen slowly**: only after ``LOOSEN_AFTER`` readings in a row with room (the slowdown under
-  half of what is allowed), first ``hold_long_be`` off, then the bound up by a quarter at a
-  time, up to ``ceiling_ns``.
+- **Loosen by small steps, once the room is confirmed**: only after ``LOOSEN_AFTER`` readings in
+  a row with room (the slowdown under half of what is allowed), then one step per reading for as
+  long as the room lasts: first ``hold_long_be`` off, then the bound up by a quarter at a time,
+  up to ``ceiling_ns``. A step more than the HP tolerates costs one reading (the next one
+  tightens); a step every ``LOOSEN_AFTER`` readings instead kept BE at the floor for the whole
+  of a 30-s suite window once a spike had tightened it (from a 1-us floor to a 75-us ceiling is
+  19 steps: 2 minutes that way, 44 s this way).
 - Between the two (the hysteresis band) nothing changes; no reading (no HP samples in the
   period) changes nothing.
 
@@ -35,8 +39,8 @@ from scheduler_core.thresholds import DEFAULT_SLOWDOWN
 TIGHTEN_FACTOR = 0.5
 LOOSEN_FACTOR = 1.25
 LOOSEN_AFTER = 3
-"""Readings in a row with room before a step looser: BE gets back slowly what the HP lost
-quickly."""
+"""Readings in a row with room before the first step looser (then a step per reading while the
+room lasts): one good reading after a spike is not yet room."""
 ROOM_SHARE = 0.5
 """A reading has room when the HP's slowdown uses less than this share of what is allowed."""
 CONTROL_PERIOD_S = 2.0
@@ -87,12 +91,12 @@ def next_control(state: ControlState, slowdown: float | None, allowed: float) ->
         if room < LOOSEN_AFTER:
             return replace(state, room_readings=room)
         if state.hold_long_be:
-            return replace(state, hold_long_be=False, room_readings=0)
+            return replace(state, hold_long_be=False, room_readings=room)
         looser = min(
             state.ceiling_ns,
             max(state.queue_limit_ns + 1, int(state.queue_limit_ns * LOOSEN_FACTOR)),
         )
-        return replace(state, queue_limit_ns=looser, room_readings=0)
+        return replace(state, queue_limit_ns=looser, room_readings=room)
     return replace(state, room_readings=0)
 
 

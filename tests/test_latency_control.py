@@ -2,9 +2,10 @@
 
 What users rely on: a latency target protects the HP, never loosens BE admission past what orion
 uses without one; the daemon tightens at once when the HP runs slower than allowed (the BE queue
-bound down to its floor, then long BE work held), loosens slowly when there is room (never past
-the bound the HP's step gives), and says when the target is out of reach; a target below the
-HP's latency alone is refused at join with both numbers. Readings are scripted: no GPU, no clock.
+bound down to its floor, then long BE work held), loosens by small steps once the room is
+confirmed (never past the bound the HP's step gives), and says when the target is out of reach;
+a target below the HP's latency alone is refused at join with both numbers. Readings are
+scripted: no GPU, no clock.
 """
 
 from __future__ import annotations
@@ -63,20 +64,32 @@ def test_a_slow_hp_tightens_the_bound_at_once_down_to_the_floor_then_holds_long_
     assert "1.300x of alone (allowed 1.050x)" in shown["state"]
 
 
-def test_room_loosens_slowly_long_work_first_and_never_past_the_ceiling():
+def test_room_loosens_by_quarters_once_confirmed_long_work_first_never_past_the_ceiling():
     tight = ControlState(
         queue_limit_ns=MIN_QUEUE_LIMIT_NS, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=2 * US,
         hold_long_be=True,
     )  # fmt: skip
-    states = run_loop(tight, [1.0] * (8 * LOOSEN_AFTER))
+    states = run_loop(tight, [1.0] * (4 * LOOSEN_AFTER))
     # Nothing moves before LOOSEN_AFTER readings in a row with room; then long work first.
     assert [s.hold_long_be for s in states[: LOOSEN_AFTER - 1]] == [True] * (LOOSEN_AFTER - 1)
     assert not states[LOOSEN_AFTER - 1].hold_long_be
     assert states[LOOSEN_AFTER - 1].queue_limit_ns == MIN_QUEUE_LIMIT_NS
+    # then a quarter more at each reading while the room lasts, up to the ceiling and no further
+    limits = [s.queue_limit_ns for s in states[LOOSEN_AFTER:]]
+    assert limits[:4] == [1250, 1562, 1952, 2000]
+    assert set(limits[3:]) == {2 * US}
+
+
+def test_a_step_too_far_costs_one_reading_and_the_room_is_confirmed_again():
+    start = ControlState(queue_limit_ns=8 * US, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=64 * US)
+    readings = [1.0] * (LOOSEN_AFTER + 1) + [1.2] + [1.0] * LOOSEN_AFTER
+    states = run_loop(start, readings)
     limits = [s.queue_limit_ns for s in states]
-    assert limits == sorted(limits)  # only ever up
-    assert max(limits) == 2 * US  # the ceiling, never more
-    assert states[2 * LOOSEN_AFTER - 1].queue_limit_ns == 1250  # a quarter at a time
+    assert limits[LOOSEN_AFTER - 1 : LOOSEN_AFTER + 1] == [10 * US, 12500]
+    assert limits[LOOSEN_AFTER + 1] == 6250  # halved at once by the one reading over
+    # after it, LOOSEN_AFTER readings with room again before the next step
+    assert limits[LOOSEN_AFTER + 2 : -1] == [6250] * (LOOSEN_AFTER - 1)
+    assert limits[-1] == 7812
 
 
 def test_readings_in_the_band_or_missing_change_nothing_and_reset_the_count():
