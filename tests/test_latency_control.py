@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,45 @@ def test_readings_in_the_band_or_missing_change_nothing_and_reset_the_count():
     assert next_control(states[-1], 1.0, 1.05).queue_limit_ns == 10 * US
 
 
+def test_out_of_reach_the_loop_keeps_the_hp_within_the_allowed_share_of_its_floor():
+    # Time-sliced, every HP request that finds BE resident pays a context switch, however tightly
+    # BE is held: the tightest setting still reads 1.2. Holding BE there buys the HP nothing, so
+    # the loop gives BE what keeps the HP within 5% of that floor, and tightens past it.
+    tightest = ControlState(
+        queue_limit_ns=MIN_QUEUE_LIMIT_NS, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=64 * US,
+        hold_long_be=True,
+    )  # fmt: skip
+    states = run_loop(tightest, [1.2] * (LOOSEN_AFTER + 3))
+    assert states[0].floor_reading == pytest.approx(1.2)
+    assert not states[LOOSEN_AFTER - 1].hold_long_be  # 1.2 has room over a floor of 1.2
+    assert [s.queue_limit_ns for s in states[LOOSEN_AFTER:]] == [1250, 1562, 1952]
+    shown = latency_control.status(states[-1], 1.05)
+    assert shown["state"] == (
+        "out of reach: with BE held as far as orion can, the HP is still 1.200x of alone "
+        "(allowed 1.050x); BE gets what keeps it within 5.0% of that"
+    )
+    assert shown["floor_slowdown"] == pytest.approx(1.2)
+    # 1.25 is in the band over a floor of 1.2 (1.23 to 1.26): nothing moves; 1.27 tightens
+    band = next_control(states[-1], 1.25, 1.05)
+    assert (band.queue_limit_ns, band.room_readings) == (1952, 0)
+    assert (
+        next_control(band, 1.27, 1.05).queue_limit_ns == MIN_QUEUE_LIMIT_NS
+    )  # 1952 halved, floored
+
+
+def test_the_floor_follows_readings_down_and_is_unknown_until_the_tightest_setting():
+    loose = ControlState(queue_limit_ns=8 * US, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=32 * US)
+    assert all(s.floor_reading is None for s in run_loop(loose, [1.0, 1.04, 1.3]))
+    held = replace(loose, floor_reading=1.3)
+    lower = run_loop(held, [1.1, 1.1])
+    assert lower[0].floor_reading == pytest.approx(1.3 - 0.25 * 0.2)  # pulled down, not reset
+    assert lower[1].floor_reading < lower[0].floor_reading
+    assert next_control(held, 1.5, 1.05).floor_reading == 1.3  # away from the tightest: kept
+    assert latency_control.status(replace(held, floor_reading=1.04), 1.05)["state"] == (
+        "no reading yet"
+    )  # a floor within the target: the target is reachable
+
+
 def test_a_target_asks_for_more_protection_never_for_less():
     assert allowed_slowdown(None, 1.3) == pytest.approx(1.05)
     assert allowed_slowdown(2.6, 1.2) == pytest.approx(1.05)  # a loose target: orion's own goal
@@ -163,8 +203,11 @@ def test_the_daemon_applies_the_loop_to_the_shared_state(daemon):
     assert not header.hold_long_be
     feed(daemon, slot, 1.4)
     assert header.hold_long_be  # the gate keeper now holds long BE work
+    assert daemon.status()["latency_control"]["state"] == "tightening"
+    feed(daemon, slot, 1.4)  # the first reading at the tightest setting: out of reach, and said
     shown = daemon.status()["latency_control"]
     assert shown["state"].startswith("out of reach") and shown["hold_long_be"]
+    assert shown["floor_slowdown"] == pytest.approx(1.4)
     for _ in range(LOOSEN_AFTER):
         feed(daemon, slot, 1.0)
     assert not header.hold_long_be
