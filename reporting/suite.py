@@ -186,6 +186,8 @@ class PairFigures:
     hp_interference: list[float] = field(default_factory=list)
     hp_felt_slowdown: list[float] = field(default_factory=list)
     hp_felt_p99: list[float] = field(default_factory=list)
+    loop: list[dict[str, Any]] = field(default_factory=list)
+    """The daemon's latency loop as each status sample showed it (``latency_control``)."""
     hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
     @property
@@ -216,6 +218,7 @@ class PairFigures:
             "hp_felt_slowdown_shown": _mean(self.hp_felt_slowdown),
             "hp_felt_p99_shown": _mean(self.hp_felt_p99),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
+            **loop_figures(self.loop),
             "failures": self.failures,
         }
 
@@ -245,6 +248,32 @@ def _status_figure(cell: Cell, hp_name: str, field_name: str) -> list[float]:
             if client.get("name") == hp_name and client.get(field_name) is not None:
                 values.append(float(client[field_name]))
     return values
+
+
+def _loop_samples(cell: Cell) -> list[dict[str, Any]]:
+    """The latency loop's state in each of the cell's status samples that showed one."""
+    path = cell.folder / "status_samples.json"
+    if not path.is_file():
+        return []
+    return [
+        sample["latency_control"]
+        for sample in json.loads(path.read_text())
+        if isinstance(sample.get("latency_control"), dict)
+    ]
+
+
+def loop_figures(loop: list[dict[str, Any]]) -> dict[str, float | None]:
+    """What the latency loop did over a pair's cells, from its status samples: the BE queue bound
+    it chose (median), the floor slowdown it found (mean; null before it had one, and for runs
+    from before it was shown), and the share of samples that said the target was out of reach."""
+    bounds = [float(s["queue_limit_us"]) for s in loop if s.get("queue_limit_us") is not None]
+    floors = [float(s["floor_slowdown"]) for s in loop if s.get("floor_slowdown") is not None]
+    out = [str(s.get("state", "")).startswith("out of reach") for s in loop]
+    return {
+        "loop_queue_limit_us_shown": round(float(np.median(bounds)), 3) if bounds else None,
+        "loop_floor_slowdown_shown": _mean(floors),
+        "loop_out_of_reach_share": round(float(np.mean(out)), 4) if out else None,
+    }
 
 
 def pair_figures(cells: list[Cell]) -> list[PairFigures]:
@@ -298,6 +327,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_interference += _status_figure(cell, "hp", "interference")
             result.hp_felt_slowdown += _status_figure(cell, "hp", "felt_slowdown")
             result.hp_felt_p99 += _status_figure(cell, "hp", "felt_p99")
+            result.loop += _loop_samples(cell)
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
             result.hp_service_mean_ratio = ratio_over_rounds_ci(service_pairs, mean_statistic)

@@ -19,7 +19,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import suite  # noqa: E402
 
-from reporting.suite import Cell, be_work_rows, hp_latencies, hp_service_ms, summarise  # noqa: E402
+from reporting.suite import (  # noqa: E402
+    Cell,
+    be_work_rows,
+    hp_latencies,
+    hp_service_ms,
+    loop_figures,
+    summarise,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 COMMITTED = ROOT / "benchmarks" / "results" / "nvidia-h200" / "suite"
@@ -310,3 +317,23 @@ def test_the_source_digest_follows_the_code_and_nothing_else(tmp_path: Path) -> 
     (root / "pkg" / "a.py").write_text("x = 1\n")
     (root / "examples" / "programs" / "serve.py").write_text("serve faster\n")
     assert suite.source_digest(root) != first
+
+
+def test_what_the_latency_loop_did_is_summarised_beside_the_p99() -> None:
+    # A cell of the every-mode round (real status samples, taken every 5 s): the loop went from
+    # its ceiling to its 1-us floor and held long BE work, which the summary says.
+    cell = ROOT / "benchmarks/results/nvidia-h200/suite-every-mode/round0/gpu0"
+    samples = json.loads((cell / "orion-resnet-graph+jax-train/status_samples.json").read_text())
+    loop = [sample["latency_control"] for sample in samples]
+    assert [s["queue_limit_us"] for s in loop][:3] == [15.237, 1.904, 1.0]
+    shown = loop_figures(loop)
+    assert shown["loop_queue_limit_us_shown"] == 1.0
+    assert shown["loop_floor_slowdown_shown"] is None  # shown by orion only since the floor
+    assert 0.0 < shown["loop_out_of_reach_share"] < 1.0
+    floored = [dict(s, floor_slowdown=1.2) for s in loop]
+    assert loop_figures(floored)["loop_floor_slowdown_shown"] == 1.2
+    assert loop_figures([]) == {
+        "loop_queue_limit_us_shown": None,
+        "loop_floor_slowdown_shown": None,
+        "loop_out_of_reach_share": None,
+    }
