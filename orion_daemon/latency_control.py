@@ -23,17 +23,18 @@ The rule (:func:`next_control`, a pure function of the state and one reading):
   19 steps: 2 minutes that way, 44 s this way).
 - Between the two (the hysteresis band) nothing changes; no reading (no HP samples in the
   period) changes nothing.
-- **Against what orion can reach**: the readings taken at the tightest setting are averaged as
-  the HP's floor slowdown (``floor_reading``), what holding BE as far as orion can still leaves
-  (time-sliced, one context switch per request that finds BE resident: 10-16% of a ResNet-50
-  graph request's service, on every pair of the suite). Where it is above the allowed slowdown,
-  the target is out of reach and holding BE there buys the HP nothing more, so the loop then
-  keeps the HP within the allowed share of that floor (over: above ``floor x allowed``; room:
-  under ``floor x (1 + ROOM_SHARE x (allowed - 1))``) and gives BE what is left. Any reading
-  below the floor pulls it down (a floor read in a bad moment never stays), and `orion status`
-  says the target is out of reach and why. Before this, a loop asking a mean of 1.05 of an HP
-  whose every request pays 10% sat at its floor on 10 of 12 suite pairs (BE 0.2-0.7 of alone),
-  pairs whose p99 had room included.
+- **Against what orion can reach**: the mean readings taken at the tightest setting are
+  averaged as the HP's floor slowdown (``floor_reading``), what holding BE as far as orion can
+  still leaves (time-sliced, one context switch per request that finds BE resident: 10-16% of a
+  ResNet-50 graph request's service, on every pair of the suite). Where it is above the allowed
+  slowdown, the target is out of reach and holding BE there buys the HP nothing more, so the
+  loop then keeps the HP's mean within the allowed share of that floor (over: above ``floor x
+  allowed``; room: under ``floor x (1 + ROOM_SHARE x (allowed - 1))``) and gives BE what is left.
+  Any mean below the floor pulls it down (a floor read in a bad moment never stays), and `orion
+  status` says the target is out of reach and why. A tail (more than 1% of the felt launches at
+  2x or more, :class:`Reading`) is harm whatever the floor: it tightens, and never has room.
+  Before this, a loop asking a mean of 1.05 of an HP whose every request pays 10% sat at its
+  floor on 10 of 12 suite pairs (BE 0.2-0.7 of alone), pairs whose p99 had room included.
 
 Both ends are bounded: the floor is the smallest bound that still admits a BE kernel at a time
 (:data:`scheduler_core.thresholds.MIN_QUEUE_LIMIT_NS`), the ceiling the bound the HP's step
@@ -61,6 +62,23 @@ CONTROL_PERIOD_S = 2.0
 serving tens of requests a second to give a few dozen timed launches per reading."""
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One period's reading of the HP: ``mean``, its launches' slowdown on average (as felt where
+    the library times them so, else as GPU time), and ``tail``, a ratio of 2x or more that more
+    than 1% of its felt launches exceeded (None when none did). Kept apart because they call for
+    different answers: the mean carries what every request pays however tightly BE is held (the
+    floor slowdown is a mean), a tail that large is the harm holding BE is for."""
+
+    mean: float
+    tail: float | None = None
+
+    @property
+    def value(self) -> float:
+        """The reading as one figure (what `orion status` shows): the larger of the two."""
+        return max(self.mean, self.tail or 0.0)
+
+
 def allowed_slowdown(target_ms: float | None, alone_ms: float | None) -> float:
     """How much slower than alone the HP may run: its latency target over its latency alone, but
     never more than orion's own goal (1 + DEFAULT_SLOWDOWN): a target asks for more protection,
@@ -83,7 +101,9 @@ class ControlState:
     room_readings: int = 0
     last_slowdown: float | None = None
     floor_reading: float | None = None
-    """The HP's slowdown with BE held as far as orion can (None until the loop got there)."""
+    """The HP's mean slowdown with BE held as far as orion can (None until the loop got there)."""
+    last_over: bool = False
+    """Whether the last reading was over what is allowed (the loop tightened for it)."""
 
     @property
     def tightest(self) -> bool:
@@ -100,29 +120,33 @@ class ControlState:
         return max(1.0, self.floor_reading or 1.0)
 
 
-def _floor_after(state: ControlState, slowdown: float) -> float | None:
-    """The floor slowdown after one reading: averaged with readings at the tightest setting,
-    pulled down by any reading below it."""
-    known = state.floor_reading
+def _floor_after(state: ControlState, reading: Reading) -> float | None:
+    """The floor slowdown after one reading: the means read at the tightest setting averaged,
+    pulled down by any mean below it; a reading with a tail leaves it alone."""
+    known, mean = state.floor_reading, reading.mean
+    if reading.tail is not None:
+        return known
     if state.tightest:
-        return slowdown if known is None else known + FLOOR_WEIGHT * (slowdown - known)
-    if known is not None and slowdown < known:
-        return known + FLOOR_WEIGHT * (slowdown - known)
+        return mean if known is None else known + FLOOR_WEIGHT * (mean - known)
+    if known is not None and mean < known:
+        return known + FLOOR_WEIGHT * (mean - known)
     return known
 
 
-def next_control(state: ControlState, slowdown: float | None, allowed: float) -> ControlState:
-    """One step of the loop for one reading of the HP's slowdown (None: no reading)."""
-    if slowdown is None:
+def next_control(state: ControlState, reading: Reading | None, allowed: float) -> ControlState:
+    """One step of the loop for one reading of the HP (None: no reading)."""
+    if reading is None:
         return state
-    state = replace(state, last_slowdown=slowdown, floor_reading=_floor_after(state, slowdown))
+    state = replace(state, last_slowdown=reading.value, floor_reading=_floor_after(state, reading))
     base = state.base()
-    if slowdown > base * allowed:
+    over = reading.tail is not None or reading.mean > base * allowed
+    state = replace(state, last_over=over)
+    if over:
         if state.queue_limit_ns > state.floor_ns:
             tighter = max(state.floor_ns, int(state.queue_limit_ns * TIGHTEN_FACTOR))
             return replace(state, queue_limit_ns=tighter, room_readings=0)
         return replace(state, hold_long_be=True, room_readings=0)
-    if slowdown < base * (1.0 + ROOM_SHARE * (allowed - 1.0)):
+    if reading.mean < base * (1.0 + ROOM_SHARE * (allowed - 1.0)):
         room = state.room_readings + 1
         if room < LOOSEN_AFTER:
             return replace(state, room_readings=room)
@@ -160,7 +184,7 @@ def status(state: ControlState | None, allowed: float) -> dict[str, object]:
             f"alone (allowed {allowed:.3f}x); BE gets what keeps it within "
             f"{allowed - 1.0:.1%} of that"
         )
-    elif measured is not None and measured > state.base() * allowed:
+    elif state.last_over:
         verdict = "tightening"
     elif measured is None:
         verdict = "no reading yet"

@@ -844,7 +844,7 @@ class Daemon:
         allowed = latency_control.allowed_slowdown(
             hp.latency_target_ms, alone / 1e6 if alone > 0 else None
         )
-        state = latency_control.next_control(state, _hp_slowdown(hp), allowed)
+        state = latency_control.next_control(state, _hp_reading(hp), allowed)
         self._control = state
         self._apply_queue_limit(state.queue_limit_ns, state.ceiling_ns)
         self._scheduler.set_hold_long_be(state.hold_long_be)
@@ -1087,13 +1087,14 @@ class Daemon:
         return self._max_clients() - len(self.clients)
 
 
-def _hp_slowdown(hp: Client) -> float | None:
+def _hp_reading(hp: Client) -> latency_control.Reading | None:
     """The HP's slowdown over the last control period, from the daemon's samples of its timed
     launches (orion_daemon.status): the felt one (launch call to the end of its work, against
-    alone) where the library measured it, else the GPU-time one; None without timed launches."""
-    from orion_daemon.status import recent_slowdown
+    alone) where the library measured it, else the GPU-time one, with the felt tail; None
+    without timed launches."""
+    from orion_daemon.status import recent_reading
 
-    return recent_slowdown(list(hp.samples), latency_control.CONTROL_PERIOD_S)
+    return recent_reading(list(hp.samples), latency_control.CONTROL_PERIOD_S)
 
 
 @functools.lru_cache(maxsize=16)

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from orion_daemon.latency_control import Reading
 from scheduler_core.profile_sources import (
     felt_p99,
     felt_tail,
@@ -123,10 +124,17 @@ def _felt_tail(samples: list[ClientSample]) -> dict[float, float] | None:
 
 
 def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | None:
+    """:func:`recent_reading` as one figure (the larger of its mean and its tail)."""
+    reading = recent_reading(samples, period_s)
+    return None if reading is None else reading.value
+
+
+def recent_reading(samples: list[ClientSample], period_s: float) -> Reading | None:
     """The client's slowdown over the last ``period_s`` of samples, what the daemon's latency
-    loop reads (orion_daemon.latency_control): as felt (launch call to the end of its work,
-    against alone) where the library timed launches so, else the GPU time of its timed launches
-    over what they took alone; None without timed launches in that span."""
+    loop reads (orion_daemon.latency_control): its mean as felt (launch call to the end of its
+    work, against alone) where the library timed launches so, else the GPU time of its timed
+    launches over what they took alone, and the felt tail where it is 2x or more; None without
+    timed launches in that span."""
     if len(samples) < 2:
         return None
     last = samples[-1]
@@ -136,14 +144,18 @@ def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | Non
     felt = interference(
         last.felt_ns - first.felt_ns, last.felt_expected_ns - first.felt_expected_ns
     )
-    # A p99 target is about the tail: the mean is raised to what more than 1% of the felt
-    # samples exceeded (scheduler_core.profile_sources.tail_slowdown), where that is 2x or more.
+    # A p99 target is about the tail: what more than 1% of the felt samples exceeded
+    # (scheduler_core.profile_sources.tail_slowdown), where that is 2x or more.
     tail = tail_slowdown(_felt_tail_between(first, last))
-    if felt is not None or tail is not None:
-        return max(x for x in (felt, tail) if x is not None)
-    return interference(
-        last.sampled_ns - first.sampled_ns, last.sampled_expected_ns - first.sampled_expected_ns
-    )
+    mean = felt
+    if mean is None:
+        mean = interference(
+            last.sampled_ns - first.sampled_ns,
+            last.sampled_expected_ns - first.sampled_expected_ns,
+        )
+    if mean is None and tail is None:
+        return None
+    return Reading(1.0 if mean is None else mean, tail)
 
 
 def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:

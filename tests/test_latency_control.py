@@ -23,6 +23,7 @@ from orion_daemon.admission import JoinRequest
 from orion_daemon.latency_control import (
     LOOSEN_AFTER,
     ControlState,
+    Reading,
     allowed_slowdown,
     next_control,
     rebound,
@@ -43,11 +44,11 @@ GRAPH_PROFILE = (
 )
 
 
-def run_loop(state: ControlState, readings: list[float | None], allowed: float = 1.05):
-    """The loop's states after each reading."""
+def run_loop(state: ControlState, means: list[float | None], allowed: float = 1.05):
+    """The loop's states after each reading (a mean slowdown without a tail, or none)."""
     states = []
-    for reading in readings:
-        state = next_control(state, reading, allowed)
+    for mean in means:
+        state = next_control(state, None if mean is None else Reading(mean), allowed)
         states.append(state)
     return states
 
@@ -100,7 +101,7 @@ def test_readings_in_the_band_or_missing_change_nothing_and_reset_the_count():
     states = run_loop(start, readings)
     assert all(s.queue_limit_ns == 8 * US for s in states)
     assert states[LOOSEN_AFTER - 1].room_readings == 0  # the band reading reset the count
-    assert next_control(states[-1], 1.0, 1.05).queue_limit_ns == 10 * US
+    assert next_control(states[-1], Reading(1.0), 1.05).queue_limit_ns == 10 * US
 
 
 def test_out_of_reach_the_loop_keeps_the_hp_within_the_allowed_share_of_its_floor():
@@ -122,11 +123,27 @@ def test_out_of_reach_the_loop_keeps_the_hp_within_the_allowed_share_of_its_floo
     )
     assert shown["floor_slowdown"] == pytest.approx(1.2)
     # 1.25 is in the band over a floor of 1.2 (1.23 to 1.26): nothing moves; 1.27 tightens
-    band = next_control(states[-1], 1.25, 1.05)
+    band = next_control(states[-1], Reading(1.25), 1.05)
     assert (band.queue_limit_ns, band.room_readings) == (1952, 0)
     assert (
-        next_control(band, 1.27, 1.05).queue_limit_ns == MIN_QUEUE_LIMIT_NS
+        next_control(band, Reading(1.27), 1.05).queue_limit_ns == MIN_QUEUE_LIMIT_NS
     )  # 1952 halved, floored
+
+
+def test_a_tail_is_harm_whatever_the_floor_and_never_moves_it():
+    # More than 1% of the HP's felt launches at 2x or more: a wait that holding BE is for, which
+    # a floor read from means (every request's context switch) must not excuse.
+    held = ControlState(
+        queue_limit_ns=8 * US, floor_ns=MIN_QUEUE_LIMIT_NS, ceiling_ns=32 * US,
+        floor_reading=1.2,
+    )  # fmt: skip
+    tailed = next_control(held, Reading(1.1, tail=2.0), 1.05)
+    assert tailed.queue_limit_ns == 4 * US and tailed.last_over
+    assert tailed.floor_reading == 1.2  # a tailed reading's mean says nothing of the floor
+    assert tailed.last_slowdown == 2.0  # what status shows: the larger figure
+    tightest = replace(held, queue_limit_ns=MIN_QUEUE_LIMIT_NS, hold_long_be=True)
+    assert next_control(tightest, Reading(1.0, tail=2.5), 1.05).floor_reading == 1.2
+    assert latency_control.status(tailed, 1.05)["state"].startswith("out of reach")
 
 
 def test_the_floor_follows_readings_down_and_is_unknown_until_the_tightest_setting():
@@ -136,7 +153,9 @@ def test_the_floor_follows_readings_down_and_is_unknown_until_the_tightest_setti
     lower = run_loop(held, [1.1, 1.1])
     assert lower[0].floor_reading == pytest.approx(1.3 - 0.25 * 0.2)  # pulled down, not reset
     assert lower[1].floor_reading < lower[0].floor_reading
-    assert next_control(held, 1.5, 1.05).floor_reading == 1.3  # away from the tightest: kept
+    assert (
+        next_control(held, Reading(1.5), 1.05).floor_reading == 1.3
+    )  # away from the tightest: kept
     assert latency_control.status(replace(held, floor_reading=1.04), 1.05)["state"] == (
         "no reading yet"
     )  # a floor within the target: the target is reachable
