@@ -17,6 +17,7 @@ from scheduler_core.profile_sources import (
     felt_tail,
     interference,
     profile_sources,
+    tail_quantile,
     tail_slowdown,
 )
 
@@ -49,6 +50,8 @@ class ClientSample:
     felt_expected_ns: int = 0
     felt_samples: int = 0
     felt_slower: tuple[int, ...] = ()  # felt samples above each of the library's tail ratios
+    felt_alone_samples: int = 0  # of those, the ones that ran alone (layout 18)
+    felt_alone_slower: tuple[int, ...] = ()
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
@@ -61,6 +64,8 @@ class ClientSample:
             felt_expected_ns=int(stats.get("felt_expected_ns", 0)),
             felt_samples=int(stats.get("felt_samples", 0)),
             felt_slower=tuple(int(n) for n in stats.get("felt_slower", ())),
+            felt_alone_samples=int(stats.get("felt_alone_samples", 0)),
+            felt_alone_slower=tuple(int(n) for n in stats.get("felt_alone_slower", ())),
         )
 
 
@@ -123,6 +128,26 @@ def _felt_tail(samples: list[ClientSample]) -> dict[float, float] | None:
     return _felt_tail_between(samples[0], samples[-1]) if len(samples) >= 2 else None
 
 
+def _alone_tail(samples: list[ClientSample]) -> dict[float, float] | None:
+    """The felt tail of the HP's launches alone over its whole life so far: a baseline does not
+    need to be recent, and beside BE that never pauses alone launches are rare."""
+    if not samples:
+        return None
+    last = samples[-1]
+    return felt_tail(last.felt_alone_samples, last.felt_alone_slower)
+
+
+def felt_p99_over_alone(samples: list[ClientSample]) -> tuple[float | None, float | None]:
+    """(the p99 of the HP's felt launches alone, the recent felt p99 over it): a tail read
+    against the HP's own scatter without BE, not against 1.0 (tail_quantile, interpolated).
+    Measured to be read beside the p99 ratio; the latency loop does not act on it."""
+    alone = tail_quantile(_alone_tail(samples))
+    recent = tail_quantile(_felt_tail(samples))
+    if alone is None or recent is None:
+        return alone, None
+    return alone, recent / alone
+
+
 def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | None:
     """:func:`recent_reading` as one figure (the larger of its mean and its tail)."""
     reading = recent_reading(samples, period_s)
@@ -166,6 +191,7 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     launches_per_s = _launch_rate(samples)
     limit = int(stats.get("memory_limit", 0)) or None
     tail = _felt_tail(samples)
+    alone_p99, over_alone = felt_p99_over_alone(samples)
     return {
         "name": client.name,
         "slot": client.slot,
@@ -217,6 +243,11 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         # Their 99th percentile, from below: the largest ratio more than 1% of them exceeded
         # (1.0: none did), to read beside a p99 target.
         "felt_p99": felt_p99(tail),
+        # The p99 of the felt ratio of its launches alone (since it joined: the baseline), and
+        # the recent felt p99 over it (both interpolated between the ratios): the tail against
+        # the HP's own scatter. Shown and recorded only; None until enough of either.
+        "felt_alone_p99": None if alone_p99 is None else round(alone_p99, 4),
+        "felt_p99_over_alone": None if over_alone is None else round(over_alone, 4),
         "latency_target_ms": client.latency_target_ms,
         "joined_s": round(client.joined_s, 3),
     }

@@ -186,6 +186,7 @@ class PairFigures:
     hp_interference: list[float] = field(default_factory=list)
     hp_felt_slowdown: list[float] = field(default_factory=list)
     hp_felt_p99: list[float] = field(default_factory=list)
+    hp_felt_p99_over_alone: list[float] = field(default_factory=list)
     loop: list[dict[str, Any]] = field(default_factory=list)
     """The daemon's latency loop as each status sample showed it (``latency_control``)."""
     hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
@@ -217,6 +218,7 @@ class PairFigures:
             "hp_interference_shown": _mean(self.hp_interference),
             "hp_felt_slowdown_shown": _mean(self.hp_felt_slowdown),
             "hp_felt_p99_shown": _mean(self.hp_felt_p99),
+            "hp_felt_p99_over_alone_shown": _mean(self.hp_felt_p99_over_alone),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
             **loop_figures(self.loop),
             "failures": self.failures,
@@ -327,6 +329,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_interference += _status_figure(cell, "hp", "interference")
             result.hp_felt_slowdown += _status_figure(cell, "hp", "felt_slowdown")
             result.hp_felt_p99 += _status_figure(cell, "hp", "felt_p99")
+            result.hp_felt_p99_over_alone += _status_figure(cell, "hp", "felt_p99_over_alone")
             result.loop += _loop_samples(cell)
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))

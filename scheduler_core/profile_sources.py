@@ -10,6 +10,8 @@ time of the known part beside them. One reading, here, for `orion status` and `o
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +65,29 @@ def felt_p99(tail: dict[float, float] | None) -> float | None:
     if not tail:
         return None
     return tail_slowdown(tail, minimum=0.0) or 1.0
+
+
+def tail_quantile(tail: dict[float, float] | None) -> float | None:
+    """The felt samples' 99th percentile ratio, interpolated between the library's ratios: where
+    the share above ratio k is over :data:`TAIL_SHARE` and the share above ratio k+1 is not, the
+    ratio at which the share falls to it, log-linearly (shares of a tail fall about
+    exponentially). 1.0 when not even the smallest ratio's share is over it (the p99 is below
+    that ratio, which is all the counts say), the largest ratio when even its share is; None
+    without a tail to read. Finer than :func:`felt_p99` for comparing two tails, which is what
+    it is for: a shared tail with the same HP's tail alone."""
+    if not tail:
+        return None
+    points = sorted(tail.items())
+    if points[0][1] <= TAIL_SHARE:
+        return 1.0
+    for (low, low_share), (high, high_share) in itertools.pairwise(points):
+        if low_share > TAIL_SHARE >= high_share:
+            if high_share > 0:
+                step = math.log(low_share / TAIL_SHARE) / math.log(low_share / high_share)
+            else:  # none above `high`: no rate of fall to follow, the share falls evenly
+                step = (low_share - TAIL_SHARE) / low_share
+            return low * (high / low) ** step
+    return points[-1][0]
 
 
 def tail_slowdown(

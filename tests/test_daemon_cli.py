@@ -25,7 +25,8 @@ STATUS_FIELDS = {
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
     "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
     "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
-    "profile_sources", "interference", "felt_slowdown", "felt_tail", "felt_p99",
+    "profile_sources", "interference", "felt_slowdown", "felt_tail", "felt_p99", "felt_alone_p99",
+    "felt_p99_over_alone",
     "latency_target_ms", "joined_s",
 }  # fmt: skip
 

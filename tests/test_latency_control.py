@@ -412,3 +412,40 @@ def test_status_bounds_the_felt_p99_from_below_within_one_step():
     assert felt_p99(felt_tail(200, counts([1.4] * 2))) == pytest.approx(1.0)  # 1%: not more
     assert felt_p99(felt_tail(200, counts([]))) == pytest.approx(1.0)
     assert felt_p99(felt_tail(20, counts([1.4] * 6))) is None
+
+
+def test_a_shared_tail_is_read_against_the_hps_own_tail_alone():
+    # The HP's launches alone scatter: 3% of them at 1.25x (host wake-ups). Beside BE, 3% at
+    # 1.6x. Against 1.0 the shared p99 reads 1.5x or more; against the HP's own tail alone,
+    # about 1.3x: what BE added. Interpolated between the library's ratios, so two tails one
+    # step apart still read apart.
+    from orion_daemon.status import ClientSample, felt_p99_over_alone
+    from scheduler_core.profile_sources import felt_tail, tail_quantile
+
+    ratios = native_module().FELT_TAIL_RATIOS
+
+    def counts(slow: list[float]) -> tuple[int, ...]:
+        return tuple(sum(x > r for x in slow) for r in ratios)
+
+    alone = counts([1.25] * 6)  # of 200
+    alone_p99 = tail_quantile(felt_tail(200, alone))
+    assert 1.2 < alone_p99 < 1.35
+    shared_p99 = tail_quantile(felt_tail(200, counts([1.6] * 6)))
+    assert 1.5 < shared_p99 < 1.75
+    assert tail_quantile(felt_tail(200, counts([]))) == 1.0
+    assert tail_quantile(felt_tail(200, counts([9.0] * 6))) == max(ratios)
+    assert tail_quantile(None) is None
+
+    def sample(time_s: float, shared: tuple[int, ...], felt: int) -> ClientSample:
+        return ClientSample(time_s, 0, felt_samples=felt, felt_slower=shared,
+                            felt_alone_samples=200, felt_alone_slower=alone)  # fmt: skip
+
+    zero = counts([])
+    later = tuple(a + b for a, b in zip(alone, counts([1.6] * 6), strict=True))
+    shown_alone, over = felt_p99_over_alone([sample(0.0, alone, 200), sample(2.0, later, 400)])
+    assert shown_alone == pytest.approx(alone_p99)
+    assert over == pytest.approx(shared_p99 / alone_p99)
+    assert 1.2 < over < 1.4
+    # no alone baseline yet (an HP that joined beside busy BE): nothing to read against
+    empty = ClientSample(2.0, 0, felt_samples=400, felt_slower=later)
+    assert felt_p99_over_alone([ClientSample(0.0, 0, felt_slower=zero), empty]) == (None, None)

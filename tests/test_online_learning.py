@@ -373,6 +373,9 @@ def test_a_wait_near_be_work_is_not_taken_for_the_hps_own_overhead(harness, tmp_
     )
     assert stats["felt_samples"] >= 5
     assert stats["felt_ns"] / stats["felt_expected_ns"] >= 2.0
+    # nor does it count in the tail of launches alone, the baseline a shared tail is read against
+    assert stats["felt_alone_samples"] == 0
+    assert set(stats["felt_alone_slower"]) == {0}
 
 
 def test_an_hp_alone_learns_its_own_wait_as_overhead(harness, tmp_path):
@@ -381,6 +384,9 @@ def test_an_hp_alone_learns_its_own_wait_as_overhead(harness, tmp_path):
     stats = hp_requests_felt(harness, tmp_path, requests=640, gap_us=1000)
     assert stats["felt_samples"] >= 5
     assert stats["felt_ns"] / stats["felt_expected_ns"] < 1.5
+    # Every felt launch ran alone, so the tail alone is the whole tail: the HP's own scatter.
+    assert stats["felt_alone_samples"] == stats["felt_samples"]
+    assert stats["felt_alone_slower"] == stats["felt_slower"]
 
 
 def test_an_hp_launch_that_waits_for_the_gpu_is_slower_as_felt_than_as_gpu_time(harness, tmp_path):

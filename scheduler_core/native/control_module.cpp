@@ -400,6 +400,10 @@ public:
         py::list slower;
         for (const auto& count : s.felt_slower) slower.append(count.load());
         out["felt_slower"] = slower;
+        out["felt_alone_samples"] = s.felt_alone_samples.load();
+        py::list alone_slower;
+        for (const auto& count : s.felt_alone_slower) alone_slower.append(count.load());
+        out["felt_alone_slower"] = alone_slower;
         out["graphs_segmented"] = s.graphs_segmented.load();
         out["graph_segments"] = s.graph_segments.load();
         out["ungated_graph_why"] =

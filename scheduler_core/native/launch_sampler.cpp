@@ -185,7 +185,9 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
     deliver(use, duration);
     if (stats_ == nullptr || use.expected_ns == 0 || now <= use.call_ns) return;
     const std::uint64_t felt = now - use.call_ns;
-    if (use.alone && view_ != nullptr && be_last_launch_ns(*view_) + kAloneQuietNs <= use.call_ns) {
+    const bool alone =
+        use.alone && view_ != nullptr && be_last_launch_ns(*view_) + kAloneQuietNs <= use.call_ns;
+    if (alone) {
         // What "alone" adds to a launch's duration here: an average over about eight, of
         // launches faster than their learned duration too (an average of the slower ones only
         // would grow past the true overhead and hide a slowdown as large).
@@ -199,9 +201,11 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
     stats_->felt_samples.fetch_add(1, std::memory_order_relaxed);
     stats_->felt_ns.fetch_add(felt, std::memory_order_relaxed);
     stats_->felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
+    if (alone) stats_->felt_alone_samples.fetch_add(1, std::memory_order_relaxed);
     for (std::uint32_t k = 0; k < kFeltTails; ++k) {
         if (felt * 100 > expected * kFeltTailPercents[k]) {
             stats_->felt_slower[k].fetch_add(1, std::memory_order_relaxed);
+            if (alone) stats_->felt_alone_slower[k].fetch_add(1, std::memory_order_relaxed);
         }
     }
 }

@@ -56,7 +56,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 16: RunDecisions::context_bytes (was reserved[0]): what the CUDA context of one process takes
 //     on the run's GPU, counted in every client process's memory use (memory_ledger.h)
 // 17: ClientStats::felt_slower counts 12 ratios (was 4), fine enough to bound a p99 within 20%
-constexpr std::uint32_t kLayoutVersion = 17;
+// 18: ClientStats::felt_alone_samples and felt_alone_slower: the felt tail of launches alone, the
+//     baseline a shared tail is compared with
+constexpr std::uint32_t kLayoutVersion = 18;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -378,6 +380,12 @@ struct ClientStats {
     // expected time. felt_ns / felt_expected_ns is a mean, which a few percent of requests each
     // slowed many times over hardly move; a p99 target is about those.
     std::atomic<std::uint64_t> felt_slower[kFeltTails];
+    // The same tail of the felt launches that ran alone (layout 18; alone as the launch sampler
+    // means it: no BE work unfinished at the call, no BE launch from kAloneQuietNs before it to
+    // its end), counted also above: what the HP's own launches scatter by without BE, so that a
+    // shared tail is read against it rather than against 1.0.
+    std::atomic<std::uint64_t> felt_alone_samples;
+    std::atomic<std::uint64_t> felt_alone_slower[kFeltTails];
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
