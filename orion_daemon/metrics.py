@@ -349,4 +349,8 @@ def _client_families(gpu: str, clients: list[dict[str, Any]]) -> list[Any]:
             "its sampled launches exceeded, over the last seconds (`orion status`'s felt_p99: "
             "their 99th percentile, from below; 1 when none exceeded 1.05).",
             c, c.get("felt_p99"))  # fmt: skip
+        add(gauge, "orion_client_felt_p99_over_alone_ratio", "Its recent felt p99 over the felt "
+            "p99 of its launches that ran alone since it joined (`orion status`'s "
+            "felt_p99_over_alone: the tail against its own scatter without BE).",
+            c, c.get("felt_p99_over_alone"))  # fmt: skip
     return list(made.values())

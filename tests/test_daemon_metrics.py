@@ -170,6 +170,7 @@ def test_two_clients_metrics_parse_and_say_what_status_says(two_clients, metrics
             ("orion_client_slowdown_ratio", "interference"),
             ("orion_client_felt_slowdown_ratio", "felt_slowdown"),
             ("orion_client_felt_p99_ratio", "felt_p99"),
+            ("orion_client_felt_p99_over_alone_ratio", "felt_p99_over_alone"),
         ):
             assert value(samples, name, **who) == client[key], (name, client)
         assert value(samples, "orion_client_held_seconds_total", **who) == client["held_ms"] / 1e3
