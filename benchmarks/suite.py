@@ -22,8 +22,9 @@ Several GPUs run pairs at once, a worker process per GPU: the pairs are spread o
 its own alone runs in each round. Rounds run one after another, all GPUs in step.
 
 Rounds can be added to a run later (another session, another host of the same GPU kind) with
-``--first-round``: each round records the digest of the code it ran (``roundN/round.json``), and
-the summary refuses to pool rounds of different code or GPU kinds.
+``--first-round``: each round records the digest of the code it ran (``roundN/round.json``; the
+packages a round runs, not those for reports, plans and Ray), and the summary refuses to pool
+rounds of different code or GPU kinds.
 
     python benchmarks/suite.py --out results/suite --rounds 3 --window 30 --gpus 0,1,2,3
     python benchmarks/suite.py --out results/suite --rounds 1 --first-round 3 ...  # one more
@@ -583,13 +584,26 @@ def write_summary(out: Path) -> dict:
 SOURCE_SUFFIXES = (".py", ".cpp", ".h", ".json")
 
 
+NOT_RUN_BY_A_ROUND = ("reporting", "placement", "orion")
+"""orion's packages that a round's processes do not run: the layers above ``colocation``, for
+``orion report``, ``orion plan`` and ``orion.ray`` (docs/architecture.md's layers). The daemon
+and the library sit below them and never import them; ``orion up``/``run``/``status``/``down``
+load a few of their modules as the CLI registers its commands, and call nothing in them
+(tests/test_benchmark_suite.py checks the layers). A change to them leaves a series of rounds
+one measurement of one scheduler."""
+
+
 def source_digest(root: Path = ROOT) -> str:
     """What code a round ran, where no git history travels with it: SHA-256 of orion's packages
-    (the checkout's top-level folders with an ``__init__.py``, the native library's sources
-    included) and the suite's own programs and runner, file by file in path order. Rounds added
-    to a run later must show the same digest for the run to be summarised as one
-    (reporting.suite.mixed_rounds)."""
-    folders = [path.parent for path in root.glob("*/__init__.py")]
+    that a round runs (the checkout's top-level folders with an ``__init__.py``, the native
+    library's sources included, less :data:`NOT_RUN_BY_A_ROUND`) and the suite's own programs and
+    runner, file by file in path order. Rounds added to a run later must show the same digest
+    for the run to be summarised as one (reporting.suite.mixed_rounds)."""
+    folders = [
+        path.parent
+        for path in root.glob("*/__init__.py")
+        if path.parent.name not in NOT_RUN_BY_A_ROUND
+    ]
     folders += [root / "examples" / "programs"]
     files = [root / "benchmarks" / "suite.py"]
     for folder in folders:

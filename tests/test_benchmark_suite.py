@@ -317,6 +317,22 @@ def test_the_source_digest_follows_the_code_and_nothing_else(tmp_path: Path) -> 
     (root / "pkg" / "a.py").write_text("x = 1\n")
     (root / "examples" / "programs" / "serve.py").write_text("serve faster\n")
     assert suite.source_digest(root) != first
+    (root / "examples" / "programs" / "serve.py").write_text("serve\n")
+    # the packages a round does not run (reports, plans, Ray) may change between its rounds
+    (root / "reporting").mkdir()
+    (root / "reporting" / "__init__.py").write_text("")
+    (root / "reporting" / "tables.py").write_text("a new table\n")
+    assert suite.source_digest(root) == first
+
+
+def test_the_packages_left_out_of_the_digest_are_above_all_that_a_round_runs() -> None:
+    # A round runs the daemon, the library and `orion up/run/status/down` (orion_cli, whose app
+    # imports every command's module) and the programs; a package left out of the digest must
+    # not be imported by any layer up to colocation, which the layering test enforces.
+    from test_layering import RANK
+
+    assert set(suite.NOT_RUN_BY_A_ROUND) <= set(RANK)
+    assert min(RANK[name] for name in suite.NOT_RUN_BY_A_ROUND) > RANK["colocation"]
 
 
 def test_what_the_latency_loop_did_is_summarised_beside_the_p99() -> None:
