@@ -64,8 +64,8 @@ as one 20 % too optimistic)."""
 LENGTH_TOLERANCE = 0.10
 """How far a run's measured length may be from its pair matrix's cells' before the two are said
 to measure different things: a daemon learns the HP and settles its latency loop in the first
-seconds of a shared run, which weigh more in a short run (measured on two H200s: 10-s cells
-predicted 7-17% more BE throughput than 30-s runs kept)."""
+seconds of a shared run, which weigh more in a short run (measured on two H200s: 30-s plan runs
+kept 7-17% less BE throughput than 10-s cells predicted)."""
 
 
 def length_mismatch(measured_s: float, matrix_s: float | None) -> str | None:
