@@ -434,6 +434,12 @@ def _plan(
             f"HP p99 predictions for {', '.join(unrecorded)} assume the request rate the pair "
             "matrix was measured at, which that matrix does not record"
         )
+    lengths = sorted({m.duration_s for m in matrices.values() if m.duration_s is not None})
+    if lengths:
+        notes.append(
+            f"predictions are for runs of {' or '.join(f'{x:g}' for x in lengths)} s, as long as "
+            "the pair matrix measured each pair: `orion run-plan` runs that long unless told"
+        )
     min_ratio = (
         min(ratios.get(job.name, 0.0) / job.weight for job in fleet.be) if fleet.be else None
     )

@@ -161,6 +161,7 @@ def _plan_from_cells_of(tmp_path: Path, cell_s: float) -> Path:
     fleet = load_fleet(DATA / "fleet.json")
     solved = solve(fleet, load_matrices(fleet.gpu_kinds(), pairs), "max-total-be")
     assert {gpu.matrix_duration_s for gpu in solved.gpus} == {cell_s}
+    assert f"predictions are for runs of {cell_s:g} s" in " ".join(solved.notes)
     path = write_plan(solved, tmp_path / "plan.json")
     assert load_plan(path) == solved
     return path
