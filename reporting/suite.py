@@ -486,9 +486,13 @@ def _shown_slowdown(pair: dict[str, Any]) -> str:
     slowdown (and the bound of its p99, where the daemon showed one) where the daemon measures
     it, else the GPU-time interference."""
     felt, gpu_time = pair.get("hp_felt_slowdown_shown"), pair.get("hp_interference_shown")
-    p99 = pair.get("hp_felt_p99_shown")
+    p99, over_alone = pair.get("hp_felt_p99_shown"), pair.get("hp_felt_p99_over_alone_shown")
     if felt is not None:
-        return f"{felt:.2f} felt" + (f", p99 >= {p99:.2f}" if p99 is not None else "")
+        return (
+            f"{felt:.2f} felt"
+            + (f", p99 >= {p99:.2f}" if p99 is not None else "")
+            + (f", p99 over alone {over_alone:.2f}" if over_alone is not None else "")
+        )
     return "-" if gpu_time is None else f"{gpu_time:.2f} GPU time"
 
 

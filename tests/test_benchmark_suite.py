@@ -353,3 +353,24 @@ def test_what_the_latency_loop_did_is_summarised_beside_the_p99() -> None:
         "loop_floor_slowdown_shown": None,
         "loop_out_of_reach_share": None,
     }
+
+
+def test_the_table_shows_what_orion_status_said_beside_the_p99() -> None:
+    from reporting.suite import summary_table
+
+    pair = {
+        "pair": "resnet-graph+resnet-train", "order": "be-first", "mode": "orion", "rounds": 1,
+        "hp_p99_ratio": {"ratio": 1.3, "low": 1.1, "high": 1.5}, "be_ratios": {}, "failures": [],
+        "hp_felt_slowdown_shown": 1.12, "hp_felt_p99_shown": 1.35,
+        "hp_felt_p99_over_alone_shown": 1.21, "hp_interference_shown": 0.99,
+    }  # fmt: skip
+    shown = summary_table({"pairs": [pair]})["status_slowdown"].tolist()
+    assert shown == ["1.12 felt, p99 >= 1.35, p99 over alone 1.21"]
+    older = {k: v for k, v in pair.items() if k != "hp_felt_p99_over_alone_shown"}
+    assert summary_table({"pairs": [older]})["status_slowdown"].tolist() == [
+        "1.12 felt, p99 >= 1.35"
+    ]
+    gpu_time_only = dict(older, hp_felt_slowdown_shown=None)
+    assert summary_table({"pairs": [gpu_time_only]})["status_slowdown"].tolist() == [
+        "0.99 GPU time"
+    ]
