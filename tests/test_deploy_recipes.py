@@ -81,7 +81,7 @@ def test_the_grafana_dashboard_queries_only_metrics_the_daemon_serves():
               "requests": {"status": {"count": 1, "seconds": 0.001}},
               "clients": [{**client_status(hp, {"memory_limit": 1 << 30}),
                            "interference": 1.2, "felt_slowdown": 1.3,
-                           "felt_p99": 2.0}]}  # fmt: skip
+                           "felt_p99": 2.0, "felt_p99_over_alone": 1.4}]}  # fmt: skip
 
     class Snapshot:
         def collect(self):
