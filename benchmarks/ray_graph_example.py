@@ -370,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     init: dict[str, Any] = {"address": args.address}
     if args.stand_in:
         os.environ.update(stand_in_environment(args.out))  # the local node's workers inherit it
-        init = {"num_gpus": 1, "num_cpus": 4, "include_dashboard": False}
+        # its own node, even where another Ray cluster runs on this machine (ray.init() would
+        # join the one last started here, and refuse the node's resources)
+        init = {"address": "local", "num_gpus": 1, "num_cpus": 4, "include_dashboard": False}
     import ray
 
     import orion.ray

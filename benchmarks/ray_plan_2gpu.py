@@ -238,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     extra: dict[str, Any] = {}
     if args.stand_in:
         os.environ.update(stand_in_environment(out))  # the local node's workers inherit it
-        init = {"num_gpus": 2, "num_cpus": 8, "include_dashboard": False}
+        # its own node, even where another Ray cluster runs on this machine (ray.init() would
+        # join the one last started here, and refuse the node's resources)
+        init = {"address": "local", "num_gpus": 2, "num_cpus": 8, "include_dashboard": False}
         from orion.ray.jobs import StandInJobHost
 
         extra = {"job_host": StandInJobHost}

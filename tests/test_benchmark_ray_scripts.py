@@ -6,6 +6,7 @@ orion stand-ins), writing its results under ``--out``."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +21,22 @@ H100 = "nvidia-h100-80gb-hbm3"
 needs_ray = pytest.mark.skipif(ray_available() is not None, reason=str(ray_available()))
 
 
-def script(path: Path, *arguments: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+# Another Ray cluster's address, as `ray start` elsewhere on the machine leaves it (a stand-in run
+# must start a node of its own, not join that one: under load a concurrent test run's cluster
+# was joined, and refused the stand-in node's resources).
+ANOTHER_CLUSTER = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}
+
+
+def script(
+    path: Path, *arguments: str, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(path), *arguments],
         capture_output=True,
         text=True,
         check=False,
         cwd=cwd,
+        env=env,
         timeout=600,  # a hang fails the test instead of the session; the runs end well before
     )
 
@@ -81,7 +91,10 @@ def test_the_plan_dry_run_plans_two_gpus_from_the_committed_matrix(tmp_path):
 @needs_ray
 def test_the_example_runs_end_to_end_on_a_stand_in_gpu(tmp_path):
     out = tmp_path / "out"
-    shown = script(EXAMPLE, "--out", str(out), "--stand-in", "--duration", "2", cwd=tmp_path)
+    shown = script(
+        EXAMPLE, "--out", str(out), "--stand-in", "--duration", "2", cwd=tmp_path,
+        env=ANOTHER_CLUSTER,
+    )  # fmt: skip
     assert shown.returncode == 0, shown.stdout + shown.stderr
     results = json.loads((out / "results.json").read_text())
     phases = results["phases"]
@@ -100,7 +113,10 @@ def test_the_example_runs_end_to_end_on_a_stand_in_gpu(tmp_path):
 @needs_ray
 def test_the_plan_runs_end_to_end_on_two_stand_in_gpus(tmp_path):
     out = tmp_path / "out"
-    shown = script(PLAN_2GPU, "--out", str(out), "--stand-in", "--duration", "2", cwd=tmp_path)
+    shown = script(
+        PLAN_2GPU, "--out", str(out), "--stand-in", "--duration", "2", cwd=tmp_path,
+        env=ANOTHER_CLUSTER,
+    )  # fmt: skip
     assert shown.returncode == 0, shown.stdout + shown.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["stand_in"] is True
