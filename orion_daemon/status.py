@@ -148,12 +148,6 @@ def felt_p99_over_alone(samples: list[ClientSample]) -> tuple[float | None, floa
     return alone, recent / alone
 
 
-def recent_slowdown(samples: list[ClientSample], period_s: float) -> float | None:
-    """:func:`recent_reading` as one figure (the larger of its mean and its tail)."""
-    reading = recent_reading(samples, period_s)
-    return None if reading is None else reading.value
-
-
 def recent_reading(samples: list[ClientSample], period_s: float) -> Reading | None:
     """The client's slowdown over the last ``period_s`` of samples, what the daemon's latency
     loop reads (orion_daemon.latency_control): its mean as felt (launch call to the end of its

@@ -342,7 +342,7 @@ def test_at_its_tightest_the_keeper_holds_long_be_work_until_the_hp_is_quiet(har
 
 
 def test_the_loop_reads_the_slowdown_as_felt_where_it_was_measured():
-    from orion_daemon.status import recent_slowdown
+    from orion_daemon.status import recent_reading
 
     def samples(*periods: tuple[float, float, float | None]) -> list[ClientSample]:
         """Cumulative counters after each (end time, GPU-time slowdown, felt slowdown) period,
@@ -362,18 +362,18 @@ def test_the_loop_reads_the_slowdown_as_felt_where_it_was_measured():
         return out
 
     # The GPU time of the HP's launches reads as alone; from call to end they took twice as long.
-    assert recent_slowdown(samples((2, 1.0, 2.0), (4, 1.0, 2.0)), 2.0) == pytest.approx(2.0)
+    assert recent_reading(samples((2, 1.0, 2.0), (4, 1.0, 2.0)), 2.0).value == pytest.approx(2.0)
     # No launch timed as felt in the span: the GPU-time figure.
-    assert recent_slowdown(samples((2, 1.2, None), (4, 1.2, None)), 2.0) == pytest.approx(1.2)
+    assert recent_reading(samples((2, 1.2, None), (4, 1.2, None)), 2.0).value == pytest.approx(1.2)
     # Only the last period counts.
-    assert recent_slowdown(samples((2, 3.0, 3.0), (4, 1.0, 1.0)), 2.0) == pytest.approx(1.0)
+    assert recent_reading(samples((2, 3.0, 3.0), (4, 1.0, 1.0)), 2.0).value == pytest.approx(1.0)
 
 
 def test_the_loop_reads_the_felt_tail_where_more_than_one_percent_is_slow():
     # A p99 target is about the slowest 1%: 3% of the felt samples slower than 4x alone moves the
     # reading to 4 even though the mean reads about as alone; 0.5% does not, nor does a tail
     # below 2x (alone jitter), nor a window of too few samples to say.
-    from orion_daemon.status import recent_slowdown
+    from orion_daemon.status import recent_reading
 
     def window(samples: int, slow: list[float], mean: float = 0.95) -> list[ClientSample]:
         """A window of `samples` felt samples, `slow` the ratios of those slower than alone."""
@@ -388,11 +388,13 @@ def test_the_loop_reads_the_felt_tail_where_more_than_one_percent_is_slow():
             ),
         ]  # fmt: skip
 
-    assert recent_slowdown(window(200, [5.0] * 6 + [1.6] * 6), 2.0) == pytest.approx(4.0)
-    assert recent_slowdown(window(200, [5.0] + [2.2] * 5 + [1.6] * 6), 2.0) == pytest.approx(2.0)
-    assert recent_slowdown(window(200, [5.0]), 2.0) == pytest.approx(0.95)
-    assert recent_slowdown(window(200, [1.6] * 20 + [1.3] * 20), 2.0) == pytest.approx(0.95)
-    assert recent_slowdown(window(20, [5.0] * 20), 2.0) == pytest.approx(0.95)
+    assert recent_reading(window(200, [5.0] * 6 + [1.6] * 6), 2.0).value == pytest.approx(4.0)
+    assert recent_reading(window(200, [5.0] + [2.2] * 5 + [1.6] * 6), 2.0).value == pytest.approx(
+        2.0
+    )
+    assert recent_reading(window(200, [5.0]), 2.0).value == pytest.approx(0.95)
+    assert recent_reading(window(200, [1.6] * 20 + [1.3] * 20), 2.0).value == pytest.approx(0.95)
+    assert recent_reading(window(20, [5.0] * 20), 2.0).value == pytest.approx(0.95)
 
 
 def test_status_bounds_the_felt_p99_from_below_within_one_step():
