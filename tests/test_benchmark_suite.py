@@ -5,6 +5,7 @@ window's figures, and `orion report` on a committed suite run."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import suite  # noqa: E402
 
 from reporting.suite import (  # noqa: E402
+    TARGET_BE_TOGETHER,
     Cell,
+    PairFigures,
     be_work_rows,
     hp_latencies,
     hp_service_ms,
@@ -236,6 +239,26 @@ def test_the_committed_run_scores_its_worst_pair(committed: Path) -> None:
             assert served["low"] <= served["ratio"] <= served["high"], row["pair"]
 
 
+def test_two_be_programs_are_scored_by_the_gpu_work_they_get_done_together() -> None:
+    # The floor-loop run's pair with two trainers: each kept about a third of alone, together
+    # about 0.7 of a GPU to themselves, which clears the target a single BE program would.
+    two = PairFigures(
+        pair="encoder-graph+jax-train+lm-train", mode="orion", order="be-first",
+        hp="encoder-graph", bes=["jax-train", "lm-train"],
+        be_ratios={"jax-train": (0.32, 0.31, 0.32), "lm-train": (0.39, 0.36, 0.43)},
+    )  # fmt: skip
+    assert two.be_together == pytest.approx(0.71)
+    assert two.be_together >= TARGET_BE_TOGETHER
+    one = PairFigures(
+        pair="llm-decode+lm-train", mode="orion", order="be-first", hp="llm-decode",
+        bes=["lm-train"], be_ratios={"lm-train": (0.53, 0.49, 0.58)},
+    )  # fmt: skip
+    assert one.be_together == pytest.approx(0.53) and one.be_together < TARGET_BE_TOGETHER
+    assert math.isnan(
+        PairFigures(pair="x", mode="orion", order="hp-first", hp="x", bes=[]).be_together
+    )
+
+
 def test_orion_report_reads_a_suite_run(committed: Path) -> None:
     from typer.testing import CliRunner
 
@@ -247,7 +270,7 @@ def test_orion_report_reads_a_suite_run(committed: Path) -> None:
     assert "worst pair under orion: llm-decode+graph-infer" in shown.output
     assert "resnet-graph+resnet-train" in shown.output
     as_json = runner.invoke(app, ["report", str(committed), "--json"])
-    assert json.loads(as_json.output)["format"] == "orion-suite-summary/1"
+    assert json.loads(as_json.output)["format"] == "orion-suite-summary/2"
     checked = runner.invoke(app, ["report", str(committed), "--check"])
     assert checked.exit_code == 1
     assert "failed" in checked.output
