@@ -49,23 +49,31 @@ ORION_VARIANTS = {
     "orion-cpu-gate": ("--be-gate", "cpu"),
     "orion-quiet": ("--hp-quiet-us", "300"),
     "orion-mps-be70": ("--sharing", "mps", "--be-sm-percent", "70"),
+    "orion-mps-be50": ("--sharing", "mps", "--be-sm-percent", "50"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
 }
 """orion with settings away from its defaults (``orion up`` options): rows of their own, never
 scored as the suite's orion nor counted as a competitor."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
 MODES = (ORION_MODE, *ORION_VARIANTS, *COMPETITOR_MODES)
+VARIANT_NOTES = {
+    "orion-quiet": "BE waits out a 300-us quiet spell of the HP",
+    "orion-mps-be70": "BE kernels on 70% of the SMs",
+    "orion-mps-be50": "BE kernels on half the SMs",
+    "orion-quiet-cpu": "quiet spell, BE held on the CPU",
+}
 MODE_TEXT = {
-    "orion": "orion up (defaults)",
-    "orion-mps": "orion up --sharing mps",
-    "orion-cpu-gate": "orion up --be-gate cpu",
-    "orion-quiet": "orion up --hp-quiet-us 300 (BE waits out a 300-us quiet spell of the HP)",
-    "orion-mps-be70": "orion up --sharing mps --be-sm-percent 70 (BE kernels on 70% of the SMs)",
-    "orion-quiet-cpu": "orion up --hp-quiet-us 300 --be-gate cpu (quiet spell, BE held on the CPU)",
+    ORION_MODE: "orion up (defaults)",
+    **{
+        mode: " ".join(("orion up", *options))
+        + (f" ({VARIANT_NOTES[mode]})" if mode in VARIANT_NOTES else "")
+        for mode, options in ORION_VARIANTS.items()
+    },
     "timeslice": "plain processes (time slicing)",
     "mps": "MPS",
     "mps-priority": "MPS, BE clients at lower priority",
 }
+"""What each mode is, as the suite runner's ``--help`` lists them."""
 NEIGHBOURS_IDLE = "idle"
 """The round name of the neighbour check: the first GPU's HP alone while the other GPUs idle,
 against its alone run of round 0, when every GPU was busy with a pair of its own."""
