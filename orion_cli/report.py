@@ -303,7 +303,6 @@ def report_suite(
     """A suite run (``benchmarks/suite.py``): every pair under every mode against alone, the
     worst pair under orion and the geometric mean; ``summary.json`` written beside its cells
     (or in ``--output``)."""
-    from reporting.suite import MODE_TEXT
     from reporting.suite import summarise as summarise_suite
     from reporting.suite import summary_table as suite_summary_table
 
@@ -315,9 +314,6 @@ def report_suite(
     else:
         frame = suite_summary_table(summary)
         print_any_table(_suite_table(frame, f"suite {summary['suite']}"), keys=3, out=out)
-        shown = [mode for mode in MODE_TEXT if mode in set(frame["mode"])] if len(frame) else []
-        for mode in shown:
-            out.print(f"{mode}: {MODE_TEXT[mode]}", highlight=False, markup=False, soft_wrap=True)
         worst = summary["worst_pair"]
         if worst is not None:
             ratio = worst["hp_p99_ratio"]

@@ -410,6 +410,7 @@ def summarise(folder: Path) -> dict[str, Any]:
     by_pair: dict[str, dict[str, PairFigures]] = {}
     for figure in figures:
         by_pair.setdefault(figure.pair, {})[figure.mode] = figure
+    run_modes = {figure.mode for figure in figures}
     scored = [
         modes[ORION_MODE]
         for modes in by_pair.values()
@@ -468,6 +469,7 @@ def summarise(folder: Path) -> dict[str, Any]:
             "met": target_met,
         },
         "ahead_of": ahead,
+        "modes": {mode: text for mode, text in MODE_TEXT.items() if mode in run_modes},
         "pairs": [figure.as_dict() for figure in figures],
         "failed_cells": failed_cells,
         "neighbour_check": neighbours,

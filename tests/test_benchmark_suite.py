@@ -269,11 +269,15 @@ def test_orion_report_reads_a_suite_run(committed: Path) -> None:
     assert shown.exit_code == 0, shown.output
     assert "worst pair under orion: llm-decode+graph-infer" in shown.output
     assert "resnet-graph+resnet-train" in shown.output
-    # Each mode in the table is said in words, once, whole however narrow the terminal.
-    assert shown.output.count("orion: orion up (defaults)") == 1
-    assert "timeslice: plain processes (time slicing)" in shown.output
     as_json = runner.invoke(app, ["report", str(committed), "--json"])
     assert json.loads(as_json.output)["format"] == "orion-suite-summary/2"
+    # What each mode of the run was, in words, in the summary users keep.
+    modes = json.loads(as_json.output)["modes"]
+    assert modes == {
+        "orion": "orion up (defaults)",
+        "timeslice": "plain processes (time slicing)",
+        "mps-priority": "MPS, BE clients at lower priority",
+    }
     checked = runner.invoke(app, ["report", str(committed), "--check"])
     assert checked.exit_code == 1
     assert "failed" in checked.output
