@@ -50,6 +50,7 @@ ORION_VARIANTS = {
     "orion-quiet": ("--hp-quiet-us", "300"),
     "orion-mps-be70": ("--sharing", "mps", "--be-sm-percent", "70"),
     "orion-mps-be50": ("--sharing", "mps", "--be-sm-percent", "50"),
+    "orion-q100": ("--queue-limit-us", "100"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
 }
 """orion with settings away from its defaults (``orion up`` options): rows of their own, never
@@ -60,6 +61,7 @@ VARIANT_NOTES = {
     "orion-quiet": "BE waits out a 300-us quiet spell of the HP",
     "orion-mps-be70": "BE kernels on 70% of the SMs",
     "orion-mps-be50": "BE kernels on half the SMs",
+    "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",
 }
 MODE_TEXT = {
