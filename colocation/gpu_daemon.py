@@ -55,6 +55,7 @@ _LABELS = {
     "unknown_duration_ns": "unprofiled kernel duration",
     "trace": "kernel trace",
     "hp_quiet_us": "HP quiet spell",
+    "be_gate_spacing_us": "BE gate spacing",
 }
 
 
@@ -69,6 +70,8 @@ def _shown(field: str, value: Any) -> str:
         return f"{value / 1e9:g} s"
     if field == "hp_quiet_us":
         return f"{value:g} us" if value else "off"
+    if field == "be_gate_spacing_us":
+        return "the queue limit" if value is None else f"{value:g} us"
     if isinstance(value, bool):
         return "on" if value else "off"
     return repr(value)

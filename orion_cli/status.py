@@ -72,6 +72,8 @@ def status_table(status: dict[str, Any]) -> Table:
         title += f", a CUDA context takes {_size(status['context_bytes'])} (in each memory)"
     if status.get("hp_quiet_us"):
         title += f", BE waits out a {status['hp_quiet_us']:g}-us quiet spell of the HP"
+    if status.get("be_gate_spacing_us"):
+        title += f", BE gate waits at least {status['be_gate_spacing_us']:g} us of BE work apart"
     if status.get("owner"):
         title += f"; started by the `orion colocate` run in {shown(status['owner'])}"
     if status.get("records"):  # the daemon schedules on; its records are incomplete

@@ -13,7 +13,14 @@ from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
 from orion_cli._metrics_options import MetricsAllowRemoteOpt, MetricsListenOpt, MetricsPortOpt
 from orion_cli._settings import parsed, setting_option
 from scheduler_core.run_state import DEFAULT_BE_GATE
-from scheduler_core.settings import BE_GATE, BE_GRAPH_GATE, BE_SM_PERCENT, HP_QUIET_US, SHARING
+from scheduler_core.settings import (
+    BE_GATE,
+    BE_GATE_SPACING_US,
+    BE_GRAPH_GATE,
+    BE_SM_PERCENT,
+    HP_QUIET_US,
+    SHARING,
+)
 
 
 @handle_errors
@@ -49,6 +56,7 @@ def up_command(
     be_gate: Annotated[str | None, setting_option(BE_GATE)] = None,
     be_graph_gate: Annotated[str | None, setting_option(BE_GRAPH_GATE)] = None,
     hp_quiet_us: Annotated[str | None, setting_option(HP_QUIET_US)] = None,
+    be_gate_spacing_us: Annotated[str | None, setting_option(BE_GATE_SPACING_US)] = None,
     be_sm_percent: Annotated[str | None, setting_option(BE_SM_PERCENT)] = None,
     be_when_daemon_gone: Annotated[
         str,
@@ -92,6 +100,7 @@ def up_command(
     be_gate = parsed(BE_GATE, be_gate) or DEFAULT_BE_GATE
     be_graph_gate = parsed(BE_GRAPH_GATE, be_graph_gate)
     hp_quiet = parsed(HP_QUIET_US, hp_quiet_us) or 0.0
+    be_gate_spacing = parsed(BE_GATE_SPACING_US, be_gate_spacing_us)
     be_sm = parsed(BE_SM_PERCENT, be_sm_percent)
 
     # Before the GPU is read or anything starts: a bad address or a port in use, in one line.
@@ -117,6 +126,7 @@ def up_command(
         be_gate=be_gate,
         be_graph_gate=be_graph_gate or "",
         hp_quiet_us=hp_quiet,
+        be_gate_spacing_us=be_gate_spacing,
         be_sm_percent=be_sm,
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,

@@ -57,6 +57,7 @@ def check_options(
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
     shares: bool = False,
     hp_quiet_us: float = 0.0,
+    be_gate_spacing_us: float | None = None,
     be_sm_percent: float | None = None,
 ) -> None:
     """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
@@ -85,6 +86,7 @@ def check_options(
             be_when_daemon_gone=be_when_daemon_gone,
             daemon_gone_hold_s=daemon_gone_hold_s,
             hp_quiet_us=hp_quiet_us,
+            be_gate_spacing_us=be_gate_spacing_us,
             be_sm_percent=be_sm_percent,
         )
         # the scheduler's own rule for shares (a policy that can hold work back)
@@ -112,6 +114,7 @@ def gpu_settings(
     be_when_daemon_gone: str = "open",
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
     hp_quiet_us: float = 0.0,
+    be_gate_spacing_us: float | None = None,
     be_sm_percent: float | None = None,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
@@ -133,6 +136,7 @@ def gpu_settings(
         daemon_gone_hold_s=daemon_gone_hold_s,
         shares=shares,
         hp_quiet_us=hp_quiet_us,
+        be_gate_spacing_us=be_gate_spacing_us,
         be_sm_percent=be_sm_percent,
     )
     ok, problem = check_preload_library()
@@ -166,6 +170,7 @@ def gpu_settings(
         be_when_daemon_gone=be_when_daemon_gone,
         daemon_gone_hold_s=daemon_gone_hold_s,
         hp_quiet_us=hp_quiet_us,
+        be_gate_spacing_us=be_gate_spacing_us,
         be_sm_percent=be_sm_percent,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for

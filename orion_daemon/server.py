@@ -57,7 +57,7 @@ from orion_daemon.protocol import PASSED_FDS, answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
-from scheduler_core.settings import BE_SM_PERCENT, HP_QUIET_US
+from scheduler_core.settings import BE_GATE_SPACING_US, BE_SM_PERCENT, HP_QUIET_US
 from scheduler_core.sharing import (
     default_be_graph_gate,
     default_sharing,
@@ -138,6 +138,9 @@ class DaemonSettings:
     hp_quiet_us: float = 0.0
     """:data:`scheduler_core.settings.HP_QUIET_US`: the HP's quiet spell BE work waits out under
     reef and orion (0: off)."""
+    be_gate_spacing_us: float | None = None
+    """:data:`scheduler_core.settings.BE_GATE_SPACING_US`: the least BE work let onto the GPU
+    between two waits on a BE stream's GPU-side gate (None: one queue limit)."""
     be_sm_percent: float | None = None
     """:data:`scheduler_core.settings.BE_SM_PERCENT`: under MPS, the SMs a BE client's kernels
     may use (None: all)."""
@@ -168,6 +171,12 @@ class DaemonSettings:
         if problem is not None:
             raise OrionError(problem)
         object.__setattr__(self, "hp_quiet_us", HP_QUIET_US.parse(self.hp_quiet_us) or 0.0)
+        problem = BE_GATE_SPACING_US.problem(self.be_gate_spacing_us)
+        if problem is not None:
+            raise OrionError(problem)
+        object.__setattr__(
+            self, "be_gate_spacing_us", BE_GATE_SPACING_US.parse(self.be_gate_spacing_us)
+        )
         problem = BE_SM_PERCENT.problem(self.be_sm_percent)
         if problem is not None:
             raise OrionError(problem)
@@ -230,6 +239,7 @@ SCHEDULING = (
     "unknown_duration_ns",
     "trace",
     "hp_quiet_us",
+    "be_gate_spacing_us",
     "be_sm_percent",
 )
 """The settings that decide how clients are scheduled and recorded: a run uses a running daemon
@@ -359,6 +369,9 @@ class Daemon:
                     quota_window_ns=s.quota_window_ns,
                     open_slots=True,
                     hp_quiet_ns=round(s.hp_quiet_us * 1000),
+                    be_gate_spacing_ns=(
+                        0 if s.be_gate_spacing_us is None else round(s.be_gate_spacing_us * 1000)
+                    ),
                     hp_priority_stream=hp_priority_stream(s.sharing),
                     context_bytes=self.context_bytes,
                 )
@@ -1032,6 +1045,7 @@ class Daemon:
             "uptime_s": round(self.clock.now(), 3),
             "queue_limit_us": None if self.queue_limit_ns is None else self.queue_limit_ns / 1e3,
             "hp_quiet_us": self.settings.hp_quiet_us,
+            "be_gate_spacing_us": self.settings.be_gate_spacing_us,
             "be_sm_percent": self.settings.be_sm_percent,
             "context_bytes": self.context_bytes,
             "latency_control": self._latency_status(),

@@ -51,6 +51,7 @@ ORION_VARIANTS = {
     "orion-mps-be70": ("--sharing", "mps", "--be-sm-percent", "70"),
     "orion-mps-be50": ("--sharing", "mps", "--be-sm-percent", "50"),
     "orion-q100": ("--queue-limit-us", "100"),
+    "orion-spacing100": ("--be-gate-spacing-us", "100"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
 }
 """orion with settings away from its defaults (``orion up`` options): rows of their own, never
@@ -62,6 +63,7 @@ VARIANT_NOTES = {
     "orion-mps-be70": "BE kernels on 70% of the SMs",
     "orion-mps-be50": "BE kernels on half the SMs",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
+    "orion-spacing100": "BE gate waits at least 100 us of BE work apart, the loop on",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",
 }
 MODE_TEXT = {

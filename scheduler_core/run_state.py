@@ -64,6 +64,9 @@ mode's (:func:`scheduler_core.sharing.default_be_graph_gate`)."""
 MAX_HP_QUIET_NS = 1_000_000_000
 """The longest quiet spell of the HP a run may ask for (``SchedulerSettings.hp_quiet_ns``; the
 library's ``kMaxHpQuietNs``)."""
+MAX_BE_GATE_SPACING_NS = 10_000_000
+"""The most BE work a run may let through between two gate waits (``SchedulerSettings.
+be_gate_spacing_ns``; the library's ``kMaxBeGateSpacingNs``): 10 ms."""
 TRACE_CAPACITY = 65536
 """Trace records per client kept between two drains when a run records a kernel trace."""
 DECISIONS_VARIABLE = "ORION_DECISIONS"
@@ -133,6 +136,11 @@ class SchedulerSettings:
     # has launched nothing for this long, so BE stays out of the short gaps between the kernels
     # of one HP request (time-sliced, each such gap costs the HP two context switches).
     hp_quiet_ns: int = 0
+    # The least BE work a BE stream lets onto the GPU between two waits on its GPU-side gate (0:
+    # one queue limit, as the latency loop sets it). Each wait, and the write that marks the
+    # launch after it started, is a stream operation between two BE kernels: at a queue limit of
+    # a microsecond every BE kernel pays for them. An HP request may find this much let through.
+    be_gate_spacing_ns: int = 0
     # An HP client's launches on the legacy default stream move to a private highest-priority
     # stream. Worth it only where stream priorities order work between clients (MPS): time-
     # sliced, the driver never runs two clients' kernels at once, and each moved launch costs
@@ -187,6 +195,11 @@ class SchedulerSettings:
         if not 0 <= self.hp_quiet_ns <= MAX_HP_QUIET_NS:
             raise OrionError(
                 f"hp_quiet_ns must be 0 (off) to {MAX_HP_QUIET_NS} (1 s) (got {self.hp_quiet_ns})"
+            )
+        if not 0 <= self.be_gate_spacing_ns <= MAX_BE_GATE_SPACING_NS:
+            raise OrionError(
+                f"be_gate_spacing_ns must be 0 (one queue limit) to {MAX_BE_GATE_SPACING_NS} "
+                f"(10 ms) (got {self.be_gate_spacing_ns})"
             )
 
 
@@ -245,6 +258,7 @@ class SchedulerRun:
                 settings.hp_quiet_ns,
                 settings.hp_priority_stream,
                 settings.context_bytes,
+                settings.be_gate_spacing_ns,
             )
         except (RuntimeError, ValueError) as error:
             raise OrionError(f"cannot create the run's shared state: {error}") from None

@@ -181,6 +181,18 @@ HP_QUIET_US = Setting(
     "switches). 0: off.",
     unset="0 (off: BE work may run in any gap of the HP's work)",
 )
+BE_GATE_SPACING_US = Setting(
+    name="be_gate_spacing_us",
+    kind="number",
+    unit="us",
+    bounds=(1, 10_000),
+    help="The least BE work a BE stream lets onto the GPU between two waits on its GPU-side gate "
+    "(and a BE graph's segments hold as much): each wait, and the write marking the launch "
+    "started, is a stream operation between two BE kernels, so with the queue limit at a few "
+    "microseconds every BE kernel pays for one. Larger: fewer waits, so BE runs faster; an "
+    "arriving HP request may find up to this much BE work let through, to drain first.",
+    unset="the queue limit (the latency loop's bound): a wait per queue limit of BE work",
+)
 BE_SM_PERCENT = Setting(
     name="be_sm_percent",
     kind="number",
@@ -192,7 +204,15 @@ BE_SM_PERCENT = Setting(
     "to 2.1x of alone, at 0.87 of BE's throughput.",
     unset="100 (BE kernels may use every SM)",
 )
-SETTINGS = (MEMORY_LIMIT, SHARING, BE_GATE, BE_GRAPH_GATE, HP_QUIET_US, BE_SM_PERCENT)
+SETTINGS = (
+    MEMORY_LIMIT,
+    SHARING,
+    BE_GATE,
+    BE_GRAPH_GATE,
+    HP_QUIET_US,
+    BE_GATE_SPACING_US,
+    BE_SM_PERCENT,
+)
 
 
 def markdown_table() -> str:

@@ -91,6 +91,11 @@ BEFORE_THE_GPU = [
         "--hp-quiet-us: hp_quiet_us must be 0 to 1,000,000 us (got -1)",
     ),
     (
+        "up: --be-gate-spacing-us past its bound",
+        ["up", "--be-gate-spacing-us", "20000", "--state-dir", "{tmp}/state"],
+        "--be-gate-spacing-us: be_gate_spacing_us must be 1 to 10,000 us (got 20000)",
+    ),
+    (
         "pairs: negative --time-budget",
         ["pairs", "examples/pairs.json", "--time-budget", "-5", "--out", "{tmp}/m"],
         "--time-budget",

@@ -216,6 +216,11 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
             "quota window 2 s where this run needs 1 s",
         ),
         ({"hp_quiet_us": 300}, {}, "HP quiet spell 300 us where this run needs off"),
+        (
+            {},
+            {"be_gate_spacing_us": 100},
+            "BE gate spacing the queue limit where this run needs 100 us",
+        ),
         ({"gpu_name": "another", "memory_bytes": 1}, {}, None),  # facts, not scheduling
     ],
 )  # fmt: skip

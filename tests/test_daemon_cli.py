@@ -227,10 +227,12 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     be = {**base, "name": "jax", "role": "be", "graphs_segmented": 2, "graph_segments": 107,
           "graphs_ungated": 1, "ungated_graph_why": why}  # fmt: skip
     status = {"gpu": 0, "gpu_name": "G", "policy": "orion", "sharing": "timeslice", "pid": 9,
-              "uptime_s": 1.0, "free_slots": 14, "clients": [hp, be]}  # fmt: skip
+              "uptime_s": 1.0, "free_slots": 14, "clients": [hp, be],
+              "be_gate_spacing_us": 100.0}  # fmt: skip
     console = Console(width=400, record=True)
     console.print(status_table(status))
     text = console.export_text()
+    assert "BE gate waits at least 100 us of BE work apart" in text
     assert "2 graphs split into 107 segments" in text
     assert "1 graphs whole (the driver did not list its edges)" in text
     assert "0.90x felt, p99 >= 2x" in text

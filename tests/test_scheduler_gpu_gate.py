@@ -117,18 +117,58 @@ def test_held_be_launches_return_at_once_and_run_after_the_hp_kernel(harness, tm
     assert stats["reasons"]["gpu_gate"] == 10
 
 
-def test_one_gate_wait_per_queue_limit_of_be_work(harness, tmp_path):
-    # 1 ms kernels under a 2.5 ms limit: a wait before the 1st, 3rd, 5th ... launch, so an HP
-    # request never finds more than the limit of BE work let through by one opening.
-    with SchedulerRun(gate_settings("orion")) as run:
+def be_waits_and_launches(harness, tmp_path, settings: SchedulerSettings) -> tuple[list, int]:
+    """A lone BE client's ten 1-ms launches under ``settings``: its gate waits and launches in
+    the order the program made them, and the gate waits its statistics counted."""
+    with SchedulerRun(settings) as run:
         be = run.add_client("be", "be", kernel_table(("bek", 8, 128, 8, "memory", 1)))
         run.publish()
         result = harness.run(BE_SCRIPT, env=run.client_environment(be), log=tmp_path / "be.log")
         assert result.returncode == 0, result.stderr
         stats = run.stats()["be"]
-    sequence = [e.kind for e in calls(tmp_path / "be.log", "launch", "wait_value")]
+    return [e.kind for e in calls(tmp_path / "be.log", "launch", "wait_value")], stats["gate_waits"]
+
+
+def test_one_gate_wait_per_queue_limit_of_be_work(harness, tmp_path):
+    # 1 ms kernels under a 2.5 ms limit: a wait before the 1st, 3rd, 5th ... launch, so an HP
+    # request never finds more than the limit of BE work let through by one opening.
+    sequence, waits = be_waits_and_launches(harness, tmp_path, gate_settings("orion"))
     assert sequence == ["wait_value", "launch", "launch"] * 5
-    assert stats["gate_waits"] == 5
+    assert waits == 5
+
+
+@pytest.mark.parametrize(
+    ("spacing_ms", "expected"),
+    [
+        (0.0, ["wait_value", "launch"] * 10),  # unset: a wait per queue limit, here per kernel
+        (2.5, ["wait_value", "launch", "launch"] * 5),  # one per 2.5 ms of work
+        (0.2, ["wait_value", "launch"] * 10),  # below the queue limit: the queue limit's
+    ],
+)
+def test_the_gate_spacing_keeps_waits_apart_when_the_queue_limit_is_small(
+    harness, tmp_path, spacing_ms, expected
+):
+    # The latency loop takes the queue limit down to a microsecond, where every BE kernel would
+    # get a wait of its own; the run's gate spacing keeps that much BE work between two waits.
+    settings = SchedulerSettings(
+        policy="orion", sm_count=132, queue_limit_ns=int(0.5 * MS), unknown_duration_ns=MS,
+        hp_completion="gpu-write", be_gate="gpu", be_gate_spacing_ns=int(spacing_ms * MS),
+    )  # fmt: skip
+    sequence, waits = be_waits_and_launches(harness, tmp_path, settings)
+    assert sequence == expected
+    assert waits == expected.count("wait_value")
+
+
+def test_a_runs_gate_spacing_is_its_decision_and_bounded():
+    settings = SchedulerSettings(
+        policy="orion", sm_count=1, queue_limit_ns=1, unknown_duration_ns=1, be_gate="gpu",
+        be_gate_spacing_ns=100_000,
+    )  # fmt: skip
+    with SchedulerRun(settings) as run:
+        assert run._run.be_gate_spacing_ns == 100_000
+    with pytest.raises(OrionError, match="be_gate_spacing_ns must be 0"):
+        SchedulerSettings(policy="orion", sm_count=1, queue_limit_ns=1, unknown_duration_ns=1,
+                          be_gate_spacing_ns=10_000_001)  # fmt: skip
 
 
 def test_ending_the_run_opens_every_gate(harness, tmp_path):

@@ -22,6 +22,7 @@ from orion_daemon.admission import JoinRequest, check_request
 from orion_daemon.joining import JOIN_VARIABLES
 from orion_daemon.server import DaemonSettings
 from scheduler_core.settings import (
+    BE_GATE_SPACING_US,
     HP_QUIET_US,
     MEMORY_LIMIT,
     SETTINGS,
@@ -49,7 +50,13 @@ def option_help(command: str, flag: str) -> str:
 
 @pytest.mark.parametrize(
     ("command", "setting"),
-    [("run", MEMORY_LIMIT), ("quota", MEMORY_LIMIT), ("up", SHARING), ("up", HP_QUIET_US)],
+    [
+        ("run", MEMORY_LIMIT),
+        ("quota", MEMORY_LIMIT),
+        ("up", SHARING),
+        ("up", HP_QUIET_US),
+        ("up", BE_GATE_SPACING_US),
+    ],
 )
 def test_each_cli_option_takes_its_flag_and_help_from_the_declaration(command, setting):
     help_text = option_help(command, setting.flag)

@@ -5,6 +5,7 @@
 // Without `ORION_RUN` in the environment it stays inactive and every hook passes straight through.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -291,8 +292,12 @@ private:
     std::uint64_t gate_spacing_ns_ = 0;  // `quota`: work between two gate waits; 0: the queue limit
     // Profiled work between two gate waits on a stream or in a graph: under `quota` the fixed
     // spacing, otherwise the run's queue limit as it is now (a daemon sets it as HP joins).
+    // BE work let through one gate opening before the next wait: a quota's own spacing, else
+    // the queue limit, but never under the run's be_gate_spacing_ns.
     std::uint64_t gate_spacing() const {
-        return gate_spacing_ns_ != 0 ? gate_spacing_ns_ : view_.decisions().queue_limit_ns;
+        if (gate_spacing_ns_ != 0) return gate_spacing_ns_;
+        const RunDecisions& decisions = view_.decisions();
+        return std::max(decisions.queue_limit_ns, decisions.be_gate_spacing_ns);
     }
     static_assert(kMaxClients <= 32, "RunDecisions::be_mask holds a bit per client");
     std::once_flag gate_once_;

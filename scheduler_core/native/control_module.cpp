@@ -106,12 +106,17 @@ public:
                       const std::string& hp_completion, const std::string& be_gate,
                       bool quotas, std::uint64_t quota_window_ns, bool open_slots,
                       const std::string& be_graph_gate, std::uint64_t hp_quiet_ns,
-                      bool hp_priority_stream, std::uint64_t context_bytes) {
+                      bool hp_priority_stream, std::uint64_t context_bytes,
+                      std::uint64_t be_gate_spacing_ns) {
         if (sm_count == 0) throw py::value_error("sm_count must be positive");
         if (quota_window_ns == 0) throw py::value_error("quota_window_ns must be positive");
         if (hp_quiet_ns > kMaxHpQuietNs) {
             throw py::value_error("hp_quiet_ns must be at most " + std::to_string(kMaxHpQuietNs) +
                                   " (1 s)");
+        }
+        if (be_gate_spacing_ns > kMaxBeGateSpacingNs) {
+            throw py::value_error("be_gate_spacing_ns must be at most " +
+                                  std::to_string(kMaxBeGateSpacingNs) + " (10 ms)");
         }
         RunConfig config;
         config.be_gate = be_gate_from(be_gate);
@@ -129,6 +134,7 @@ public:
         config.hp_quiet_ns = hp_quiet_ns;
         config.hp_priority_stream = hp_priority_stream;
         config.context_bytes = context_bytes;
+        config.be_gate_spacing_ns = be_gate_spacing_ns;
         std::string error;
         RunMapping mapping = RunMapping::create(name, config, &error);
         if (!mapping.valid()) throw std::runtime_error(error);
@@ -279,6 +285,7 @@ public:
     }
 
     std::uint64_t hp_quiet_ns() const { return decisions().hp_quiet_ns; }
+    std::uint64_t be_gate_spacing_ns() const { return decisions().be_gate_spacing_ns; }
     bool hp_priority_stream() const { return decisions().hp_priority_stream != 0; }
     std::uint64_t context_bytes() const { return decisions().context_bytes; }
 
@@ -682,7 +689,8 @@ PYBIND11_MODULE(_native, m) {
                     py::arg("be_gate") = "gpu", py::arg("quotas") = false,
                     py::arg("quota_window_ns") = 1'000'000'000ULL, py::arg("open_slots") = false,
                     py::arg("be_graph_gate") = "inside", py::arg("hp_quiet_ns") = 0,
-                    py::arg("hp_priority_stream") = true, py::arg("context_bytes") = 0)
+                    py::arg("hp_priority_stream") = true, py::arg("context_bytes") = 0,
+                    py::arg("be_gate_spacing_ns") = 0)
         .def_static("attach", &Run::attach, py::arg("name"), py::arg("decisions"))
         .def_property_readonly("name", &Run::name)
         .def_property_readonly("decisions_fd", &Run::decisions_fd)
@@ -696,6 +704,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("be_gate", &Run::be_gate)
         .def_property_readonly("be_graph_gate", &Run::be_graph_gate)
         .def_property_readonly("hp_quiet_ns", &Run::hp_quiet_ns)
+        .def_property_readonly("be_gate_spacing_ns", &Run::be_gate_spacing_ns)
         .def_property_readonly("hp_priority_stream", &Run::hp_priority_stream)
         .def_property_readonly("context_bytes", &Run::context_bytes)
         .def("gate_open", &Run::gate_open, py::arg("client"))

@@ -335,6 +335,7 @@ RunMapping RunMapping::create(const std::string& name, const RunConfig& config,
     decisions->hp_quiet_ns = std::min(config.hp_quiet_ns, kMaxHpQuietNs);
     decisions->hp_priority_stream = config.hp_priority_stream ? 1 : 0;
     decisions->context_bytes = config.context_bytes;
+    decisions->be_gate_spacing_ns = std::min(config.be_gate_spacing_ns, kMaxBeGateSpacingNs);
     for (std::uint32_t client = 0; client < kMaxClients; ++client) {
         write_slot_defaults(RunView(base, layout, trace_capacity, decisions), client);
     }

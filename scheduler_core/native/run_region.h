@@ -33,6 +33,7 @@ struct RunConfig {
     std::uint64_t hp_quiet_ns = 0;  // RunDecisions::hp_quiet_ns, at most kMaxHpQuietNs; 0 = off
     bool hp_priority_stream = true;  // RunDecisions::hp_priority_stream
     std::uint64_t context_bytes = 0;  // RunDecisions::context_bytes: one process's CUDA context
+    std::uint64_t be_gate_spacing_ns = 0;  // RunDecisions::be_gate_spacing_ns; 0 = a queue limit
 };
 
 // Owns one mapping of a run's shared memory and of its decisions (RunDecisions); unmaps on

@@ -58,7 +58,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 17: ClientStats::felt_slower counts 12 ratios (was 4), fine enough to bound a p99 within 20%
 // 18: ClientStats::felt_alone_samples and felt_alone_slower: the felt tail of launches alone, the
 //     baseline a shared tail is compared with
-constexpr std::uint32_t kLayoutVersion = 18;
+// 19: RunDecisions::be_gate_spacing_ns (was reserved[0]): the least BE work between two waits on
+//     a BE stream's GPU-side gate, apart from the queue limit the latency loop moves
+constexpr std::uint32_t kLayoutVersion = 19;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -616,7 +618,12 @@ struct alignas(64) RunDecisions {
     // counts it in its memory use when it attaches, since the driver gives every process a
     // context of its own (a BE client's child too), and it goes back when the process ends.
     std::uint64_t context_bytes;
-    std::uint64_t reserved[2];
+    // The least BE work a BE stream lets onto the GPU between two waits on its gate (layout 19;
+    // 0: one queue limit). The queue limit bounds what an HP request finds let through; at the
+    // latency loop's floor it is a microsecond, and every BE kernel then pays for a wait and a
+    // started mark, stream operations between its kernels. This keeps them apart.
+    std::uint64_t be_gate_spacing_ns;
+    std::uint64_t reserved[1];
     ClientDecision clients[kMaxClients];
 };
 constexpr std::uint64_t kDecisionsBytes = (sizeof(RunDecisions) + kPageBytes - 1) / kPageBytes *
@@ -628,6 +635,9 @@ constexpr std::uint64_t kMaxSamplingHoldNs = 100'000'000;
 
 // The longest quiet spell a run may ask for (RunDecisions::hp_quiet_ns): 1 s.
 constexpr std::uint64_t kMaxHpQuietNs = 1'000'000'000;
+
+// The most BE work a run may let through between two gate waits (be_gate_spacing_ns): 10 ms.
+constexpr std::uint64_t kMaxBeGateSpacingNs = 10'000'000;
 
 static_assert(std::is_standard_layout_v<RunHeader>);
 static_assert(std::is_standard_layout_v<RunDecisions>);
