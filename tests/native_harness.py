@@ -94,11 +94,14 @@ class Event:
 
 
 def read_log(path: Path) -> list[Event]:
-    """Events the stand-in driver logged: `<pid> <time_ns> <kind> <fields...>`."""
+    """Events the stand-in driver logged: `<pid> <time_ns> <kind> <fields...>`. A log read while
+    a process writes it may end in part of a line: the driver writes each line whole with one
+    write(), but one that crosses a page of the file becomes visible a page at a time, so the
+    text after the last newline is left for the next read."""
     if not path.exists():
         return []
     events = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text().split("\n")[:-1]:
         pid, time_ns, kind, *fields = line.split()
         events.append(Event(int(pid), int(time_ns), kind, tuple(fields)))
     return events

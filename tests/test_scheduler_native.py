@@ -111,6 +111,22 @@ def test_unconfigured_process_launches_pass_through_once(harness: Harness, tmp_p
     assert len(launches(read_log(tmp_path / "log"))) == 4 * len(ROUTES)
 
 
+def test_a_log_read_while_a_line_is_half_visible_gives_the_whole_lines_only(tmp_path: Path):
+    # A line of the stand-in driver's log that crosses a page of the file shows a page at a time
+    # to a test polling the log (a stress run once read "1234 5678" and failed to unpack it).
+    log = tmp_path / "log"
+    log.write_text("1234 5678 launch bek 8 128\n1234 5679")
+    (event,) = read_log(log)
+    assert (event.pid, event.time_ns, event.kind, event.fields) == (
+        1234,
+        5678,
+        "launch",
+        ("bek", "8", "128"),
+    )
+    log.write_text("1234 5678 launch bek 8 128\n1234 5679 sync 0\n")
+    assert [e.kind for e in read_log(log)] == ["launch", "sync"]
+
+
 def test_every_launch_is_caught_exactly_once(harness: Harness, tmp_path: Path):
     with SchedulerRun(settings("passthrough")) as run:
         index = run.add_client("job", "be")
