@@ -79,6 +79,10 @@ _LOG = logging.getLogger(__name__)
 opened; a daemon on a thread of a run logs wherever that process chose."""
 
 POLICIES = ("orion", "reef", "priority", "quota", "passthrough")
+GPU_GATED_POLICIES = ("orion", "reef")
+"""The policies whose BE streams wait on a GPU-side gate a queue limit (or a gate spacing) of
+work apart; ``quota`` spaces its waits by its own window."""
+
 BE_WHEN_DAEMON_GONE = ("open", "hold")
 """What a BE client does when its daemon falls silent (no heartbeat for a second: killed, stopped,
 stalled): ``open`` runs it ungated from then on, as it would run without orion; ``hold`` holds its
@@ -177,6 +181,14 @@ class DaemonSettings:
         object.__setattr__(
             self, "be_gate_spacing_us", BE_GATE_SPACING_US.parse(self.be_gate_spacing_us)
         )
+        if self.be_gate_spacing_us is not None and (
+            self.policy not in GPU_GATED_POLICIES or self.be_gate != "gpu"
+        ):
+            raise OrionError(
+                f"be_gate_spacing_us applies to the GPU-side BE gate of policies "
+                f"{' and '.join(GPU_GATED_POLICIES)} (this daemon: policy {self.policy!r}, "
+                f"be_gate {self.be_gate!r}); it would change nothing here"
+            )
         problem = BE_SM_PERCENT.problem(self.be_sm_percent)
         if problem is not None:
             raise OrionError(problem)

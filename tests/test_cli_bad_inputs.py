@@ -96,6 +96,12 @@ BEFORE_THE_GPU = [
         "--be-gate-spacing-us: be_gate_spacing_us must be 1 to 10,000 us (got 20000)",
     ),
     (
+        "up: --be-gate-spacing-us with BE held on the CPU",
+        ["up", "--be-gate", "cpu", "--be-gate-spacing-us", "100", "--state-dir", "{tmp}/state"],
+        "be_gate_spacing_us applies to the GPU-side BE gate of policies orion and reef "
+        "(this daemon: policy 'orion', be_gate 'cpu')",
+    ),
+    (
         "pairs: negative --time-budget",
         ["pairs", "examples/pairs.json", "--time-budget", "-5", "--out", "{tmp}/m"],
         "--time-budget",

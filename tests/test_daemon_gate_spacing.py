@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 from daemon_harness import RunningDaemon
 
+from orion_common.errors import OrionError
+from orion_daemon.server import DaemonSettings
+
 # Ten 1-ms kernels, then it says so and stays (a client that left is no longer in the status).
 TEN_KERNELS = "func b 1000 repeat 10 launch b 8 64 0 end sync 0 say done hold"
 
@@ -54,3 +57,19 @@ def test_a_gate_spacing_keeps_be_kernels_from_each_paying_a_wait(harness, make_d
     assert spaced.status()["be_gate_spacing_us"] == 2500
     waits, launches = _be_gate_waits(harness, spaced, tmp_path / "spaced.log")
     assert launches == 10 and 1 <= waits <= 5
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"policy": "priority", "sharing": "mps"}, "policy 'priority'"),
+        ({"policy": "quota"}, "policy 'quota'"),
+        ({"policy": "orion", "be_gate": "cpu"}, "be_gate 'cpu'"),
+    ],
+)
+def test_a_gate_spacing_where_no_gpu_gate_spaces_waits_is_refused(tmp_path, settings, said):
+    # Under a policy without GPU-side BE gates (or with BE held on the CPU) it would change
+    # nothing: refused in one line rather than taken silently.
+    with pytest.raises(OrionError, match=f"be_gate_spacing_us applies .*{said}"):
+        DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, be_gate_spacing_us=100, **settings)
+    assert DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, be_gate_spacing_us=100)
