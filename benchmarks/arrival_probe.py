@@ -122,12 +122,17 @@ def summary_markdown(summary: dict[str, Any], command: str = "") -> str:
 # The processes (need a GPU)
 
 
-def _spin_kernel():  # pragma: no cover - needs a GPU
+def _spin_kernel(stream):  # pragma: no cover - needs a GPU
+    """The spin kernel, compiled and run once on ``stream`` (so that neither process measures or
+    starts with a compilation), and the GPU's clock cycles per microsecond."""
     import cupy
+    import numpy as np
 
     kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
+    kernel((1,), (1,), (np.int64(1),), stream=stream)
+    stream.synchronize()
     rate_khz = cupy.cuda.runtime.getDeviceProperties(0)["clockRate"]
-    return kernel, rate_khz / 1000.0  # cycles per microsecond
+    return kernel, rate_khz / 1000.0
 
 
 def run_hp(
@@ -136,9 +141,9 @@ def run_hp(
     import cupy
     import numpy as np
 
-    kernel, per_us = _spin_kernel()
-    cycles = np.int64(hp_us * per_us)
     stream = cupy.cuda.Stream(non_blocking=True)
+    kernel, per_us = _spin_kernel(stream)
+    cycles = np.int64(hp_us * per_us)
     rng = np.random.default_rng(seed)
     latencies: list[float] = []
     start = time.monotonic()
@@ -161,9 +166,8 @@ def run_be(mode: str) -> None:  # pragma: no cover - needs a GPU
     import cupy
     import numpy as np
 
-    kernel, per_us = _spin_kernel()
     stream = cupy.cuda.Stream(non_blocking=True)
-    stream.synchronize()
+    kernel, per_us = _spin_kernel(stream)
     print("ready", flush=True)
     if mode == "idle":
         sys.stdin.read()  # until the driver closes our stdin
