@@ -6,24 +6,16 @@ long kernels 60 us most of the time and 2 ms once in fifty (a switch behind a pr
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def probe():
-    path = ROOT / "benchmarks" / "arrival_probe.py"
-    spec = importlib.util.spec_from_file_location("orion_arrival_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["orion_arrival_probe"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("arrival_probe")
 
 
 def runs(rounds: int = 3) -> list[dict]:

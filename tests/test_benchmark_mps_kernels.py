@@ -7,25 +7,16 @@ the no-MPS baseline is split exactly into kernel time and gap time.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def mk():
-    path = ROOT / "benchmarks" / "mps_kernels.py"
-    spec = importlib.util.spec_from_file_location("orion_mps_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["orion_mps_kernels"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("mps_kernels")
 
 
 def trace(replays: int, durations: list[float], gaps: list[float], noise: bool = True) -> dict:

@@ -6,13 +6,12 @@ experiment runs) does not, so that is tested here.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from benchmark_scripts import load_benchmark
 
 from colocation.config import parse_jobs
 
@@ -21,12 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench():
-    path = ROOT / "benchmarks" / "quota_limits.py"
-    spec = importlib.util.spec_from_file_location("orion_quota_limits", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["orion_quota_limits"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("quota_limits")
 
 
 def _series(samples: list[tuple[float, float]], change_s: float, old: float) -> pd.DataFrame:

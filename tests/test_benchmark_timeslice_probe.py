@@ -6,25 +6,18 @@ Two processes took turns: A ran 0-10 ms, B 11-21, A 22-32, B 33-43, A 44-50. So 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
 def probe():
-    path = ROOT / "benchmarks" / "timeslice_probe.py"
-    spec = importlib.util.spec_from_file_location("orion_timeslice_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["orion_timeslice_probe"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("timeslice_probe")
 
 
 A = {
