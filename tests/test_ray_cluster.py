@@ -97,28 +97,33 @@ def test_fractional_actors_join_their_gpus_daemon_with_role_and_memory_limit(clu
     node = next(n for n in cluster.nodes if len(n.gpus) == 2)
     pinned = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
     probe = probe_actor(ray, harness)
+    # Fractions two HP actors cannot share one GPU with (Ray could pack two at 0.5 each onto one,
+    # and the daemon refuses the second HP): each GPU gets one HP and one BE, whatever the order.
+    fractions = {"hp": 0.75, "be": 0.25}
+    roles = [role for _ in range(2) for role in ("hp", "be")]
     actors = [
-        probe.options(**orion.ray.options(role, num_gpus=0.5, name=f"{role}{index}"),
+        probe.options(**orion.ray.options(role, num_gpus=fractions[role], name=f"{role}{index}"),
                       scheduling_strategy=pinned).remote()
-        for index in range(2)
-        for role in ("hp", "be")
+        for index, role in enumerate(roles)
     ]  # fmt: skip
     reports = ray.get([actor.report.remote() for actor in actors], timeout=120)
     try:
-        half = (STAND_IN_MEMORY_MIB << 20) // 2
+        total = STAND_IN_MEMORY_MIB << 20
+        shares = {int(total * fraction) for fraction in fractions.values()}
         by_gpu: dict[str, list[str]] = {}
-        for report in reports:
+        for role, report in zip(roles, reports, strict=True):
             assert report["attached"] and report["node_id"] == node.node_id
             by_gpu.setdefault(report["ray_visible"], []).append(report["cuda_visible_devices"])
             # the GPU Ray gave it, by index; after joining, the same GPU by UUID
             gpu = node.gpus[int(report["ray_visible"])]
             assert report["cuda_visible_devices"] == gpu["uuid"]
-            assert report["memory_total"] == half  # what the program sees: its share
+            # what the program sees: its share
+            assert report["memory_total"] == int(total * fractions[role])
         assert sorted(by_gpu) == ["0", "1"]
         for gpu in range(2):
             clients = node.daemon_status(gpu)["clients"]
             assert sorted(c["role"] for c in clients) == ["be", "hp"]
-            assert {c["memory_limit_bytes"] for c in clients} == {half}
+            assert {c["memory_limit_bytes"] for c in clients} == shares
             # The command the status shows is the worker's title, without Ray's padding.
             assert all(c["command"] and c["command"][-1] for c in clients)
     finally:
