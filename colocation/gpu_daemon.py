@@ -43,7 +43,7 @@ from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.embedded import DaemonThread, daemon_thread
 from orion_daemon.server import SCHEDULING, DaemonSettings
 
-_LABELS = {
+SETTING_LABELS = {
     "policy": "policy",
     "sharing": "sharing",
     "be_gate": "BE gate",
@@ -56,7 +56,10 @@ _LABELS = {
     "trace": "kernel trace",
     "hp_quiet_us": "HP quiet spell",
     "be_gate_spacing_us": "BE gate spacing",
+    "be_sm_percent": "BE SM share",
 }
+"""Each of :data:`orion_daemon.server.SCHEDULING` in words, for the sentence that says why a run
+cannot use a running daemon."""
 
 
 def _shown(field: str, value: Any) -> str:
@@ -71,7 +74,9 @@ def _shown(field: str, value: Any) -> str:
     if field == "hp_quiet_us":
         return f"{value:g} us" if value else "off"
     if field == "be_gate_spacing_us":
-        return "the queue limit" if value is None else f"{value:g} us"
+        return "none (no GPU gate)" if value is None else f"{value:g} us"
+    if field == "be_sm_percent":
+        return "every SM" if value is None else f"{value:g}%"
     if isinstance(value, bool):
         return "on" if value else "off"
     return repr(value)
@@ -85,9 +90,8 @@ def settings_difference(running: DaemonSettings, wanted: DaemonSettings) -> str 
             continue
         have, want = getattr(running, field), getattr(wanted, field)
         if have != want:
-            return (
-                f"{_LABELS[field]} {_shown(field, have)} where this run needs {_shown(field, want)}"
-            )
+            label = SETTING_LABELS[field]
+            return f"{label} {_shown(field, have)} where this run needs {_shown(field, want)}"
     return None
 
 

@@ -28,12 +28,33 @@ from orion_daemon.signals import DeferredSignals, sigterm_as_interrupt
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-MPS_CLIENT_PRIORITY = "CUDA_MPS_CLIENT_PRIORITY"
-MPS_BE_PRIORITY = "1"
-"""An MPS client's priority (0, the default, is normal; 1 below it): given to BE clients."""
 """The MPS client's share of the SMs (percent). The runner sets it per client under policy
 ``mps-share`` from ``sm_percent`` and removes an inherited one under every policy: a value left
 in the user's shell would silently partition the GPU of runs that are meant to compare policies."""
+MPS_CLIENT_PRIORITY = "CUDA_MPS_CLIENT_PRIORITY"
+MPS_BE_PRIORITY = "1"
+"""An MPS client's priority (0, the default, is normal; 1 below it): given to BE clients."""
+MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
+NO_MPS_FOLDER = "no-mps"
+"""The pipe folder, inside a daemon's own folder, of clients meant to run outside MPS."""
+
+
+def outside_any_mps(folder: Path) -> dict[str, str]:
+    """Variables that keep a CUDA process out of every MPS daemon, with the empty pipe folder
+    they name made inside ``folder``.
+
+    CUDA connects a process to the MPS daemon of its pipe folder (``/tmp/nvidia-mps`` unless
+    ``CUDA_MPS_PIPE_DIRECTORY`` says otherwise) and runs it without MPS when none answers there.
+    A machine-wide daemon, root's or another user's, would otherwise make every client of a
+    time-sliced orion daemon its MPS client without a word: HP and BE kernels running at once
+    where orion's gates, its latency loop and its reports count on the driver switching
+    contexts, and the clients' fate tied to a daemon their owner does not control. A folder of
+    the orion daemon's own, where no MPS daemon runs, is the same "nobody answers" every
+    machine without MPS gives.
+    """
+    pipe_dir = folder / NO_MPS_FOLDER
+    pipe_dir.mkdir(mode=0o755, exist_ok=True)
+    return {MPS_PIPE_DIRECTORY: str(pipe_dir)}
 
 
 def with_sm_share(environment: dict[str, str], sm_percent: int | None) -> dict[str, str]:

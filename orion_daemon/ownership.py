@@ -31,7 +31,8 @@ ANSWER_VARIABLES = frozenset(
         "ORION_DAEMON_GONE_HOLD_S",
         "ORION_PRELOAD",  # sent by daemons of earlier versions; ignored (a client loads its own)
         "CUDA_VISIBLE_DEVICES",  # the GPU's UUID: the driver must number the GPU as the daemon
-        "CUDA_MPS_PIPE_DIRECTORY",  # the daemon's private MPS daemon (sharing "mps")
+        # the daemon's private MPS daemon (sharing "mps"); time-sliced, a folder where none runs
+        "CUDA_MPS_PIPE_DIRECTORY",
         "CUDA_MPS_LOG_DIRECTORY",
         "CUDA_MPS_CLIENT_PRIORITY",  # BE clients under MPS run at its lower priority
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",  # BE clients' SM share (`orion up --be-sm-percent`)

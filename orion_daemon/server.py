@@ -57,7 +57,12 @@ from orion_daemon.protocol import PASSED_FDS, answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
-from scheduler_core.settings import BE_GATE_SPACING_US, BE_SM_PERCENT, HP_QUIET_US
+from scheduler_core.settings import (
+    BE_GATE_SPACING_US,
+    BE_SM_PERCENT,
+    DEFAULT_BE_GATE_SPACING_US,
+    HP_QUIET_US,
+)
 from scheduler_core.sharing import (
     default_be_graph_gate,
     default_sharing,
@@ -144,7 +149,9 @@ class DaemonSettings:
     reef and orion (0: off)."""
     be_gate_spacing_us: float | None = None
     """:data:`scheduler_core.settings.BE_GATE_SPACING_US`: the least BE work let onto the GPU
-    between two waits on a BE stream's GPU-side gate (None: one queue limit)."""
+    between two waits on a BE stream's GPU-side gate. Unset, it becomes
+    :data:`~scheduler_core.settings.DEFAULT_BE_GATE_SPACING_US` where a GPU gate spaces waits
+    and stays None (nothing to space) elsewhere."""
     be_sm_percent: float | None = None
     """:data:`scheduler_core.settings.BE_SM_PERCENT`: under MPS, the SMs a BE client's kernels
     may use (None: all)."""
@@ -178,12 +185,12 @@ class DaemonSettings:
         problem = BE_GATE_SPACING_US.problem(self.be_gate_spacing_us)
         if problem is not None:
             raise OrionError(problem)
-        object.__setattr__(
-            self, "be_gate_spacing_us", BE_GATE_SPACING_US.parse(self.be_gate_spacing_us)
-        )
-        if self.be_gate_spacing_us is not None and (
-            self.policy not in GPU_GATED_POLICIES or self.be_gate != "gpu"
-        ):
+        spacing = BE_GATE_SPACING_US.parse(self.be_gate_spacing_us)
+        gpu_gate_spaces_waits = self.policy in GPU_GATED_POLICIES and self.be_gate == "gpu"
+        if spacing is None and gpu_gate_spaces_waits:
+            spacing = DEFAULT_BE_GATE_SPACING_US
+        object.__setattr__(self, "be_gate_spacing_us", spacing)
+        if spacing is not None and not gpu_gate_spaces_waits:
             raise OrionError(
                 f"be_gate_spacing_us applies to the GPU-side BE gate of policies "
                 f"{' and '.join(GPU_GATED_POLICIES)} (this daemon: policy {self.policy!r}, "
@@ -192,6 +199,7 @@ class DaemonSettings:
         problem = BE_SM_PERCENT.problem(self.be_sm_percent)
         if problem is not None:
             raise OrionError(problem)
+        object.__setattr__(self, "be_sm_percent", BE_SM_PERCENT.parse(self.be_sm_percent))
         if self.be_sm_percent is not None and self.sharing != "mps":
             raise OrionError(
                 f"be_sm_percent applies under sharing 'mps' only (this daemon shares by "
@@ -274,6 +282,8 @@ class Daemon:
         """What one process's CUDA context takes on the GPU, measured as the daemon starts (0:
         unknown): every client counts it in its memory use, and a limit below it is refused."""
         self._mps: Any = None
+        self._outside_mps: dict[str, str] = {}
+        """What keeps a time-sliced daemon's clients out of any MPS daemon (set as it starts)."""
         self._events: CsvTable | None = None
         self._limits: CsvTable | None = None  # opened at the first `orion quota`
         self._recorder: SchedulerRecorder | None = None
@@ -407,6 +417,10 @@ class Daemon:
                     keep_running=self._clients_attached,
                 )
             )
+        else:
+            from orion_daemon.mps import outside_any_mps
+
+            self._outside_mps = outside_any_mps(self.folder)
         # Whatever way the daemon ends, first of all: clients pass through, every gate opens.
         stack.callback(self._scheduler.shut_down)
         writer = self._writer = RecordWriter(self._sample_records, SAMPLE_S, self._log)
@@ -905,7 +919,9 @@ class Daemon:
         }
         if self.settings.gpu_uuid:
             environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
-        if self._mps is not None:
+        if self._mps is None:
+            environment.update(self._outside_mps)
+        else:
             environment.update(self._mps.environment)
             if role == "be":
                 # Under MPS a BE client's kernels also yield to the HP's where the GPU schedules

@@ -50,20 +50,24 @@ ORION_VARIANTS = {
     "orion-quiet": ("--hp-quiet-us", "300"),
     "orion-mps-be70": ("--sharing", "mps", "--be-sm-percent", "70"),
     "orion-mps-be50": ("--sharing", "mps", "--be-sm-percent", "50"),
+    "orion-mps-be50-quiet": ("--sharing", "mps", "--be-sm-percent", "50", "--hp-quiet-us", "300"),
+    "reef-mps-be50": ("--policy", "reef", "--sharing", "mps", "--be-sm-percent", "50"),
     "orion-q100": ("--queue-limit-us", "100"),
-    "orion-spacing100": ("--be-gate-spacing-us", "100"),
+    "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
 }
-"""orion with settings away from its defaults (``orion up`` options): rows of their own, never
-scored as the suite's orion nor counted as a competitor."""
+"""orion with settings away from its defaults (``orion up`` options, the policy among them): rows of
+their own, never scored as the suite's orion nor counted as a competitor."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
 MODES = (ORION_MODE, *ORION_VARIANTS, *COMPETITOR_MODES)
 VARIANT_NOTES = {
     "orion-quiet": "BE waits out a 300-us quiet spell of the HP",
     "orion-mps-be70": "BE kernels on 70% of the SMs",
     "orion-mps-be50": "BE kernels on half the SMs",
+    "orion-mps-be50-quiet": "BE on half the SMs, and out of the HP's gaps shorter than 300 us",
+    "reef-mps-be50": "BE on half the SMs, and never beside an HP kernel",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
-    "orion-spacing100": "BE gate waits at least 100 us of BE work apart, the loop on",
+    "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",
 }
 MODE_TEXT = {

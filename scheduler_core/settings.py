@@ -181,6 +181,12 @@ HP_QUIET_US = Setting(
     "switches). 0: off.",
     unset="0 (off: BE work may run in any gap of the HP's work)",
 )
+DEFAULT_BE_GATE_SPACING_US = 100.0
+"""The spacing a daemon uses where its GPU gate spaces waits and none is asked for. A wait before
+every BE kernel (the spacing the latency loop's 1-us queue bound gave) cost lone trainers 18-34%
+of their throughput, 100 us between waits gave back more than half of it, and beside the suite's
+services BE kept more in all eight pairs measured with the HP's p99 lower or level in seven
+(one H200 round: ``benchmarks/results/nvidia-h200/suite-be-cost/``)."""
 BE_GATE_SPACING_US = Setting(
     name="be_gate_spacing_us",
     kind="number",
@@ -191,7 +197,8 @@ BE_GATE_SPACING_US = Setting(
     "started, is a stream operation between two BE kernels, so with the queue limit at a few "
     "microseconds every BE kernel pays for one. Larger: fewer waits, so BE runs faster; an "
     "arriving HP request may find up to this much BE work let through, to drain first.",
-    unset="the queue limit (the latency loop's bound): a wait per queue limit of BE work",
+    unset=f"{DEFAULT_BE_GATE_SPACING_US:g} us where a GPU gate spaces waits (policies orion and "
+    "reef, --be-gate gpu); 1 gives a wait per queue limit of BE work, as before the default",
 )
 BE_SM_PERCENT = Setting(
     name="be_sm_percent",

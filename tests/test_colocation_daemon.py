@@ -17,7 +17,7 @@ from daemon_harness import RunningDaemon
 from typer.testing import CliRunner
 
 from colocation.config import JobsConfig, parse_jobs
-from colocation.gpu_daemon import settings_difference
+from colocation.gpu_daemon import SETTING_LABELS, settings_difference
 from colocation.preflight import prepare_run
 from colocation.runner import run_jobs
 from orion_cli.app import app
@@ -28,7 +28,7 @@ from orion_daemon.admission import JoinRequest
 from orion_daemon.control import stop
 from orion_daemon.embedded import daemon_thread
 from orion_daemon.joining import join
-from orion_daemon.server import DaemonSettings
+from orion_daemon.server import SCHEDULING, DaemonSettings
 from reporting import client_summary, load_run
 
 BERT = {"workload": "bert", "batch_size": 1, "options": {"seq_len": 8}}
@@ -218,8 +218,18 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
         ({"hp_quiet_us": 300}, {}, "HP quiet spell 300 us where this run needs off"),
         (
             {},
-            {"be_gate_spacing_us": 100},
-            "BE gate spacing the queue limit where this run needs 100 us",
+            {"be_gate_spacing_us": 250},
+            "BE gate spacing 100 us where this run needs 250 us",  # 100 us: the default
+        ),
+        (
+            {"be_gate": "cpu"},
+            {},
+            "BE gate 'cpu' where this run needs 'gpu'",
+        ),
+        (
+            {"sharing": "mps", "be_sm_percent": 70},
+            {"sharing": "mps"},
+            "BE SM share 70% where this run needs every SM",
         ),
         ({"gpu_name": "another", "memory_bytes": 1}, {}, None),  # facts, not scheduling
     ],
@@ -242,3 +252,8 @@ def test_a_daemon_holds_be_graphs_by_its_sharing_modes_default(sharing: str, gat
         gpu=0, sm_count=132, folder=Path("/x"), sharing=sharing, be_graph_gate="inside"
     )
     assert told.be_graph_gate == "inside"
+
+
+def test_every_scheduling_setting_is_said_in_words_when_a_running_daemon_differs() -> None:
+    # A run meeting a daemon started with any setting of its own gets a sentence, not a crash.
+    assert set(SCHEDULING) <= set(SETTING_LABELS)

@@ -233,6 +233,11 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     console.print(status_table(status))
     text = console.export_text()
     assert "BE gate waits at least 100 us of BE work apart" in text
+    assert "% of the SMs" not in text  # no BE SM share: every SM
     assert "2 graphs split into 107 segments" in text
     assert "1 graphs whole (the driver did not list its edges)" in text
     assert "0.90x felt, p99 >= 2x" in text
+    console = Console(width=400, record=True)
+    console.print(status_table({**status, "sharing": "mps", "be_sm_percent": 50.0}))
+    text = console.export_text()
+    assert "sharing mps" in text and "BE kernels on 50% of the SMs" in text

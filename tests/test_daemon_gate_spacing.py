@@ -13,6 +13,7 @@ from daemon_harness import RunningDaemon
 
 from orion_common.errors import OrionError
 from orion_daemon.server import DaemonSettings
+from scheduler_core.settings import DEFAULT_BE_GATE_SPACING_US
 
 # Ten 1-ms kernels, then it says so and stays (a client that left is no longer in the status).
 TEN_KERNELS = "func b 1000 repeat 10 launch b 8 64 0 end sync 0 say done hold"
@@ -46,10 +47,10 @@ def _be_gate_waits(harness, daemon: RunningDaemon, log) -> tuple[int, int]:
 
 
 def test_a_gate_spacing_keeps_be_kernels_from_each_paying_a_wait(harness, make_daemon, tmp_path):
-    # The same queue bound (0.5 ms, fixed) under two daemons: without a spacing every 1-ms kernel
-    # waits on the gate; with 2.5 ms, at most one kernel in two does.
-    plain = make_daemon("plain", queue_limit_ns=500_000)
-    assert plain.status()["be_gate_spacing_us"] is None
+    # The same queue bound (0.5 ms, fixed) under two daemons: spaced by the queue bound (a spacing
+    # of 1 us) every 1-ms kernel waits on the gate; with 2.5 ms, at most one kernel in two does.
+    plain = make_daemon("plain", queue_limit_ns=500_000, be_gate_spacing_us=1)
+    assert plain.status()["be_gate_spacing_us"] == 1
     waits, launches = _be_gate_waits(harness, plain, tmp_path / "plain.log")
     assert launches == 10 and waits == 10
 
@@ -73,3 +74,22 @@ def test_a_gate_spacing_where_no_gpu_gate_spaces_waits_is_refused(tmp_path, sett
     with pytest.raises(OrionError, match=f"be_gate_spacing_us applies .*{said}"):
         DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, be_gate_spacing_us=100, **settings)
     assert DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, be_gate_spacing_us=100)
+
+
+@pytest.mark.parametrize(
+    ("settings", "spacing"),
+    [
+        ({}, DEFAULT_BE_GATE_SPACING_US),  # orion, time-sliced, GPU gate
+        ({"policy": "reef"}, DEFAULT_BE_GATE_SPACING_US),
+        ({"sharing": "mps"}, DEFAULT_BE_GATE_SPACING_US),
+        ({"be_gate_spacing_us": "1"}, 1.0),  # a wait per queue limit, as before the default
+        ({"be_gate": "cpu"}, None),  # nothing to space: BE is held on the CPU
+        ({"policy": "quota"}, None),
+        ({"policy": "priority", "sharing": "mps"}, None),
+    ],
+)
+def test_a_daemon_spaces_its_gpu_gate_waits_by_default(tmp_path, settings, spacing):
+    # Unset, the spacing is the declared default wherever a GPU gate spaces waits, and stays
+    # unset where none does (so a setting that would change nothing is never shown as in force).
+    made = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, **settings)
+    assert made.be_gate_spacing_us == spacing

@@ -161,7 +161,7 @@ def test_under_mps_be_clients_join_at_the_lower_client_priority(
     assert environment["CUDA_MPS_PIPE_DIRECTORY"] == "/p"
     assert set(environment) <= ANSWER_VARIABLES
     time_sliced = SimpleNamespace(
-        settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=None
+        settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=None, _outside_mps={}
     )
     assert "CUDA_MPS_CLIENT_PRIORITY" not in Daemon._env(time_sliced, 3, False, role)
 
@@ -177,7 +177,10 @@ def test_a_be_sm_share_is_given_to_be_clients_under_mps_and_refused_time_sliced(
     from orion_daemon.ownership import ANSWER_VARIABLES
     from orion_daemon.server import Daemon, DaemonSettings
 
-    settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent=70)
+    settings = DaemonSettings(
+        gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent="70"
+    )
+    assert settings.be_sm_percent == 70.0  # as typed, parsed once by its declaration
     mps = SimpleNamespace(environment={})
     daemon = SimpleNamespace(settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=mps)
     be = Daemon._env(daemon, 1, False, "be")
@@ -188,3 +191,27 @@ def test_a_be_sm_share_is_given_to_be_clients_under_mps_and_refused_time_sliced(
         DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="timeslice", be_sm_percent=70)
     with pytest.raises(OrionError, match="be_sm_percent must be 1 to 100"):
         DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent=0)
+
+
+@pytest.mark.parametrize("role", ["hp", "be"])
+def test_a_time_sliced_daemons_clients_stay_out_of_a_machine_wide_mps_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role: str
+) -> None:
+    # An MPS daemon the user's shell points at (or root's at /tmp/nvidia-mps) would make the
+    # clients of a time-sliced daemon its MPS clients without a word. Each joins with a pipe
+    # folder of the orion daemon's own instead, where no MPS daemon answers: CUDA runs it alone.
+    from daemon_harness import RunningDaemon
+
+    machine_wide = tmp_path / "machine-mps"
+    machine_wide.mkdir()
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(machine_wide))
+    monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="orion")
+    try:
+        assert daemon.status()["sharing"] == "timeslice"
+        pipe_dir = Path(daemon.join(role, "client")["CUDA_MPS_PIPE_DIRECTORY"])
+        assert pipe_dir != machine_wide
+        assert pipe_dir.parent == daemon.folder and pipe_dir.is_dir()
+        assert not list(pipe_dir.iterdir())  # nobody answers there
+    finally:
+        daemon.close()
