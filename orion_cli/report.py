@@ -314,6 +314,7 @@ def report_suite(
     else:
         frame = suite_summary_table(summary)
         print_any_table(_suite_table(frame, f"suite {summary['suite']}"), keys=3, out=out)
+        print_any_table(_suite_modes_table(summary), out=out)
         worst = summary["worst_pair"]
         if worst is not None:
             ratio = worst["hp_p99_ratio"]
@@ -342,6 +343,34 @@ def _suite_table(frame: pd.DataFrame, title: str) -> Table:
         table.add_column(header, justify="left" if spec == "{}" else "right")
     for row in frame.to_dict("records"):
         table.add_row(*(escape(str(row.get(name, ""))) for name, _, _ in _SUITE_VIEW))
+    return table
+
+
+def _suite_modes_table(summary: dict[str, Any]) -> Table:
+    """Each mode scored as the suite is, so variants and competitors compare at a glance."""
+    target = summary["target"]
+    table = Table(title="per mode, over the pairs it ran", title_justify="left")
+    for header in ("mode", "pairs", "worst pair: HP p99 / alone [95% CI]", "geometric mean",
+                   f"within {target['hp_p99_ratio_at_most']:g}x",
+                   f"BE together {target['be_together_at_least']:g}+", "both"):  # fmt: skip
+        table.add_column(header, justify="left" if header == "mode" else "right")
+    for mode, score in summary.get("by_mode", {}).items():
+        worst = score["worst_pair"]
+        ratio = None if worst is None else worst["hp_p99_ratio"]
+        geomean = score["geomean_hp_p99_ratio"]
+        table.add_row(
+            escape(mode),
+            str(score["pairs"]),
+            "-"
+            if ratio is None or ratio["ratio"] is None
+            else escape(
+                f"{ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}] ({worst['pair']})"
+            ),
+            "-" if geomean is None else f"{geomean:.2f}",
+            str(score["pairs_within_target"]),
+            str(score["pairs_with_be_at_target"]),
+            str(score["pairs_meeting_both"]),
+        )
     return table
 
 
