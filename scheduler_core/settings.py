@@ -162,11 +162,11 @@ BE_GRAPH_GATE = Setting(
     kind="choice",
     choices=BE_GRAPH_GATES,
     help="How the CUDA graphs of gated (BE) clients are held: segments (each graph split into "
-    "pieces of at most one queue limit of work, launched one after another through the gate "
-    "like eager work), inside (wait nodes inside each graph, one per queue limit of its work) "
+    "pieces of at most one gate spacing of work, launched one after another through the gate "
+    "like eager work), inside (wait nodes inside each graph, one per gate spacing of its work) "
     "or whole (graphs run as the program made them, admitted whole behind their launch's "
-    "gate). Except whole, an arriving HP request finds at most one queue limit of a BE graph "
-    "let through.",
+    "gate). Except whole, an arriving HP request finds at most one gate spacing (the larger of "
+    "the queue limit and --be-gate-spacing-us) of a BE graph let through.",
     unset="segments when time-sliced (a graph stopped at a wait node inside it keeps its "
     "context on the GPU), inside under mps",
 )
