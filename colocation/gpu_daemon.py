@@ -57,6 +57,7 @@ SETTING_LABELS = {
     "hp_quiet_us": "HP quiet spell",
     "be_gate_spacing_us": "BE gate spacing",
     "be_sm_percent": "BE SM share",
+    "hp_context": "HP context",
 }
 """Each of :data:`orion_daemon.server.SCHEDULING` in words, for the sentence that says why a run
 cannot use a running daemon."""
@@ -77,6 +78,8 @@ def _shown(field: str, value: Any) -> str:
         return "none (no GPU gate)" if value is None else f"{value:g} us"
     if field == "be_sm_percent":
         return "every SM" if value is None else f"{value:g}%"
+    if field == "hp_context":
+        return "mps" if value is None else value
     if isinstance(value, bool):
         return "on" if value else "off"
     return repr(value)

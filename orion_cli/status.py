@@ -76,6 +76,8 @@ def status_table(status: dict[str, Any]) -> Table:
         title += f", BE gate waits at least {status['be_gate_spacing_us']:g} us of BE work apart"
     if status.get("be_sm_percent"):
         title += f", BE kernels on {status['be_sm_percent']:g}% of the SMs"
+    if status.get("hp_context") == "own":
+        title += ", the HP in a context of its own (outside MPS)"
     if status.get("owner"):
         title += f"; started by the `orion colocate` run in {shown(status['owner'])}"
     if status.get("records"):  # the daemon schedules on; its records are incomplete

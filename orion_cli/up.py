@@ -18,6 +18,7 @@ from scheduler_core.settings import (
     BE_GATE_SPACING_US,
     BE_GRAPH_GATE,
     BE_SM_PERCENT,
+    HP_CONTEXT,
     HP_QUIET_US,
     SHARING,
 )
@@ -58,6 +59,7 @@ def up_command(
     hp_quiet_us: Annotated[str | None, setting_option(HP_QUIET_US)] = None,
     be_gate_spacing_us: Annotated[str | None, setting_option(BE_GATE_SPACING_US)] = None,
     be_sm_percent: Annotated[str | None, setting_option(BE_SM_PERCENT)] = None,
+    hp_context: Annotated[str | None, setting_option(HP_CONTEXT)] = None,
     be_when_daemon_gone: Annotated[
         str,
         typer.Option(
@@ -102,6 +104,7 @@ def up_command(
     hp_quiet = parsed(HP_QUIET_US, hp_quiet_us) or 0.0
     be_gate_spacing = parsed(BE_GATE_SPACING_US, be_gate_spacing_us)
     be_sm = parsed(BE_SM_PERCENT, be_sm_percent)
+    hp_context = parsed(HP_CONTEXT, hp_context)
 
     # Before the GPU is read or anything starts: a bad address or a port in use, in one line.
     address = metrics.address_from_options(
@@ -128,6 +131,7 @@ def up_command(
         hp_quiet_us=hp_quiet,
         be_gate_spacing_us=be_gate_spacing,
         be_sm_percent=be_sm,
+        hp_context=hp_context,
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,
         be_when_daemon_gone=be_when_daemon_gone,

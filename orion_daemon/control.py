@@ -60,6 +60,7 @@ def check_options(
     hp_quiet_us: float = 0.0,
     be_gate_spacing_us: float | None = None,
     be_sm_percent: float | None = None,
+    hp_context: str | None = None,
 ) -> None:
     """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
     `orion up` and orion.ray's :func:`~orion.ray.start_daemons` say a bad ``--policy`` as such,
@@ -90,6 +91,7 @@ def check_options(
             hp_quiet_us=hp_quiet_us,
             be_gate_spacing_us=be_gate_spacing_us,
             be_sm_percent=be_sm_percent,
+            hp_context=hp_context,
         )
         # the scheduler's own rule for shares (a policy that can hold work back)
         SchedulerSettings(policy=policy, sm_count=1, queue_limit_ns=0, unknown_duration_ns=0,
@@ -118,6 +120,7 @@ def gpu_settings(
     hp_quiet_us: float = 0.0,
     be_gate_spacing_us: float | None = None,
     be_sm_percent: float | None = None,
+    hp_context: str | None = None,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
@@ -141,6 +144,7 @@ def gpu_settings(
         hp_quiet_us=hp_quiet_us,
         be_gate_spacing_us=be_gate_spacing_us,
         be_sm_percent=be_sm_percent,
+        hp_context=hp_context,
     )
     ok, problem = check_preload_library()
     if not ok:
@@ -175,6 +179,7 @@ def gpu_settings(
         hp_quiet_us=hp_quiet_us,
         be_gate_spacing_us=be_gate_spacing_us,
         be_sm_percent=be_sm_percent,
+        hp_context=hp_context,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for
         prerequisites.require(prerequisites.check_mps_control())

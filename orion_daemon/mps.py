@@ -36,7 +36,8 @@ MPS_BE_PRIORITY = "1"
 """An MPS client's priority (0, the default, is normal; 1 below it): given to BE clients."""
 MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
 NO_MPS_FOLDER = "no-mps"
-"""The pipe folder, inside a daemon's own folder, of clients meant to run outside MPS."""
+"""The pipe folder, inside a daemon's own folder, of clients meant to run outside MPS: every client
+of a time-sliced daemon, and the HP of one under ``--hp-context own``."""
 
 
 def outside_any_mps(folder: Path) -> dict[str, str]:

@@ -61,12 +61,14 @@ from scheduler_core.settings import (
     BE_GATE_SPACING_US,
     BE_SM_PERCENT,
     DEFAULT_BE_GATE_SPACING_US,
+    HP_CONTEXT,
     HP_QUIET_US,
 )
 from scheduler_core.sharing import (
     default_be_graph_gate,
     default_sharing,
     hp_priority_stream,
+    hp_sharing,
     native_sharing_problem,
 )
 
@@ -155,6 +157,9 @@ class DaemonSettings:
     be_sm_percent: float | None = None
     """:data:`scheduler_core.settings.BE_SM_PERCENT`: under MPS, the SMs a BE client's kernels
     may use (None: all)."""
+    hp_context: str | None = None
+    """:data:`scheduler_core.settings.HP_CONTEXT`: under MPS, whether the HP client is an MPS
+    client too (None or ``mps``) or runs in a context of its own (``own``)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -164,8 +169,21 @@ class DaemonSettings:
         problem = native_sharing_problem(self.policy, self.sharing)
         if problem is not None:
             raise OrionError(problem)
+        problem = HP_CONTEXT.problem(self.hp_context)
+        if problem is not None:
+            raise OrionError(problem)
+        object.__setattr__(self, "hp_context", HP_CONTEXT.parse(self.hp_context))
+        if self.hp_context is not None and self.sharing != "mps":
+            raise OrionError(
+                f"hp_context applies under sharing 'mps' only (this daemon shares by "
+                f"{self.sharing!r}): time-sliced, every client has a context of its own already"
+            )
         if not self.be_graph_gate:
-            object.__setattr__(self, "be_graph_gate", default_be_graph_gate(self.sharing))
+            object.__setattr__(
+                self,
+                "be_graph_gate",
+                default_be_graph_gate(hp_sharing(self.sharing, self.hp_context)),
+            )
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
         if self.be_when_daemon_gone not in BE_WHEN_DAEMON_GONE:
@@ -250,6 +268,7 @@ class DaemonSettings:
 SCHEDULING = (
     "policy",
     "sharing",
+    "hp_context",  # before what it decides by default (the BE graph gate): the cause is named
     "be_gate",
     "be_graph_gate",
     "hp_completion",
@@ -283,7 +302,8 @@ class Daemon:
         unknown): every client counts it in its memory use, and a limit below it is refused."""
         self._mps: Any = None
         self._outside_mps: dict[str, str] = {}
-        """What keeps a time-sliced daemon's clients out of any MPS daemon (set as it starts)."""
+        """What keeps a client meant to run outside MPS out of any MPS daemon: every client of a
+        time-sliced daemon, the HP of one with ``hp_context`` ``own`` (set as it starts)."""
         self._events: CsvTable | None = None
         self._limits: CsvTable | None = None  # opened at the first `orion quota`
         self._recorder: SchedulerRecorder | None = None
@@ -394,7 +414,7 @@ class Daemon:
                     be_gate_spacing_ns=(
                         0 if s.be_gate_spacing_us is None else round(s.be_gate_spacing_us * 1000)
                     ),
-                    hp_priority_stream=hp_priority_stream(s.sharing),
+                    hp_priority_stream=hp_priority_stream(hp_sharing(s.sharing, s.hp_context)),
                     context_bytes=self.context_bytes,
                 )
             )
@@ -417,7 +437,7 @@ class Daemon:
                     keep_running=self._clients_attached,
                 )
             )
-        else:
+        if s.sharing != "mps" or s.hp_context == "own":
             from orion_daemon.mps import outside_any_mps
 
             self._outside_mps = outside_any_mps(self.folder)
@@ -919,7 +939,7 @@ class Daemon:
         }
         if self.settings.gpu_uuid:
             environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
-        if self._mps is None:
+        if self._mps is None or (role == "hp" and self.settings.hp_context == "own"):
             environment.update(self._outside_mps)
         else:
             environment.update(self._mps.environment)
@@ -1075,6 +1095,7 @@ class Daemon:
             "hp_quiet_us": self.settings.hp_quiet_us,
             "be_gate_spacing_us": self.settings.be_gate_spacing_us,
             "be_sm_percent": self.settings.be_sm_percent,
+            "hp_context": self.settings.hp_context,
             "context_bytes": self.context_bytes,
             "latency_control": self._latency_status(),
             "free_slots": self._free_slots(),

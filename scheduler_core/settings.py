@@ -23,7 +23,7 @@ from orion_common.errors import UsageError
 from orion_common.sizes import ACCEPTED as SIZE_FORMAT
 from orion_common.sizes import MAX_SIZE, parse_size
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES
-from scheduler_core.sharing import SHARINGS
+from scheduler_core.sharing import HP_CONTEXTS, SHARINGS
 
 UNSET_WORD = "none"
 """What a person types for "unset" (a CLI option, an environment variable); ``None`` in code."""
@@ -211,6 +211,17 @@ BE_SM_PERCENT = Setting(
     "to 2.1x of alone, at 0.87 of BE's throughput.",
     unset="100 (BE kernels may use every SM)",
 )
+HP_CONTEXT = Setting(
+    name="hp_context",
+    kind="choice",
+    choices=HP_CONTEXTS,
+    help="Under --sharing mps, where the HP client runs: mps (a client of the daemon's MPS "
+    "server: a request starts at once beside BE's kernels, each HP kernel pays MPS's own cost, "
+    "about 7.5-10%) or own (a CUDA context of its own, time-sliced against the MPS server that "
+    "holds every BE client: nothing of MPS's cost, a context switch per request that finds BE "
+    "work resident). Short requests did better in mps, long ones in own.",
+    unset="mps (every client under MPS)",
+)
 SETTINGS = (
     MEMORY_LIMIT,
     SHARING,
@@ -219,6 +230,7 @@ SETTINGS = (
     HP_QUIET_US,
     BE_GATE_SPACING_US,
     BE_SM_PERCENT,
+    HP_CONTEXT,
 )
 
 

@@ -98,6 +98,26 @@ def default_be_graph_gate(sharing: str | None) -> str:
     return BE_GRAPH_GATE_BY_SHARING["timeslice" if sharing == "timeslice" else "mps"]
 
 
+HP_CONTEXTS = ("mps", "own")
+"""Where the HP client runs when the clients share through MPS (``--hp-context``): ``mps``, a client
+of the daemon's MPS server like every BE client, or ``own``, a CUDA context of its own that the
+driver time-slices against the MPS server holding every BE client. Under MPS an HP request starts
+at once beside BE's kernels, but every HP kernel pays MPS's own cost; in its own context the HP
+pays nothing of MPS's and a context switch per request that finds BE work resident. On one H200
+(``benchmarks/results/nvidia-h200/suite-be-cost/``): a graph encoder service with ~1.2-ms
+requests at 12% load went from 1.36-2.64x of alone time-sliced to 1.08x under MPS; an LLM decoder
+with ~22-ms requests at 45% load went the other way, its every step ~10% slower under MPS
+(1.20-1.54x against 0.99-1.26x). One HP per GPU, so a daemon's setting is its HP's choice."""
+
+
+def hp_sharing(sharing: str | None, hp_context: str | None) -> str | None:
+    """How the HP meets BE work: ``"timeslice"`` where the driver switches its context against
+    BE's (time-sliced, or its own context beside the MPS server holding BE), else ``sharing``.
+    What rules that follow the HP's side of the sharing (its stream priority, how BE graphs are
+    held) read."""
+    return "timeslice" if hp_context == "own" else sharing
+
+
 def hp_priority_stream(sharing: str | None) -> bool:
     """Whether an HP client's legacy-stream launches move to a private highest-priority stream
     (``SchedulerSettings.hp_priority_stream``). Stream priority orders blocks of different

@@ -102,6 +102,16 @@ BEFORE_THE_GPU = [
         "(this daemon: policy 'orion', be_gate 'cpu')",
     ),
     (
+        "up: --hp-context time-sliced",
+        ["up", "--hp-context", "own", "--state-dir", "{tmp}/state"],
+        "hp_context applies under sharing 'mps' only (this daemon shares by 'timeslice')",
+    ),
+    (
+        "up: an --hp-context not declared",
+        ["up", "--sharing", "mps", "--hp-context", "apart", "--state-dir", "{tmp}/state"],
+        "--hp-context: hp_context must be one of mps, own (got 'apart')",
+    ),
+    (
         "pairs: negative --time-budget",
         ["pairs", "examples/pairs.json", "--time-budget", "-5", "--out", "{tmp}/m"],
         "--time-budget",

@@ -231,6 +231,11 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
             {"sharing": "mps"},
             "BE SM share 70% where this run needs every SM",
         ),
+        (
+            {"sharing": "mps", "hp_context": "own"},
+            {"sharing": "mps"},
+            "HP context own where this run needs mps",
+        ),
         ({"gpu_name": "another", "memory_bytes": 1}, {}, None),  # facts, not scheduling
     ],
 )  # fmt: skip

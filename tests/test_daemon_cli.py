@@ -241,3 +241,6 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     console.print(status_table({**status, "sharing": "mps", "be_sm_percent": 50.0}))
     text = console.export_text()
     assert "sharing mps" in text and "BE kernels on 50% of the SMs" in text
+    assert "context of its own" not in text
+    console.print(status_table({**status, "sharing": "mps", "hp_context": "own"}))
+    assert "the HP in a context of its own (outside MPS)" in console.export_text()

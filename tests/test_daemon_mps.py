@@ -215,3 +215,50 @@ def test_a_time_sliced_daemons_clients_stay_out_of_a_machine_wide_mps_daemon(
         assert not list(pipe_dir.iterdir())  # nobody answers there
     finally:
         daemon.close()
+
+
+def test_an_hp_in_a_context_of_its_own_stays_out_of_the_mps_server_its_be_clients_share(
+    tmp_path: Path,
+) -> None:
+    # `orion up --sharing mps --hp-context own`: every BE client joins the daemon's MPS server
+    # (at its SM share and the lower client priority); the HP joins with the daemon's empty pipe
+    # folder, so CUDA gives it a context of its own, time-sliced against the server.
+    from types import SimpleNamespace
+
+    from orion_daemon.ownership import ANSWER_VARIABLES
+    from orion_daemon.server import Daemon, DaemonSettings
+
+    settings = DaemonSettings(
+        gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent=50, hp_context="own"
+    )
+    server = SimpleNamespace(environment={"CUDA_MPS_PIPE_DIRECTORY": "/server"})
+    outside = mps.outside_any_mps(tmp_path)
+    daemon = SimpleNamespace(
+        settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=server, _outside_mps=outside
+    )
+    hp, be = Daemon._env(daemon, 1, False, "hp"), Daemon._env(daemon, 2, False, "be")
+    assert hp["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / mps.NO_MPS_FOLDER)
+    assert not (set(hp) & {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"})
+    assert be["CUDA_MPS_PIPE_DIRECTORY"] == "/server"
+    assert be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert set(hp) | set(be) <= ANSWER_VARIABLES
+    # The HP meets BE work time-sliced: BE graphs split into segments as time-sliced, not
+    # stopped at wait nodes inside (which would keep the server's context on the GPU).
+    assert settings.be_graph_gate == "segments"
+    every_client_in_mps = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps")
+    assert every_client_in_mps.hp_context is None
+    assert every_client_in_mps.be_graph_gate == "inside"
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"hp_context": "own"}, "hp_context applies under sharing 'mps' only"),  # time-sliced
+        ({"sharing": "mps", "hp_context": "apart"}, "hp_context must be one of mps, own"),
+    ],
+)
+def test_an_hp_context_that_cannot_apply_is_refused(tmp_path: Path, settings, said) -> None:
+    from orion_daemon.server import DaemonSettings
+
+    with pytest.raises(OrionError, match=said):
+        DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, **settings)
