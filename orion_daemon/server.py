@@ -63,6 +63,7 @@ from scheduler_core.settings import (
     DEFAULT_BE_GATE_SPACING_US,
     HP_CONTEXT,
     HP_QUIET_US,
+    Setting,
 )
 from scheduler_core.sharing import (
     default_be_graph_gate,
@@ -169,14 +170,9 @@ class DaemonSettings:
         problem = native_sharing_problem(self.policy, self.sharing)
         if problem is not None:
             raise OrionError(problem)
-        problem = HP_CONTEXT.problem(self.hp_context)
-        if problem is not None:
-            raise OrionError(problem)
-        object.__setattr__(self, "hp_context", HP_CONTEXT.parse(self.hp_context))
-        if self.hp_context is not None and self.sharing != "mps":
-            raise OrionError(
-                f"hp_context applies under sharing 'mps' only (this daemon shares by "
-                f"{self.sharing!r}): time-sliced, every client has a context of its own already"
+        if self._declared(HP_CONTEXT) is not None:
+            self._under_mps_only(
+                "hp_context", "time-sliced, every client has a context of its own already"
             )
         if not self.be_graph_gate:
             object.__setattr__(
@@ -196,14 +192,8 @@ class DaemonSettings:
                 f"daemon_gone_hold_s must be over 0 and at most {MAX_DAEMON_GONE_HOLD_S:g} s "
                 f"(got {self.daemon_gone_hold_s:g})"
             )
-        problem = HP_QUIET_US.problem(self.hp_quiet_us)
-        if problem is not None:
-            raise OrionError(problem)
-        object.__setattr__(self, "hp_quiet_us", HP_QUIET_US.parse(self.hp_quiet_us) or 0.0)
-        problem = BE_GATE_SPACING_US.problem(self.be_gate_spacing_us)
-        if problem is not None:
-            raise OrionError(problem)
-        spacing = BE_GATE_SPACING_US.parse(self.be_gate_spacing_us)
+        object.__setattr__(self, "hp_quiet_us", self._declared(HP_QUIET_US) or 0.0)
+        spacing = self._declared(BE_GATE_SPACING_US)
         gpu_gate_spaces_waits = self.policy in GPU_GATED_POLICIES and self.be_gate == "gpu"
         if spacing is None and gpu_gate_spaces_waits:
             spacing = DEFAULT_BE_GATE_SPACING_US
@@ -214,20 +204,32 @@ class DaemonSettings:
                 f"{' and '.join(GPU_GATED_POLICIES)} (this daemon: policy {self.policy!r}, "
                 f"be_gate {self.be_gate!r}); it would change nothing here"
             )
-        problem = BE_SM_PERCENT.problem(self.be_sm_percent)
-        if problem is not None:
-            raise OrionError(problem)
-        object.__setattr__(self, "be_sm_percent", BE_SM_PERCENT.parse(self.be_sm_percent))
-        if self.be_sm_percent is not None and self.sharing != "mps":
-            raise OrionError(
-                f"be_sm_percent applies under sharing 'mps' only (this daemon shares by "
-                f"{self.sharing!r}): only MPS partitions SMs between clients"
-            )
+        if self._declared(BE_SM_PERCENT) is not None:
+            self._under_mps_only("be_sm_percent", "only MPS partitions SMs between clients")
         if not self.attach_timeout_s > 0:
             raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
         if self.metrics_listen is not None:  # checked, and kept in one spelling
             address = parse_address(self.metrics_listen, allow_remote=self.metrics_allow_remote)
             object.__setattr__(self, "metrics_listen", str(address))
+
+    def _declared(self, setting: Setting) -> Any:
+        """The field ``setting`` names, checked and parsed by its declaration (and kept parsed),
+        or :class:`OrionError` with the declaration's one reason."""
+        value = getattr(self, setting.name)
+        problem = setting.problem(value)
+        if problem is not None:
+            raise OrionError(problem)
+        parsed = setting.parse(value)
+        object.__setattr__(self, setting.name, parsed)
+        return parsed
+
+    def _under_mps_only(self, name: str, why: str) -> None:
+        """Refuses the set field ``name`` unless the clients share through MPS."""
+        if self.sharing != "mps":
+            raise OrionError(
+                f"{name} applies under sharing 'mps' only (this daemon shares by "
+                f"{self.sharing!r}): {why}"
+            )
 
     @property
     def metrics_address(self) -> MetricsAddress | None:
