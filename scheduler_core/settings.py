@@ -167,8 +167,9 @@ BE_GRAPH_GATE = Setting(
     "or whole (graphs run as the program made them, admitted whole behind their launch's "
     "gate). Except whole, an arriving HP request finds at most one gate spacing (the larger of "
     "the queue limit and --be-gate-spacing-us) of a BE graph let through.",
-    unset="segments when time-sliced (a graph stopped at a wait node inside it keeps its "
-    "context on the GPU), inside under mps",
+    unset="segments when the HP is time-sliced against BE (--sharing timeslice, or --hp-context "
+    "own: a graph stopped at a wait node inside it keeps its context on the GPU), inside when "
+    "HP and BE are clients of one MPS server",
 )
 HP_QUIET_US = Setting(
     name="hp_quiet_us",
