@@ -53,6 +53,10 @@ ORION_VARIANTS = {
     "orion-mps-be50-quiet": ("--sharing", "mps", "--be-sm-percent", "50", "--hp-quiet-us", "300"),
     "reef-mps-be50": ("--policy", "reef", "--sharing", "mps", "--be-sm-percent", "50"),
     "orion-mps-hp-own": ("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
+    "orion-mps-hp-own-quiet": (
+        *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
+        *("--hp-quiet-us", "300"),
+    ),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
@@ -68,6 +72,7 @@ VARIANT_NOTES = {
     "orion-mps-be50-quiet": "BE on half the SMs, and out of the HP's gaps shorter than 300 us",
     "reef-mps-be50": "BE on half the SMs, and never beside an HP kernel",
     "orion-mps-hp-own": "BE clients under MPS on half the SMs, the HP in a context of its own",
+    "orion-mps-hp-own-quiet": "the same, and BE out of the HP's gaps shorter than 300 us",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",
