@@ -12,7 +12,7 @@ import typer
 from orion_cli._common import error_console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
 from orion_cli._settings import parsed, setting_option
-from scheduler_core.settings import MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
 
 
 def default_name(command: list[str]) -> str:
@@ -69,6 +69,9 @@ def run_command(
             show_default=False,
         ),
     ] = None,
+    hp_context: Annotated[
+        str | None, setting_option(HP_CONTEXT, "HP only, on a daemon of --sharing mps.")
+    ] = None,
     no_daemon: Annotated[
         bool,
         typer.Option("--no-daemon", help="Run the program ungated, without a daemon."),
@@ -102,12 +105,14 @@ def run_command(
     if hp == be and not no_daemon:
         raise UsageError("say whether the program is --hp or --be")
     limit = parsed(MEMORY_LIMIT, memory_limit)
+    context = parsed(HP_CONTEXT, hp_context)
     if no_daemon:
         given = {
             MEMORY_LIMIT.flag: memory_limit is not None,
             "--min-util": min_util != 0.0,
             "--max-util": max_util != 1.0,
             "--latency-target-ms": latency_target_ms is not None,
+            HP_CONTEXT.flag: context is not None,
             "--profile": profile is not None,
         }
         ignored = [flag for flag, set_ in given.items() if set_]
@@ -127,6 +132,7 @@ def run_command(
             min_util=min_util,
             max_util=max_util,
             latency_target_ms=latency_target_ms,
+            hp_context=context,
         )
         check_request(request)
         if profile is not None and not profile.is_file():

@@ -77,7 +77,7 @@ def status_table(status: dict[str, Any]) -> Table:
     if status.get("be_sm_percent"):
         title += f", BE kernels on {status['be_sm_percent']:g}% of the SMs"
     if status.get("hp_context") == "own":
-        title += ", the HP in a context of its own (outside MPS)"
+        title += ", the HP in a context of its own (outside MPS) unless it chooses mps"
     if status.get("owner"):
         title += f"; started by the `orion colocate` run in {shown(status['owner'])}"
     if status.get("records"):  # the daemon schedules on; its records are incomplete
@@ -98,7 +98,7 @@ def status_table(status: dict[str, Any]) -> Table:
         table.add_row(
             shown(client["name"]),
             str(client["pid"]),
-            client["role"],
+            _role(client),
             "-" if rate is None else f"{rate:,.0f}",
             f"{client['gpu_share']:.2f}",
             _size(client["memory_used_bytes"]),
@@ -109,6 +109,14 @@ def status_table(status: dict[str, Any]) -> Table:
             shown(" ".join(client["command"])),
         )
     return table
+
+
+def _role(client: dict[str, Any]) -> str:
+    """The client's role, and for an HP under MPS where it runs (its `--hp-context`)."""
+    context = client.get("hp_context")
+    if context is None:
+        return client["role"]
+    return f"{client['role']} ({'own context' if context == 'own' else 'in MPS'})"
 
 
 def _save_learned(learned: dict[str, Any], path: Path) -> None:

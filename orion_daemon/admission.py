@@ -13,7 +13,7 @@ from typing import Any
 
 from orion_common.errors import OrionError, UsageError
 from orion_common.sizes import format_size
-from scheduler_core.settings import MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
 
 ROLES = ("hp", "be")
 MAX_NAME_CHARS = 31  # the shared state's client name field holds 31 bytes and a terminator
@@ -43,6 +43,11 @@ class JoinRequest:
     """The client whose process started this one (the library of a BE client's child names it):
     the child's allocations then count against that client's memory limit, once the daemon has
     checked that it is the child's ancestor."""
+    hp_context: str | None = None
+    """HP only, under a ``--sharing mps`` daemon: where this HP runs (``HP_CONTEXT``), ``mps`` or
+    ``own``; None takes the daemon's. The context is the HP program's choice, not the GPU's: the
+    suite measured an LLM decoder best in a context of its own and a graph encoder best in the
+    MPS server, beside the same trainers."""
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> JoinRequest:
@@ -76,6 +81,10 @@ class JoinRequest:
         parent = message.get("parent")
         if parent is not None and not isinstance(parent, str):
             raise OrionError("join: parent must be a client's name")
+        try:
+            hp_context = HP_CONTEXT.parse(message.get("hp_context"))
+        except ValueError as error:
+            raise OrionError(f"join: {error}") from None
         return cls(
             role=str(message.get("role", "")),
             name=str(message.get("name", "")),
@@ -88,6 +97,7 @@ class JoinRequest:
             latency_target_ms=number("latency_target_ms", None),
             strict=strict,
             parent=parent or None,
+            hp_context=hp_context,
         )
 
 
@@ -166,6 +176,14 @@ def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
         raise UsageError(f"--latency-target-ms must be a positive number (got {target:g})")
     if target is not None and request.role != "hp":
         raise UsageError("--latency-target-ms is the HP client's target; a BE client has none")
+    problem = HP_CONTEXT.problem(request.hp_context)
+    if problem is not None:
+        raise UsageError(problem)
+    if request.hp_context is not None and request.role != "hp":
+        raise UsageError(
+            f"{HP_CONTEXT.flag} is where the HP client runs; a BE client runs where the daemon's "
+            "sharing puts every BE client"
+        )
 
 
 def check_join(

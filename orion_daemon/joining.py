@@ -27,7 +27,7 @@ from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.ownership import checked_environment
 from scheduler_core.run_state import DECISIONS_VARIABLE
-from scheduler_core.settings import MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
 
 COMMAND_NOT_FOUND = 127
 """The exit status a shell gives a command it cannot find; `orion run` gives the same."""
@@ -45,6 +45,7 @@ JOIN_VARIABLES = {
     "min_util": "ORION_MIN_UTIL",
     "max_util": "ORION_MAX_UTIL",
     "latency_target_ms": "ORION_LATENCY_TARGET_MS",
+    HP_CONTEXT.name: HP_CONTEXT.variable,
 }
 """Each join request field and the variable the library reads it from."""
 _DEFAULTS: dict[str, Any] = {"min_util": 0.0, "max_util": 1.0}

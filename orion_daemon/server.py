@@ -439,10 +439,11 @@ class Daemon:
                     keep_running=self._clients_attached,
                 )
             )
-        if s.sharing != "mps" or s.hp_context == "own":
-            from orion_daemon.mps import outside_any_mps
+        # Where a client outside any MPS server joins from: every client of a time-sliced daemon,
+        # and an HP that runs in a context of its own (the daemon's default or its own choice).
+        from orion_daemon.mps import outside_any_mps
 
-            self._outside_mps = outside_any_mps(self.folder)
+        self._outside_mps = outside_any_mps(self.folder)
         # Whatever way the daemon ends, first of all: clients pass through, every gate opens.
         stack.callback(self._scheduler.shut_down)
         writer = self._writer = RecordWriter(self._sample_records, SAMPLE_S, self._log)
@@ -720,7 +721,38 @@ class Daemon:
                 "are taken",
                 hint="wait for a client to finish, or stop one",
             )
+        self._check_hp_context(request)
         return memory_limit(request, self.settings.memory_bytes)
+
+    def _check_hp_context(self, request: JoinRequest) -> None:
+        """Raises why the HP cannot run in the context it asks for (``--hp-context``) here."""
+        s = self.settings
+        if request.hp_context is None:
+            return
+        if s.sharing != "mps":
+            if request.hp_context == "own":
+                return  # what every client of a time-sliced daemon has already
+            raise OrionError(
+                f"this daemon shares its GPU by {s.sharing!r}: there is no MPS server for the HP "
+                "to run in",
+                hint="start the daemon with `orion up --sharing mps`, or leave out --hp-context",
+            )
+        if request.hp_context == "own" and s.be_graph_gate == "inside":
+            raise OrionError(
+                "this daemon gates BE graphs inside (--be-graph-gate inside): a BE graph stopped "
+                "at one of its waits keeps the MPS server on the GPU, and an HP in a context of "
+                "its own would wait for the server's timeslice",
+                hint="start the daemon with `orion up --sharing mps --hp-context own` (its BE "
+                "graphs split into segments, an HP may still choose mps) or "
+                "`--be-graph-gate segments`",
+            )
+
+    def _hp_context(self, request: JoinRequest) -> str | None:
+        """Where a joining HP runs under MPS: its own choice, else the daemon's, else ``mps``;
+        None for a BE client and on a time-sliced daemon (every client has its own context)."""
+        if request.role != "hp" or self.settings.sharing != "mps":
+            return None
+        return request.hp_context or self.settings.hp_context or "mps"
 
     def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         limit = self._check(request)
@@ -745,7 +777,12 @@ class Daemon:
             min_util=request.min_util,
             max_util=request.max_util,
         )
+        hp_context = self._hp_context(request)
         try:
+            if request.role == "hp":
+                self._scheduler.set_hp_priority_stream(
+                    hp_priority_stream(hp_sharing(self.settings.sharing, hp_context))
+                )
             if request.role == "hp" and profile is not None:
                 self._set_queue_limit(profile.kernels, request.latency_target_ms)
             elif request.role == "hp":
@@ -770,6 +807,7 @@ class Daemon:
             max_util=request.max_util,
             latency_target_ms=request.latency_target_ms,
             joined_s=self.clock.now(),
+            hp_context=hp_context,
         )
         self.clients[slot] = client
         self._event("join", client.name, client.role, slot, pid, client.command, "")
@@ -778,7 +816,7 @@ class Daemon:
             "ok": True,
             "run": self._scheduler.name,
             "slot": slot,
-            "environment": self._env(slot, request.strict, request.role),
+            "environment": self._env(slot, request.strict, request.role, hp_context),
             # What the daemon decides, sealed: the client maps it read-only (RunDecisions).
             PASSED_FDS: [self._scheduler.decisions_fd],
         }
@@ -927,7 +965,9 @@ class Daemon:
         )
         return latency_control.status(self._control, allowed)
 
-    def _env(self, slot: int, strict: bool, role: str) -> dict[str, str]:
+    def _env(
+        self, slot: int, strict: bool, role: str, hp_context: str | None = None
+    ) -> dict[str, str]:
         environment = {
             "ORION_RUN": self._scheduler.name,
             "ORION_CLIENT": str(slot),
@@ -941,7 +981,7 @@ class Daemon:
         }
         if self.settings.gpu_uuid:
             environment["CUDA_VISIBLE_DEVICES"] = self.settings.gpu_uuid
-        if self._mps is None or (role == "hp" and self.settings.hp_context == "own"):
+        if self._mps is None or (role == "hp" and hp_context == "own"):
             environment.update(self._outside_mps)
         else:
             environment.update(self._mps.environment)

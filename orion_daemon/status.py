@@ -84,6 +84,9 @@ class Client:
     max_util: float
     latency_target_ms: float | None
     joined_s: float
+    hp_context: str | None = None
+    """Under MPS, where the HP runs (``mps`` or ``own``: its choice, else the daemon's); None
+    for a BE client and on a time-sliced daemon."""
     samples: deque[ClientSample] = field(default_factory=lambda: deque(maxlen=8))
 
     def record(self) -> dict[str, Any]:
@@ -243,5 +246,6 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         "felt_alone_p99": None if alone_p99 is None else round(alone_p99, 4),
         "felt_p99_over_alone": None if over_alone is None else round(over_alone, 4),
         "latency_target_ms": client.latency_target_ms,
+        "hp_context": client.hp_context,
         "joined_s": round(client.joined_s, 3),
     }

@@ -353,6 +353,13 @@ class SchedulerRun:
         keeper holds BE work longer than the queue limit while the HP client is active."""
         self._run.set_hold_long_be(hold)
 
+    def set_hp_priority_stream(self, move: bool) -> None:
+        """Whether the joining HP's legacy-stream launches move to a private highest-priority
+        stream (``scheduler_core.sharing.hp_priority_stream`` of the context it joins in);
+        :attr:`settings` says it from then on, as the run's records do."""
+        self._run.set_hp_priority_stream(move)
+        self.settings = dataclasses.replace(self.settings, hp_priority_stream=move)
+
     def heartbeat(self) -> None:
         """The daemon's pulse: clients of an open run stop gating when it falls silent."""
         self._run.heartbeat()

@@ -220,8 +220,11 @@ HP_CONTEXT = Setting(
     "server: a request starts at once beside BE's kernels, each HP kernel pays MPS's own cost, "
     "about 7.5-10%) or own (a CUDA context of its own, time-sliced against the MPS server that "
     "holds every BE client: nothing of MPS's cost, a context switch per request that finds BE "
-    "work resident). Short requests did better in mps, long ones in own.",
-    unset="mps (every client under MPS)",
+    "work resident). Measured: an LLM decoder (long requests of many steps) did best in own, a "
+    "graph encoder (short requests) in mps. `orion up` sets the daemon's default, `orion run "
+    "--hp` the joining HP's own.",
+    unset="for `orion up`, mps (every client under MPS); for `orion run --hp`, the daemon's",
+    variable="ORION_HP_CONTEXT",
 )
 SETTINGS = (
     MEMORY_LIMIT,

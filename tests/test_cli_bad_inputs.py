@@ -363,6 +363,24 @@ BEFORE_THE_MACHINE = [
         2,
     ),
     (
+        "run --hp-context on BE",
+        [*RUN_BE, "--hp-context", "own", "--", "true"],
+        "--hp-context is where the HP client runs",
+        2,
+    ),
+    (
+        "run an --hp-context not declared",
+        [*RUN_HP, "--hp-context", "apart", "--", "true"],
+        "--hp-context: hp_context must be one of mps, own (got 'apart')",
+        2,
+    ),
+    (
+        "run --no-daemon --hp-context own",
+        ["run", "--no-daemon", "--hp-context", "own", "--", "true"],
+        "--hp-context cannot apply with --no-daemon",
+        2,
+    ),
+    (
         "run --no-daemon --memory-limit 4GiB",
         ["run", "--no-daemon", "--memory-limit", "4GiB", "--", "true"],
         "--memory-limit cannot apply with --no-daemon",

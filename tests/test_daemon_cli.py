@@ -27,7 +27,7 @@ STATUS_FIELDS = {
     "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
     "profile_sources", "interference", "felt_slowdown", "felt_tail", "felt_p99", "felt_alone_p99",
     "felt_p99_over_alone",
-    "latency_target_ms", "joined_s",
+    "latency_target_ms", "hp_context", "joined_s",
 }  # fmt: skip
 
 
@@ -244,3 +244,7 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     assert "context of its own" not in text
     console.print(status_table({**status, "sharing": "mps", "hp_context": "own"}))
     assert "the HP in a context of its own (outside MPS)" in console.export_text()
+    # Each HP's own choice (`orion run --hp --hp-context`), beside its role.
+    chosen = [{**c, "hp_context": "mps" if c["role"] == "hp" else None} for c in status["clients"]]
+    console.print(status_table({**status, "sharing": "mps", "clients": chosen}))
+    assert "hp (in MPS)" in console.export_text()

@@ -165,6 +165,10 @@ def test_the_gpu_is_found_by_uuid_among_several_daemons(harness, tmp_path):
         ("0", {"ORION_ROLE": "vip"}, "a client's role is 'hp' or 'be'"),
         ("0", {"ORION_MEMORY_LIMIT": "9GiB"}, "larger than the GPU's 8 GiB"),
         ("0", {"ORION_MEMORY_FRACTION": "1.5"}, "at most 1 (got 1.5)"),
+        ("0", {"ORION_HP_CONTEXT": "apart"}, "hp_context must be one of mps, own (got 'apart')"),
+        ("0", {"ORION_HP_CONTEXT": "own"}, "--hp-context is where the HP client runs"),  # a BE
+        # An HP asking for the MPS server of a time-sliced daemon (it has none).
+        ("0", {"ORION_ROLE": "hp", "ORION_HP_CONTEXT": "mps"}, "no MPS server for the HP"),
     ],
 )
 def test_a_join_that_cannot_be_made_ends_the_program_with_one_line(

@@ -15,6 +15,7 @@ from orion_common import sysinfo
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 from orion_daemon import mps
+from orion_daemon.admission import JoinRequest
 from orion_daemon.mps import PID_FILE, private_mps_daemon, require_mps_control
 
 FAKE_CONTROL = """#!/bin/sh
@@ -236,7 +237,10 @@ def test_an_hp_in_a_context_of_its_own_stays_out_of_the_mps_server_its_be_client
     daemon = SimpleNamespace(
         settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=server, _outside_mps=outside
     )
-    hp, be = Daemon._env(daemon, 1, False, "hp"), Daemon._env(daemon, 2, False, "be")
+    # An HP that does not choose takes the daemon's context.
+    context = Daemon._hp_context(daemon, JoinRequest(role="hp", name="svc"))
+    assert context == "own"
+    hp, be = Daemon._env(daemon, 1, False, "hp", context), Daemon._env(daemon, 2, False, "be")
     assert hp["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / mps.NO_MPS_FOLDER)
     assert not (set(hp) & {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"})
     assert be["CUDA_MPS_PIPE_DIRECTORY"] == "/server"
@@ -262,3 +266,71 @@ def test_an_hp_context_that_cannot_apply_is_refused(tmp_path: Path, settings, sa
 
     with pytest.raises(OrionError, match=said):
         DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, **settings)
+
+
+def mps_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings):
+    """A daemon process of ``--sharing mps`` for GPU 0, its MPS control the stand-in above."""
+    from daemon_harness import RunningDaemon
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_control(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
+    return RunningDaemon(tmp_path / "gpu0", policy="orion", sharing="mps", **settings)
+
+
+def test_each_hp_chooses_its_context_as_it_joins_and_status_says_which(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `orion up --sharing mps --hp-context own` then `orion run --hp --hp-context mps`: the
+    # context is the HP program's (a decoder did best in its own, a graph encoder in the server).
+    # The joining HP's choice wins over the daemon's default; BE clients join the server whatever.
+    daemon = mps_daemon(tmp_path, monkeypatch, hp_context="own")
+    try:
+        server_pipe = daemon.join("be", "trainer")["CUDA_MPS_PIPE_DIRECTORY"]
+        assert Path(server_pipe) != daemon.folder / mps.NO_MPS_FOLDER
+        hp = daemon.join("hp", "encoder", hp_context="mps")
+        assert hp["CUDA_MPS_PIPE_DIRECTORY"] == server_pipe
+        clients = {c["name"]: c for c in daemon.status()["clients"]}
+        assert clients["encoder"]["hp_context"] == "mps"
+        assert clients["trainer"]["hp_context"] is None
+    finally:
+        daemon.close()
+
+
+def test_an_hp_without_a_choice_takes_the_daemons_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = mps_daemon(tmp_path, monkeypatch, hp_context="own")
+    try:
+        hp = daemon.join("hp", "decoder")
+        assert Path(hp["CUDA_MPS_PIPE_DIRECTORY"]) == daemon.folder / mps.NO_MPS_FOLDER
+        assert daemon.status()["clients"][0]["hp_context"] == "own"
+    finally:
+        daemon.close()
+
+
+def test_an_hp_context_the_daemon_cannot_give_is_refused_with_what_to_start_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon_harness import RunningDaemon
+
+    # Every client under MPS, BE graphs gated inside: a BE graph stopped at a wait keeps the
+    # server on the GPU, which an HP in its own context would wait a timeslice for.
+    daemon = mps_daemon(tmp_path, monkeypatch)
+    try:
+        with pytest.raises(OrionError, match="gates BE graphs inside") as inside:
+            daemon.join("hp", "decoder", hp_context="own")
+        assert "--hp-context own" in (inside.value.hint or "")
+        assert daemon.join("hp", "encoder", hp_context="mps")  # what it has anyway
+    finally:
+        daemon.close()
+    (tmp_path / "ts").mkdir()
+    time_sliced = RunningDaemon(tmp_path / "ts" / "gpu0", policy="orion")
+    try:
+        with pytest.raises(OrionError, match="no MPS server for the HP to run in"):
+            time_sliced.join("hp", "encoder", hp_context="mps")
+        assert time_sliced.join("hp", "decoder", hp_context="own")  # its context is its own
+    finally:
+        time_sliced.close()

@@ -35,6 +35,9 @@ def test_a_fraction_of_a_gpu_becomes_a_memory_fraction_unless_a_limit_is_given()
     limited = runtime_env("be", num_gpus=0.5, memory_limit="2GiB")["env_vars"]
     assert limited["ORION_MEMORY_LIMIT"] == str(2 * GIB) and "ORION_MEMORY_FRACTION" not in limited
     whole = runtime_env("hp", num_gpus=1, latency_target_ms=5, name="web")["env_vars"]
+    assert "ORION_HP_CONTEXT" not in whole  # the daemon's, unless the HP says
+    own = runtime_env("hp", hp_context="own")["env_vars"]
+    assert own["ORION_HP_CONTEXT"] == "own"
     assert "ORION_MEMORY_FRACTION" not in whole
     assert (whole["ORION_NAME"], whole["ORION_LATENCY_TARGET_MS"]) == ("web", "5")
 
@@ -71,6 +74,8 @@ def test_options_give_ray_and_orion_the_same_fraction():
         ({"role": "hp", "latency_target_ms": float("nan")}, r"positive number \(got nan\)"),
         ({"role": "hp", "latency_target_ms": float("inf")}, r"positive number \(got inf\)"),
         ({"role": "be", "name": "n" * 40}, "a client name has 1 to 31 bytes"),
+        ({"role": "be", "hp_context": "own"}, "--hp-context is where the HP client runs"),
+        ({"role": "hp", "hp_context": "apart"}, "hp_context: hp_context must be one of mps, own"),
     ],
 )
 def test_a_runtime_env_that_cannot_work_is_refused_where_it_is_declared(arguments, message):

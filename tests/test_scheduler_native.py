@@ -239,14 +239,21 @@ def test_hp_default_stream_launches_move_to_a_priority_stream(harness: Harness, 
     assert syncs == ["stream=(nil)", f"stream={private_stream}"]
 
 
+@pytest.mark.parametrize("decided", ["as the run starts", "as the HP joins"])
 def test_time_sliced_hp_launches_keep_their_stream_and_cost_no_extra_driver_calls(
-    harness: Harness, tmp_path: Path
+    harness: Harness, tmp_path: Path, decided: str
 ):
     # Time-sliced, stream priorities order nothing between clients: an HP's legacy-stream launch
     # stays where the program put it, with no private stream and no stream waits around it
-    # (events it records are the timing samples every HP client takes).
-    with SchedulerRun(replace(settings("orion"), hp_priority_stream=False)) as run:
+    # (events it records are the timing samples every HP client takes). The same for an HP that
+    # joins an MPS daemon in a context of its own (`orion run --hp --hp-context own`): the
+    # daemon turns the move off as it admits that HP.
+    starts_with_move = decided == "as the HP joins"
+    with SchedulerRun(replace(settings("orion"), hp_priority_stream=starts_with_move)) as run:
         index = run.add_client("hp", "hp")
+        if starts_with_move:
+            run.set_hp_priority_stream(False)
+            assert run.settings.hp_priority_stream is False
         run.publish()
         script = "func k 1 launch k 1 32 0 launch k 1 32 legacy sync 0"
         result = harness.run(script, env=run.client_environment(index), log=tmp_path / "log")

@@ -23,6 +23,7 @@ from orion_daemon.joining import JOIN_VARIABLES
 from orion_daemon.server import DaemonSettings
 from scheduler_core.settings import (
     BE_GATE_SPACING_US,
+    HP_CONTEXT,
     HP_QUIET_US,
     MEMORY_LIMIT,
     SETTINGS,
@@ -56,6 +57,8 @@ def option_help(command: str, flag: str) -> str:
         ("up", SHARING),
         ("up", HP_QUIET_US),
         ("up", BE_GATE_SPACING_US),
+        ("up", HP_CONTEXT),
+        ("run", HP_CONTEXT),
     ],
 )
 def test_each_cli_option_takes_its_flag_and_help_from_the_declaration(command, setting):
@@ -108,6 +111,11 @@ def test_unset_is_none_wherever_a_value_travels_and_none_where_a_person_types_it
 
 def test_the_join_variable_and_the_schema_fields_are_the_declarations():
     assert JOIN_VARIABLES[MEMORY_LIMIT.name] == MEMORY_LIMIT.variable
+    assert JOIN_VARIABLES[HP_CONTEXT.name] == HP_CONTEXT.variable
+    as_joined = JoinRequest.from_message({"role": "hp", "name": "c", "hp_context": "own"})
+    assert as_joined.hp_context == "own"  # read as ORION_HP_CONTEXT is, by its declaration
+    with pytest.raises(OrionError, match="join: hp_context must be one of mps, own"):
+        JoinRequest.from_message({"role": "hp", "name": "c", "hp_context": "apart"})
     assert ClientConfig.model_fields[MEMORY_LIMIT.name].description == MEMORY_LIMIT.help
     assert RunConfig.model_fields[SHARING.name].description == SHARING.help
 

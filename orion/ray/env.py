@@ -30,7 +30,7 @@ from typing import Any
 from orion_common.errors import UsageError
 from orion_daemon.admission import ROLES, JoinRequest, check_request
 from orion_daemon.joining import join_variables
-from scheduler_core.settings import MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
 
 
 def preload_path() -> str:
@@ -49,6 +49,7 @@ def runtime_env(
     latency_target_ms: float | None = None,
     name: str | None = None,
     profile: str | None = None,
+    hp_context: str | None = None,
 ) -> dict[str, Any]:
     """The ``runtime_env`` for an actor or task under orion as ``role`` (``"hp"`` or ``"be"``).
 
@@ -57,7 +58,8 @@ def runtime_env(
     (``"8GiB"``). ``max_util`` / ``min_util``: GPU-time shares (the daemon must enforce shares:
     ``start_daemons(shares=True)``). ``latency_target_ms``: HP only, the p99 it aims at.
     ``name``: the client's name on its GPU (default: the worker's name and pid, unique).
-    ``profile``: its kernel profile, a path the node's daemon can read.
+    ``profile``: its kernel profile, a path the node's daemon can read. ``hp_context``: HP only,
+    on a daemon of ``sharing="mps"``: ``"mps"`` or ``"own"`` (``HP_CONTEXT``).
 
     Merge it into a runtime_env of your own with ``{**yours, "env_vars": {**yours_vars,
     **orion_env["env_vars"]}}``.
@@ -83,6 +85,7 @@ def runtime_env(
         min_util=0.0 if min_util is None else float(min_util),
         max_util=1.0 if max_util is None else float(max_util),
         latency_target_ms=latency_target_ms,
+        hp_context=HP_CONTEXT.checked(hp_context, "hp_context"),
     )
     # the daemon's own rules, here: a bad value is said now, not as the actor's exit status 75
     check_request(request, name_pending=name is None)

@@ -217,6 +217,7 @@ public:
     }
 
     void set_hold_long_be(bool hold) { orion::set_hold_long_be(run(), hold); }
+    void set_hp_priority_stream(bool move) { orion::set_hp_priority_stream(run(), move); }
     bool hold_long_be() const { return decisions().hold_long_be.load() != 0; }
 
     bool open_slots() const { return decisions().open_slots != 0; }
@@ -724,6 +725,7 @@ PYBIND11_MODULE(_native, m) {
         .def("set_queue_limit", &Run::set_queue_limit, py::arg("queue_limit_ns"),
              py::arg("unknown_duration_ns"))
         .def("set_hold_long_be", &Run::set_hold_long_be, py::arg("hold"))
+        .def("set_hp_priority_stream", &Run::set_hp_priority_stream, py::arg("move"))
         .def_property_readonly("hold_long_be", &Run::hold_long_be)
         .def_property_readonly("open_slots", &Run::open_slots)
         .def_property_readonly("be_mask", &Run::be_mask)

@@ -298,6 +298,9 @@ std::string join_request() {
     message += number_field("ORION_MIN_UTIL", "min_util");
     message += number_field("ORION_MAX_UTIL", "max_util");
     message += number_field("ORION_LATENCY_TARGET_MS", "latency_target_ms");
+    // A word the daemon checks against its choices (HP_CONTEXT in scheduler_core/settings.py).
+    const std::string hp_context = trimmed(environment("ORION_HP_CONTEXT"));
+    if (!hp_context.empty()) message += "\"hp_context\":" + json_quote(hp_context) + ",";
     message.back() = '}';
     return message + "\n";
 }

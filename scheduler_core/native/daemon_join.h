@@ -13,6 +13,7 @@
 //   ORION_MEMORY_FRACTION    (0, 1]: that fraction of the GPU's memory, when no limit is given
 //                            (what Ray's fractional num_gpus means for memory)
 //   ORION_MIN_UTIL, ORION_MAX_UTIL, ORION_LATENCY_TARGET_MS   as `orion run`'s options
+//   ORION_HP_CONTEXT         HP only, under a --sharing mps daemon: mps or own (--hp-context)
 //   ORION_STATE_DIR          where the daemons' state folders are (default as `orion up`'s)
 //   ORION_PARENT             set by the library itself in a BE client's child: the client whose
 //                            memory limit the child shares (the daemon checks it is an ancestor)

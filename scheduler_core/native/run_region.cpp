@@ -453,6 +453,13 @@ void set_hold_long_be(const RunMapping& run, bool hold) {
     run.view().decisions().hold_long_be.store(hold ? 1 : 0, std::memory_order_release);
 }
 
+void set_hp_priority_stream(const RunMapping& run, bool move) {
+    require_controller(run);
+    // Written before the joining HP is answered, so it reads the value its context wants; an HP
+    // that left meanwhile has no launches left to read it.
+    run.view().decisions().hp_priority_stream = move ? 1 : 0;
+}
+
 void heartbeat(const RunMapping& run) {
     require_controller(run);
     run.view().decisions().daemon_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);

@@ -131,6 +131,10 @@ void set_queue_limit(const RunMapping& run, std::uint64_t queue_limit_ns,
 // The latency controller's strictest step (RunDecisions::hold_long_be): the gate keeper holds BE
 // work longer than the queue limit while the HP client is active.
 void set_hold_long_be(const RunMapping& run, bool hold);
+// Whether the HP client's legacy-stream launches move to a private highest-priority stream
+// (RunDecisions::hp_priority_stream): set as each HP joins, by the context it joins in (an HP
+// in a context of its own gains nothing from the move and pays four driver calls a launch).
+void set_hp_priority_stream(const RunMapping& run, bool move);
 // The daemon's pulse: now, on the monotonic clock.
 void heartbeat(const RunMapping& run);
 // Every client passes through from now on.

@@ -611,6 +611,8 @@ struct alignas(64) RunDecisions {
     // highest-priority stream (docs/scheduler.md, "Priorities"). Only where stream priorities
     // order work between clients, i.e. under MPS: time-sliced, the driver never runs two
     // clients' kernels at once, and the move costs an eager HP four driver calls per launch.
+    // The daemon sets it again as each HP joins, by the context that HP joins in
+    // (set_hp_priority_stream: `orion run --hp --hp-context`).
     std::uint32_t hp_priority_stream;
     std::uint32_t reserved32;
     // Bytes the CUDA context of one process takes on the run's GPU (layout 16; 0: unknown),
