@@ -51,6 +51,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -61,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from orion_common.errors import OrionError  # noqa: E402
 from reporting.suite import (  # noqa: E402
+    HP_CHOOSES_MODES,
     MODES,
     NEIGHBOURS_IDLE,
     ORION_MODE,
@@ -70,6 +72,7 @@ from reporting.suite import (  # noqa: E402
     summarise,
     summary_table,
 )
+from scheduler_core.settings import HP_CONTEXT  # noqa: E402
 
 LONG_RUN_S = 3600.0
 """The ``--duration`` every program gets: far past any window, since the suite stops them."""
@@ -85,6 +88,22 @@ class Program(BaseModel):
     role: Literal["hp", "be"]
     argv: list[str] = Field(min_length=1, description="the script in examples/programs, its args")
     about: str = ""
+    hp_context: str | None = Field(
+        default=None,
+        description="HP only: the `orion run --hp --hp-context` its owner starts it with, in "
+        "the modes that let each HP choose (reporting.suite.HP_CHOOSES_MODES)",
+    )
+
+    @field_validator("hp_context")
+    @classmethod
+    def _a_declared_context(cls, value: str | None) -> str | None:
+        return HP_CONTEXT.parse(value)  # its ValueError is pydantic's validation error
+
+
+def hp_context_options(program: Program, mode: str) -> list[str]:
+    """``--hp-context`` as ``program``'s owner starts it, in a mode that lets each HP choose."""
+    choice = program.hp_context
+    return ["--hp-context", choice] if choice and mode in HP_CHOOSES_MODES else []
 
 
 class Pair(BaseModel):
@@ -124,6 +143,8 @@ class Suite(BaseModel):
             script = self.scripts / program.argv[0]
             if not script.is_file():
                 problems.append(f"program {name}: no such script: {script}")
+            if program.hp_context is not None and program.role != "hp":
+                problems.append(f"program {name}: hp_context is an HP program's choice")
         for index, pair in enumerate(self.pairs):
             where = f"pair {index + 1} ({pair.name})"
             if pair.hp is None:
@@ -410,6 +431,7 @@ class Worker:
                 str(state),
                 "--name",
                 key,
+                *hp_context_options(self.suite.programs[program], mode),
                 "--",
                 *command,
             )

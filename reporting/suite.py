@@ -57,12 +57,19 @@ ORION_VARIANTS = {
         *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
         *("--hp-quiet-us", "300"),
     ),
+    "orion-mps-hp-chooses": (
+        *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
+        *("--hp-quiet-us", "300"),
+    ),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
 }
 """orion with settings away from its defaults (``orion up`` options, the policy among them): rows of
 their own, never scored as the suite's orion nor counted as a competitor."""
+HP_CHOOSES_MODES = frozenset({"orion-mps-hp-chooses"})
+"""The modes whose HP joins with its program's own ``--hp-context`` (``hp_context`` in the suite
+file), as a service's owner who measured it would start it; elsewhere the daemon's holds."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
 MODES = (ORION_MODE, *ORION_VARIANTS, *COMPETITOR_MODES)
 VARIANT_NOTES = {
@@ -73,6 +80,8 @@ VARIANT_NOTES = {
     "reef-mps-be50": "BE on half the SMs, and never beside an HP kernel",
     "orion-mps-hp-own": "BE clients under MPS on half the SMs, the HP in a context of its own",
     "orion-mps-hp-own-quiet": "the same, and BE out of the HP's gaps shorter than 300 us",
+    "orion-mps-hp-chooses": "the same, and each HP joins with the --hp-context its program "
+    "names in the suite file",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",

@@ -75,6 +75,27 @@ def test_a_bad_suite_file_is_refused_one_line_per_problem(tmp_path: Path) -> Non
     assert all(line.startswith(f"suite: {path}") for line in lines)
 
 
+def test_an_hp_context_is_an_hp_programs_and_given_only_where_the_mode_lets_hps_choose(
+    tmp_path: Path,
+) -> None:
+    shipped = suite.load_suite(ROOT / "benchmarks" / "suite.json")
+    encoder = shipped.programs["encoder-graph"]
+    assert encoder.hp_context == "mps"
+    assert suite.hp_context_options(encoder, "orion-mps-hp-chooses") == ["--hp-context", "mps"]
+    assert suite.hp_context_options(encoder, "orion-mps-hp-own") == []  # the daemon's there
+    assert suite.hp_context_options(shipped.programs["llm-decode"], "orion-mps-hp-chooses") == []
+    programs = json.loads((DATA / "suite_cpu.json").read_text())["programs"]
+    be_name = next(name for name, p in programs.items() if p["role"] == "be")
+    programs[be_name] = {**programs[be_name], "hp_context": "own"}
+    with pytest.raises(SystemExit, match=f"program {be_name}: hp_context is an HP program's"):
+        suite.load_suite(write_suite(tmp_path, programs=programs))
+    hp_name = next(name for name, p in programs.items() if p["role"] == "hp")
+    del programs[be_name]["hp_context"]
+    programs[hp_name] = {**programs[hp_name], "hp_context": "apart"}
+    with pytest.raises(SystemExit, match="hp_context must be one of mps, own"):
+        suite.load_suite(write_suite(tmp_path, programs=programs))
+
+
 def test_a_pair_named_twice_is_refused_before_its_cells_would_collide(tmp_path: Path) -> None:
     pairs = json.loads((DATA / "suite_cpu.json").read_text())["pairs"][:1]
     again = {**pairs[0], "order": "hp-first" if pairs[0]["order"] == "be-first" else "be-first"}
@@ -169,7 +190,7 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
     assert broken["hp_p99_ratio"]["ratio"] is None and broken["rounds"] == 0
     assert broken["failures"]
     good = rows["service+trainer+trainer-b"]
-    assert good["rounds"] == 1 and good["hp_p99_ratio"]["ratio"] > 0
+    assert good["rounds"] == 1 and good["hp_p99_ratio"]["ratio"] > 0, good["failures"]
     assert set(good["be_ratios"]) == {"trainer", "trainer-b"}
     assert {c["cell"].split("/")[-1] for c in summary["failed_cells"]} == {
         "alone-broken-service",
