@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from orion_common.errors import OrionError  # noqa: E402
 from reporting.suite import (  # noqa: E402
+    HP_ALONE_PAIR,
     HP_CHOOSES_MODES,
     MODES,
     NEIGHBOURS_IDLE,
@@ -109,12 +110,22 @@ def hp_context_options(program: Program, mode: str) -> list[str]:
 class Pair(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hp: str | None = None
-    be: list[str] = Field(min_length=1)
-    order: Literal["be-first", "hp-first"]
+    be: list[str] = Field(
+        default_factory=list,
+        description="its BE programs; none: the HP alone under each mode, which measures what "
+        "the mode itself costs the HP (reporting.suite.HP_ALONE_PAIR, never scored)",
+    )
+    order: Literal["be-first", "hp-first"] = "hp-first"
 
     @property
     def name(self) -> str:
-        return "+".join([self.hp or "?", *self.be])
+        return "+".join([self.hp or "?", *(self.be or [HP_ALONE_PAIR])])
+
+
+def with_hp_alone(pairs: list[Pair]) -> list[Pair]:
+    """``pairs`` and, for each HP among them without one yet, a pair of that HP and no BE."""
+    alone = [Pair(hp=hp) for hp in dict.fromkeys(p.hp for p in pairs if p.hp is not None)]
+    return [*pairs, *(p for p in alone if p.name not in {q.name for q in pairs})]
 
 
 class Suite(BaseModel):
@@ -309,7 +320,8 @@ class Worker:
             return [[("hp" if self.suite.programs[program].role == "hp" else program, program)]]
         bes = [(name, name) for name in cell["be"]]
         hp = [("hp", cell["hp"])]
-        return [bes, hp] if cell["order"] == "be-first" else [hp, bes]
+        groups = [bes, hp] if cell["order"] == "be-first" else [hp, bes]
+        return [group for group in groups if group]  # an HP alone under a mode: one group
 
     def run_cell(self, cell: dict, folder: Path) -> dict:
         mode = cell.get("mode", "alone")
@@ -536,6 +548,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="first run the first GPU's HP alone with the other GPUs idle, to "
         "compare with its alone run in round 0 beside busy GPUs",
     )
+    parser.add_argument(
+        "--hp-alone",
+        action="store_true",
+        help="also run each HP of the pairs alone under every mode (pair <hp>+no-be, shown and "
+        "never scored): what the mode itself costs it, against the same program without orion",
+    )
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     problems = []
@@ -681,6 +699,9 @@ def main(argv: list[str] | None = None) -> None:
         if unknown:
             raise SystemExit(f"suite: --pairs: no pair {', '.join(unknown)} in {args.suite}")
         pairs = [p for p in pairs if p.name in wanted]
+    if args.hp_alone:
+        pairs = with_hp_alone(pairs)
+        suite.pairs = [*suite.pairs, *(p for p in pairs if p not in suite.pairs)]
     args.out.mkdir(parents=True, exist_ok=True)
     placed = assign(pairs, args.gpu_list, args.mode_list)
     record = suite.model_dump()

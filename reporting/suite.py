@@ -67,6 +67,11 @@ ORION_VARIANTS = {
 }
 """orion with settings away from its defaults (``orion up`` options, the policy among them): rows of
 their own, never scored as the suite's orion nor counted as a competitor."""
+HP_ALONE_PAIR = "no-be"
+"""What stands for the BE programs in the name of a pair that has none (``encoder-eager+no-be``):
+the HP alone under each mode, against the same program alone without orion. It measures what a
+mode itself costs the HP (the preload library on every launch, the daemon, MPS's own cost), the
+floor under every pair of that HP; so it is shown with the pairs but never scored as one."""
 HP_CHOOSES_MODES = frozenset({"orion-mps-hp-chooses"})
 """The modes whose HP joins with its program's own ``--hp-context`` (``hp_context`` in the suite
 file), as a service's owner who measured it would start it; elsewhere the daemon's holds."""
@@ -433,7 +438,8 @@ def summarise(folder: Path) -> dict[str, Any]:
     figures = pair_figures(cells)
     by_pair: dict[str, dict[str, PairFigures]] = {}
     for figure in figures:
-        by_pair.setdefault(figure.pair, {})[figure.mode] = figure
+        if figure.bes:  # an HP alone under a mode is its floor, not a pair to score
+            by_pair.setdefault(figure.pair, {})[figure.mode] = figure
     run_modes = {figure.mode for figure in figures}
     by_mode = {
         mode: mode_score([modes[mode] for modes in by_pair.values() if mode in modes])

@@ -198,6 +198,33 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
     }
 
 
+def test_an_hp_alone_under_a_mode_is_shown_beside_the_pairs_and_never_scored(
+    tmp_path: Path,
+) -> None:
+    """A pair with no BE program runs the HP alone under each mode, against the same program
+    alone without it: what the mode itself costs the HP, the floor of every pair it is in."""
+    path = write_suite(tmp_path, pairs=[{"hp": "service", "be": ["trainer"], "order": "be-first"}])
+    out = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--suite", str(path),
+               "--out", str(out), "--rounds", "1", "--window", "1", "--settle-s", "0.2",
+               "--modes", "timeslice", "--hp-alone"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cell = json.loads((out / "round0/gpu0/timeslice-service+no-be/cell.json").read_text())
+    assert cell["status"] == "ok" and set(cell["clients"]) == {"hp"}
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {row["pair"]: row for row in summary["pairs"]}
+    alone_under = rows["service+no-be"]
+    assert alone_under["rounds"] == 1 and alone_under["hp_p99_ratio"]["ratio"] > 0
+    assert alone_under["be"] == [] and alone_under["be_together"] is None
+    assert summary["by_mode"]["timeslice"]["pairs"] == 1  # the pair with a BE program only
+    assert summary["by_mode"]["timeslice"]["worst_pair"]["pair"] == "service+trainer"
+    assert "service+no-be" not in summary["ahead_of"]
+    # A suite file may list one itself; --hp-alone adds none twice.
+    listed = suite.load_suite(write_suite(tmp_path, pairs=[{"hp": "service"}])).pairs
+    assert [p.name for p in suite.with_hp_alone(listed)] == ["service+no-be"]
+
+
 def _cell(folder: Path, window: tuple[float, float], clients: dict[str, str]) -> Cell:
     record = {"window": list(window), "clients": {k: {"out": v} for k, v in clients.items()}}
     return Cell(folder, record)
