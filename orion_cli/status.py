@@ -56,7 +56,12 @@ def _slowdown(client: dict[str, Any]) -> str:
     felt = client.get("felt_slowdown")
     if felt is not None:
         p99 = client.get("felt_p99")
-        return f"{felt:.2f}x felt" + (f", p99 >= {p99:g}x" if p99 and p99 > 1 else "")
+        start = client.get("start_felt_slowdown")
+        return (
+            f"{felt:.2f}x felt"
+            + (f", p99 >= {p99:g}x" if p99 and p99 > 1 else "")
+            + (f"; request starts {start:.2f}x" if start is not None else "")
+        )
     return "-" if client["interference"] is None else f"{client['interference']:.2f}x"
 
 

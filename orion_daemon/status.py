@@ -52,6 +52,10 @@ class ClientSample:
     felt_slower: tuple[int, ...] = ()  # felt samples above each of the library's tail ratios
     felt_alone_samples: int = 0  # of those, the ones that ran alone (layout 18)
     felt_alone_slower: tuple[int, ...] = ()
+    start_felt_ns: int = 0  # the same of request starts, apart (layout 20)
+    start_felt_expected_ns: int = 0
+    start_felt_samples: int = 0
+    start_felt_slower: tuple[int, ...] = ()
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
@@ -66,6 +70,10 @@ class ClientSample:
             felt_slower=tuple(int(n) for n in stats.get("felt_slower", ())),
             felt_alone_samples=int(stats.get("felt_alone_samples", 0)),
             felt_alone_slower=tuple(int(n) for n in stats.get("felt_alone_slower", ())),
+            start_felt_ns=int(stats.get("start_felt_ns", 0)),
+            start_felt_expected_ns=int(stats.get("start_felt_expected_ns", 0)),
+            start_felt_samples=int(stats.get("start_felt_samples", 0)),
+            start_felt_slower=tuple(int(n) for n in stats.get("start_felt_slower", ())),
         )
 
 
@@ -124,6 +132,23 @@ def _felt_tail_between(first: ClientSample, last: ClientSample) -> dict[float, f
         return None
     slower = [b - a for a, b in zip(first.felt_slower, last.felt_slower, strict=True)]
     return felt_tail(last.felt_samples - first.felt_samples, slower)
+
+
+def _start_felt(samples: list[ClientSample]) -> tuple[float | None, float | None]:
+    """Over the samples kept, the HP's request starts as felt: their mean slowdown against
+    alone and the largest tail ratio more than 1% of them exceeded (None with too few)."""
+    if len(samples) < 2:
+        return None, None
+    first, last = samples[0], samples[-1]
+    mean = interference(
+        last.start_felt_ns - first.start_felt_ns,
+        last.start_felt_expected_ns - first.start_felt_expected_ns,
+    )
+    if len(first.start_felt_slower) != len(last.start_felt_slower):
+        return mean, None
+    slower = [b - a for a, b in zip(first.start_felt_slower, last.start_felt_slower, strict=True)]
+    tail = felt_tail(last.start_felt_samples - first.start_felt_samples, slower)
+    return mean, felt_p99(tail)
 
 
 def _felt_tail(samples: list[ClientSample]) -> dict[float, float] | None:
@@ -189,6 +214,7 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     limit = int(stats.get("memory_limit", 0)) or None
     tail = _felt_tail(samples)
     alone_p99, over_alone = felt_p99_over_alone(samples)
+    start_mean, start_p99 = _start_felt(samples)
     return {
         "name": client.name,
         "slot": client.slot,
@@ -245,6 +271,11 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         # the HP's own scatter. Shown and recorded only; None until enough of either.
         "felt_alone_p99": None if alone_p99 is None else round(alone_p99, 4),
         "felt_p99_over_alone": None if over_alone is None else round(over_alone, 4),
+        # The same felt figures of the HP's request starts alone (its first launch after 1 ms
+        # without one): where a BE context left resident between requests costs it a switch,
+        # which one felt launch in 64 of an eager HP seldom is. Shown and recorded only.
+        "start_felt_slowdown": None if start_mean is None else round(start_mean, 4),
+        "start_felt_p99": start_p99,
         "latency_target_ms": client.latency_target_ms,
         "hp_context": client.hp_context,
         "joined_s": round(client.joined_s, 3),

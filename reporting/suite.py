@@ -225,6 +225,7 @@ class PairFigures:
     hp_felt_slowdown: list[float] = field(default_factory=list)
     hp_felt_p99: list[float] = field(default_factory=list)
     hp_felt_p99_over_alone: list[float] = field(default_factory=list)
+    hp_start_felt_p99: list[float] = field(default_factory=list)
     loop: list[dict[str, Any]] = field(default_factory=list)
     """The daemon's latency loop as each status sample showed it (``latency_control``)."""
     hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
@@ -261,6 +262,7 @@ class PairFigures:
             "hp_felt_slowdown_shown": _mean(self.hp_felt_slowdown),
             "hp_felt_p99_shown": _mean(self.hp_felt_p99),
             "hp_felt_p99_over_alone_shown": _mean(self.hp_felt_p99_over_alone),
+            "hp_start_felt_p99_shown": _mean(self.hp_start_felt_p99),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
             **loop_figures(self.loop),
             "failures": self.failures,
@@ -372,6 +374,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_felt_slowdown += _status_figure(cell, "hp", "felt_slowdown")
             result.hp_felt_p99 += _status_figure(cell, "hp", "felt_p99")
             result.hp_felt_p99_over_alone += _status_figure(cell, "hp", "felt_p99_over_alone")
+            result.hp_start_felt_p99 += _status_figure(cell, "hp", "start_felt_p99")
             result.loop += _loop_samples(cell)
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
@@ -551,11 +554,13 @@ def _shown_slowdown(pair: dict[str, Any]) -> str:
     it, else the GPU-time interference."""
     felt, gpu_time = pair.get("hp_felt_slowdown_shown"), pair.get("hp_interference_shown")
     p99, over_alone = pair.get("hp_felt_p99_shown"), pair.get("hp_felt_p99_over_alone_shown")
+    starts = pair.get("hp_start_felt_p99_shown")
     if felt is not None:
         return (
             f"{felt:.2f} felt"
             + (f", p99 >= {p99:.2f}" if p99 is not None else "")
             + (f", p99 over alone {over_alone:.2f}" if over_alone is not None else "")
+            + (f", request starts p99 >= {starts:.2f}" if starts is not None else "")
         )
     return "-" if gpu_time is None else f"{gpu_time:.2f} GPU time"
 

@@ -617,25 +617,51 @@ void ClientRuntime::use_learned(LearnedEntry* entry, LaunchTicket* ticket, bool*
 void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool clean,
                                    std::uint64_t launch_count, bool graph) {
     // Besides learning, an HP client times one launch in kInterferenceEvery (graphs: each a
-    // request, so more often) of those with a duration alone to compare with.
+    // request, so more often) of those with a duration alone to compare with, and, as felt only,
+    // the first launch of each request (see ClientStats::start_felt_samples).
     constexpr std::uint64_t kInterferenceEvery = 64;
     constexpr std::uint64_t kGraphInterferenceEvery = 4;
-    const bool for_interference =
-        role_ == Role::kHighPriority && ticket->kernel.known &&
+    const bool hp = role_ == Role::kHighPriority;
+    const std::uint64_t previous_call_ns =
+        hp ? hp_last_call_ns_.exchange(ticket->enqueue_ns, std::memory_order_relaxed) : 0;
+    const bool counted =
+        hp && ticket->kernel.known &&
         launch_count % (graph ? kGraphInterferenceEvery : kInterferenceEvery) == 0;
-    if (!for_learning && !for_interference) return;
+    const bool request_start = hp && ticket->kernel.known && previous_call_ns != 0 &&
+                               ticket->enqueue_ns >= previous_call_ns + kRequestGapNs;
+    if (!for_learning && !counted && !request_start) return;
+    // Timed as the user feels it when nothing of its own was before it on the GPU (so all it
+    // waited for is its neighbours' work).
+    const auto own_queue_empty = [&] {
+        return advance_low_water(view_, index_, ticket->launch_ns) + 1 >= ticket->seq;
+    };
     SampleUse& use = ticket->sample_use;
     use.expected_ns = ticket->kernel.known ? ticket->kernel.duration_ns : 0;
     // An HP kernel timed beside BE work would look slower than alone: it is not learned from.
     use.learn = for_learning && clean;
+    if (!for_learning && !counted) {
+        // A request's start, for the felt figure alone: timed only if the felt timer is free,
+        // and left out of the GPU-time figures (`interference`), which stay one in 64.
+        if (!own_queue_empty() || !sampler_.claim_felt()) return;
+        use.gpu_time_counted = false;
+        ticket->sample = sampler_.begin(ticket->own_stream);
+        if (ticket->sample < 0) {
+            sampler_.unclaim_felt();
+            return;
+        }
+        use.call_ns = ticket->enqueue_ns;
+        use.alone = !be_has_work(ticket->launch_ns);
+        use.request_start = true;
+        return;
+    }
     ticket->sample = sampler_.begin(ticket->own_stream);
-    // Timed as the user feels it, too, when nothing of its own was before it on the GPU (so all
-    // it waited for is its neighbours' work): not a learning sample (one writer per entry).
-    if (ticket->sample >= 0 && for_interference && !use.learn &&
-        advance_low_water(view_, index_, ticket->launch_ns) + 1 >= ticket->seq &&
+    // Not a learning sample as felt: one writer per entry.
+    if (ticket->sample >= 0 && (counted || request_start) && !use.learn && own_queue_empty() &&
         sampler_.claim_felt()) {
         use.call_ns = ticket->enqueue_ns;
         use.alone = !be_has_work(ticket->launch_ns);
+        use.felt_counted = counted;
+        use.request_start = request_start;
     }
 }
 

@@ -342,6 +342,12 @@ private:
     std::unordered_map<CUgraphExec, std::vector<std::uint32_t>> gated_graphs_;
     std::atomic<bool> graph_gate_warned_{false};
     std::atomic<bool> graph_restore_warned_{false};
+    // An HP's newest launch call (monotonic ns; start_sampling): a launch after a gap of
+    // kRequestGapNs or more starts a request. 1 ms: longer than the gaps inside one request of
+    // the suite's services (an eager encoder's launches, a decoder's steps), shorter than the
+    // idle between their requests at the rates they serve.
+    static constexpr std::uint64_t kRequestGapNs = 1'000'000;
+    std::atomic<std::uint64_t> hp_last_call_ns_{0};
 
     // Each identified executable's kernel nodes and their keys: set-up, not the launch path.
     std::mutex graph_nodes_mutex_;

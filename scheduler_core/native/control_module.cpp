@@ -412,6 +412,12 @@ public:
         py::list alone_slower;
         for (const auto& count : s.felt_alone_slower) alone_slower.append(count.load());
         out["felt_alone_slower"] = alone_slower;
+        out["start_felt_samples"] = s.start_felt_samples.load();
+        out["start_felt_ns"] = s.start_felt_ns.load();
+        out["start_felt_expected_ns"] = s.start_felt_expected_ns.load();
+        py::list start_slower;
+        for (const auto& count : s.start_felt_slower) start_slower.append(count.load());
+        out["start_felt_slower"] = start_slower;
         out["graphs_segmented"] = s.graphs_segmented.load();
         out["graph_segments"] = s.graph_segments.load();
         out["ungated_graph_why"] =

@@ -198,21 +198,33 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
     }
     const std::uint64_t expected = use.expected_ns + static_cast<std::uint64_t>(
                                                          std::max<std::int64_t>(overhead_ns_, 0));
-    stats_->felt_samples.fetch_add(1, std::memory_order_relaxed);
-    stats_->felt_ns.fetch_add(felt, std::memory_order_relaxed);
-    stats_->felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
-    if (alone) stats_->felt_alone_samples.fetch_add(1, std::memory_order_relaxed);
+    if (use.felt_counted) {
+        stats_->felt_samples.fetch_add(1, std::memory_order_relaxed);
+        stats_->felt_ns.fetch_add(felt, std::memory_order_relaxed);
+        stats_->felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
+        if (alone) stats_->felt_alone_samples.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (use.request_start) {
+        stats_->start_felt_samples.fetch_add(1, std::memory_order_relaxed);
+        stats_->start_felt_ns.fetch_add(felt, std::memory_order_relaxed);
+        stats_->start_felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
+    }
     for (std::uint32_t k = 0; k < kFeltTails; ++k) {
         if (felt * 100 > expected * kFeltTailPercents[k]) {
-            stats_->felt_slower[k].fetch_add(1, std::memory_order_relaxed);
-            if (alone) stats_->felt_alone_slower[k].fetch_add(1, std::memory_order_relaxed);
+            if (use.felt_counted) stats_->felt_slower[k].fetch_add(1, std::memory_order_relaxed);
+            if (use.felt_counted && alone) {
+                stats_->felt_alone_slower[k].fetch_add(1, std::memory_order_relaxed);
+            }
+            if (use.request_start) {
+                stats_->start_felt_slower[k].fetch_add(1, std::memory_order_relaxed);
+            }
         }
     }
 }
 
 void LaunchSampler::deliver(const SampleUse& use, std::uint64_t duration_ns) {
     if (use.entry != nullptr && use.learn) KernelLearner::add_sample(*use.entry, duration_ns);
-    if (stats_ == nullptr) return;
+    if (stats_ == nullptr || !use.gpu_time_counted) return;
     stats_->sampled_launches.fetch_add(1, std::memory_order_relaxed);
     if (use.expected_ns != 0) {
         stats_->sampled_ns.fetch_add(duration_ns, std::memory_order_relaxed);

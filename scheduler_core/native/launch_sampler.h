@@ -39,6 +39,9 @@ struct SampleUse {
     std::uint64_t expected_ns = 0;  // interference: what it took alone (profiled or learned); 0: none
     std::uint64_t call_ns = 0;      // felt: the launch call (monotonic ns); 0: not timed so
     bool alone = false;             // felt: no BE work was unfinished at the call
+    bool felt_counted = false;      // felt: counted in felt_* (chosen one in kInterferenceEvery)
+    bool request_start = false;     // felt: a request's first launch, counted in start_felt_*
+    bool gpu_time_counted = true;   // counted in sampled_* (false: timed for start_felt_* only)
 };
 
 class LaunchSampler {

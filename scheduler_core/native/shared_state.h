@@ -60,7 +60,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     baseline a shared tail is compared with
 // 19: RunDecisions::be_gate_spacing_ns (was reserved[0]): the least BE work between two waits on
 //     a BE stream's GPU-side gate, apart from the queue limit the latency loop moves
-constexpr std::uint32_t kLayoutVersion = 19;
+// 20: ClientStats::start_felt_samples, start_felt_ns, start_felt_expected_ns, start_felt_slower:
+//     an HP's request starts timed as felt, apart from its other felt launches
+constexpr std::uint32_t kLayoutVersion = 20;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -388,6 +390,15 @@ struct ClientStats {
     // shared tail is read against it rather than against 1.0.
     std::atomic<std::uint64_t> felt_alone_samples;
     std::atomic<std::uint64_t> felt_alone_slower[kFeltTails];
+    // An HP's request starts timed as felt (layout 20): its first launch after launching nothing
+    // for kRequestGapNs, with its own queue empty, timed whenever the felt timer is free. That
+    // launch is where a BE context left resident between requests costs the HP a switch, and an
+    // eager HP's felt launches above are one in 64 of its launches, seldom a request's first.
+    // Kept apart, so the figures above (what the latency loop reads) are sampled as before.
+    std::atomic<std::uint64_t> start_felt_samples;
+    std::atomic<std::uint64_t> start_felt_ns;
+    std::atomic<std::uint64_t> start_felt_expected_ns;
+    std::atomic<std::uint64_t> start_felt_slower[kFeltTails];
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
