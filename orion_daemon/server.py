@@ -737,7 +737,10 @@ class Daemon:
                 "to run in",
                 hint="start the daemon with `orion up --sharing mps`, or leave out --hp-context",
             )
-        if request.hp_context == "own" and s.be_graph_gate == "inside":
+        # Only a choice away from the daemon's own: one started with own and inside both asked
+        # for runs as its user chose.
+        default = s.hp_context or "mps"
+        if request.hp_context == "own" and default != "own" and s.be_graph_gate == "inside":
             raise OrionError(
                 "this daemon gates BE graphs inside (--be-graph-gate inside): a BE graph stopped "
                 "at one of its waits keeps the MPS server on the GPU, and an HP in a context of "

@@ -311,6 +311,24 @@ def test_an_hp_without_a_choice_takes_the_daemons_context(
         daemon.close()
 
 
+def test_an_hp_asking_for_the_context_its_daemon_gives_anyway_is_never_refused(
+    tmp_path: Path,
+) -> None:
+    # `orion up --sharing mps --hp-context own --be-graph-gate inside`: both asked for by its user,
+    # so an HP that says own, as the daemon would give it, joins.
+    from types import SimpleNamespace
+
+    from orion_daemon.server import Daemon, DaemonSettings
+
+    settings = DaemonSettings(
+        gpu=0, sm_count=132, folder=tmp_path, sharing="mps", hp_context="own",
+        be_graph_gate="inside",
+    )  # fmt: skip
+    daemon = SimpleNamespace(settings=settings)
+    Daemon._check_hp_context(daemon, JoinRequest(role="hp", name="svc", hp_context="own"))
+    Daemon._check_hp_context(daemon, JoinRequest(role="hp", name="svc", hp_context="mps"))
+
+
 def test_an_hp_context_the_daemon_cannot_give_is_refused_with_what_to_start_instead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
