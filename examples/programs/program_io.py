@@ -114,8 +114,10 @@ def run_for(
             sync()
             log.record(steps)
     sync()
-    if log.rows[-1][1] != steps:
-        log.record(steps)
+    # Always a row at the stop, even with no step since the last one: a stop that lands right
+    # after a record (a loaded machine, the process off the CPU in between) would otherwise
+    # leave the record ending before the stop, short of a window that closed in that gap.
+    log.record(steps)
     return log.write(out)
 
 
