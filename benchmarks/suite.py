@@ -24,7 +24,8 @@ its own alone runs in each round. Rounds run one after another, all GPUs in step
 Rounds can be added to a run later (another session, another host of the same GPU kind) with
 ``--first-round``: each round records the digest of the code it ran (``roundN/round.json``; the
 packages a round runs, not those for reports, plans and Ray), and the summary refuses to pool
-rounds of different code or GPU kinds.
+rounds of different code or GPU kinds. Each round runs its own copy of the program scripts
+(``roundN/programs/``), kept with its results.
 
     python benchmarks/suite.py --out results/suite --rounds 3 --window 30 --gpus 0,1,2,3
     python benchmarks/suite.py --out results/suite --rounds 1 --first-round 3 ...  # one more
@@ -38,6 +39,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,6 +180,21 @@ class Suite(BaseModel):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+PROGRAMS_COPY = "programs"
+"""A round's folder's copy of the suite's program scripts, which its cells run."""
+
+
+def snapshot_programs(suite: Suite, round_folder: Path) -> Path:
+    """Copy the suite's program scripts into the round's folder for its cells to run: the round
+    keeps what it ran beside its results, and a checkout changed under a round of many minutes
+    (a script edited, the tree copied again) cannot fail or alter its later cells."""
+    copy = round_folder / PROGRAMS_COPY
+    shutil.copytree(
+        suite.scripts, copy, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True
+    )
+    return copy
 
 
 def load_suite(path: Path) -> Suite:
@@ -687,6 +704,7 @@ def main(argv: list[str] | None = None) -> None:
     suite = load_suite(args.suite)
     if args.worker is not None:
         plan = json.loads(args.worker.read_text())
+        suite.programs_dir = plan["programs_dir"]
         Worker(suite, plan["gpu"], args).run(plan["round"], plan["cells"])
         return
     if args.summarise_only:
@@ -732,6 +750,7 @@ def main(argv: list[str] | None = None) -> None:
             "argv": sys.argv[1:] if argv is None else argv,
         }
         (args.out / f"round{round_}" / ROUND_RECORD).write_text(json.dumps(round_record, indent=1))
+        programs = snapshot_programs(suite, args.out / f"round{round_}")
         workers = []
         for gpu, gpu_pairs in placed.items():
             if not gpu_pairs or (round_ == NEIGHBOURS_IDLE and gpu != args.gpu_list[0]):
@@ -743,7 +762,8 @@ def main(argv: list[str] | None = None) -> None:
                 if round_ == NEIGHBOURS_IDLE
                 else cells_of(round_, gpu_pairs, args.mode_list)
             )
-            plan_path.write_text(json.dumps({"gpu": gpu, "round": round_, "cells": cells}))
+            plan = {"gpu": gpu, "round": round_, "cells": cells, "programs_dir": str(programs)}
+            plan_path.write_text(json.dumps(plan))
             command = [
                 sys.executable,
                 __file__,

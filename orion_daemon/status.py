@@ -127,11 +127,19 @@ def _interference(samples: list[ClientSample], felt: bool = False) -> float | No
     return None if slowdown is None else round(slowdown, 3)
 
 
-def _felt_tail_between(first: ClientSample, last: ClientSample) -> dict[float, float] | None:
-    if len(first.felt_slower) != len(last.felt_slower):
+def _tail_growth(
+    samples: int, first_slower: tuple[int, ...], last_slower: tuple[int, ...]
+) -> dict[float, float] | None:
+    """The tail of the ``samples`` timed between two readings of one set of "slower than"
+    counters; None where the counters' buckets differ between the readings."""
+    if len(first_slower) != len(last_slower):
         return None
-    slower = [b - a for a, b in zip(first.felt_slower, last.felt_slower, strict=True)]
-    return felt_tail(last.felt_samples - first.felt_samples, slower)
+    slower = [b - a for a, b in zip(first_slower, last_slower, strict=True)]
+    return felt_tail(samples, slower)
+
+
+def _felt_tail_between(first: ClientSample, last: ClientSample) -> dict[float, float] | None:
+    return _tail_growth(last.felt_samples - first.felt_samples, first.felt_slower, last.felt_slower)
 
 
 def _start_felt(samples: list[ClientSample]) -> tuple[float | None, float | None]:
@@ -144,10 +152,11 @@ def _start_felt(samples: list[ClientSample]) -> tuple[float | None, float | None
         last.start_felt_ns - first.start_felt_ns,
         last.start_felt_expected_ns - first.start_felt_expected_ns,
     )
-    if len(first.start_felt_slower) != len(last.start_felt_slower):
-        return mean, None
-    slower = [b - a for a, b in zip(first.start_felt_slower, last.start_felt_slower, strict=True)]
-    tail = felt_tail(last.start_felt_samples - first.start_felt_samples, slower)
+    tail = _tail_growth(
+        last.start_felt_samples - first.start_felt_samples,
+        first.start_felt_slower,
+        last.start_felt_slower,
+    )
     return mean, felt_p99(tail)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,16 @@ from reporting.suite import (  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 COMMITTED = ROOT / "benchmarks" / "results" / "nvidia-h200" / "suite"
+
+
+def run_runner(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """The runner on the stand-in programs, which find ``program_io`` on PYTHONPATH: each round
+    runs a copy of them from its own folder."""
+    paths = [str(ROOT / "examples" / "programs"), os.environ.get("PYTHONPATH", "")]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=environment
+    )
 
 
 def write_suite(folder: Path, **changes: object) -> Path:
@@ -171,7 +182,7 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
     command = [sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--suite", str(path),
                "--out", str(out), "--rounds", "1", "--window", "1", "--settle-s", "0.2",
                "--modes", "timeslice"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    result = run_runner(command)
     assert result.returncode == 0, result.stdout + result.stderr
     cells = {p.parent.name: json.loads(p.read_text()) for p in out.glob("round0/gpu0/*/cell.json")}
     assert cells["alone-broken-service"]["status"] == "failed"
@@ -183,6 +194,13 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
     # hp-first: the service was ready before the trainers started
     assert both["ready"]["hp"] < min(both["ready"]["trainer"], both["ready"]["trainer-b"])
     assert both["window"][0] >= max(both["ready"].values())
+    # Each cell ran the round's copy of the scripts, kept beside its results.
+    copy = out / "round0" / "programs"
+    assert sorted(p.name for p in copy.glob("*.py")) == sorted(
+        p.name for p in (DATA / "suite_programs").glob("*.py")
+    )
+    script = both["clients"]["hp"]["command"][1]
+    assert Path(script).parent == copy and Path(script).is_file()
 
     summary = json.loads((out / "summary.json").read_text())
     rows = {row["pair"]: row for row in summary["pairs"]}
@@ -208,7 +226,7 @@ def test_an_hp_alone_under_a_mode_is_shown_beside_the_pairs_and_never_scored(
     command = [sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--suite", str(path),
                "--out", str(out), "--rounds", "1", "--window", "1", "--settle-s", "0.2",
                "--modes", "timeslice", "--hp-alone"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    result = run_runner(command)
     assert result.returncode == 0, result.stdout + result.stderr
     cell = json.loads((out / "round0/gpu0/timeslice-service+no-be/cell.json").read_text())
     assert cell["status"] == "ok" and set(cell["clients"]) == {"hp"}

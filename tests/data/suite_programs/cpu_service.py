@@ -3,10 +3,9 @@
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "programs"))
-from program_io import serve  # noqa: E402
+# program_io: examples/programs, on PYTHONPATH from the test (a round runs a copy of this file)
+from program_io import serve
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rate", type=float, default=50.0)

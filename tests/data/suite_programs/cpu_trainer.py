@@ -1,12 +1,10 @@
 """A stand-in trainer for the suite's CPU tests: each step burns ``--step-ms`` of CPU."""
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "programs"))
-from program_io import run_for  # noqa: E402
+# program_io: examples/programs, on PYTHONPATH from the test (a round runs a copy of this file)
+from program_io import run_for
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--step-ms", type=float, default=2.0)
