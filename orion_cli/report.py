@@ -315,6 +315,13 @@ def report_suite(
         frame = suite_summary_table(summary)
         print_any_table(_suite_table(frame, f"suite {summary['suite']}"), keys=3, out=out)
         print_any_table(_suite_modes_table(summary), out=out)
+        for pair in summary["pairs"]:
+            for doubt in pair.get("reference_doubts") or []:
+                out.print(
+                    f"reference in doubt: {pair['pair']} under {pair['mode']}: {doubt}",
+                    highlight=False,
+                    markup=False,
+                )
         worst = summary["worst_pair"]
         if worst is not None:
             ratio = worst["hp_p99_ratio"]

@@ -111,6 +111,15 @@ TARGET_HP_P99_RATIO = 1.25
 1.25x of alone ..."""
 TARGET_BE_TOGETHER = 0.6
 """... with the BE programs together at least 0.6 of alone (:attr:`PairFigures.be_together`)."""
+REFERENCE_FASTER_BELOW = 0.95
+"""An HP whose mean service time beside BE work is under this share of alone, its whole interval
+included, ran slower alone than with BE beside it, which sharing the GPU cannot cause: its alone
+run is a slow reference (an eager service's host thread, or the GPU, idling between requests and
+slow to wake), so its p99 ratio reads low. Seen on the H200s: the eager encoder served at
+0.82-0.91x of an alone run whose median was 40% above the round before's."""
+REFERENCE_SPREAD_ABOVE = 1.25
+"""An HP whose alone p99 differs by more than this factor between rounds: its reference moved by
+as much as the target allows a mode to cost it, and a ratio over rounds mixes the two."""
 
 
 def is_suite_run(folder: Path) -> bool:
@@ -265,8 +274,27 @@ class PairFigures:
             "hp_start_felt_p99_shown": _mean(self.hp_start_felt_p99),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
             **loop_figures(self.loop),
+            "reference_doubts": self.reference_doubts(),
             "failures": self.failures,
         }
+
+    def reference_doubts(self) -> list[str]:
+        """Why this pair's HP ratio may not measure the mode: its alone run was a slow
+        reference (:data:`REFERENCE_FASTER_BELOW`), or moved between rounds
+        (:data:`REFERENCE_SPREAD_ABOVE`). Shown beside the ratio, never used to change it."""
+        doubts = []
+        point, low, high = self.hp_service_mean_ratio
+        if math.isfinite(high) and high < REFERENCE_FASTER_BELOW:
+            doubts.append(
+                f"served faster beside BE than alone (mean service {point:.2f}x "
+                f"[{low:.2f}, {high:.2f}]): a slow alone run, so the p99 ratio reads low"
+            )
+        alone = self.hp_p99_alone_ms
+        if len(alone) >= 2 and max(alone) > REFERENCE_SPREAD_ABOVE * min(alone):
+            doubts.append(
+                f"alone p99 moved between rounds, {min(alone):.2f} to {max(alone):.2f} ms"
+            )
+        return doubts
 
 
 def _alone_cells(cells: list[Cell]) -> dict[tuple[int, int, str], Cell]:

@@ -350,6 +350,43 @@ def test_two_be_programs_are_scored_by_the_gpu_work_they_get_done_together() -> 
     )
 
 
+def test_a_pair_whose_alone_run_was_a_slow_reference_says_so_beside_its_ratio(
+    tmp_path: Path,
+) -> None:
+    """The eager encoder's round on an H200 (real records): served faster beside BE than alone,
+    so its ratios read low and the report says why; a graph service's pairs raise no doubt."""
+    from typer.testing import CliRunner
+
+    from orion_cli.app import app
+
+    results = ROOT / "benchmarks" / "results" / "nvidia-h200"
+    eager = tmp_path / "eager"
+    shutil.copytree(results / "suite-hp-chooses-eager", eager, symlinks=True)
+    rows = {(r["pair"], r["mode"]): r for r in summarise(eager)["pairs"]}
+    doubts = rows[("encoder-eager+resnet-train", "orion")]["reference_doubts"]
+    assert len(doubts) == 1 and doubts[0].startswith("served faster beside BE than alone")
+    shown = CliRunner().invoke(app, ["report", str(eager)])
+    assert shown.exit_code == 0, shown.output
+    words = " ".join(shown.output.split())
+    assert "reference in doubt: encoder-eager+resnet-train under orion: served faster" in words
+    whole = tmp_path / "whole"
+    shutil.copytree(results / "suite-hp-chooses", whole, symlinks=True)
+    graph = [r for r in summarise(whole)["pairs"] if r["hp"] != "encoder-eager"]
+    assert graph and all(r["reference_doubts"] == [] for r in graph)
+
+
+def test_an_alone_run_that_moved_between_rounds_is_a_doubt_and_one_round_is_none() -> None:
+    figure = PairFigures(
+        pair="encoder-eager+resnet-train", mode="orion", order="hp-first", hp="encoder-eager",
+        bes=["resnet-train"], hp_p99_alone_ms=[6.72, 8.20], hp_service_mean_ratio=(1.0, 0.98, 1.02),
+    )  # fmt: skip
+    assert figure.reference_doubts() == []  # 8.20 / 6.72 = 1.22: within what the target allows
+    figure.hp_p99_alone_ms.append(8.60)
+    assert figure.reference_doubts() == ["alone p99 moved between rounds, 6.72 to 8.60 ms"]
+    figure.hp_p99_alone_ms = [8.60]
+    assert figure.reference_doubts() == []
+
+
 def test_orion_report_reads_a_suite_run(committed: Path) -> None:
     from typer.testing import CliRunner
 
