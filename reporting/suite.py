@@ -61,6 +61,7 @@ ORION_VARIANTS = {
         *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
         *("--hp-quiet-us", "300"),
     ),
+    "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
@@ -87,6 +88,8 @@ VARIANT_NOTES = {
     "orion-mps-hp-own-quiet": "the same, and BE out of the HP's gaps shorter than 300 us",
     "orion-mps-hp-chooses": "the same, and each HP joins with the --hp-context its program "
     "names in the suite file",
+    "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
+    "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",

@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import suite  # noqa: E402
 
 from reporting.suite import (  # noqa: E402
+    MODE_TEXT,
+    ORION_VARIANTS,
     TARGET_BE_TOGETHER,
     Cell,
     PairFigures,
@@ -105,6 +107,27 @@ def test_an_hp_context_is_an_hp_programs_and_given_only_where_the_mode_lets_hps_
     programs[hp_name] = {**programs[hp_name], "hp_context": "apart"}
     with pytest.raises(SystemExit, match="hp_context must be one of mps, own"):
         suite.load_suite(write_suite(tmp_path, programs=programs))
+
+
+@pytest.mark.parametrize("mode", sorted(ORION_VARIANTS))
+def test_every_orion_variant_is_options_orion_up_accepts(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant's options pass every check `orion up` makes before it reads the GPU, so a
+    misspelt or contradictory variant fails here, not on the device's time. Without a GPU the
+    daemon stops at the GPU check; with one, it would start (recorded instead)."""
+    from typer.testing import CliRunner
+
+    from orion_cli.app import app
+    from orion_daemon import control
+
+    started = []
+    monkeypatch.setattr(control, "start_detached", lambda settings: started.append(settings))
+    command = ["up", "--state-dir", str(tmp_path), *ORION_VARIANTS[mode]]
+    result = CliRunner().invoke(app, command)
+    words = " ".join(result.output.split())
+    assert started or "no NVIDIA GPU 0 that CUDA can use" in words, words
+    assert mode in MODE_TEXT
 
 
 def test_a_pair_named_twice_is_refused_before_its_cells_would_collide(tmp_path: Path) -> None:
