@@ -289,6 +289,15 @@ class CellFailed(Exception):
     pass
 
 
+def left_estimate(spent_s: float, done: int, total: int) -> str:
+    """What a GPU's round has left, at the pace of its cells so far: on a machine lent for a
+    fixed time, whether the round will end inside it."""
+    if done >= total:
+        return "round done"
+    left_s = spent_s / done * (total - done)
+    return f"about {left_s / 60:.0f} min left" if left_s >= 90 else f"about {left_s:.0f} s left"
+
+
 class Worker:
     """Runs one GPU's cells one after another, each recorded in its own folder."""
 
@@ -305,7 +314,8 @@ class Worker:
 
     def run(self, round_: int, cells: list[dict]) -> None:
         failed_alone: set[str] = set()
-        for cell in cells:
+        spent_s = 0.0
+        for done, cell in enumerate(cells, start=1):
             folder = self.args.out / f"round{round_}" / f"gpu{self.gpu}" / cell["id"]
             folder.mkdir(parents=True, exist_ok=True)
             record = {**cell, "round": round_, "gpu": self.gpu, "window_s": self.args.window}
@@ -324,8 +334,10 @@ class Worker:
             record["wall_s"] = round(time.time() - started, 1)
             (folder / "cell.json").write_text(json.dumps(record, indent=1))
             status = record["status"] + (f": {record['error']}" if "error" in record else "")
+            spent_s += record["wall_s"]
             print(
-                f"round {round_} gpu {self.gpu} {cell['id']}: {status} ({record['wall_s']} s)",
+                f"round {round_} gpu {self.gpu} [{done}/{len(cells)}] {cell['id']}: {status} "
+                f"({record['wall_s']} s; {left_estimate(spent_s, done, len(cells))})",
                 flush=True,
             )
 

@@ -130,6 +130,12 @@ def test_every_orion_variant_is_options_orion_up_accepts(
     assert mode in MODE_TEXT
 
 
+def test_a_rounds_progress_says_what_is_left_at_the_pace_so_far() -> None:
+    assert suite.left_estimate(120.0, 2, 10) == "about 8 min left"
+    assert suite.left_estimate(30.0, 3, 4) == "about 10 s left"
+    assert suite.left_estimate(30.0, 4, 4) == "round done"
+
+
 def test_a_pair_named_twice_is_refused_before_its_cells_would_collide(tmp_path: Path) -> None:
     pairs = json.loads((DATA / "suite_cpu.json").read_text())["pairs"][:1]
     again = {**pairs[0], "order": "hp-first" if pairs[0]["order"] == "be-first" else "be-first"}
