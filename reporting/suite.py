@@ -120,9 +120,9 @@ included, ran slower alone than with BE beside it, which sharing the GPU cannot 
 run is a slow reference (an eager service's host thread, or the GPU, idling between requests and
 slow to wake), so its p99 ratio reads low. Seen on the H200s: the eager encoder served at
 0.82-0.91x of an alone run whose median was 40% above the round before's."""
-REFERENCE_SPREAD_ABOVE = 1.25
+REFERENCE_SPREAD_ABOVE = TARGET_HP_P99_RATIO
 """An HP whose alone p99 differs by more than this factor between rounds: its reference moved by
-as much as the target allows a mode to cost it, and a ratio over rounds mixes the two."""
+more than the target allows a mode to cost it, and a ratio over rounds mixes the two."""
 
 
 def is_suite_run(folder: Path) -> bool:
