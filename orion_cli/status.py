@@ -22,7 +22,7 @@ def _size(value: int | None) -> str:
 
 def _held(client: dict[str, Any]) -> str:
     if client["role"] == "hp":
-        return "-"
+        return _request_shape(client)
     reasons = ", ".join(f"{reason} {count}" for reason, count in client["held_by"].items())
     held = f"{client['held_launches']} ({client['held_ms']:.0f} ms)"
     gates = f"{client['gate_waits']} gate waits"
@@ -42,6 +42,18 @@ def _graphs(client: dict[str, Any]) -> str:
         why = client.get("ungated_graph_why") or "see its log"
         parts.append(f"{client['graphs_ungated']} graphs whole ({shown(why)})")
     return "; ".join(parts)
+
+
+def _request_shape(client: dict[str, Any]) -> str:
+    """An HP's work per request (what suits its --hp-context); BE's held launches instead."""
+    shape = client.get("request_shape")
+    if shape is None:
+        return "-"
+    return (
+        f"{shape['requests']:,} requests: {shape['gpu_ms_per_request']:.2f} ms of GPU work, "
+        f"{shape['launches_per_request']:.1f} launches ({shape['graphs_per_request']:.1f} "
+        "graphs) each"
+    )
 
 
 def _sources(client: dict[str, Any]) -> str:
@@ -95,7 +107,7 @@ def status_table(status: dict[str, Any]) -> Table:
             title += f" (BE bound {loop['queue_limit_us']:g} us{held})"
     table = Table(title=title, title_justify="left")
     for column in ("client", "pid", "role", "launches/s", "GPU share", "memory", "limit",
-                   "BE held (why)", "launches offline/online/unknown", "slowdown",
+                   "BE held (why) / HP requests", "launches offline/online/unknown", "slowdown",
                    "command"):  # fmt: skip
         table.add_column(column, overflow="fold")
     for client in status["clients"]:

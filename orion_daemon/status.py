@@ -214,6 +214,24 @@ def recent_reading(samples: list[ClientSample], period_s: float) -> Reading | No
     return Reading(1.0 if mean is None else mean, tail)
 
 
+def request_shape(stats: dict[str, Any], sources: dict[str, Any]) -> dict[str, Any] | None:
+    """An HP's work per request since it joined: its launches, graph launches and known GPU time
+    (profiled or learned) over the requests it started (a launch after 1 ms without one, and
+    its first; layout 21). Long GPU work or many launches per request did best in a context of
+    its own under MPS, about a millisecond in one graph in the MPS server (docs/scheduler.md).
+    None for a BE client and before an HP's first request."""
+    requests = int(stats.get("hp_requests", 0))
+    if requests == 0:
+        return None
+    gpu_ms = sources["offline_gpu_ms"] + sources["online_gpu_ms"]
+    return {
+        "requests": requests,
+        "launches_per_request": round(int(stats.get("launches", 0)) / requests, 2),
+        "graphs_per_request": round(int(stats.get("graph_launches", 0)) / requests, 2),
+        "gpu_ms_per_request": round(gpu_ms / requests, 4),
+    }
+
+
 def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     """One client's row of `orion status` (also its ``--json`` object)."""
     samples = list(client.samples)
@@ -224,6 +242,7 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
     tail = _felt_tail(samples)
     alone_p99, over_alone = felt_p99_over_alone(samples)
     start_mean, start_p99 = _start_felt(samples)
+    sources = profile_sources(stats)
     return {
         "name": client.name,
         "slot": client.slot,
@@ -262,7 +281,8 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         # and the samples learned from while BE stood aside (docs/scheduler.md, sampling holds).
         "sampling_holds": int(stats.get("sampling_holds", 0)),
         "held_samples": int(stats.get("held_samples", 0)),
-        "profile_sources": profile_sources(stats),
+        "profile_sources": sources,
+        "request_shape": request_shape(stats, sources) if client.role == "hp" else None,
         # GPU time of its timed launches over what they took alone (profiled or learned alone),
         # over the last seconds: the slowdown the client suffers from its neighbours.
         "interference": _interference(samples),

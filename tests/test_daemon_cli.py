@@ -25,8 +25,8 @@ STATUS_FIELDS = {
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
     "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
     "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
-    "profile_sources", "interference", "felt_slowdown", "felt_tail", "felt_p99", "felt_alone_p99",
-    "felt_p99_over_alone",
+    "profile_sources", "request_shape", "interference", "felt_slowdown", "felt_tail", "felt_p99",
+    "felt_alone_p99", "felt_p99_over_alone",
     "start_felt_slowdown", "start_felt_p99", "latency_target_ms", "hp_context", "joined_s",
 }  # fmt: skip
 
@@ -85,6 +85,7 @@ def test_status_json_gives_every_field_of_every_client(harness, daemon):
     assert set(hp) == set(be) == STATUS_FIELDS
     assert (hp["name"], hp["role"], hp["latency_target_ms"]) == ("inference", "hp", 5.0)
     assert (be["name"], be["role"], be["memory_limit_bytes"]) == ("trainer", "be", 1 << 30)
+    assert hp["request_shape"] is None is be["request_shape"]  # no request yet; BE has none
     table = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "inference" in table.output and "trainer" in table.output
 
@@ -248,3 +249,11 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     chosen = [{**c, "hp_context": "mps" if c["role"] == "hp" else None} for c in status["clients"]]
     console.print(status_table({**status, "sharing": "mps", "clients": chosen}))
     assert "hp (in MPS)" in console.export_text()
+    # An HP's work per request, where a BE client's holds are shown: what suits --hp-context.
+    shape = {"requests": 1401, "launches_per_request": 5.4, "graphs_per_request": 1.0,
+             "gpu_ms_per_request": 1.34}  # fmt: skip
+    with_shape = [{**c, "request_shape": shape} if c["role"] == "hp" else c for c in chosen]
+    console.print(status_table({**status, "clients": with_shape}))
+    assert "1,401 requests: 1.34 ms of GPU work, 5.4 launches (1.0 graphs) each" in " ".join(
+        console.export_text().split()
+    )

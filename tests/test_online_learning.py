@@ -359,6 +359,23 @@ def hp_requests_felt(
                 be_process.wait(timeout=10)
 
 
+def test_every_request_an_hp_starts_is_counted_and_gives_its_request_shape(harness, tmp_path):
+    # Requests of eight profiled 0.5-ms kernels launched back to back, 2 ms apart: each request's
+    # first launch (a launch after 1 ms without one, and the very first) starts a request, timed
+    # or not, so `orion status` can say how much work a request is (what suits --hp-context).
+    from orion_daemon.status import request_shape
+    from scheduler_core.profile_sources import profile_sources
+
+    requests = 40
+    stats = hp_requests_felt(harness, tmp_path, requests, gap_us=2000, kernels_per_request=8)
+    # A launch inside a request counts only if the machine stalled the program for 1 ms there.
+    assert requests <= stats["hp_requests"] < 2 * requests
+    shape = request_shape(stats, profile_sources(stats))
+    assert shape is not None and shape["requests"] == stats["hp_requests"]
+    assert 4 <= shape["launches_per_request"] <= 8 and shape["graphs_per_request"] == 0
+    assert 2.0 <= shape["gpu_ms_per_request"] <= 4.0  # eight 0.5-ms kernels a request
+
+
 @pytest.mark.parametrize("be_gap_us", [150, 2000])
 def test_a_wait_near_be_work_is_not_taken_for_the_hps_own_overhead(harness, tmp_path, be_gap_us):
     # A BE client launches a short kernel every `be_gap_us`: at most HP calls BE has nothing

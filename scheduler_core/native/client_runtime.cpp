@@ -627,8 +627,10 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
     const bool counted =
         hp && ticket->kernel.known &&
         launch_count % (graph ? kGraphInterferenceEvery : kInterferenceEvery) == 0;
-    const bool request_start = hp && ticket->kernel.known && previous_call_ns != 0 &&
-                               ticket->enqueue_ns >= previous_call_ns + kRequestGapNs;
+    const bool starts_request =
+        hp && (previous_call_ns == 0 || ticket->enqueue_ns >= previous_call_ns + kRequestGapNs);
+    if (starts_request) slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
+    const bool request_start = starts_request && ticket->kernel.known && previous_call_ns != 0;
     if (!for_learning && !counted && !request_start) return;
     // Timed as the user feels it when nothing of its own was before it on the GPU (so all it
     // waited for is its neighbours' work).

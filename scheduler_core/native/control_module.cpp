@@ -412,6 +412,7 @@ public:
         py::list alone_slower;
         for (const auto& count : s.felt_alone_slower) alone_slower.append(count.load());
         out["felt_alone_slower"] = alone_slower;
+        out["hp_requests"] = s.hp_requests.load();
         out["start_felt_samples"] = s.start_felt_samples.load();
         out["start_felt_ns"] = s.start_felt_ns.load();
         out["start_felt_expected_ns"] = s.start_felt_expected_ns.load();

@@ -62,7 +62,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     a BE stream's GPU-side gate, apart from the queue limit the latency loop moves
 // 20: ClientStats::start_felt_samples, start_felt_ns, start_felt_expected_ns, start_felt_slower:
 //     an HP's request starts timed as felt, apart from its other felt launches
-constexpr std::uint32_t kLayoutVersion = 20;
+// 21: ClientStats::hp_requests: every request an HP starts, timed or not (its request shape)
+constexpr std::uint32_t kLayoutVersion = 21;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -399,6 +400,10 @@ struct ClientStats {
     std::atomic<std::uint64_t> start_felt_ns;
     std::atomic<std::uint64_t> start_felt_expected_ns;
     std::atomic<std::uint64_t> start_felt_slower[kFeltTails];
+    // Every request an HP started (layout 21): its launches after launching nothing for
+    // kRequestGapNs, and its first. Beside its launches and GPU time, its request shape (GPU work
+    // and launches per request), which tells which context suits it under MPS.
+    std::atomic<std::uint64_t> hp_requests;
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
