@@ -238,6 +238,10 @@ class PairFigures:
     hp_felt_p99: list[float] = field(default_factory=list)
     hp_felt_p99_over_alone: list[float] = field(default_factory=list)
     hp_start_felt_p99: list[float] = field(default_factory=list)
+    hp_gpu_ms_per_request: list[float] = field(default_factory=list)
+    """The HP's request shape as the daemon last showed it in each round (``request_shape``,
+    counted since the HP joined): what suits its ``--hp-context``."""
+    hp_launches_per_request: list[float] = field(default_factory=list)
     loop: list[dict[str, Any]] = field(default_factory=list)
     """The daemon's latency loop as each status sample showed it (``latency_control``)."""
     hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
@@ -275,6 +279,8 @@ class PairFigures:
             "hp_felt_p99_shown": _mean(self.hp_felt_p99),
             "hp_felt_p99_over_alone_shown": _mean(self.hp_felt_p99_over_alone),
             "hp_start_felt_p99_shown": _mean(self.hp_start_felt_p99),
+            "hp_gpu_ms_per_request_shown": _mean(self.hp_gpu_ms_per_request),
+            "hp_launches_per_request_shown": _mean(self.hp_launches_per_request),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
             **loop_figures(self.loop),
             "reference_doubts": self.reference_doubts(),
@@ -312,18 +318,24 @@ def _mean(values: list[float]) -> float | None:
     return round(float(np.mean(values)), 4) if values else None
 
 
-def _status_figure(cell: Cell, hp_name: str, field_name: str) -> list[float]:
-    """Every value ``orion status --json`` showed for the HP's ``field_name`` in the cell's
-    window (``interference``, or ``felt_slowdown`` where the daemon measures it): what a user
-    watching the daemon was told, to set beside the p99 ratio measured."""
+def _status_figure(cell: Cell, hp_name: str, *keys: str) -> list[float]:
+    """Every value ``orion status --json`` showed for the HP's field at ``keys`` (one name, or
+    a path into an object such as ``request_shape``) in the cell's window (``interference``, or
+    ``felt_slowdown`` where the daemon measures it): what a user watching the daemon was told,
+    to set beside the p99 ratio measured."""
     path = cell.folder / "status_samples.json"
     if not path.is_file():
         return []
     values = []
     for sample in json.loads(path.read_text()):
         for client in sample.get("clients", []):
-            if client.get("name") == hp_name and client.get(field_name) is not None:
-                values.append(float(client[field_name]))
+            if client.get("name") != hp_name:
+                continue
+            value: Any = client
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                values.append(float(value))
     return values
 
 
@@ -406,6 +418,12 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_felt_p99 += _status_figure(cell, "hp", "felt_p99")
             result.hp_felt_p99_over_alone += _status_figure(cell, "hp", "felt_p99_over_alone")
             result.hp_start_felt_p99 += _status_figure(cell, "hp", "start_felt_p99")
+            # Counted since the HP joined: the last sample holds the most of them.
+            for shown, key in (
+                (result.hp_gpu_ms_per_request, "gpu_ms_per_request"),
+                (result.hp_launches_per_request, "launches_per_request"),
+            ):
+                shown += _status_figure(cell, "hp", "request_shape", key)[-1:]
             result.loop += _loop_samples(cell)
         if hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))

@@ -404,6 +404,31 @@ def test_a_pair_whose_alone_run_was_a_slow_reference_says_so_beside_its_ratio(
     assert graph and all(r["reference_doubts"] == [] for r in graph)
 
 
+def test_the_hps_request_shape_is_summarised_from_the_daemons_last_sample(
+    committed: Path, tmp_path: Path
+) -> None:
+    """A run whose daemon showed each HP's request shape (counted since it joined) carries the
+    last reading of each round into the summary; runs made before it show none."""
+    rows = summarise(committed)["pairs"]
+    assert all(r["hp_gpu_ms_per_request_shown"] is None for r in rows)
+    cell = next(
+        p.parent
+        for p in sorted(committed.glob("round0/gpu*/orion-*/status_samples.json"))
+        if json.loads((p.parent / "cell.json").read_text())["status"] == "ok"
+    )
+    samples = json.loads((cell / "status_samples.json").read_text())
+    for gpu_ms, sample in zip((0.5, 1.06), samples[-2:], strict=True):
+        hp = next(c for c in sample["clients"] if c["name"] == "hp")
+        hp["request_shape"] = {"requests": 10, "launches_per_request": 2.4,
+                               "graphs_per_request": 1.0, "gpu_ms_per_request": gpu_ms}  # fmt: skip
+    (cell / "status_samples.json").write_text(json.dumps(samples))
+    record = json.loads((cell / "cell.json").read_text())
+    rows = summarise(committed)["pairs"]
+    row = next(r for r in rows if (r["pair"], r["mode"]) == (record["pair"], record["mode"]))
+    assert row["hp_gpu_ms_per_request_shown"] == 1.06  # the last reading, not their mean
+    assert row["hp_launches_per_request_shown"] == 2.4
+
+
 def test_an_alone_run_that_moved_between_rounds_is_a_doubt_and_one_round_is_none() -> None:
     figure = PairFigures(
         pair="encoder-eager+resnet-train", mode="orion", order="hp-first", hp="encoder-eager",
