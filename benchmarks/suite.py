@@ -109,6 +109,19 @@ def hp_context_options(program: Program, mode: str) -> list[str]:
     return ["--hp-context", choice] if choice and mode in HP_CHOOSES_MODES else []
 
 
+def daemon_options(mode: str, hp_program: Program | None) -> list[str]:
+    """``orion up``'s options for ``mode``; in a mode that lets each HP choose, the daemon is
+    started for the pair's HP as its owner would start it, with the HP's ``--hp-context``: the
+    daemon's context decides whether a BE client that joins before the HP gets its SM share
+    (scheduler_core.sharing.be_sm_share_applies)."""
+    options = list(ORION_VARIANTS.get(mode, ()))
+    chosen = hp_context_options(hp_program, mode) if hp_program is not None else []
+    if chosen and "--hp-context" in options:
+        at = options.index("--hp-context")
+        options[at : at + 2] = chosen
+    return options
+
+
 class Pair(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hp: str | None = None
@@ -372,9 +385,8 @@ class Worker:
         if mode == ORION_MODE or mode in ORION_VARIANTS:
             state = folder / "state"
             environment.pop("CUDA_VISIBLE_DEVICES")  # orion run sets it to the daemon's GPU
-            up = self.daemon_command(
-                "up", state, environment, folder, *ORION_VARIANTS.get(mode, ())
-            )
+            hp = self.suite.programs[cell["hp"]] if cell.get("hp") else None
+            up = self.daemon_command("up", state, environment, folder, *daemon_options(mode, hp))
             if up != 0:
                 raise CellFailed(f"orion up failed ({up}): see orion-up.log")
             try:

@@ -92,7 +92,7 @@ def status_table(status: dict[str, Any]) -> Table:
     if status.get("be_gate_spacing_us"):
         title += f", BE gate waits at least {status['be_gate_spacing_us']:g} us of BE work apart"
     if status.get("be_sm_percent"):
-        title += f", BE kernels on {status['be_sm_percent']:g}% of the SMs"
+        title += f", BE kernels on {status['be_sm_percent']:g}% of the SMs beside an HP in MPS"
     if status.get("hp_context") == "own":
         title += ", the HP in a context of its own (outside MPS) unless it chooses mps"
     if status.get("owner"):
@@ -129,8 +129,11 @@ def status_table(status: dict[str, Any]) -> Table:
 
 
 def _role(client: dict[str, Any]) -> str:
-    """The client's role, and for an HP under MPS where it runs (its `--hp-context`)."""
+    """The client's role; for an HP under MPS where it runs (its `--hp-context`), for a BE
+    client on an SM share the share."""
     context = client.get("hp_context")
+    if client.get("sm_percent") is not None:
+        return f"{client['role']} ({client['sm_percent']:g}% of SMs)"
     if context is None:
         return client["role"]
     return f"{client['role']} ({'own context' if context == 'own' else 'in MPS'})"

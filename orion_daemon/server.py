@@ -66,6 +66,7 @@ from scheduler_core.settings import (
     Setting,
 )
 from scheduler_core.sharing import (
+    be_sm_share_applies,
     default_be_graph_gate,
     default_sharing,
     hp_priority_stream,
@@ -757,6 +758,32 @@ class Daemon:
             return None
         return request.hp_context or self.settings.hp_context or "mps"
 
+    def _be_sm_percent(self, role: str) -> float | None:
+        """The SM share a joining client's kernels get under MPS: ``--be-sm-percent`` for a BE
+        client where an HP may run beside it in the MPS server
+        (:func:`scheduler_core.sharing.be_sm_share_applies`), else None (every SM)."""
+        share = self.settings.be_sm_percent
+        if role != "be" or share is None or self._mps is None:
+            return None
+        joined = [c.hp_context for c in self.clients.values() if c.hp_context is not None]
+        return share if be_sm_share_applies(self.settings.hp_context, joined) else None
+
+    def _note_be_on_every_sm(self, hp_name: str) -> None:
+        """Says so where an HP joins the MPS server beside BE clients that joined on every SM
+        (its share is fixed as a client starts), so that a slower HP has its cause named."""
+        if self.settings.be_sm_percent is None:
+            return
+        full = sorted(
+            c.name for c in self.clients.values() if c.role == "be" and c.sm_percent is None
+        )
+        if full:
+            self._log(
+                f"HP {hp_name!r} joins the MPS server beside BE clients on every SM "
+                f"({', '.join(full)}: they joined while no HP could run beside them); "
+                f"--be-sm-percent {self.settings.be_sm_percent:g} applies to BE clients "
+                "that join from now on"
+            )
+
     def _admit(self, request: JoinRequest, pid: int) -> dict[str, Any]:
         limit = self._check(request)
         profile = None
@@ -781,6 +808,7 @@ class Daemon:
             max_util=request.max_util,
         )
         hp_context = self._hp_context(request)
+        sm_percent = self._be_sm_percent(request.role)
         try:
             if request.role == "hp":
                 self._scheduler.set_hp_priority_stream(
@@ -811,7 +839,10 @@ class Daemon:
             latency_target_ms=request.latency_target_ms,
             joined_s=self.clock.now(),
             hp_context=hp_context,
+            sm_percent=sm_percent,
         )
+        if hp_context == "mps":
+            self._note_be_on_every_sm(client.name)
         self.clients[slot] = client
         self._event("join", client.name, client.role, slot, pid, client.command, "")
         self._write_record()
@@ -819,7 +850,7 @@ class Daemon:
             "ok": True,
             "run": self._scheduler.name,
             "slot": slot,
-            "environment": self._env(slot, request.strict, request.role, hp_context),
+            "environment": self._env(slot, request.strict, request.role, hp_context, sm_percent),
             # What the daemon decides, sealed: the client maps it read-only (RunDecisions).
             PASSED_FDS: [self._scheduler.decisions_fd],
         }
@@ -969,7 +1000,12 @@ class Daemon:
         return latency_control.status(self._control, allowed)
 
     def _env(
-        self, slot: int, strict: bool, role: str, hp_context: str | None = None
+        self,
+        slot: int,
+        strict: bool,
+        role: str,
+        hp_context: str | None = None,
+        sm_percent: float | None = None,
     ) -> dict[str, str]:
         environment = {
             "ORION_RUN": self._scheduler.name,
@@ -993,8 +1029,8 @@ class Daemon:
                 # blocks: on the device, MPS with the BE at low priority halved the HP's tail
                 # by itself (docs/scheduler.md); orion's gates bound what is queued on top.
                 environment[MPS_CLIENT_PRIORITY] = MPS_BE_PRIORITY
-                if self.settings.be_sm_percent is not None:
-                    environment[MPS_THREAD_PERCENTAGE] = f"{self.settings.be_sm_percent:g}"
+                if sm_percent is not None:
+                    environment[MPS_THREAD_PERCENTAGE] = f"{sm_percent:g}"
         return environment
 
     # -- clients that are gone ---------------------------------------------------------------

@@ -95,6 +95,9 @@ class Client:
     hp_context: str | None = None
     """Under MPS, where the HP runs (``mps`` or ``own``: its choice, else the daemon's); None
     for a BE client and on a time-sliced daemon."""
+    sm_percent: float | None = None
+    """Under MPS, the SM share a BE client's kernels got as it joined (``--be-sm-percent``
+    where an HP may run beside it in the server); None: every SM."""
     samples: deque[ClientSample] = field(default_factory=lambda: deque(maxlen=8))
 
     def record(self) -> dict[str, Any]:
@@ -307,5 +310,6 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         "start_felt_p99": start_p99,
         "latency_target_ms": client.latency_target_ms,
         "hp_context": client.hp_context,
+        "sm_percent": client.sm_percent,
         "joined_s": round(client.joined_s, 3),
     }

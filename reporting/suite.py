@@ -86,8 +86,9 @@ VARIANT_NOTES = {
     "reef-mps-be50": "BE on half the SMs, and never beside an HP kernel",
     "orion-mps-hp-own": "BE clients under MPS on half the SMs, the HP in a context of its own",
     "orion-mps-hp-own-quiet": "the same, and BE out of the HP's gaps shorter than 300 us",
-    "orion-mps-hp-chooses": "the same, and each HP joins with the --hp-context its program "
-    "names in the suite file",
+    "orion-mps-hp-chooses": "the same, and each HP's daemon started, and the HP joined, with "
+    "the --hp-context its program names in the suite file (BE keeps every SM beside an HP in "
+    "its own context)",
     "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",

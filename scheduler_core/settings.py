@@ -208,8 +208,10 @@ BE_SM_PERCENT = Setting(
     bounds=(1, 100),
     help="Under --sharing mps, the share of the GPU's SMs each BE client's kernels may use (MPS's "
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, set when it joins), so a long BE kernel leaves the rest "
-    "to the HP. Measured on an H100 without orion's gates: BE at 70% took the HP's p99 from 2.9x "
-    "to 2.1x of alone, at 0.87 of BE's throughput.",
+    "to an HP in the MPS server. Measured on an H100 without orion's gates: BE at 70% took the "
+    "HP's p99 from 2.9x to 2.1x of alone, at 0.87 of BE's throughput. A BE client joining while "
+    "no HP can run beside it (the daemon's --hp-context own and no HP joined in mps) keeps every "
+    "SM: time-sliced against such an HP, a share would only slow it.",
     unset="100 (BE kernels may use every SM)",
 )
 HP_CONTEXT = Setting(

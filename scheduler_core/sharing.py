@@ -16,6 +16,7 @@ read it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 Sharing = Literal["mps", "timeslice"]
@@ -116,6 +117,20 @@ def hp_sharing(sharing: str | None, hp_context: str | None) -> str | None:
     What rules that follow the HP's side of the sharing (its stream priority, how BE graphs are
     held) read."""
     return "timeslice" if hp_context == "own" else sharing
+
+
+def be_sm_share_applies(daemon_hp_context: str | None, joined_hp_contexts: Iterable[str]) -> bool:
+    """Whether a BE client joining an MPS daemon now runs on its SM share (``--be-sm-percent``):
+    only where an HP may run kernels beside BE's, in the MPS server, so where the daemon's HP
+    context is ``mps`` (its default) or an HP joined there. An HP in a context of its own is
+    time-sliced against the whole server and never runs beside a BE kernel: a share there only
+    slows BE and lengthens each BE kernel an HP request waits to drain. Measured on one H200 (the
+    LLM decoder in its own context, 30-s windows, ``benchmarks/results/nvidia-h200/
+    be-sm-share/``): its trainers went from 0.33 and 0.41 of alone on half the SMs to 0.50 and
+    0.53 on all of them, the decoder's p99 from 1.21x and 0.96x to 1.16x and 0.89x. A share is
+    fixed as a client starts, so a BE client that joined on every SM keeps them when an HP joins
+    the server later (the daemon says so at that HP's join)."""
+    return (daemon_hp_context or "mps") == "mps" or "mps" in joined_hp_contexts
 
 
 def hp_priority_stream(sharing: str | None) -> bool:

@@ -97,6 +97,17 @@ def test_an_hp_context_is_an_hp_programs_and_given_only_where_the_mode_lets_hps_
     assert suite.hp_context_options(encoder, "orion-mps-hp-chooses") == ["--hp-context", "mps"]
     assert suite.hp_context_options(encoder, "orion-mps-hp-own") == []  # the daemon's there
     assert suite.hp_context_options(shipped.programs["llm-decode"], "orion-mps-hp-chooses") == []
+    # The daemon is started for the pair's HP: its context decides a BE client's SM share.
+    chooses = suite.daemon_options("orion-mps-hp-chooses", encoder)
+    assert chooses[chooses.index("--hp-context") + 1] == "mps"
+    assert chooses.count("--hp-context") == 1
+    assert suite.daemon_options("orion-mps-hp-chooses", shipped.programs["llm-decode"]) == list(
+        suite.ORION_VARIANTS["orion-mps-hp-chooses"]
+    )
+    assert suite.daemon_options("orion-mps-hp-own", encoder) == list(
+        suite.ORION_VARIANTS["orion-mps-hp-own"]
+    )
+    assert suite.daemon_options("orion", None) == []
     programs = json.loads((DATA / "suite_cpu.json").read_text())["programs"]
     be_name = next(name for name, p in programs.items() if p["role"] == "be")
     programs[be_name] = {**programs[be_name], "hp_context": "own"}

@@ -27,7 +27,8 @@ STATUS_FIELDS = {
     "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
     "profile_sources", "request_shape", "interference", "felt_slowdown", "felt_tail", "felt_p99",
     "felt_alone_p99", "felt_p99_over_alone",
-    "start_felt_slowdown", "start_felt_p99", "latency_target_ms", "hp_context", "joined_s",
+    "start_felt_slowdown", "start_felt_p99", "latency_target_ms", "hp_context", "sm_percent",
+    "joined_s",
 }  # fmt: skip
 
 

@@ -183,8 +183,13 @@ def test_a_be_sm_share_is_given_to_be_clients_under_mps_and_refused_time_sliced(
     )
     assert settings.be_sm_percent == 70.0  # as typed, parsed once by its declaration
     mps = SimpleNamespace(environment={})
-    daemon = SimpleNamespace(settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=mps)
-    be = Daemon._env(daemon, 1, False, "be")
+    daemon = SimpleNamespace(
+        settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=mps, clients={}
+    )
+    share = Daemon._be_sm_percent(daemon, "be")  # every client in the server: an HP may be too
+    assert share == 70.0
+    assert Daemon._be_sm_percent(daemon, "hp") is None
+    be = Daemon._env(daemon, 1, False, "be", None, share)
     assert be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "70"
     assert set(be) <= ANSWER_VARIABLES
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in Daemon._env(daemon, 2, False, "hp")
@@ -235,16 +240,23 @@ def test_an_hp_in_a_context_of_its_own_stays_out_of_the_mps_server_its_be_client
     server = SimpleNamespace(environment={"CUDA_MPS_PIPE_DIRECTORY": "/server"})
     outside = mps.outside_any_mps(tmp_path)
     daemon = SimpleNamespace(
-        settings=settings, _scheduler=SimpleNamespace(name="r"), _mps=server, _outside_mps=outside
+        settings=settings,
+        _scheduler=SimpleNamespace(name="r"),
+        _mps=server,
+        _outside_mps=outside,
+        clients={},
     )
     # An HP that does not choose takes the daemon's context.
     context = Daemon._hp_context(daemon, JoinRequest(role="hp", name="svc"))
     assert context == "own"
-    hp, be = Daemon._env(daemon, 1, False, "hp", context), Daemon._env(daemon, 2, False, "be")
+    hp = Daemon._env(daemon, 1, False, "hp", context)
+    be = Daemon._env(daemon, 2, False, "be", None, Daemon._be_sm_percent(daemon, "be"))
     assert hp["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / mps.NO_MPS_FOLDER)
     assert not (set(hp) & {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"})
     assert be["CUDA_MPS_PIPE_DIRECTORY"] == "/server"
-    assert be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert be["CUDA_MPS_CLIENT_PRIORITY"] == "1"
+    # No HP can run beside it in the server: every SM (its share would only slow it).
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in be
     assert set(hp) | set(be) <= ANSWER_VARIABLES
     # The HP meets BE work time-sliced: BE graphs split into segments as time-sliced, not
     # stopped at wait nodes inside (which would keep the server's context on the GPU).
@@ -295,6 +307,46 @@ def test_each_hp_chooses_its_context_as_it_joins_and_status_says_which(
         clients = {c["name"]: c for c in daemon.status()["clients"]}
         assert clients["encoder"]["hp_context"] == "mps"
         assert clients["trainer"]["hp_context"] is None
+    finally:
+        daemon.close()
+
+
+def test_a_be_client_gets_its_sm_share_only_where_an_hp_may_run_beside_it_in_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `orion up --sharing mps --hp-context own --be-sm-percent 50`: a trainer joining while no HP
+    # can share the server keeps every SM; once an HP joins the server (`--hp-context mps`) the
+    # daemon names the trainer that cannot be narrowed any more, and the next BE client gets 50%.
+    daemon = mps_daemon(tmp_path, monkeypatch, hp_context="own", be_sm_percent=50)
+    try:
+        first = daemon.join("be", "trainer")
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in first
+        daemon.join("hp", "encoder", hp_context="mps")
+        second = daemon.join("be", "batch")
+        assert second["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        shares = {c["name"]: c["sm_percent"] for c in daemon.status()["clients"]}
+        assert shares == {"trainer": None, "encoder": None, "batch": 50.0}
+        wait_for(lambda: "beside BE clients on every SM (trainer" in daemon.output(), what="note")
+    finally:
+        daemon.close()
+
+
+def test_a_be_client_beside_an_hp_in_a_context_of_its_own_keeps_every_sm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    daemon = mps_daemon(own, monkeypatch, hp_context="own", be_sm_percent=50)
+    try:
+        daemon.join("hp", "decoder")  # the daemon's context: its own
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in daemon.join("be", "trainer")
+    finally:
+        daemon.close()
+    in_server = tmp_path / "in-server"
+    in_server.mkdir()
+    daemon = mps_daemon(in_server, monkeypatch, be_sm_percent=50)
+    try:  # every client in the server (the default): each BE client at its share
+        assert daemon.join("be", "trainer")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     finally:
         daemon.close()
 
@@ -352,3 +404,19 @@ def test_an_hp_context_the_daemon_cannot_give_is_refused_with_what_to_start_inst
         assert time_sliced.join("hp", "decoder", hp_context="own")  # its context is its own
     finally:
         time_sliced.close()
+
+
+@pytest.mark.parametrize(
+    ("daemon_context", "joined", "applies"),
+    [
+        (None, [], True),  # every client in the server: the HP may join there
+        ("mps", [], True),
+        ("own", [], False),  # the HP comes in a context of its own
+        ("own", ["own"], False),
+        ("own", ["mps"], True),  # an HP chose the server
+    ],
+)
+def test_the_sm_share_rule_follows_where_an_hp_may_run(daemon_context, joined, applies) -> None:
+    from scheduler_core.sharing import be_sm_share_applies
+
+    assert be_sm_share_applies(daemon_context, joined) is applies
