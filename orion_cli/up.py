@@ -127,7 +127,7 @@ def up_command(
         shares=shares,
         queue_limit_us=queue_limit_us,
         be_gate=be_gate,
-        be_graph_gate=be_graph_gate or "",
+        be_graph_gate=be_graph_gate,
         hp_quiet_us=hp_quiet,
         be_gate_spacing_us=be_gate_spacing,
         be_sm_percent=be_sm,

@@ -52,7 +52,7 @@ def check_options(
     sharing: str | None = None,
     queue_limit_us: float | None = None,
     be_gate: str = "gpu",
-    be_graph_gate: str = "",
+    be_graph_gate: str | None = None,
     folder: Path | None = None,
     be_when_daemon_gone: str = "open",
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S,
@@ -68,12 +68,8 @@ def check_options(
     stand-in facts of a GPU; ``folder``, the state folder, must be a folder this user can
     write (else :class:`OrionError`, as for any folder orion cannot write)."""
     from orion_common.output_paths import check_output_folder
-    from scheduler_core.run_state import BE_GRAPH_GATES, SchedulerSettings
+    from scheduler_core.run_state import SchedulerSettings
 
-    if be_graph_gate and be_graph_gate not in BE_GRAPH_GATES:
-        raise UsageError(
-            f"--be-graph-gate must be one of {', '.join(BE_GRAPH_GATES)}, not {be_graph_gate!r}"
-        )
     if queue_limit_us is not None and not (math.isfinite(queue_limit_us) and queue_limit_us > 0):
         raise UsageError(
             f"--queue-limit-us must be a positive number of microseconds (got {queue_limit_us:g})"
@@ -86,6 +82,7 @@ def check_options(
             policy=policy,
             sharing=sharing,
             be_gate=be_gate,
+            be_graph_gate=be_graph_gate,
             be_when_daemon_gone=be_when_daemon_gone,
             daemon_gone_hold_s=daemon_gone_hold_s,
             hp_quiet_us=hp_quiet_us,
@@ -111,7 +108,7 @@ def gpu_settings(
     shares: bool = False,
     queue_limit_us: float | None = None,
     be_gate: str = "gpu",
-    be_graph_gate: str = "",
+    be_graph_gate: str | None = None,
     stop_with_pid: int | None = None,
     metrics_listen: str | None = None,
     metrics_allow_remote: bool = False,

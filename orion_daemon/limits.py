@@ -25,6 +25,7 @@ from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import memory_limit_problem
 from orion_daemon.status import Client
+from scheduler_core.settings import MEMORY_LIMIT
 
 UNCHANGED = object()
 """What ``memory_limit`` is when it is not to change (None lifts the limit)."""
@@ -46,11 +47,13 @@ def _memory_limit(
 ) -> object:
     if "memory_limit" not in message:
         return UNCHANGED
-    limit = message["memory_limit"]
+    # Parsed by the setting's declaration, as a join's is: its bounds hold on either path.
+    problem = MEMORY_LIMIT.problem(message["memory_limit"])
+    if problem is not None:
+        raise OrionError(f"quota: memory_limit: {problem}")
+    limit = MEMORY_LIMIT.parse(message["memory_limit"])
     if limit is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise OrionError("quota: memory_limit must be a whole number of bytes, at least 1")
     problem = memory_limit_problem(limit, gpu_memory_bytes, context_bytes)
     if problem is not None:
         raise OrionError(problem, hint="give a limit in the GPU's memory, or 'none'")

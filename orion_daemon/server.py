@@ -57,8 +57,11 @@ from orion_daemon.protocol import PASSED_FDS, answer
 from orion_daemon.records import Recordings, SchedulerRecorder
 from orion_daemon.slots import add_profiled_client
 from orion_daemon.status import Client, ClientSample, client_status
+from scheduler_core.run_state import DEFAULT_BE_GATE
 from scheduler_core.settings import (
+    BE_GATE,
     BE_GATE_SPACING_US,
+    BE_GRAPH_GATE,
     BE_SM_PERCENT,
     DEFAULT_BE_GATE_SPACING_US,
     HP_CONTEXT,
@@ -123,8 +126,10 @@ class DaemonSettings:
     unknown_duration_ns: int | None = None  # None: the queue limit
     shares: bool = False  # GPU-time shares (--min-util / --max-util) enforced
     quota_window_ns: int = 1_000_000_000  # the window GPU-time shares are counted over
-    be_gate: str = "gpu"
-    be_graph_gate: str = ""  # one of BE_GRAPH_GATES; empty: the sharing mode's default
+    be_gate: str = DEFAULT_BE_GATE
+    be_graph_gate: str | None = None
+    """:data:`scheduler_core.settings.BE_GRAPH_GATE`; None: the HP's side of the sharing decides
+    (:func:`scheduler_core.sharing.default_be_graph_gate`), resolved here once."""
     hp_completion: str = "estimate"
     trace: bool = False  # the library keeps a kernel trace, which a run's records copy out
     mps_folder: Path | None = None  # where the MPS daemon's folders go (None: the state folder)
@@ -175,7 +180,9 @@ class DaemonSettings:
             self._under_mps_only(
                 "hp_context", "time-sliced, every client has a context of its own already"
             )
-        if not self.be_graph_gate:
+        if self._declared(BE_GATE) is None:
+            object.__setattr__(self, "be_gate", DEFAULT_BE_GATE)
+        if self._declared(BE_GRAPH_GATE) is None:
             object.__setattr__(
                 self,
                 "be_graph_gate",

@@ -420,3 +420,17 @@ def test_the_sm_share_rule_follows_where_an_hp_may_run(daemon_context, joined, a
     from scheduler_core.sharing import be_sm_share_applies
 
     assert be_sm_share_applies(daemon_context, joined) is applies
+
+
+@pytest.mark.parametrize(("field", "value"), [("be_graph_gate", "bogus"), ("be_gate", "queue")])
+def test_a_daemon_setting_out_of_its_choices_is_refused_by_its_declaration(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    # The daemon's process rebuilds its settings from JSON: a value no `orion up` could give
+    # is refused there too, in the declaration's words.
+    from orion_daemon.server import DaemonSettings
+
+    with pytest.raises(OrionError, match=f"{field} must be one of"):
+        DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, **{field: value})
+    unset = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, be_gate=None, be_graph_gate=None)
+    assert (unset.be_gate, unset.be_graph_gate) == ("gpu", "segments")  # time-sliced defaults

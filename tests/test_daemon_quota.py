@@ -75,3 +75,29 @@ def test_quota_on_a_folder_whose_daemon_is_gone_is_refused(daemon):
     result = quota(daemon, "trainer", "--max-util", "0.5")
     assert result.exit_code == 1
     assert "no orion daemon runs there" in result.output
+
+
+@pytest.mark.parametrize(
+    ("sent", "said"),
+    [
+        (2**63, "memory_limit"),  # past the largest size any join takes
+        (0, "at least 1 byte"),
+        (True, "memory_limit"),
+        ("8 parsecs", "memory_limit"),
+    ],
+)
+def test_a_memory_limit_sent_on_the_socket_meets_the_rules_a_join_meets(sent, said):
+    # `orion quota` sends bytes; any other client of the socket is held to the declaration too.
+    from orion_daemon.limits import _memory_limit
+
+    with pytest.raises(OrionError, match=said):
+        _memory_limit({"memory_limit": sent}, None, 0)
+
+
+def test_a_memory_limit_on_the_socket_is_read_as_a_join_reads_it():
+    from orion_daemon.limits import UNCHANGED, _memory_limit
+
+    assert _memory_limit({"memory_limit": "2GiB"}, 8 << 30, 0) == 2 << 30
+    assert _memory_limit({"memory_limit": None}, 8 << 30, 0) is None  # lifted
+    assert _memory_limit({"memory_limit": "none"}, 8 << 30, 0) is None
+    assert _memory_limit({}, 8 << 30, 0) is UNCHANGED

@@ -32,6 +32,8 @@ def test_a_fraction_of_a_gpu_becomes_a_memory_fraction_unless_a_limit_is_given()
     half = runtime_env("be", num_gpus=0.5)["env_vars"]
     assert (half["ORION_ROLE"], half["ORION_MEMORY_FRACTION"]) == ("be", "0.5")
     assert "ORION_MEMORY_LIMIT" not in half
+    # "none" is unset, as None is: the fraction still applies
+    assert runtime_env("be", num_gpus=0.5, memory_limit="none")["env_vars"] == half
     limited = runtime_env("be", num_gpus=0.5, memory_limit="2GiB")["env_vars"]
     assert limited["ORION_MEMORY_LIMIT"] == str(2 * GIB) and "ORION_MEMORY_FRACTION" not in limited
     whole = runtime_env("hp", num_gpus=1, latency_target_ms=5, name="web")["env_vars"]

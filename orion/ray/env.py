@@ -67,15 +67,14 @@ def runtime_env(
     if role not in ROLES:
         raise UsageError(f"role must be 'hp' or 'be' (got {role!r})")
     fraction = None
-    if num_gpus is not None:
-        if not 0 < num_gpus <= 1:
-            raise UsageError(
-                f"an actor under orion uses one GPU or a part of one: num_gpus is above 0 and "
-                f"at most 1 (got {num_gpus:g})"
-            )
-        if num_gpus < 1 and memory_limit is None:
-            fraction = float(num_gpus)
+    if num_gpus is not None and not 0 < num_gpus <= 1:
+        raise UsageError(
+            f"an actor under orion uses one GPU or a part of one: num_gpus is above 0 and "
+            f"at most 1 (got {num_gpus:g})"
+        )
     limit = MEMORY_LIMIT.checked(memory_limit, "memory_limit")
+    if num_gpus is not None and num_gpus < 1 and limit is None:  # None and "none" alike
+        fraction = float(num_gpus)
     request = JoinRequest(
         role=role,
         name=name or "",
