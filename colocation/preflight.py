@@ -25,6 +25,7 @@ from colocation.profiles import default_profile_for, load_profiles, resolve_prof
 from orion_common import prerequisites, sysinfo
 from orion_common.errors import OrionError
 from orion_common.sizes import format_size
+from orion_daemon.admission import memory_limit_problem
 from scheduler_core.library import native_checks
 
 CLIENT_DEVICE_ENV = "ORION_CLIENT_DEVICE"
@@ -161,7 +162,7 @@ def _memory_limit_warnings(config: JobsConfig, environment: Mapping[str, Any]) -
     ]
     problems: list[Problem] = []
     for i, limit in limits:
-        if limit > total:
+        if memory_limit_problem(limit, total) is not None:  # the rule a join meets
             asked, has = _sizes(limit, total)
             problems.append(
                 Problem(f"clients[{i}].memory_limit", f"{asked} is more than the {has} of {gpu}")

@@ -108,7 +108,7 @@ def run_command(
     context = parsed(HP_CONTEXT, hp_context)
     if no_daemon:
         given = {
-            MEMORY_LIMIT.flag: memory_limit is not None,
+            MEMORY_LIMIT.flag: limit is not None,
             "--min-util": min_util != 0.0,
             "--max-util": max_util != 1.0,
             "--latency-target-ms": latency_target_ms is not None,

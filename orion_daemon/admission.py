@@ -64,14 +64,10 @@ class JoinRequest:
         command = message.get("command", [])
         if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise OrionError("join: command must be a list of strings")
-        limit = message.get("memory_limit")
-        if isinstance(limit, str):  # as a person wrote it (ORION_MEMORY_LIMIT=8GiB)
-            try:
-                limit = MEMORY_LIMIT.parse(limit)
-            except ValueError as error:
-                raise OrionError(f"memory limit {error}") from None
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise OrionError(f"join: memory_limit must be a whole number of bytes (got {limit!r})")
+        try:  # bytes, or as a person wrote it (ORION_MEMORY_LIMIT=8GiB): one parser for both
+            limit = MEMORY_LIMIT.parse(message.get("memory_limit"))
+        except ValueError as error:
+            raise OrionError(f"join: memory_limit: {error}") from None
         profile = message.get("profile")
         if profile is not None and not isinstance(profile, str):
             raise OrionError("join: profile must be a path")
