@@ -29,10 +29,6 @@ from scheduler_core import SchedulerRun, SchedulerSettings, native_module, prelo
 from scheduler_core.library import with_preload
 from scheduler_core.run_state import remove_stale_runs
 
-# Scheduling decisions and the log line of the launch they allow are a few microseconds apart;
-# allow generously for a loaded 2-core CI machine descheduling a process in between.
-TOLERANCE_NS = 3 * MS
-
 
 def settings(
     policy: str,
@@ -67,13 +63,34 @@ def launches(events: list) -> list:
     return [e for e in events if e.kind == "launch"]
 
 
-def overlapping(at_ns: int, intervals: list[Interval]) -> list[Interval]:
-    """Intervals clearly in flight at `at_ns` (launched before it, finished after it)."""
-    return [
-        i
-        for i in intervals
-        if i.launched_ns < at_ns - TOLERANCE_NS and i.finished_ns > at_ns + TOLERANCE_NS
-    ]
+# What a BE launch's decision saw, told from the stand-in's logs by the order of events alone (no
+# tolerance: however late a busy machine runs any of it). A launch is in flight, for the
+# decisions of its peers, from its entry in its client's ring (before its driver call logs
+# "launch") to its completion word written by the GPU (after its kernel logs "exec_end"): it is
+# in flight throughout [launched_ns, finished_ns] of its Interval. A BE launch is decided after
+# its client's previous launch call logged "launch" and before its own does.
+
+
+def decision_windows(be_launches: list) -> list[tuple[int, int]]:
+    """When each BE launch (in order, one thread) was decided: after the previous launch's log
+    line (the first: any time before its own) and before its own."""
+    times = [launch.time_ns for launch in be_launches]
+    return list(zip([0, *times[:-1]], times, strict=True))
+
+
+def decided_beside(window: tuple[int, int], hp: list[Interval]) -> bool:
+    """Whether a launch decided within ``window`` was decided while an HP kernel was in flight,
+    certainly: the whole window lies inside one HP kernel's [launched_ns, finished_ns]. (A window
+    across an HP kernel's edge may have been decided outside it; it is never counted.)"""
+    after, before = window
+    return any(i.launched_ns < after and before < i.finished_ns for i in hp)
+
+
+def queued_at(interval: Interval, intervals: list[Interval]) -> list[Interval]:
+    """The launches of one client still in flight when ``interval``'s launch was decided,
+    certainly: launched before it, finished after its launch call (so their completions were
+    not yet written when it was decided)."""
+    return [i for i in intervals if i.launched_ns < interval.launched_ns < i.finished_ns]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,6 +282,14 @@ def test_time_sliced_hp_launches_keep_their_stream_and_cost_no_extra_driver_call
     assert not [e for e in events if e.kind in ("stream_create", "stream_wait_event")]
 
 
+def _started(log: Path, name: str) -> bool:
+    return any(e.kind == "exec_start" and e.fields[0] == name for e in read_log(log))
+
+
+def _ended(log: Path, name: str) -> bool:
+    return any(e.kind == "exec_end" and e.fields[0] == name for e in read_log(log))
+
+
 def _execution(events: list, name: str) -> tuple[int, int]:
     start = next(e.time_ns for e in events if e.kind == "exec_start" and e.fields[0] == name)
     end = next(e.time_ns for e in events if e.kind == "exec_end" and e.fields[0] == name)
@@ -275,11 +300,23 @@ def _execution(events: list, name: str) -> tuple[int, int]:
 def test_the_stand_in_gpu_keeps_cudas_stream_ordering(harness, tmp_path, reader, ordered):
     # No library: a kernel on a blocking stream waits for earlier legacy-stream work; one on a
     # non-blocking stream does not. (The stand-in must show the difference for the tests below
-    # to mean anything.)
-    script = f"func slow 50000 func fast 1000 stream s {reader} launch slow 1 32 0 "
+    # to mean anything.) "slow" runs until the test releases it: on a non-blocking stream "fast"
+    # runs to its end before that, however late a busy machine starts it.
+    hold = HeldKernel("slow", tmp_path / "release-slow")
+    script = f"func slow 1000 func fast 1000 stream s {reader} launch slow 1 32 0 "
     script += "launch fast 1 32 s sync 0"
-    result = harness.run(script, env={}, log=tmp_path / "log")
-    assert result.returncode == 0, result.stderr
+    process = harness.start(script, env=hold.env(), log=tmp_path / "log")
+    try:
+        if ordered:
+            wait_for(lambda: _started(tmp_path / "log", "slow"), what="slow to start")
+        else:
+            wait_for(lambda: _ended(tmp_path / "log", "fast"), what="fast to run beside slow")
+        hold.release()
+        assert process.wait(timeout=30) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
     events = read_log(tmp_path / "log")
     _, slow_end = _execution(events, "slow")
     fast_start, _ = _execution(events, "fast")
@@ -321,9 +358,9 @@ def test_be_default_stream_launches_stay_put(harness: Harness, tmp_path: Path):
 # Policies
 # ---------------------------------------------------------------------------------------------
 
-# HP "requests": an 8 ms kernel every 16 ms, so HP is idle half of the time, for about 0.5 s.
-HP_REQUEST_COUNT = 30
-HP_REQUESTS = f"func hpk 8000 repeat {HP_REQUEST_COUNT} launch hpk 4 128 0 sleep 16000 end sync 0"
+# HP "requests": an 8 ms kernel every 16 ms, so HP is idle half of the time, far longer than any
+# test lasts (run_pair stops it once BE is done).
+HP_REQUESTS = "func hpk 8000 repeat 100000 launch hpk 4 128 0 sleep 16000 end sync 0"
 
 
 def wait_until_launched(run: SchedulerRun, client: str, timeout_s: float = 20) -> None:
@@ -376,16 +413,26 @@ def run_pair(harness, tmp_path, policy, hp_table, be_table, be_script, queue_lim
         hp_process = harness.start(
             HP_REQUESTS, env=run.client_environment(hp), log=tmp_path / "hp.log"
         )
-        wait_until_launched(run, "hp")  # BE must overlap HP's requests, even on a loaded machine
-        be_process = harness.start(
-            be_script, env=run.client_environment(be), log=tmp_path / "be.log"
-        )
-        assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
-        assert hp_process.wait(timeout=60) == 0, hp_process.stderr.read()
-        stats = run.stats()
+        be_process = None
+        try:
+            wait_until_launched(run, "hp")  # BE overlaps HP's requests from its first launch ...
+            be_process = harness.start(
+                be_script, env=run.client_environment(be), log=tmp_path / "be.log"
+            )
+            assert be_process.wait(timeout=60) == 0, be_process.stderr.read()
+            # ... to its last, however slowly a busy machine ran either: HP is still requesting.
+            assert hp_process.poll() is None, hp_process.stderr.read()
+            stats = run.stats()
+        finally:
+            for process in (hp_process, be_process):
+                if process is not None and process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=10)
+    # HP's kernels that ended (the one it was killed in is left out: launch_intervals pairs each
+    # launch with its end in order).
     hp_intervals = launch_intervals(read_log(tmp_path / "hp.log"))
     be_launches = launches(read_log(tmp_path / "be.log"))
-    assert len(hp_intervals) == HP_REQUEST_COUNT
+    assert hp_intervals
     return hp_intervals, be_launches, stats
 
 
@@ -395,13 +442,13 @@ def test_reef_runs_be_kernels_only_while_hp_is_idle(harness: Harness, tmp_path: 
     be_script = "func bek 1000 repeat 60 launch bek 8 128 0 end sync 0"
     hp, be, stats = run_pair(harness, tmp_path, "reef", hp_table, be_table, be_script)
     assert len(be) == 60
-    for launch in be:
-        assert not overlapping(launch.time_ns, hp), (
-            f"BE launched during an HP kernel at {launch.time_ns}"
-        )
-    # BE used HP's idle gaps rather than waiting for HP to finish altogether.
-    during_hp_run = [e for e in be if hp[0].launched_ns < e.time_ns < hp[-1].launched_ns]
-    assert during_hp_run
+    # Every BE launch went because HP had nothing in flight (REEF's one reason to go) ...
+    assert stats["be"]["reasons"]["hp_idle"] == 60
+    # ... and none was decided while an HP kernel ran, as the logs order them.
+    for window in decision_windows(be):
+        assert not decided_beside(window, hp), f"BE decided during an HP kernel at {window}"
+    # BE used HP's idle gaps rather than waiting for HP to finish altogether: its work all ran
+    # while HP was still requesting (run_pair), and some of it waited for HP's kernels.
     assert stats["be"]["reasons"]["hp_busy"] > 0
     assert stats["be"]["blocked_launches"] > 0
 
@@ -423,9 +470,15 @@ def test_orion_runs_be_beside_hp_only_when_it_fits_and_complements(
     be_script = f"func {kernel} 1000 repeat 60 launch {kernel} 1 64 0 end sync 0"
     hp, be, stats = run_pair(harness, tmp_path, "orion", hp_table, be_table, be_script)
     assert len(be) == 60
-    beside_hp = [launch for launch in be if overlapping(launch.time_ns, hp)]
+    # Each BE launch went because HP was idle or because it fits beside HP's kernel, the latter
+    # only where the rule allows it; where it does not, the reason it waited is counted.
+    reasons = stats["be"]["reasons"]
+    assert reasons["hp_idle"] + reasons["fits_beside"] == 60
+    assert (reasons["fits_beside"] > 0) == allowed
+    assert reasons[reason] > 0
+    # The logs agree: launches decided while an HP kernel ran exist where allowed, never where not.
+    beside_hp = [window for window in decision_windows(be) if decided_beside(window, hp)]
     assert bool(beside_hp) == allowed
-    assert stats["be"]["reasons"][reason] > 0
 
 
 def test_unknown_be_kernels_never_run_beside_hp(harness: Harness, tmp_path: Path):
@@ -436,7 +489,8 @@ def test_unknown_be_kernels_never_run_beside_hp(harness: Harness, tmp_path: Path
     hp, be, stats = run_pair(
         harness, tmp_path, "orion", hp_table, be_table, be_script, queue_limit_ms=1
     )
-    assert all(not overlapping(launch.time_ns, hp) for launch in be)
+    assert stats["be"]["reasons"]["hp_idle"] == 40  # never "fits_beside"
+    assert not any(decided_beside(window, hp) for window in decision_windows(be))
     assert stats["be"]["unknown_launches"] == 40
     assert stats["be"]["unknown_kernels"] == ["mystery grid(1,1,1) block(32,1,1)"]
 
@@ -468,9 +522,11 @@ def test_be_queue_stays_under_the_limit(harness: Harness, tmp_path: Path):
         script = "func bek 1000 repeat 40 launch bek 8 128 0 end sync 0"
         result = harness.run(script, env=run.client_environment(be), log=tmp_path / "be.log")
         assert result.returncode == 0, result.stderr
+        stats = run.stats()["be"]
     intervals = launch_intervals(read_log(tmp_path / "be.log"))
     assert len(intervals) == 40
-    most_queued = max(len(overlapping(i.launched_ns, intervals)) for i in intervals)
+    assert stats["reasons"]["queue_full"] >= 1  # the limit held some launches back
+    most_queued = max(len(queued_at(i, intervals)) for i in intervals)
     assert most_queued <= 1
 
 
