@@ -92,7 +92,7 @@ def test_a_limited_client_sees_its_context_taken_from_its_limit(harness, daemon,
 def test_a_be_clients_child_adds_its_own_context_and_gives_it_back(harness, daemon, tmp_path):
     # Parent and child share the parent's 1 GiB; each process has a context of its own.
     child = "func ck 100 launch ck 4 128 0 meminfo"
-    script = f"func k 100 launch k 4 128 0 meminfo {spawn(child)} say child_done sleep 20000000"
+    script = f"func k 100 launch k 4 128 0 meminfo {spawn(child)} say child_done hold"
     env = joining_environment(tmp_path, "be", "trainer", memory_limit=GIB)
     process = harness.start(script, env=env)
     try:

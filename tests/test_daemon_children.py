@@ -112,7 +112,7 @@ def test_a_be_clients_children_share_its_memory_limit(harness, daemon, tmp_path)
     # The parent holds 5000 of its 8192; its child asks for 5000 (refused: 10000 together), then
     # for 3000 (fits: 8000), and sees what is left of the shared limit.
     child = "func ck 100 launch ck 4 128 0 alloc mem 5000 alloc mem 3000 meminfo"
-    script = f"alloc mem 5000 {spawn(child)} say child_done sleep 20000000"
+    script = f"alloc mem 5000 {spawn(child)} say child_done hold"
     env = joining_environment(tmp_path, "be", "trainer", memory_limit=8192)
     process = harness.start(script, env=env)
     try:
@@ -138,7 +138,7 @@ def test_a_be_clients_children_share_its_memory_limit(harness, daemon, tmp_path)
 def test_a_process_that_merely_names_a_client_keeps_a_limit_of_its_own(harness, daemon, tmp_path):
     # Not the client's descendant: naming it as its parent shares nothing.
     env = joining_environment(tmp_path, "be", "trainer", memory_limit=8192)
-    holder = harness.start("alloc mem 5000 say held sleep 20000000", env=env)
+    holder = harness.start("alloc mem 5000 say held hold", env=env)
     try:
         assert holder.stdout.readline().strip() == "alloc mem rc=0"
         assert holder.stdout.readline().strip() == "held"
