@@ -7,6 +7,7 @@ reaches them; FAKE_BLOCKS_PER_SM is what its occupancy calculator answers.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 from pathlib import Path
@@ -448,10 +449,36 @@ def test_a_wait_near_be_work_is_not_taken_for_the_hps_own_overhead(harness, tmp_
         be_script=f"func b 50 say started repeat 10000000 launch b 1 32 0 sleep {be_gap_us} end",
     )
     assert stats["felt_samples"] >= 5
-    assert stats["felt_ns"] / stats["felt_expected_ns"] >= 2.0
-    # nor does it count in the tail of launches alone, the baseline a shared tail is read against
-    assert stats["felt_alone_samples"] == 0
-    assert set(stats["felt_alone_slower"]) == {0}
+    # A busy machine can keep BE's thread off the CPU past the quiet spell, and then an HP launch
+    # does run alone by the rule: the logs bound how many may count so.
+    may_be_alone = hp_launches_without_be_near(
+        read_log(tmp_path / "client0.log"), read_log(tmp_path / "be.log")
+    )
+    assert stats["felt_alone_samples"] <= may_be_alone
+    if may_be_alone == 0:  # BE launched near every HP launch: none ran alone
+        assert stats["felt_ns"] / stats["felt_expected_ns"] >= 2.0
+        # nor does it count in the tail of launches alone, the baseline a shared tail is read
+        # against
+        assert stats["felt_alone_samples"] == 0
+        assert set(stats["felt_alone_slower"]) == {0}
+
+
+def hp_launches_without_be_near(hp_events, be_events) -> int:
+    """How many HP launches may have run alone by the sampler's rule (no BE launch from
+    ``kAloneQuietNs`` before the call to the launch's end), by the stand-in's logs: a launch
+    counts unless a BE launch certainly fell in that window. An HP call comes before its own
+    "launch" line and its end after its kernel's "exec_end"; a BE launch is timed by the library
+    between its thread's previous "launch" line and its own, so it is certainly in the window
+    when both lines are."""
+    quiet_ns = 5 * MS  # LaunchSampler::kAloneQuietNs
+    be_launched = sorted(e.time_ns for e in be_events if e.kind == "launch")
+    alone = 0
+    for kernel in launch_intervals(hp_events):
+        start, end = kernel.launched_ns - quiet_ns, kernel.finished_ns
+        first = bisect.bisect_left(be_launched, start)  # the first BE line in the window
+        if not (first + 1 < len(be_launched) and be_launched[first + 1] <= end):
+            alone += 1
+    return alone
 
 
 def test_an_hp_alone_learns_its_own_wait_as_overhead(harness, tmp_path):
