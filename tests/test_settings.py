@@ -168,3 +168,13 @@ def test_no_module_parses_a_size_but_the_declaration():
             if "parse_size" in names:
                 users.append(path.relative_to(REPO).as_posix())
     assert users == []
+
+
+def test_the_native_join_reads_every_declared_join_variable_by_its_declared_name():
+    # The library's join (daemon_join.cpp) spells each variable by hand: a setting renamed in
+    # its declaration but not there would be dropped by every program that joins on its own.
+    source = (REPO / "scheduler_core" / "native" / "daemon_join.cpp").read_text()
+    declared = [setting.variable for setting in SETTINGS if setting.variable is not None]
+    assert declared  # memory_limit and hp_context at least
+    for variable in declared:
+        assert f'environment("{variable}")' in source, variable
