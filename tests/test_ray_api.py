@@ -123,6 +123,12 @@ def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
         ({"policy": "passthrough", "shares": True}, "GPU-time shares need a policy that holds"),
         ({"timeout_s": -1}, r"timeout_s must be a positive number of seconds \(got -1\)"),
         ({"timeout_s": float("nan")}, r"timeout_s must be a positive number of seconds \(got nan"),
+        # `orion up`'s options by their declarations, and its rules between them
+        ({"hp_context": "apart"}, "hp_context must be one of mps, own"),
+        ({"sharing": "mps", "be_sm_percent": 0}, "be_sm_percent must be 1 to 100"),
+        ({"be_sm_percent": 50}, "be_sm_percent applies under sharing 'mps' only"),
+        ({"be_graph_gate": "bogus"}, "be_graph_gate must be one of inside, whole, segments"),
+        ({"hp_quiet_us": -1}, "hp_quiet_us must be 0 to"),
     ],
 )
 def test_start_daemons_refuses_options_before_reaching_ray(arguments, message, monkeypatch):
@@ -515,3 +521,18 @@ def test_stand_in_gpus_that_make_no_sense_are_refused_in_one_line(monkeypatch, v
     monkeypatch.setenv("ORION_STAND_IN_GPUS", value)
     with pytest.raises(OrionError, match=message):
         sysinfo.gpu_count()
+
+
+def test_start_daemons_takes_orion_ups_options_parsed_by_their_declarations():
+    # The suite's hp-chooses daemons on a Ray cluster: each value as `orion up` would take it.
+    from orion.ray.agent import check_daemon_options
+
+    values = check_daemon_options(
+        sharing="mps", hp_context="own", be_sm_percent="50", hp_quiet_us="300"
+    )
+    assert (values["hp_context"], values["be_sm_percent"], values["hp_quiet_us"]) == (
+        "own",
+        50.0,
+        300.0,
+    )
+    assert values["be_graph_gate"] is None  # unset: the daemon's default for the HP's side

@@ -45,6 +45,12 @@ class DaemonOptions:
     be_when_daemon_gone: str = "open"
     daemon_gone_hold_s: float | None = None
     """None: the daemon's own default (`orion up` without ``--daemon-gone-hold-s``)."""
+    hp_context: str | None = None
+    be_sm_percent: float | None = None
+    hp_quiet_us: float | None = None
+    be_graph_gate: str | None = None
+    """These four: :mod:`scheduler_core.settings`' declarations, None as `orion up` without the
+    option."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,10 @@ class NodeAgent:
             stop_with_pid=os.getpid(),
             be_when_daemon_gone=options.be_when_daemon_gone,
             **hold_bound(options.daemon_gone_hold_s),
+            hp_context=options.hp_context,
+            be_sm_percent=options.be_sm_percent,
+            hp_quiet_us=options.hp_quiet_us or 0.0,
+            be_graph_gate=options.be_graph_gate,
         )
 
     def _gpu(self, index: int, folder: Path, record: dict[str, Any]) -> NodeGpu:
@@ -303,7 +313,13 @@ def check_daemon_options(**options: Any) -> dict[str, Any]:
     import math
 
     from orion_daemon.control import check_hold_bound, check_options, hold_bound
-    from scheduler_core.settings import SHARING
+    from scheduler_core.settings import (
+        BE_GRAPH_GATE,
+        BE_SM_PERCENT,
+        HP_CONTEXT,
+        HP_QUIET_US,
+        SHARING,
+    )
 
     parameters = inspect.signature(start_daemons).parameters
     known = set(parameters) - {"address"}
@@ -317,7 +333,8 @@ def check_daemon_options(**options: Any) -> dict[str, Any]:
     timeout_s = values["timeout_s"]
     if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
         raise UsageError(f"timeout_s must be a positive number of seconds (got {timeout_s!r})")
-    values["sharing"] = SHARING.checked(values["sharing"], "sharing")
+    for setting in (SHARING, HP_CONTEXT, BE_SM_PERCENT, HP_QUIET_US, BE_GRAPH_GATE):
+        values[setting.name] = setting.checked(values[setting.name], setting.name)
     check_hold_bound(values["be_when_daemon_gone"], values["daemon_gone_hold_s"])
     check_options(
         policy=values["policy"],
@@ -326,6 +343,10 @@ def check_daemon_options(**options: Any) -> dict[str, Any]:
         queue_limit_us=values["queue_limit_us"],
         be_when_daemon_gone=values["be_when_daemon_gone"],
         **hold_bound(values["daemon_gone_hold_s"]),
+        hp_context=values["hp_context"],
+        be_sm_percent=values["be_sm_percent"],
+        hp_quiet_us=values["hp_quiet_us"] or 0.0,
+        be_graph_gate=values["be_graph_gate"],
     )
     return values
 
@@ -339,6 +360,10 @@ def start_daemons(
     queue_limit_us: float | None = None,
     be_when_daemon_gone: str = "open",
     daemon_gone_hold_s: float | None = None,
+    hp_context: str | None = None,
+    be_sm_percent: float | None = None,
+    hp_quiet_us: float | None = None,
+    be_graph_gate: str | None = None,
     timeout_s: float = 120.0,
 ) -> list[NodeInventory]:
     """Makes sure every GPU of every node of the Ray cluster has an orion daemon; idempotent.
@@ -347,8 +372,11 @@ def start_daemons(
     and each agent starts the daemons its node lacks with these options (`orion up`'s). Returns
     each node's GPUs and daemons. Call it again after nodes join the cluster. A node where
     daemons cannot start is reported with its ``problem``; this raises only when none could.
-    ``sharing`` None: the policy's default, as `orion up` without ``--sharing``. Options no
-    daemon runs with are refused here, before Ray is reached.
+    ``sharing`` None: the policy's default, as `orion up` without ``--sharing``; ``hp_context``,
+    ``be_sm_percent``, ``hp_quiet_us`` and ``be_graph_gate`` as `orion up`'s options of those
+    names (e.g. ``sharing="mps", hp_context="own", be_sm_percent=50, hp_quiet_us=300``, the
+    suite's hp-chooses daemons). Options no daemon runs with are refused here, before Ray is
+    reached.
     """
     checked = check_daemon_options(
         policy=policy,
@@ -357,11 +385,24 @@ def start_daemons(
         queue_limit_us=queue_limit_us,
         be_when_daemon_gone=be_when_daemon_gone,
         daemon_gone_hold_s=daemon_gone_hold_s,
+        hp_context=hp_context,
+        be_sm_percent=be_sm_percent,
+        hp_quiet_us=hp_quiet_us,
+        be_graph_gate=be_graph_gate,
         timeout_s=timeout_s,
     )
     ray = connect(address)
     options = DaemonOptions(
-        policy, checked["sharing"], shares, queue_limit_us, be_when_daemon_gone, daemon_gone_hold_s
+        policy=policy,
+        sharing=checked["sharing"],
+        shares=shares,
+        queue_limit_us=queue_limit_us,
+        be_when_daemon_gone=be_when_daemon_gone,
+        daemon_gone_hold_s=daemon_gone_hold_s,
+        hp_context=checked["hp_context"],
+        be_sm_percent=checked["be_sm_percent"],
+        hp_quiet_us=checked["hp_quiet_us"],
+        be_graph_gate=checked["be_graph_gate"],
     )
     nodes = _alive_nodes(ray)
     agents = [agent(ray, node["NodeID"], options) for node in nodes]
