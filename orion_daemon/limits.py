@@ -47,11 +47,10 @@ def _memory_limit(
 ) -> object:
     if "memory_limit" not in message:
         return UNCHANGED
-    # Parsed by the setting's declaration, as a join's is: its bounds hold on either path.
-    problem = MEMORY_LIMIT.problem(message["memory_limit"])
-    if problem is not None:
-        raise OrionError(f"quota: memory_limit: {problem}")
-    limit = MEMORY_LIMIT.parse(message["memory_limit"])
+    try:  # by the setting's declaration, as a join's is: its bounds hold on either path
+        limit = MEMORY_LIMIT.parse(message["memory_limit"])
+    except ValueError as error:
+        raise OrionError(f"quota: memory_limit: {error}") from None
     if limit is None:
         return None
     problem = memory_limit_problem(limit, gpu_memory_bytes, context_bytes)

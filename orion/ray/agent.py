@@ -19,7 +19,7 @@ import contextlib
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,7 @@ class NodeAgent:
             **hold_bound(options.daemon_gone_hold_s),
             hp_context=options.hp_context,
             be_sm_percent=options.be_sm_percent,
-            hp_quiet_us=options.hp_quiet_us or 0.0,
+            hp_quiet_us=options.hp_quiet_us,
             be_graph_gate=options.be_graph_gate,
         )
 
@@ -345,7 +345,7 @@ def check_daemon_options(**options: Any) -> dict[str, Any]:
         **hold_bound(values["daemon_gone_hold_s"]),
         hp_context=values["hp_context"],
         be_sm_percent=values["be_sm_percent"],
-        hp_quiet_us=values["hp_quiet_us"] or 0.0,
+        hp_quiet_us=values["hp_quiet_us"],
         be_graph_gate=values["be_graph_gate"],
     )
     return values
@@ -392,18 +392,7 @@ def start_daemons(
         timeout_s=timeout_s,
     )
     ray = connect(address)
-    options = DaemonOptions(
-        policy=policy,
-        sharing=checked["sharing"],
-        shares=shares,
-        queue_limit_us=queue_limit_us,
-        be_when_daemon_gone=be_when_daemon_gone,
-        daemon_gone_hold_s=daemon_gone_hold_s,
-        hp_context=checked["hp_context"],
-        be_sm_percent=checked["be_sm_percent"],
-        hp_quiet_us=checked["hp_quiet_us"],
-        be_graph_gate=checked["be_graph_gate"],
-    )
+    options = DaemonOptions(**{field.name: checked[field.name] for field in fields(DaemonOptions)})
     nodes = _alive_nodes(ray)
     agents = [agent(ray, node["NodeID"], options) for node in nodes]
     reports = ray.get([handle.ensure.remote() for handle in agents], timeout=timeout_s)
