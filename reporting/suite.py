@@ -52,6 +52,8 @@ ORION_VARIANTS = {
     "orion-mps-be50": ("--sharing", "mps", "--be-sm-percent", "50"),
     "orion-mps-be50-quiet": ("--sharing", "mps", "--be-sm-percent", "50", "--hp-quiet-us", "300"),
     "reef-mps-be50": ("--policy", "reef", "--sharing", "mps", "--be-sm-percent", "50"),
+    "priority-mps-be50": ("--policy", "priority", "--sharing", "mps", "--be-sm-percent", "50"),
+    "priority-mps-be30": ("--policy", "priority", "--sharing", "mps", "--be-sm-percent", "30"),
     "orion-mps-hp-own": ("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
     "orion-mps-hp-own-quiet": (
         *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
@@ -84,6 +86,9 @@ VARIANT_NOTES = {
     "orion-mps-be50": "BE kernels on half the SMs",
     "orion-mps-be50-quiet": "BE on half the SMs, and out of the HP's gaps shorter than 300 us",
     "reef-mps-be50": "BE on half the SMs, and never beside an HP kernel",
+    "priority-mps-be50": "an SM partition: every client in the MPS server, BE kernels on half "
+    "the SMs beside the HP's, held by nothing but stream priorities",
+    "priority-mps-be30": "the same partition with BE on 30% of the SMs",
     "orion-mps-hp-own": "BE clients under MPS on half the SMs, the HP in a context of its own",
     "orion-mps-hp-own-quiet": "the same, and BE out of the HP's gaps shorter than 300 us",
     "orion-mps-hp-chooses": "the same, and each HP's daemon started, and the HP joined, with "
