@@ -63,6 +63,14 @@ ORION_VARIANTS = {
         *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
         *("--hp-quiet-us", "300"),
     ),
+    "orion-mps-hp-chooses-spacing50": (
+        *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
+        *("--hp-quiet-us", "300", "--be-gate-spacing-us", "50"),
+    ),
+    "orion-mps-hp-chooses-spacing25": (
+        *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
+        *("--hp-quiet-us", "300", "--be-gate-spacing-us", "25"),
+    ),
     "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
@@ -75,7 +83,9 @@ HP_ALONE_PAIR = "no-be"
 the HP alone under each mode, against the same program alone without orion. It measures what a
 mode itself costs the HP (the preload library on every launch, the daemon, MPS's own cost), the
 floor under every pair of that HP; so it is shown with the pairs but never scored as one."""
-HP_CHOOSES_MODES = frozenset({"orion-mps-hp-chooses"})
+HP_CHOOSES_MODES = frozenset(
+    {"orion-mps-hp-chooses", "orion-mps-hp-chooses-spacing50", "orion-mps-hp-chooses-spacing25"}
+)
 """The modes whose HP joins with its program's own ``--hp-context`` (``hp_context`` in the suite
 file), as a service's owner who measured it would start it; elsewhere the daemon's holds."""
 COMPETITOR_MODES = ("timeslice", "mps", "mps-priority")
@@ -94,6 +104,9 @@ VARIANT_NOTES = {
     "orion-mps-hp-chooses": "the same, and each HP's daemon started, and the HP joined, with "
     "the --hp-context its program names in the suite file (BE keeps every SM beside an HP in "
     "its own context)",
+    "orion-mps-hp-chooses-spacing50": "hp-chooses with BE's gate waits 50 us of its work apart "
+    "(so an arriving HP request finds at most that much BE work let through)",
+    "orion-mps-hp-chooses-spacing25": "the same, 25 us apart",
     "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
