@@ -42,6 +42,7 @@ from orion_daemon import state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join
 from orion_daemon.embedded import DaemonThread, daemon_thread
 from orion_daemon.server import SCHEDULING, DaemonSettings
+from scheduler_core.shares import NO_PROMISE
 
 SETTING_LABELS = {
     "policy": "policy",
@@ -154,7 +155,7 @@ def running_daemon(needs: DaemonNeeds) -> dict[str, Any] | None:
             hint=f"{hint}, or run with the daemon's settings",
         )
     live = [
-        LiveClient(str(c.get("name")), str(c.get("role")), float(c.get("min_util") or 0.0))
+        LiveClient(str(c.get("name")), str(c.get("role")), float(c.get("min_util") or NO_PROMISE))
         for c in record.get("clients", [])
         if isinstance(c, dict)
     ]

@@ -35,7 +35,8 @@ from colocation.jobs_fields import (
 from colocation.policies import POLICIES, POLICY_NAMES, SHARE_POLICIES, Policy
 from orion_common.errors import OrionError
 from scheduler_core.run_state import DEFAULT_BE_GATE, BeGraphGate
-from scheduler_core.settings import MEMORY_LIMIT, SHARING
+from scheduler_core.settings import MAX_UTIL, MEMORY_LIMIT, MIN_UTIL, SHARING
+from scheduler_core.shares import promises_problem, share_problem, shares_problem
 from scheduler_core.sharing import Sharing, default_be_graph_gate
 from workloads.registry import WorkloadInfo, get_workload_info
 
@@ -120,10 +121,8 @@ class ClientConfig(StrictModel):
     """Serve inference by replaying the step captured once as a CUDA graph."""
     sm_percent: Annotated[int, Field(ge=1, le=100)] | None = None
     """Percent of the SMs this client may use (policy ``mps-share``; default all)."""
-    min_util: Annotated[float, Field(ge=0, le=1)] = 0.0
-    """Share of GPU time promised when the client has work (over run.quota_window_s)."""
-    max_util: Annotated[float, Field(ge=0, le=1)] = 1.0
-    """Share of GPU time the client never exceeds."""
+    min_util: float = Field(default=MIN_UTIL.default, description=MIN_UTIL.help)
+    max_util: float = Field(default=MAX_UTIL.default, description=MAX_UTIL.help)
     latency_target_ms: Annotated[float, Field(gt=0)] | None = None
     """HP only: the p99 latency its requests may take; sets the default BE queue bound
     (:mod:`scheduler_core.thresholds`). None: 5% over the HP step's profiled GPU time."""
@@ -207,6 +206,15 @@ class ClientConfig(StrictModel):
         except ValueError as exc:
             raise problem(str(exc)) from None
 
+    @field_validator("min_util", "max_util", mode="before")
+    @classmethod
+    def _a_share(cls, value: Any, info: ValidationInfo) -> float:
+        setting = MIN_UTIL if info.field_name == MIN_UTIL.name else MAX_UTIL
+        try:
+            return setting.or_default(value)
+        except ValueError as exc:
+            raise problem(str(exc)) from None
+
     @property
     def is_hp(self) -> bool:
         return self.role == "hp"
@@ -274,19 +282,19 @@ def _share_problems(
         low, high = client.get("min_util", 0.0), client.get("max_util", 1.0)
         if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
             continue
+        if share_problem(MIN_UTIL.name, low) or share_problem(MAX_UTIL.name, high):
+            continue  # said as the field's own problem
         total_min += low
-        if low > high:
-            problems.append(
-                Problem(f"clients[{i}].min_util", f"{low:g} is above its max_util {high:g}")
-            )
+        reason = shares_problem(low, high)
+        if reason is not None:
+            problems.append(Problem(f"clients[{i}]", reason))
         if low != 0.0:
             shared.append((i, "min_util"))
         elif high != 1.0:
             shared.append((i, "max_util"))
-    if total_min > 1.0 + 1e-9:
-        problems.append(
-            Problem("clients", f"min_util adds up to {total_min:g} over the clients; at most 1")
-        )
+    reason = promises_problem(total_min)
+    if reason is not None:
+        problems.append(Problem("clients", reason))
     if not shared or policy is None:
         return problems
     roles = {i: client.get("role") for i, client in clients}

@@ -27,6 +27,7 @@ from orion_common.errors import OrionError
 from orion_common.sizes import format_size
 from orion_daemon.admission import memory_limit_problem
 from scheduler_core.library import native_checks
+from scheduler_core.shares import sets_a_share
 
 CLIENT_DEVICE_ENV = "ORION_CLIENT_DEVICE"
 """For tests and CPU-only development: ``cpu`` runs every client's workload on the CPU, so the
@@ -258,7 +259,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         hp_completion=config.run.hp_completion,
         be_gate=config.run.be_gate,
         be_graph_gate=config.be_graph_gate,
-        quotas=any((c.min_util, c.max_util) != (0.0, 1.0) for c in config.clients),
+        quotas=any(sets_a_share(c.min_util, c.max_util) for c in config.clients),
         quota_window_ns=round(config.run.quota_window_s * 1e9),
         hp_priority_stream=hp_priority_stream(_sharing(config)),
     )

@@ -10,7 +10,8 @@ import typer
 from orion_cli._common import console, handle_errors
 from orion_cli._settings import parsed, setting_option
 from orion_cli.console import shown
-from scheduler_core.settings import MEMORY_LIMIT, UNSET_WORD
+from scheduler_core.settings import MAX_UTIL, MEMORY_LIMIT, MIN_UTIL, UNSET_WORD
+from scheduler_core.shares import shares_problem
 
 
 @handle_errors
@@ -29,20 +30,10 @@ def quota_command(
         setting_option(MEMORY_LIMIT, f"The client's new memory limit ({UNSET_WORD!r} lifts it)."),
     ] = None,
     max_util: Annotated[
-        float | None,
-        typer.Option(
-            "--max-util",
-            help="New cap on the client's share of GPU time (0-1) over the run's quota window.",
-            show_default=False,
-        ),
+        str | None, setting_option(MAX_UTIL, "The client's new cap on its share of GPU time.")
     ] = None,
     min_util: Annotated[
-        float | None,
-        typer.Option(
-            "--min-util",
-            help="New share of GPU time (0-1) promised to the client when it has work.",
-            show_default=False,
-        ),
+        str | None, setting_option(MIN_UTIL, "The client's new promised share of GPU time.")
     ] = None,
 ) -> None:
     """Change a running client's limits: memory from its next allocation, GPU-time shares
@@ -53,11 +44,6 @@ def quota_command(
     (CUDA out of memory) until it is back under. Each change is appended to the run
     directory's limits.csv with its time on the run clock.
     """
-    from colocation.jobs_errors import value_problem
-
-    # the schema itself, not colocation.config, which also reads profiles (pandas): a quota
-    # change is made beside the latency-critical service it protects
-    from colocation.jobs_schema import ClientConfig
     from orion_common.errors import UsageError
     from orion_daemon.limits import UNCHANGED
 
@@ -66,20 +52,16 @@ def quota_command(
             "give at least one of --memory-limit, --max-util, --min-util", param_hint="options"
         )
     limit: int | None = parsed(MEMORY_LIMIT, memory_limit)
-    for flag, field, value in (
-        ("--max-util", "max_util", max_util),
-        ("--min-util", "min_util", min_util),
-    ):
-        # a client's share, bounded as in a jobs file
-        problem = None if value is None else value_problem(ClientConfig, field, value)
-        if problem is not None:
-            raise UsageError(f"{flag}: {problem}")
-    if min_util is not None and max_util is not None and min_util > max_util:
-        raise UsageError(f"--min-util {min_util:g} is above --max-util {max_util:g}")
+    # a share given as "none" goes back to what unset means (no promise, no cap)
+    promise = None if min_util is None else MIN_UTIL.or_default(parsed(MIN_UTIL, min_util))
+    cap = None if max_util is None else MAX_UTIL.or_default(parsed(MAX_UTIL, max_util))
+    problem = None if promise is None or cap is None else shares_problem(promise, cap)
+    if problem is not None:
+        raise UsageError(problem)
     changes: dict[str, Any] = {
         "memory_limit": UNCHANGED if memory_limit is None else limit,
-        "min_util": min_util,
-        "max_util": max_util,
+        "min_util": promise,
+        "max_util": cap,
     }
     if _is_daemon_folder(run_dir):
         from orion_daemon.limits import change_limits

@@ -12,7 +12,7 @@ import typer
 from orion_cli._common import error_console, handle_errors
 from orion_cli._daemon_options import GpuOpt, StateDirOpt, daemon_folder
 from orion_cli._settings import parsed, setting_option
-from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MAX_UTIL, MEMORY_LIMIT, MIN_UTIL
 
 
 def default_name(command: list[str]) -> str:
@@ -54,13 +54,8 @@ def run_command(
         ),
     ] = None,
     memory_limit: Annotated[str | None, setting_option(MEMORY_LIMIT, "E.g. 8GiB.")] = None,
-    min_util: Annotated[
-        float,
-        typer.Option("--min-util", help="Share of GPU time promised when it has work (0-1)."),
-    ] = 0.0,
-    max_util: Annotated[
-        float, typer.Option("--max-util", help="Cap on its share of GPU time (0-1).")
-    ] = 1.0,
+    min_util: Annotated[str | None, setting_option(MIN_UTIL)] = None,
+    max_util: Annotated[str | None, setting_option(MAX_UTIL)] = None,
     latency_target_ms: Annotated[
         float | None,
         typer.Option(
@@ -106,11 +101,12 @@ def run_command(
         raise UsageError("say whether the program is --hp or --be")
     limit = parsed(MEMORY_LIMIT, memory_limit)
     context = parsed(HP_CONTEXT, hp_context)
+    promise, cap = parsed(MIN_UTIL, min_util), parsed(MAX_UTIL, max_util)
     if no_daemon:
         given = {
             MEMORY_LIMIT.flag: limit is not None,
-            "--min-util": min_util != 0.0,
-            "--max-util": max_util != 1.0,
+            MIN_UTIL.flag: promise is not None,
+            MAX_UTIL.flag: cap is not None,
             "--latency-target-ms": latency_target_ms is not None,
             HP_CONTEXT.flag: context is not None,
             "--profile": profile is not None,
@@ -129,8 +125,8 @@ def run_command(
             command=list(command),
             profile=None if profile is None else str(profile.resolve()),
             memory_limit=limit,
-            min_util=min_util,
-            max_util=max_util,
+            min_util=MIN_UTIL.or_default(promise),
+            max_util=MAX_UTIL.or_default(cap),
             latency_target_ms=latency_target_ms,
             hp_context=context,
         )

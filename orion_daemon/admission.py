@@ -13,7 +13,8 @@ from typing import Any
 
 from orion_common.errors import OrionError, UsageError
 from orion_common.sizes import format_size
-from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MAX_UTIL, MEMORY_LIMIT, MIN_UTIL
+from scheduler_core.shares import promises_problem, shares_problem
 
 ROLES = ("hp", "be")
 MAX_NAME_CHARS = 31  # the shared state's client name field holds 31 bytes and a terminator
@@ -32,8 +33,8 @@ class JoinRequest:
     """The share of the GPU's memory to allow when ``memory_limit`` is not given: what a
     fractional GPU (Ray's ``num_gpus=0.5``) means for memory. The daemon turns it into bytes with
     its own GPU's size, which the asking side may not know (a Ray driver on another machine)."""
-    min_util: float = 0.0
-    max_util: float = 1.0
+    min_util: float = MIN_UTIL.default
+    max_util: float = MAX_UTIL.default
     latency_target_ms: float | None = None
     strict: bool = False
     """The program must run as a client or not at all (a benchmark run's: its library attaches
@@ -88,8 +89,8 @@ class JoinRequest:
             profile=profile,
             memory_limit=limit,
             memory_fraction=number("memory_fraction", None),
-            min_util=number("min_util", 0.0) or 0.0,
-            max_util=number("max_util", 1.0) if message.get("max_util") is not None else 1.0,
+            min_util=MIN_UTIL.or_default(number("min_util", None)),
+            max_util=MAX_UTIL.or_default(number("max_util", None)),
             latency_target_ms=number("latency_target_ms", None),
             strict=strict,
             parent=parent or None,
@@ -160,13 +161,9 @@ def check_request(request: JoinRequest, *, name_pending: bool = False) -> None:
     problem = MEMORY_LIMIT.problem(request.memory_limit)
     if problem is not None:
         raise UsageError(problem)
-    for name, value in (("--min-util", request.min_util), ("--max-util", request.max_util)):
-        if not 0.0 <= value <= 1.0:  # false for nan too
-            raise UsageError(f"{name} must be between 0 and 1 (got {value:g})")
-    if request.min_util > request.max_util:
-        raise UsageError(
-            f"--min-util {request.min_util:g} is above --max-util {request.max_util:g}"
-        )
+    problem = shares_problem(request.min_util, request.max_util)
+    if problem is not None:
+        raise UsageError(problem)
     target = request.latency_target_ms
     if target is not None and not (math.isfinite(target) and target > 0):
         raise UsageError(f"--latency-target-ms must be a positive number (got {target:g})")
@@ -215,9 +212,10 @@ def check_join(
     if problem is not None:
         raise OrionError(problem)
     promised = sum(client.min_util for client in live)
-    if request.min_util > 0 and promised + request.min_util > 1.0 + 1e-9:
+    problem = promises_problem(promised + request.min_util) if request.min_util > 0 else None
+    if problem is not None:
         left = max(0.0, 1.0 - promised)
         raise OrionError(
-            f"--min-util {request.min_util:g} is over what is left unpromised on this GPU "
-            f"({left:g}: the running clients are promised {promised:g})"
+            f"--min-util {request.min_util:g}: {problem} ({left:g} is left unpromised on this "
+            f"GPU: the running clients are promised {promised:g})"
         )

@@ -27,7 +27,7 @@ from orion_daemon import state
 from orion_daemon.admission import JoinRequest
 from orion_daemon.ownership import checked_environment
 from scheduler_core.run_state import DECISIONS_VARIABLE
-from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MAX_UTIL, MEMORY_LIMIT, MIN_UTIL
 
 COMMAND_NOT_FOUND = 127
 """The exit status a shell gives a command it cannot find; `orion run` gives the same."""
@@ -42,13 +42,13 @@ JOIN_VARIABLES = {
     "profile": "ORION_PROFILE",
     MEMORY_LIMIT.name: MEMORY_LIMIT.variable,
     "memory_fraction": "ORION_MEMORY_FRACTION",
-    "min_util": "ORION_MIN_UTIL",
-    "max_util": "ORION_MAX_UTIL",
+    MIN_UTIL.name: MIN_UTIL.variable,
+    MAX_UTIL.name: MAX_UTIL.variable,
     "latency_target_ms": "ORION_LATENCY_TARGET_MS",
     HP_CONTEXT.name: HP_CONTEXT.variable,
 }
 """Each join request field and the variable the library reads it from."""
-_DEFAULTS: dict[str, Any] = {"min_util": 0.0, "max_util": 1.0}
+_DEFAULTS: dict[str, Any] = {s.name: s.default for s in (MIN_UTIL, MAX_UTIL)}
 ORION_VARIABLES = (
     "ORION_RUN",
     "ORION_CLIENT",

@@ -15,7 +15,6 @@ the limit; absent: unchanged), ``min_util``, ``max_util`` (absent or null: uncha
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,21 +24,21 @@ from orion_daemon import client as daemon_client
 from orion_daemon import state
 from orion_daemon.admission import memory_limit_problem
 from orion_daemon.status import Client
-from scheduler_core.settings import MEMORY_LIMIT
+from scheduler_core.settings import MAX_UTIL, MEMORY_LIMIT, MIN_UTIL, Setting
+from scheduler_core.shares import promises_problem, shares_problem
 
 UNCHANGED = object()
 """What ``memory_limit`` is when it is not to change (None lifts the limit)."""
 
 
-def _share(message: dict[str, Any], key: str) -> float | None:
-    value = message.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise OrionError(f"quota: {key} must be a number")
-    if not 0.0 <= value <= 1.0:
-        raise OrionError(f"--{key.replace('_', '-')} must be between 0 and 1 (got {value:g})")
-    return float(value)
+def _share(message: dict[str, Any], setting: Setting) -> float | None:
+    value = message.get(setting.name)
+    if value is not None and not isinstance(value, (int, float)):
+        raise OrionError(f"quota: {setting.name} must be a number (got {value!r})")
+    try:
+        return setting.parse(value)
+    except ValueError as error:
+        raise OrionError(f"quota: {error}") from None
 
 
 def _memory_limit(
@@ -86,7 +85,7 @@ def apply_change(
         known = ", ".join(sorted(c.name for c in clients)) or "none"
         raise OrionError(f"no client {name!r} on this daemon (clients: {known})")
     limit = _memory_limit(message, gpu_memory_bytes, context_bytes)
-    min_util, max_util = _share(message, "min_util"), _share(message, "max_util")
+    min_util, max_util = _share(message, MIN_UTIL), _share(message, MAX_UTIL)
     if min_util is not None or max_util is not None:
         if not shares_enforced(policy, shares):
             raise OrionError(
@@ -100,13 +99,11 @@ def apply_change(
             )
     new_min = client.min_util if min_util is None else min_util
     new_max = client.max_util if max_util is None else max_util
-    if new_min > new_max:
-        raise OrionError(f"min_util {new_min:g} would be above max_util {new_max:g}")
-    others = sum(c.min_util for c in clients if c is not client)
-    if new_min > client.min_util and others + new_min > 1.0 + 1e-9:
-        raise OrionError(
-            f"min_util would add up to {others + new_min:g} over the clients; at most 1"
-        )
+    problem = shares_problem(new_min, new_max)
+    if problem is None and new_min > client.min_util:  # a promise kept or lowered always holds
+        problem = promises_problem(sum(c.min_util for c in clients if c is not client) + new_min)
+    if problem is not None:
+        raise OrionError(f"{client.name}: {problem}")
     changes = []
     if limit is not UNCHANGED:
         scheduler.set_memory_limit(client.slot, limit)

@@ -25,6 +25,7 @@ from orion_common.csv_table import CsvTable
 from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 from orion_common.runclock import RunClock
+from scheduler_core.shares import NO_CAP, NO_PROMISE
 
 
 class SchedulerRecorder:
@@ -109,8 +110,8 @@ class SchedulerRecorder:
                         round(now, 6),
                         client,
                         round(float(stats.get("gpu_share", 0.0)), 6),
-                        float(stats.get("min_util", 0.0)),
-                        float(stats.get("max_util", 1.0)),
+                        float(stats.get("min_util", NO_PROMISE)),
+                        float(stats.get("max_util", NO_CAP)),
                     )
                 )
             limit = stats.get("memory_limit") or None

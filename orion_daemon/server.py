@@ -68,6 +68,7 @@ from scheduler_core.settings import (
     HP_QUIET_US,
     Setting,
 )
+from scheduler_core.shares import sets_a_share
 from scheduler_core.sharing import (
     be_sm_share_applies,
     default_be_graph_gate,
@@ -718,7 +719,7 @@ class Daemon:
         check_join(request, live, self.settings.memory_bytes, self.context_bytes)
         if self.settings.owner is not None and request.name not in self._recorded_names():
             raise state.owned_refusal(self._record())
-        if (request.min_util, request.max_util) != (0.0, 1.0) and not self.settings.shares:
+        if sets_a_share(request.min_util, request.max_util) and not self.settings.shares:
             raise OrionError(
                 "this daemon enforces no GPU-time shares (--min-util / --max-util)",
                 hint="start it with `orion up --shares`",

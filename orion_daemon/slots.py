@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from orion_common.errors import OrionError
+from scheduler_core.shares import NO_CAP, NO_PROMISE
 
 
 def add_profiled_client(
@@ -19,8 +20,8 @@ def add_profiled_client(
     profile: Any | None,
     *,
     memory_limit: int | None = None,
-    min_util: float = 0.0,
-    max_util: float = 1.0,
+    min_util: float = NO_PROMISE,
+    max_util: float = NO_CAP,
 ) -> int:
     """Adds a client to ``scheduler`` (a :class:`scheduler_core.SchedulerRun`) with its
     ``profile`` (a :class:`postprocess.Profile`, or None: every kernel unknown work) and limits;

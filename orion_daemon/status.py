@@ -20,6 +20,7 @@ from scheduler_core.profile_sources import (
     tail_quantile,
     tail_slowdown,
 )
+from scheduler_core.shares import NO_CAP, NO_PROMISE
 
 HELD_REASONS = (
     "queue_full",
@@ -259,8 +260,8 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         "launches": int(stats.get("launches", 0)),
         "launches_per_s": None if launches_per_s is None else round(launches_per_s, 1),
         "gpu_share": round(float(stats.get("gpu_share", 0.0)), 4),
-        "min_util": float(stats.get("min_util", 0.0)),
-        "max_util": float(stats.get("max_util", 1.0)),
+        "min_util": float(stats.get("min_util", NO_PROMISE)),
+        "max_util": float(stats.get("max_util", NO_CAP)),
         "memory_used_bytes": int(stats.get("memory_used", 0)),
         "memory_peak_bytes": int(stats.get("memory_peak", 0)),
         "memory_limit_bytes": limit,

@@ -24,6 +24,7 @@ from orion_common.errors import OrionError
 from orion_common.processes import process_alive
 from orion_common.run_format import RAW_TRACE_COLUMN_NAMES as TRACE_COLUMNS
 from scheduler_core.library import native_module, preload_library_path, with_preload
+from scheduler_core.shares import shares_problem
 from scheduler_core.thresholds import DEFAULT_STALE_NS
 
 if TYPE_CHECKING:
@@ -523,11 +524,9 @@ class SchedulerRun:
     def set_quota(self, index: int, min_util: float, max_util: float) -> None:
         """Client ``index``'s shares of GPU time (fractions of the quota window), also while the
         run is live: the gate keeper applies them at its next pass (within a millisecond)."""
-        for name, value in (("min_util", min_util), ("max_util", max_util)):
-            if not 0.0 <= value <= 1.0:
-                raise OrionError(f"{name} must be between 0 and 1 (got {value:g})")
-        if min_util > max_util:
-            raise OrionError(f"min_util {min_util:g} is above max_util {max_util:g}")
+        problem = shares_problem(min_util, max_util)
+        if problem is not None:
+            raise OrionError(problem)
         self._run.set_quota(index, float(min_util), float(max_util))
 
     def mark_gone(self, index: int, crashed: bool) -> None:

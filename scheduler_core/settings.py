@@ -23,6 +23,7 @@ from orion_common.errors import UsageError
 from orion_common.sizes import ACCEPTED as SIZE_FORMAT
 from orion_common.sizes import MAX_SIZE, parse_size
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES
+from scheduler_core.shares import NO_CAP, NO_PROMISE, share_problem
 from scheduler_core.sharing import HP_CONTEXTS, SHARINGS
 
 UNSET_WORD = "none"
@@ -36,8 +37,9 @@ class Setting:
     name: str
     """Its name wherever it is a field or keyword: jobs.json, ``JoinRequest``, orion.ray."""
     kind: str
-    """What kind of value it is, which decides its one parser: ``size``, ``choice`` or
-    ``number`` (a real number within :attr:`bounds`, in :attr:`unit`)."""
+    """What kind of value it is, which decides its one parser: ``size``, ``choice``, ``number``
+    (a real number within :attr:`bounds`, in :attr:`unit`) or ``fraction`` (a share of GPU time,
+    0 to 1: :mod:`scheduler_core.shares`)."""
     help: str
     """What it does, for people: the CLI's help and the docs' table, in one sentence or two."""
     unset: str
@@ -48,6 +50,9 @@ class Setting:
     """Inclusive bounds of a size or a number."""
     variable: str | None = None
     """The environment variable a joining program reads it from (``daemon_join.h``), if any."""
+    default: Any = None
+    """The value that unset stands for, where one value does (a promise of 0, a cap of 1); None
+    where unset is worked out from elsewhere (:attr:`unset` says from what)."""
 
     @property
     def flag(self) -> str:
@@ -62,6 +67,8 @@ class Setting:
         if self.kind == "number":
             low, high = self.bounds or (0, 0)
             return f"a number of {self.unit} from {low:,} to {high:,}"
+        if self.kind == "fraction":
+            return "a fraction from 0 to 1"
         return "one of " + ", ".join(self.choices)
 
     def parse(self, value: Any) -> Any:
@@ -71,6 +78,11 @@ class Setting:
         if value is None or (isinstance(value, str) and value.strip().lower() == UNSET_WORD):
             return None
         return _PARSERS[self.kind](self, value)
+
+    def or_default(self, value: Any) -> Any:
+        """``value``, parsed, else the value unset stands for (:attr:`default`)."""
+        parsed = self.parse(value)
+        return self.default if parsed is None else parsed
 
     def checked(self, value: Any, label: str | None = None) -> Any:
         """:meth:`parse`, its reason a :class:`UsageError` (prefixed ``label:`` when given: the
@@ -123,10 +135,24 @@ def _number(setting: Setting, value: Any) -> float:
     return number
 
 
+def _fraction(setting: Setting, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{setting.name} is not a number (got {value!r})")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{setting.name} is not a number (got {value!r})") from None
+    problem = share_problem(setting.name, number)
+    if problem is not None:
+        raise ValueError(problem)
+    return number
+
+
 _PARSERS: dict[str, Callable[[Setting, Any], Any]] = {
     "size": _size,
     "choice": _choice,
     "number": _number,
+    "fraction": _fraction,
 }
 
 MEMORY_LIMIT = Setting(
@@ -228,6 +254,25 @@ HP_CONTEXT = Setting(
     unset="for `orion up`, mps (every client under MPS); for `orion run --hp`, the daemon's",
     variable="ORION_HP_CONTEXT",
 )
+MIN_UTIL = Setting(
+    name="min_util",
+    kind="fraction",
+    help="The share of GPU time promised to the client whenever it has work, over the quota "
+    "window (the daemon must enforce shares: `orion up --shares`, or policy quota); the "
+    "promises of one GPU's clients add up to at most 1.",
+    unset="0 (nothing promised)",
+    variable="ORION_MIN_UTIL",
+    default=NO_PROMISE,
+)
+MAX_UTIL = Setting(
+    name="max_util",
+    kind="fraction",
+    help="The share of GPU time the client never exceeds over the quota window (where the "
+    "daemon enforces shares); at least its min_util.",
+    unset="1 (no cap)",
+    variable="ORION_MAX_UTIL",
+    default=NO_CAP,
+)
 SETTINGS = (
     MEMORY_LIMIT,
     SHARING,
@@ -237,6 +282,8 @@ SETTINGS = (
     BE_GATE_SPACING_US,
     BE_SM_PERCENT,
     HP_CONTEXT,
+    MIN_UTIL,
+    MAX_UTIL,
 )
 
 

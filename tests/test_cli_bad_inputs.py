@@ -331,11 +331,11 @@ BEFORE_THE_MACHINE = [
     ("run --min-util 1.5", [*RUN_BE, "--min-util", "1.5", "--", "true"], "(got 1.5)", 2),
     ("run --min-util -0.1", [*RUN_BE, "--min-util", "-0.1", "--", "true"], "(got -0.1)", 2),
     ("run --min-util nan", [*RUN_BE, "--min-util", "nan", "--", "true"], "(got nan)", 2),
-    ("run --max-util 2", [*RUN_BE, "--max-util", "2", "--", "true"], "--max-util must be", 2),
+    ("run --max-util 2", [*RUN_BE, "--max-util", "2", "--", "true"], "max_util must be", 2),
     (
         "run min above max",
         [*RUN_BE, "--min-util", "0.6", "--max-util", "0.4", "--", "true"],
-        "--min-util 0.6 is above --max-util 0.4",
+        "min_util 0.6 is above max_util 0.4",
         2,
     ),
     (
@@ -459,7 +459,7 @@ BEFORE_THE_MACHINE = [
     (
         "quota min above max",
         ["quota", "{tmp}/no-run", "be", "--min-util", "0.6", "--max-util", "0.4"],
-        "--min-util 0.6 is above --max-util 0.4",
+        "min_util 0.6 is above max_util 0.4",
         2,
     ),
 ]

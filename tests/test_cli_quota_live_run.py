@@ -157,7 +157,7 @@ def test_quota_changes_what_a_live_colocate_runs_daemon_admits(live_colocate: Li
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
     assert lines[0].startswith("error: ")
-    assert "min_util would add up to 1.1 over the clients; at most 1" in lines[0]
+    assert "min_util adds up to 1.1 over the clients; at most 1" in lines[0]
     assert shares("hp") == (0.0, 1.0)  # refused: nothing changed
 
     result = quota(run_dir, "be", "--min-util", "0.5")

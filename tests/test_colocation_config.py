@@ -435,17 +435,17 @@ CASES: list[tuple[str, list[Callable[[dict[str, Any]], None]], list[str]]] = [
     (
         "max_util above 1",
         [edit("clients.1.max_util", 1.5)],
-        ["clients[1].max_util: must be <= 1 (got 1.5)"],
+        ["clients[1].max_util: max_util must be between 0 and 1 (got 1.5)"],
     ),
     (
         "min_util negative",
         [edit("clients.1.min_util", -0.1)],
-        ["clients[1].min_util: must be >= 0 (got -0.1)"],
+        ["clients[1].min_util: min_util must be between 0 and 1 (got -0.1)"],
     ),
     (
         "max_util below min_util",
         [edit("clients.1.min_util", 0.5), edit("clients.1.max_util", 0.3)],
-        ["clients[1].min_util: 0.5 is above its max_util 0.3"],
+        ["clients[1]: min_util 0.5 is above max_util 0.3"],
     ),
     (
         "min_util adding up above 1",

@@ -208,7 +208,7 @@ def test_quota_changes_a_daemon_clients_limits_by_name(tmp_path, monkeypatch):
         result = CliRunner().invoke(app, ["quota", folder, "trainer", "--memory-limit", "2GiB"])
         assert result.exit_code == 0, result.output
         result = CliRunner().invoke(app, ["quota", folder, "trainer", "--min-util", "0.6"])
-        assert result.exit_code == 1 and "add up to 1.1" in result.output
+        assert result.exit_code == 1 and "adds up to 1.1" in result.output
         result = CliRunner().invoke(app, ["quota", folder, "trainer", "--max-util", "0.3"])
         assert result.exit_code == 0, result.output
         (_first, trainer) = daemon.status()["clients"]

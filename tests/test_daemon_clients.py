@@ -139,7 +139,7 @@ def test_promises_over_the_whole_gpu_are_refused(tmp_path):
     daemon = RunningDaemon(tmp_path / "gpu0", shares=True)
     try:
         daemon.join("be", "first", min_util=0.7)
-        with pytest.raises(OrionError, match=r"over what is left unpromised on this GPU \(0.3"):
+        with pytest.raises(OrionError, match=r"\(0.3 is left unpromised on this GPU"):
             daemon.join("be", "second", min_util=0.5)
         daemon.join("be", "second", min_util=0.3)
     finally:

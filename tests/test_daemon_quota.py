@@ -36,7 +36,7 @@ def test_a_share_raised_with_quota_is_what_admission_counts(daemon):
     raised = quota(daemon, "first", "--min-util", "0.9")
     assert raised.exit_code == 0, raised.output
     assert "first: min_util 0.1 -> 0.9" in raised.output
-    with pytest.raises(OrionError, match="over what is left unpromised on this GPU"):
+    with pytest.raises(OrionError, match="is left unpromised on this GPU"):
         daemon.join("be", "second", min_util=0.5)
     lowered = quota(daemon, "first", "--min-util", "0.2")
     assert lowered.exit_code == 0, lowered.output
@@ -53,7 +53,7 @@ def test_a_share_over_what_the_others_leave_is_refused_in_one_line(daemon):
     daemon.join("be", "second", min_util=0.4)
     result = quota(daemon, "first", "--min-util", "0.7")
     assert result.exit_code == 1
-    assert "min_util would add up to 1.1 over the clients; at most 1" in result.output
+    assert "min_util adds up to 1.1 over the clients; at most 1" in result.output
     assert [c["min_util"] for c in daemon.status()["clients"]] == [0.5, 0.4]  # nothing changed
 
 

@@ -8,6 +8,7 @@ table all come from the one declaration, parse a value alike, and spell "unset" 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -176,5 +177,5 @@ def test_the_native_join_reads_every_declared_join_variable_by_its_declared_name
     source = (REPO / "scheduler_core" / "native" / "daemon_join.cpp").read_text()
     declared = [setting.variable for setting in SETTINGS if setting.variable is not None]
     assert declared  # memory_limit and hp_context at least
-    for variable in declared:
-        assert f'environment("{variable}")' in source, variable
+    for variable in declared:  # read as text (environment) or as a number (number_field)
+        assert re.search(rf'\b(environment|number_field)\("{variable}"', source), variable

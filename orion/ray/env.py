@@ -30,7 +30,7 @@ from typing import Any
 from orion_common.errors import UsageError
 from orion_daemon.admission import ROLES, JoinRequest, check_request
 from orion_daemon.joining import join_variables
-from scheduler_core.settings import HP_CONTEXT, MEMORY_LIMIT
+from scheduler_core.settings import HP_CONTEXT, MAX_UTIL, MEMORY_LIMIT, MIN_UTIL
 
 
 def preload_path() -> str:
@@ -81,8 +81,8 @@ def runtime_env(
         profile=profile,
         memory_limit=limit,
         memory_fraction=fraction,
-        min_util=0.0 if min_util is None else float(min_util),
-        max_util=1.0 if max_util is None else float(max_util),
+        min_util=MIN_UTIL.or_default(MIN_UTIL.checked(min_util)),
+        max_util=MAX_UTIL.or_default(MAX_UTIL.checked(max_util)),
         latency_target_ms=latency_target_ms,
         hp_context=HP_CONTEXT.checked(hp_context, "hp_context"),
     )
