@@ -13,7 +13,7 @@ from typing import Any
 
 from orion_common.errors import OrionError, UsageError
 from orion_common.sizes import format_size
-from scheduler_core.settings import HP_CONTEXT, MAX_UTIL, MEMORY_LIMIT, MIN_UTIL
+from scheduler_core.settings import HP_CONTEXT, MAX_UTIL, MEMORY_LIMIT, MIN_UTIL, Setting
 from scheduler_core.shares import promises_problem, shares_problem
 
 ROLES = ("hp", "be")
@@ -62,6 +62,12 @@ class JoinRequest:
                 raise OrionError(f"join: {key} must be a number (got {value!r})")
             return float(value)
 
+        def share(setting: Setting) -> float:
+            try:
+                return setting.or_default(number(setting.name, None))
+            except ValueError as error:
+                raise OrionError(f"join: {error}") from None
+
         command = message.get("command", [])
         if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise OrionError("join: command must be a list of strings")
@@ -89,8 +95,8 @@ class JoinRequest:
             profile=profile,
             memory_limit=limit,
             memory_fraction=number("memory_fraction", None),
-            min_util=MIN_UTIL.or_default(number("min_util", None)),
-            max_util=MAX_UTIL.or_default(number("max_util", None)),
+            min_util=share(MIN_UTIL),
+            max_util=share(MAX_UTIL),
             latency_target_ms=number("latency_target_ms", None),
             strict=strict,
             parent=parent or None,

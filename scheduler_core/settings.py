@@ -124,11 +124,17 @@ def _choice(setting: Setting, value: Any) -> str:
     return str(value)
 
 
-def _number(setting: Setting, value: Any) -> float:
+def _as_float(setting: Setting, value: Any) -> float:
+    if isinstance(value, bool):  # float(True) is 1.0: a file's true is no number
+        raise ValueError(f"{setting.name} is not a number (got {value!r})")
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{setting.name} is not a number (got {value!r})") from None
+
+
+def _number(setting: Setting, value: Any) -> float:
+    number = _as_float(setting, value)
     low, high = setting.bounds or (0, 0)
     if not (math.isfinite(number) and low <= number <= high):
         raise ValueError(f"{setting.name} must be {low:,} to {high:,} {setting.unit} (got {value})")
@@ -136,12 +142,7 @@ def _number(setting: Setting, value: Any) -> float:
 
 
 def _fraction(setting: Setting, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{setting.name} is not a number (got {value!r})")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{setting.name} is not a number (got {value!r})") from None
+    number = _as_float(setting, value)
     problem = share_problem(setting.name, number)
     if problem is not None:
         raise ValueError(problem)

@@ -26,12 +26,15 @@ from scheduler_core.settings import (
     BE_GATE_SPACING_US,
     HP_CONTEXT,
     HP_QUIET_US,
+    MAX_UTIL,
     MEMORY_LIMIT,
+    MIN_UTIL,
     SETTINGS,
     SHARING,
     UNSET_WORD,
     markdown_table,
 )
+from scheduler_core.shares import sets_a_share, shares_problem
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS_DOC = REPO / "docs" / "commands.md"
@@ -60,6 +63,10 @@ def option_help(command: str, flag: str) -> str:
         ("up", BE_GATE_SPACING_US),
         ("up", HP_CONTEXT),
         ("run", HP_CONTEXT),
+        ("run", MIN_UTIL),
+        ("run", MAX_UTIL),
+        ("quota", MIN_UTIL),
+        ("quota", MAX_UTIL),
     ],
 )
 def test_each_cli_option_takes_its_flag_and_help_from_the_declaration(command, setting):
@@ -119,6 +126,50 @@ def test_the_join_variable_and_the_schema_fields_are_the_declarations():
         JoinRequest.from_message({"role": "hp", "name": "c", "hp_context": "apart"})
     assert ClientConfig.model_fields[MEMORY_LIMIT.name].description == MEMORY_LIMIT.help
     assert RunConfig.model_fields[SHARING.name].description == SHARING.help
+
+
+@pytest.mark.parametrize(
+    ("shares", "reason"),
+    [
+        ({"min_util": 0.6, "max_util": 0.4}, "min_util 0.6 is above max_util 0.4"),
+        ({"max_util": 1.5}, "max_util must be between 0 and 1 (got 1.5)"),
+        ({"min_util": -0.2}, "min_util must be between 0 and 1 (got -0.2)"),
+    ],
+)
+def test_shares_that_cannot_hold_are_refused_with_one_reason_at_every_entry_point(shares, reason):
+    assert shares_problem(shares.get("min_util", 0.0), shares.get("max_util", 1.0)) == reason
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        _jobs_with(shares)
+    with pytest.raises(UsageError, match=re.escape(reason)):
+        runtime_env("be", **shares)  # orion.ray
+    with pytest.raises(OrionError, match=re.escape(reason)):  # the join message, as the
+        # library's join sends ORION_MIN_UTIL / ORION_MAX_UTIL
+        check_request(JoinRequest.from_message({"role": "be", "name": "c", **shares}))
+    flags = [
+        word for key, value in shares.items() for word in (f"--{key.replace('_', '-')}", str(value))
+    ]
+    ran = CliRunner().invoke(app, ["run", "--be", *flags, "--", "true"])
+    assert ran.exit_code == 2
+    assert reason in " ".join(ran.output.split())
+
+
+def _jobs_with(shares: dict) -> None:
+    """Validates a jobs file whose one client has ``shares`` (a promise above its cap is a rule
+    across fields: said by the whole file's validation)."""
+    from colocation.jobs_schema import JobsConfig
+
+    client = jobs_client().model_dump() | shares | {"role": "be"}
+    JobsConfig.model_validate({"run": {"policy": "quota"}, "clients": [client]})
+
+
+def test_an_unset_share_is_its_declared_default_on_every_path():
+    assert (MIN_UTIL.or_default(None), MAX_UTIL.or_default(UNSET_WORD)) == (0.0, 1.0)
+    assert (jobs_client().min_util, jobs_client().max_util) == (0.0, 1.0)
+    joined = JoinRequest.from_message({"role": "be", "name": "c"})
+    assert (joined.min_util, joined.max_util) == (MIN_UTIL.default, MAX_UTIL.default)
+    assert not sets_a_share(joined.min_util, joined.max_util)
+    variables = runtime_env("be")["env_vars"]  # nothing to say: no variable for a default
+    assert MIN_UTIL.variable not in variables and MAX_UTIL.variable not in variables
 
 
 @pytest.mark.parametrize("mode", ["mig", "MPS"])
