@@ -4,6 +4,7 @@ writes its pid file, quits on `quit`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -284,12 +285,24 @@ def mps_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings):
     """A daemon process of ``--sharing mps`` for GPU 0, its MPS control the stand-in above."""
     from daemon_harness import RunningDaemon
 
+    class MpsDaemonProcess(RunningDaemon):
+        def close(self) -> None:
+            """Stops the daemon, then the MPS control daemon it left running: the clients the
+            test joined are still registered (the test process joined them and lives on), and
+            a daemon stopped beside live clients leaves MPS to them (orion_daemon.mps)."""
+            super().close()
+            for pid_file in self.folder.glob(f"mps-*/mps/pipe/{PID_FILE}"):
+                with contextlib.suppress(OSError, ValueError):
+                    pid = int(pid_file.read_text().strip())
+                    (pid_file.parent / "quit").touch()  # the stand-in's `quit`
+                    wait_for(lambda pid=pid: not alive(pid), what="the MPS control daemon to quit")
+
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake_control(bin_dir)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ORION_STATE_DIR", str(tmp_path))
-    return RunningDaemon(tmp_path / "gpu0", policy="orion", sharing="mps", **settings)
+    return MpsDaemonProcess(tmp_path / "gpu0", policy="orion", sharing="mps", **settings)
 
 
 def test_each_hp_chooses_its_context_as_it_joins_and_status_says_which(
