@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -184,7 +185,7 @@ def _start(
     )
 
 
-def _stop(daemon: MpsDaemon, environment: dict[str, str], timeout_s: float) -> list[str]:
+def stop(daemon: MpsDaemon, environment: dict[str, str], timeout_s: float) -> list[str]:
     """Quit the daemon and its servers; kill what does not go. Returns notes for the record."""
     notes: list[str] = []
     answer = _control(daemon.control, "get_server_list", environment, 5)
@@ -211,6 +212,31 @@ def _started_anyway(control: Path, pipe_dir: Path, log_dir: Path) -> MpsDaemon |
     return None
 
 
+HANDOVER_MODULE = "orion_daemon.mps_handover"
+"""The module of the process that stops an MPS daemon left to running clients once they exit."""
+
+
+def hand_over(daemon: MpsDaemon, environment: dict[str, str], clients: list[int],
+              temporary: Path | None) -> int:  # fmt: skip
+    """Starts the detached process that stops ``daemon`` once every pid in ``clients`` has
+    exited (then removes ``temporary``, its short pipe folder, if any); its pid."""
+    command = [sys.executable, "-m", HANDOVER_MODULE, "--control", str(daemon.control),
+               "--pipe-dir", str(daemon.pipe_dir), "--log-dir", str(daemon.log_dir),
+               "--mps-pid", str(daemon.pid)]  # fmt: skip
+    if temporary is not None:
+        command += ["--remove", str(temporary)]
+    process = subprocess.Popen(
+        [*command, "--", *map(str, clients)],
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # neither the daemon's Ctrl-C nor its process group reach it
+        close_fds=True,
+    )
+    return process.pid
+
+
 @contextlib.contextmanager
 def private_mps_daemon(
     run_dir: Path,
@@ -219,15 +245,16 @@ def private_mps_daemon(
     start_timeout_s: float = 30.0,
     stop_timeout_s: float = 15.0,
     notes: list[str] | None = None,
-    keep_running: Callable[[], bool] | None = None,
+    keep_running: Callable[[], list[int]] | None = None,
 ) -> Iterator[MpsDaemon]:
     """Run a private MPS control daemon (folders in ``run_dir/mps``) for the block's duration.
 
     Refuses with :class:`OrionError` when ``nvidia-cuda-mps-control`` is missing or does not
     start. Anything worth recording about the shutdown (a daemon that had to be killed) is
-    appended to ``notes``. ``keep_running`` (the daemon's: are clients still attached?) is asked
-    at the end: when true the MPS daemon is left running, since stopping it would take the GPU
-    away from programs that outlive orion's daemon; it serves only its private pipe folder.
+    appended to ``notes``. ``keep_running`` (the daemon's: the pids of clients still running) is
+    asked at the end: when there are any, the MPS daemon is left running, since stopping it would
+    take the GPU away from programs that outlive orion's daemon, and handed to a detached process
+    that stops it once they have all exited (:mod:`orion_daemon.mps_handover`).
     """
     control = control or require_mps_control()
     mps_dir = run_dir / "mps"
@@ -248,13 +275,19 @@ def private_mps_daemon(
             with DeferredSignals():
                 if daemon is None:
                     daemon = _started_anyway(control, pipe_dir, log_dir)
-                if daemon is not None and keep_running is not None and keep_running():
+                clients = keep_running() if daemon is not None and keep_running else []
+                if daemon is not None and clients:
+                    keeper = hand_over(daemon, environment, clients, temporary)
                     if notes is not None:
-                        notes.append(f"MPS daemon (pid {daemon.pid}) left running for its clients")
+                        notes.append(
+                            f"MPS daemon (pid {daemon.pid}) left running for its clients (pids "
+                            f"{', '.join(map(str, clients))}); process {keeper} stops it once "
+                            "they have exited"
+                        )
                     daemon = None
                     temporary = None
                 if daemon is not None:
-                    stop_notes = _stop(daemon, environment, stop_timeout_s)
+                    stop_notes = stop(daemon, environment, stop_timeout_s)
                     if notes is not None:
                         notes.extend(stop_notes)
                 if temporary is not None:

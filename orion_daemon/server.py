@@ -445,7 +445,7 @@ class Daemon:
                 private_mps_daemon(
                     s.mps_folder or self.folder / f"mps-{os.getpid()}",
                     notes=self.notes,
-                    keep_running=self._clients_attached,
+                    keep_running=self._running_client_pids,
                 )
             )
         # Where a client outside any MPS server joins from: every client of a time-sliced daemon,
@@ -485,12 +485,14 @@ class Daemon:
         fixed = self.settings.unknown_duration_ns
         return fixed if fixed is not None else default_unknown_duration_ns(queue_limit_ns)
 
-    def _clients_attached(self) -> bool:
-        """Whether a client process still runs (asked when the daemon stops)."""
-        return any(
-            self._scheduler.client_stats(slot).get("state") in ("attached", "registered")
-            for slot in self.clients
-        )
+    def _running_client_pids(self) -> list[int]:
+        """The processes of the clients still running (asked when the daemon stops)."""
+        pids = []
+        for slot, client in self.clients.items():
+            stats = self._scheduler.client_stats(slot)
+            if stats.get("state") in ("attached", "registered"):
+                pids.append(int(stats.get("pid") or 0) or client.claim_pid)
+        return [pid for pid in pids if pid > 0]
 
     def _started_line(self) -> str:
         s = self.settings

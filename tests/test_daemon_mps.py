@@ -286,11 +286,15 @@ def mps_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings):
     from daemon_harness import RunningDaemon
 
     class MpsDaemonProcess(RunningDaemon):
+        def stop_daemon(self) -> None:
+            """SIGTERM to the daemon alone (what a service manager sends), waited for."""
+            super().close()
+
         def close(self) -> None:
             """Stops the daemon, then the MPS control daemon it left running: the clients the
             test joined are still registered (the test process joined them and lives on), and
             a daemon stopped beside live clients leaves MPS to them (orion_daemon.mps)."""
-            super().close()
+            self.stop_daemon()
             for pid_file in self.folder.glob(f"mps-*/mps/pipe/{PID_FILE}"):
                 with contextlib.suppress(OSError, ValueError):
                     pid = int(pid_file.read_text().strip())
@@ -447,3 +451,51 @@ def test_a_daemon_setting_out_of_its_choices_is_refused_by_its_declaration(
         DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, **{field: value})
     unset = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, be_gate=None, be_graph_gate=None)
     assert (unset.be_gate, unset.be_graph_gate) == ("gpu", "segments")  # time-sliced defaults
+
+
+JOIN_AND_HOLD = """
+import sys
+from pathlib import Path
+from orion_daemon.admission import JoinRequest
+from orion_daemon.joining import join
+join(0, JoinRequest(role="be", name="trainer"), Path(sys.argv[1]))
+print("joined", flush=True)
+sys.stdin.read()  # runs on until the test closes its stdin
+"""
+
+
+def test_an_mps_daemon_left_to_running_clients_is_stopped_once_they_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `orion down` beside a trainer: the trainer keeps its MPS server, and once it has exited
+    # the MPS daemon goes too (left alone it would serve that pipe folder for good).
+    import subprocess
+    import sys
+
+    daemon = mps_daemon(tmp_path, monkeypatch)
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", JOIN_AND_HOLD, str(daemon.folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert trainer.stdout.readline().strip() == "joined"
+        (pid_file,) = daemon.folder.glob(f"mps-*/mps/pipe/{PID_FILE}")
+        control = int(pid_file.read_text())
+        daemon.stop_daemon()
+        assert daemon.process.returncode == 0, daemon.output()  # a clean stop under MPS too
+        assert "orion daemon stopped" in daemon.output()
+        assert "left running for its clients" in daemon.output()
+        assert f"(pids {trainer.pid})" in daemon.output()
+        assert alive(control)  # the trainer still has its MPS daemon
+        trainer.stdin.close()
+        trainer.wait(timeout=30)
+        wait_for(lambda: not alive(control), what="the MPS daemon to be stopped")
+        log = pid_file.parent.parent / "log" / "handover.log"
+        wait_for(log.exists, what="the hand-over's log")
+        assert "clients gone: MPS daemon stopped" in log.read_text()
+    finally:
+        trainer.kill()
+        trainer.wait(timeout=10)
+        daemon.close()
