@@ -246,6 +246,7 @@ def private_mps_daemon(
     stop_timeout_s: float = 15.0,
     notes: list[str] | None = None,
     keep_running: Callable[[], list[int]] | None = None,
+    sigterm_interrupts: bool = True,
 ) -> Iterator[MpsDaemon]:
     """Run a private MPS control daemon (folders in ``run_dir/mps``) for the block's duration.
 
@@ -255,6 +256,10 @@ def private_mps_daemon(
     asked at the end: when there are any, the MPS daemon is left running, since stopping it would
     take the GPU away from programs that outlive orion's daemon, and handed to a detached process
     that stops it once they have all exited (:mod:`orion_daemon.mps_handover`).
+    ``sigterm_interrupts``: SIGTERM raises ``KeyboardInterrupt`` inside the block, so that a run
+    killed with it still stops its MPS daemon; False for a caller that handles SIGTERM itself
+    (the orion daemon stops cleanly on it, and an interrupt raised wherever it happens to be
+    would cut that short).
     """
     control = control or require_mps_control()
     mps_dir = run_dir / "mps"
@@ -266,7 +271,7 @@ def private_mps_daemon(
         "CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir),
         "CUDA_MPS_LOG_DIRECTORY": str(log_dir),
     }
-    with sigterm_as_interrupt():
+    with sigterm_as_interrupt() if sigterm_interrupts else contextlib.nullcontext():
         daemon: MpsDaemon | None = None
         try:
             daemon = _start(control, pipe_dir, log_dir, environment, start_timeout_s)

@@ -446,6 +446,7 @@ class Daemon:
                     s.mps_folder or self.folder / f"mps-{os.getpid()}",
                     notes=self.notes,
                     keep_running=self._running_client_pids,
+                    sigterm_interrupts=False,  # serve() stops cleanly on SIGTERM
                 )
             )
         # Where a client outside any MPS server joins from: every client of a time-sliced daemon,

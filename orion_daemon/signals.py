@@ -28,11 +28,8 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Inside the block SIGTERM raises ``KeyboardInterrupt`` (main thread only; nestable), unless
-    the program already handles SIGTERM its own way: the orion daemon stops cleanly on it (its
-    loop ends, its notes are logged, it exits 0), and a private MPS daemon started inside it
-    must not turn that into an interrupt raised wherever the daemon happens to be."""
-    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """Inside the block SIGTERM raises ``KeyboardInterrupt`` (main thread only; nestable)."""
+    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) is _raise_interrupt:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
