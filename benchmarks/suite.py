@@ -102,6 +102,14 @@ class Program(BaseModel):
     def _a_declared_context(cls, value: str | None) -> str | None:
         return HP_CONTEXT.parse(value)  # its ValueError is pydantic's validation error
 
+    @property
+    def requests_per_s(self) -> float | None:
+        """The arrival rate a service is started with (its ``--rate``); None for a program
+        without one (a trainer)."""
+        if "--rate" not in self.argv[:-1]:
+            return None
+        return float(self.argv[self.argv.index("--rate") + 1])
+
 
 def hp_context_options(program: Program, mode: str) -> list[str]:
     """``--hp-context`` as ``program``'s owner starts it, in a mode that lets each HP choose."""
@@ -251,6 +259,15 @@ def assign(pairs: list[Pair], gpus: list[int], modes: list[str]) -> dict[int, li
     return placed
 
 
+def cell_window(suite: Suite, cell: dict, window_s: float, hp_requests: int) -> float:
+    """The measured seconds of ``cell``: ``window_s``, or longer where its HP needs longer for
+    ``hp_requests`` arrivals at its rate (a judging run's 5,000 requests take an LLM decoder at 20
+    requests/s 250 s, a service at 80/s 62.5 s); a trainer alone keeps ``window_s``."""
+    name = cell["program"] if cell["kind"] == "alone" else cell["hp"]
+    rate = suite.programs[name].requests_per_s if suite.programs[name].role == "hp" else None
+    return max(window_s, hp_requests / rate) if rate else window_s
+
+
 def cells_of(round_: int, pairs: list[Pair], modes: list[str]) -> list[dict]:
     """One GPU's runs in one round: its programs alone, then each pair under each mode, the
     modes' order rotated from round to round (A B C, B C A, ...)."""
@@ -331,7 +348,9 @@ class Worker:
         for done, cell in enumerate(cells, start=1):
             folder = self.args.out / f"round{round_}" / f"gpu{self.gpu}" / cell["id"]
             folder.mkdir(parents=True, exist_ok=True)
-            record = {**cell, "round": round_, "gpu": self.gpu, "window_s": self.args.window}
+            window_s = cell_window(self.suite, cell, self.args.window, self.args.hp_requests)
+            cell = {**cell, "window_s": window_s}
+            record = {**cell, "round": round_, "gpu": self.gpu}
             needed = [cell["program"]] if cell["kind"] == "alone" else [cell["hp"], *cell["be"]]
             skipped = [name for name in needed if name in failed_alone]
             started = time.time()
@@ -435,7 +454,7 @@ class Worker:
                 if state is not None and group[0][0] == "hp" and index + 1 < len(groups):
                     time.sleep(self.args.learn_s)  # the daemon sees the HP alone first
             start = max(ready.values()) + self.args.settle_s
-            end = start + self.args.window
+            end = start + cell["window_s"]
             next_sample = time.time() + self.args.status_every_s / 2
             while time.time() < end:
                 for key, process in processes.items():
@@ -560,6 +579,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--window", type=float, default=30.0, help="measured seconds per run")
     parser.add_argument(
+        "--hp-requests",
+        type=int,
+        default=0,
+        help="each cell's window long enough for this many arrivals of its HP at the HP's "
+        "--rate (a judging run: 5000); 0: --window for every cell",
+    )
+    parser.add_argument(
         "--settle-s",
         type=float,
         default=2.0,
@@ -602,6 +628,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         problems.append("--rounds: at least 1")
     if not (math.isfinite(args.window) and args.window >= 1):
         problems.append("--window: at least 1 second")
+    if args.hp_requests < 0:
+        problems.append("--hp-requests: 0 or more")
     if not (math.isfinite(args.status_every_s) and args.status_every_s >= 0):
         problems.append("--status-every-s: 0 or more seconds")
     if not (math.isfinite(args.learn_s) and args.learn_s >= 0):
@@ -621,7 +649,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-SAME_IN_EVERY_ROUND = ("programs", "pairs", "window_s", "modes", "learn_s")
+SAME_IN_EVERY_ROUND = ("programs", "pairs", "window_s", "hp_requests", "modes", "learn_s")
 """What rounds added to a run later must share with the run's suite.json to be pooled."""
 
 
@@ -631,11 +659,14 @@ def cannot_add_rounds(out: Path, record: dict, rounds: list[int | str]) -> str:
     path = out / "suite.json"
     if path.is_file():
         existing = json.loads(path.read_text())
+        unasked = {"hp_requests": 0}  # a run from before --hp-requests asked for none
+        existing, record = {**unasked, **existing}, {**unasked, **record}
         differ = [k for k in SAME_IN_EVERY_ROUND if existing.get(k) != record.get(k)]
         if differ:
             return (
                 f"{out} holds a run whose {', '.join(differ)} differ from these options; "
-                "add rounds only with the same suite, --window, --modes and --learn-s"
+                "add rounds only with the same suite, --window, --hp-requests, --modes and "
+                "--learn-s"
             )
     taken = [r for r in rounds if any((out / f"round{r}").glob("gpu*/*/cell.json"))]
     if taken:
@@ -749,6 +780,7 @@ def main(argv: list[str] | None = None) -> None:
     record = suite.model_dump()
     record.update(
         window_s=args.window,
+        hp_requests=args.hp_requests,
         modes=args.mode_list,
         learn_s=args.learn_s,
         status_every_s=args.status_every_s,

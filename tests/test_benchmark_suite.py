@@ -168,6 +168,7 @@ def test_a_pair_named_twice_is_refused_before_its_cells_would_collide(tmp_path: 
         (["--rounds", "0"], "--rounds"),
         (["--learn-s", "-1"], "--learn-s"),
         (["--status-every-s", "-1"], "--status-every-s"),
+        (["--hp-requests", "-5"], "--hp-requests"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(
@@ -521,6 +522,10 @@ def test_rounds_are_added_only_to_a_run_of_the_same_options_and_never_over_one(
     assert suite.cannot_add_rounds(out, {**record, "device": {"gpus": {"0": "H"}}}, [1]) == ""
     other = suite.cannot_add_rounds(out, {**record, "window_s": 20.0, "modes": ["mps"]}, [1])
     assert "whose window_s, modes differ" in other
+    # a run from before --hp-requests (none in its suite.json) asked for none
+    assert suite.cannot_add_rounds(out, {**record, "hp_requests": 0}, [1]) == ""
+    longer = suite.cannot_add_rounds(out, {**record, "hp_requests": 5000}, [1])
+    assert "whose hp_requests differ" in longer
 
 
 def test_the_source_digest_follows_the_code_and_nothing_else(tmp_path: Path) -> None:
@@ -599,3 +604,19 @@ def test_the_table_shows_what_orion_status_said_beside_the_p99() -> None:
     assert summary_table({"pairs": [gpu_time_only]})["status_slowdown"].tolist() == [
         "0.99 GPU time"
     ]
+
+
+def test_a_cells_window_holds_the_hp_requests_asked_for_at_the_hps_rate() -> None:
+    # A judging run's 5,000 requests: 250 s of the LLM decoder at 20/s, 62.5 s of a service at
+    # 80/s, and --window where that is longer; a trainer alone keeps --window.
+    programs = suite.load_suite(suite.ROOT / "benchmarks" / "suite.json")
+    decoder = {"kind": "shared", "hp": "llm-decode", "be": ["lm-train"]}
+    assert programs.programs["llm-decode"].requests_per_s == 20.0
+    assert suite.cell_window(programs, decoder, 60.0, 5000) == 250.0
+    resnet_alone = {"kind": "alone", "program": "resnet-graph"}
+    assert suite.cell_window(programs, resnet_alone, 60.0, 5000) == 62.5
+    assert suite.cell_window(programs, resnet_alone, 90.0, 5000) == 90.0
+    assert suite.cell_window(programs, decoder, 30.0, 0) == 30.0  # none asked: --window
+    trainer_alone = {"kind": "alone", "program": "lm-train"}
+    assert programs.programs["lm-train"].requests_per_s is None
+    assert suite.cell_window(programs, trainer_alone, 60.0, 5000) == 60.0
