@@ -71,6 +71,10 @@ ORION_VARIANTS = {
         *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
         *("--hp-quiet-us", "300", "--be-gate-spacing-us", "25"),
     ),
+    "orion-mps-hp-chooses-spacing300": (
+        *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
+        *("--hp-quiet-us", "300", "--be-gate-spacing-us", "300"),
+    ),
     "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
@@ -84,7 +88,12 @@ the HP alone under each mode, against the same program alone without orion. It m
 mode itself costs the HP (the preload library on every launch, the daemon, MPS's own cost), the
 floor under every pair of that HP; so it is shown with the pairs but never scored as one."""
 HP_CHOOSES_MODES = frozenset(
-    {"orion-mps-hp-chooses", "orion-mps-hp-chooses-spacing50", "orion-mps-hp-chooses-spacing25"}
+    {
+        "orion-mps-hp-chooses",
+        "orion-mps-hp-chooses-spacing50",
+        "orion-mps-hp-chooses-spacing25",
+        "orion-mps-hp-chooses-spacing300",
+    }
 )
 """The modes whose HP joins with its program's own ``--hp-context`` (``hp_context`` in the suite
 file), as a service's owner who measured it would start it; elsewhere the daemon's holds."""
@@ -107,6 +116,7 @@ VARIANT_NOTES = {
     "orion-mps-hp-chooses-spacing50": "hp-chooses with BE's gate waits 50 us of its work apart "
     "(so an arriving HP request finds at most that much BE work let through)",
     "orion-mps-hp-chooses-spacing25": "the same, 25 us apart",
+    "orion-mps-hp-chooses-spacing300": "the same, 300 us apart (fewer waits for BE)",
     "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
