@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orion_common import unix_sockets
 from orion_common.errors import OrionError
 from orion_daemon.ownership import check_daemon_peer
 from orion_daemon.protocol import decode, encode, read_line
@@ -69,7 +70,8 @@ def call(
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout_s)
-            connection.connect(str(path))
+            with unix_sockets.reachable(path) as address:
+                connection.connect(address)
             check_daemon_peer(connection, path)  # before a word is sent or believed
             connection.sendall(encode({"op": op, **fields}))
             answer = decode(read_line(connection, received))

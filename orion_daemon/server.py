@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from orion_common import run_format
+from orion_common import run_format, unix_sockets
 from orion_common.atomic_io import write_json_atomic
 from orion_common.context_footprint import context_footprint
 from orion_common.csv_table import CsvTable
@@ -467,7 +467,8 @@ class Daemon:
         socket_path = self.folder / state.SOCKET
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
-        self._listener.bind(str(socket_path))
+        with unix_sockets.reachable(socket_path) as address:  # a deep state folder too
+            self._listener.bind(address)
         os.chmod(socket_path, 0o600)  # the folder is 0700 already; the socket says so too
         self._listener.listen(128)
         self._listener.setblocking(False)

@@ -5,6 +5,7 @@
 #include "daemon_join.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -467,18 +468,31 @@ std::string ask_daemon(const std::string& folder, const std::string& device,
     check_folder(parent_of(folder));
     check_folder(folder);
     const std::string path = folder + "/daemon.sock";
+    struct Closer {
+        int fd;
+        ~Closer() {
+            if (fd >= 0) close(fd);
+        }
+    };
+    // A socket's address holds 107 bytes of path; a deeper state folder is reached through a
+    // descriptor of it (/proc/self/fd/N/daemon.sock names the same file), as the daemon binds it
+    // (orion_common/unix_sockets.py).
+    Closer folder_fd{-1};
+    std::string address_path = path;
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     if (path.size() >= sizeof address.sun_path) {
-        throw JoinFailure{"the daemon's socket path is too long for a Unix socket: " + path};
+        folder_fd.fd = open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (folder_fd.fd < 0) {
+            throw JoinFailure{"no orion daemon runs for GPU " + device + " (state folder " +
+                              folder + ": " + std::strerror(errno) + "); start one with `orion up`"};
+        }
+        address_path = "/proc/self/fd/" + std::to_string(folder_fd.fd) + "/daemon.sock";
     }
-    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    std::memcpy(address.sun_path, address_path.c_str(), address_path.size() + 1);
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw JoinFailure{std::string("cannot open a socket: ") + std::strerror(errno)};
-    struct Closer {
-        int fd;
-        ~Closer() { close(fd); }
-    } closer{fd};
+    Closer closer{fd};
     timeval timeout{kReplyTimeoutS, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
