@@ -5,10 +5,10 @@ quitting it would take the GPU from programs that outlive orion's daemon (``orio
 trainer mid-epoch). Left alone it would run on after them, for good: a process, its servers and
 their GPU contexts, and a pipe folder every later program started with that folder would join.
 So the daemon hands it over, as it stops, to a small detached process of this module
-(:func:`orion_daemon.mps.hand_over` starts it) that waits
-for those clients to exit (on their pidfds: no polling where the kernel has them) and then stops
-the MPS daemon as the daemon itself would have (:func:`orion_daemon.mps.stop`), removing its short
-pipe folder if it had one. It needs no GPU and imports nothing that would reach the driver.
+(:func:`orion_daemon.mps.hand_over` starts it) that waits for those clients to exit (on their
+pidfds: no polling where the kernel has them) and then stops the MPS daemon as the daemon itself
+would have (:func:`orion_daemon.mps.stop`), removing its short pipe folder if it had one. It
+needs no GPU and imports nothing that would reach the driver.
 """
 
 from __future__ import annotations
