@@ -620,3 +620,25 @@ def test_a_cells_window_holds_the_hp_requests_asked_for_at_the_hps_rate() -> Non
     trainer_alone = {"kind": "alone", "program": "lm-train"}
     assert programs.programs["lm-train"].requests_per_s is None
     assert suite.cell_window(programs, trainer_alone, 60.0, 5000) == 60.0
+
+
+def test_what_status_showed_is_set_beside_the_measured_p99_by_the_agreement_rule(tmp_path):
+    # A committed suite run: its six cells, each felt slowdown and service ratio judged against
+    # the p99 ratio by the one 20% rule; an HP alone or a failed cell is never a row.
+    import status_vs_p99
+
+    run = suite.ROOT / "benchmarks" / "results" / "nvidia-h200" / "hp-own-gate-spacing"
+    cells = status_vs_p99.cells_of(run)
+    assert len(cells) == 6 and {c.pair for c in cells} == {
+        "resnet-graph+resnet-train",
+        "resnet-graph+jax-train",
+    }
+    assert status_vs_p99.agrees(1.35, 1.18) and not status_vs_p99.agrees(1.04, 1.54)
+    assert not status_vs_p99.agrees(None, 1.0)
+    spaced = status_vs_p99.cells_of(run, "orion-mps-hp-chooses-spacing25")
+    assert sorted(c.p99_ratio for c in spaced) == [1.1569, 1.1841]  # only that mode's cells
+    text = status_vs_p99.markdown(cells)
+    agreeing = sum(status_vs_p99.agrees(c.felt_shown, c.p99_ratio) for c in cells)
+    assert f"within 20% of the p99 ratio: {agreeing} of 6 cells" in text
+    with pytest.raises(SystemExit, match=r"no summary\.json"):
+        status_vs_p99.main([str(tmp_path)])
