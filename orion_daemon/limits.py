@@ -64,6 +64,17 @@ def shares_enforced(policy: str, shares: bool) -> bool:
     return shares or policy == "quota"
 
 
+def unenforced_shares_refusal(policy: str, shares: bool) -> OrionError | None:
+    """Why a client of a daemon of ``policy`` (started with GPU-time shares or not) can have no
+    share, asked as it joins or with `orion quota`; None where the daemon enforces them."""
+    if shares_enforced(policy, shares):
+        return None
+    return OrionError(
+        "this daemon enforces no GPU-time shares (--min-util / --max-util)",
+        hint="start it with `orion up --shares`",
+    )
+
+
 def apply_change(
     message: dict[str, Any],
     clients: Iterable[Client],
@@ -87,11 +98,9 @@ def apply_change(
     limit = _memory_limit(message, gpu_memory_bytes, context_bytes)
     min_util, max_util = _share(message, MIN_UTIL), _share(message, MAX_UTIL)
     if min_util is not None or max_util is not None:
-        if not shares_enforced(policy, shares):
-            raise OrionError(
-                "this daemon enforces no GPU-time shares (--min-util / --max-util)",
-                hint="start it with `orion up --shares`",
-            )
+        refusal = unenforced_shares_refusal(policy, shares)
+        if refusal is not None:
+            raise refusal
         if client.role == "hp" and policy != "quota":
             raise OrionError(
                 f"policy {policy!r} never holds HP work back; GPU-time shares apply to BE "

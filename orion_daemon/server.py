@@ -48,7 +48,7 @@ from orion_daemon import latency_control, state
 from orion_daemon.admission import JoinRequest, LiveClient, check_join, memory_limit
 from orion_daemon.background import Heartbeat, RecordWriter
 from orion_daemon.connections import ConnectionServer
-from orion_daemon.limits import apply_change
+from orion_daemon.limits import apply_change, unenforced_shares_refusal
 from orion_daemon.lock import already_running, folder_lock, gpu_claim
 from orion_daemon.metrics import REQUEST_OPS, MetricsAddress, parse_address
 from orion_daemon.mps import MPS_BE_PRIORITY, MPS_CLIENT_PRIORITY, MPS_THREAD_PERCENTAGE
@@ -723,11 +723,11 @@ class Daemon:
         check_join(request, live, self.settings.memory_bytes, self.context_bytes)
         if self.settings.owner is not None and request.name not in self._recorded_names():
             raise state.owned_refusal(self._record())
-        if sets_a_share(request.min_util, request.max_util) and not self.settings.shares:
-            raise OrionError(
-                "this daemon enforces no GPU-time shares (--min-util / --max-util)",
-                hint="start it with `orion up --shares`",
-            )
+        if sets_a_share(request.min_util, request.max_util):
+            # policy quota grants GPU time by the shares whether --shares was given or not
+            refusal = unenforced_shares_refusal(self.settings.policy, self.settings.shares)
+            if refusal is not None:
+                raise refusal
         if len(self.clients) >= self._max_clients():  # as SchedulerRun.add_client says it
             raise OrionError(
                 f"cannot add client {request.name!r}: all {self._max_clients()} client slots "

@@ -135,6 +135,18 @@ def test_limits_that_cannot_hold_are_refused(daemon, fields, message):
     assert daemon.names() == []
 
 
+def test_a_quota_daemon_takes_a_share_as_it_joins_without_being_asked_for_shares(tmp_path):
+    # `orion up --policy quota` grants GPU time by the shares (no --shares needed, as `orion
+    # quota` on its clients already knew): `orion run --be --min-util 0.3` joins it.
+    daemon = RunningDaemon(tmp_path / "gpu0", policy="quota")
+    try:
+        daemon.join("be", "promised", min_util=0.3, max_util=0.6)
+        (client,) = daemon.status()["clients"]
+        assert (client["min_util"], client["max_util"]) == (0.3, 0.6)
+    finally:
+        daemon.close()
+
+
 def test_promises_over_the_whole_gpu_are_refused(tmp_path):
     daemon = RunningDaemon(tmp_path / "gpu0", shares=True)
     try:
