@@ -282,12 +282,15 @@ def private_mps_daemon(
                     daemon = _started_anyway(control, pipe_dir, log_dir)
                 clients = keep_running() if daemon is not None and keep_running else []
                 if daemon is not None and clients:
-                    keeper = hand_over(daemon, environment, clients, temporary)
+                    pids = ", ".join(map(str, clients))
+                    try:
+                        keeper = f"process {hand_over(daemon, environment, clients, temporary)}"
+                    except OSError as error:  # left as before: running until someone quits it
+                        keeper = f"nothing ({error.strerror or error}: quit it by hand)"
                     if notes is not None:
                         notes.append(
                             f"MPS daemon (pid {daemon.pid}) left running for its clients (pids "
-                            f"{', '.join(map(str, clients))}); process {keeper} stops it once "
-                            "they have exited"
+                            f"{pids}); {keeper} stops it once they have exited"
                         )
                     daemon = None
                     temporary = None
