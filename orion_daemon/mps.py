@@ -282,16 +282,21 @@ def private_mps_daemon(
                     daemon = _started_anyway(control, pipe_dir, log_dir)
                 clients = keep_running() if daemon is not None and keep_running else []
                 if daemon is not None and clients:
-                    pids = ", ".join(map(str, clients))
+                    left = (
+                        f"MPS daemon (pid {daemon.pid}) left running for its clients (pids "
+                        f"{', '.join(map(str, clients))})"
+                    )
                     try:
-                        keeper = f"process {hand_over(daemon, environment, clients, temporary)}"
-                    except OSError as error:  # left as before: running until someone quits it
-                        keeper = f"nothing ({error.strerror or error}: quit it by hand)"
-                    if notes is not None:
-                        notes.append(
-                            f"MPS daemon (pid {daemon.pid}) left running for its clients (pids "
-                            f"{pids}); {keeper} stops it once they have exited"
+                        keeper = hand_over(daemon, environment, clients, temporary)
+                        left += f"; process {keeper} stops it once they have exited"
+                    except OSError as error:  # running until someone quits it, as before
+                        left += (
+                            f"; nothing will stop it (the hand-over did not start: "
+                            f"{error.strerror or error}): `echo quit | CUDA_MPS_PIPE_DIRECTORY="
+                            f"{daemon.pipe_dir} nvidia-cuda-mps-control` once they are done"
                         )
+                    if notes is not None:
+                        notes.append(left)
                     daemon = None
                     temporary = None
                 if daemon is not None:
