@@ -67,6 +67,33 @@ def test_daemon_runs_in_the_run_folder_and_is_stopped(tmp_path: Path) -> None:
     assert not alive(daemon.pid)
 
 
+def test_an_mps_daemon_left_without_a_hand_over_says_how_to_quit_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Clients still run and no process can be started to stop MPS after them (out of pids):
+    # the MPS daemon is left to them as before, and the note says how to quit it by hand.
+    def cannot_start(*args: object) -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(mps, "hand_over", cannot_start)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    notes: list[str] = []
+    with private_mps_daemon(
+        run_dir, control=fake_control(tmp_path), notes=notes, keep_running=lambda: [os.getpid()]
+    ) as daemon:
+        pass
+    try:
+        assert alive(daemon.pid)
+        (note,) = notes
+        assert f"left running for its clients (pids {os.getpid()})" in note
+        assert "nothing will stop it (the hand-over did not start: Resource temporarily" in note
+        assert f"CUDA_MPS_PIPE_DIRECTORY={daemon.pipe_dir} nvidia-cuda-mps-control" in note
+    finally:
+        (daemon.pipe_dir / "quit").touch()  # the stand-in's quit
+        wait_for(lambda: not alive(daemon.pid), what="the MPS control daemon to quit")
+
+
 def test_daemon_is_stopped_on_ctrl_c(tmp_path: Path) -> None:
     pids = []
     with (
