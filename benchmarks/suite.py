@@ -110,6 +110,16 @@ class Program(BaseModel):
             return None
         return float(self.argv[self.argv.index("--rate") + 1])
 
+    @model_validator(mode="after")
+    def _a_rate_is_a_rate(self) -> Program:
+        try:
+            rate = self.requests_per_s
+        except ValueError:
+            rate = float("nan")
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"--rate in {self.argv} is not a positive number of requests/s")
+        return self
+
 
 def hp_context_options(program: Program, mode: str) -> list[str]:
     """``--hp-context`` as ``program``'s owner starts it, in a mode that lets each HP choose."""

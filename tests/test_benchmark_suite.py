@@ -617,6 +617,8 @@ def test_a_cells_window_holds_the_hp_requests_asked_for_at_the_hps_rate() -> Non
     assert suite.cell_window(programs, resnet_alone, 60.0, 5000) == 62.5
     assert suite.cell_window(programs, resnet_alone, 90.0, 5000) == 90.0
     assert suite.cell_window(programs, decoder, 30.0, 0) == 30.0  # none asked: --window
+    with pytest.raises(ValueError, match="is not a positive number of requests/s"):
+        suite.Program(role="hp", argv=["serve_llm.py", "--rate", "fast"])
     trainer_alone = {"kind": "alone", "program": "lm-train"}
     assert programs.programs["lm-train"].requests_per_s is None
     assert suite.cell_window(programs, trainer_alone, 60.0, 5000) == 60.0
