@@ -518,7 +518,7 @@ def test_an_mps_daemon_left_to_running_clients_is_stopped_once_they_exit(
         assert alive(control)  # the trainer still has its MPS daemon
         trainer.stdin.close()
         trainer.wait(timeout=30)
-        wait_for(lambda: not alive(control), what="the MPS daemon to be stopped")
+        wait_for(lambda: not alive(control), timeout_s=60, what="the MPS daemon to be stopped")
         log = pid_file.parent.parent / "log" / "handover.log"
         wait_for(log.exists, what="the hand-over's log")
         assert "clients gone: MPS daemon stopped" in log.read_text()
