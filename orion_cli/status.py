@@ -63,18 +63,32 @@ def _sources(client: dict[str, Any]) -> str:
     return " / ".join(f"{shares[source]:.0%}" for source in ("offline", "online", "unknown"))
 
 
+def _requests(client: dict[str, Any]) -> str:
+    """An HP's requests timed whole against its requests alone ("" when none were timed)."""
+    mean = client.get("request_slowdown")
+    if mean is None:
+        return "requests: none alone yet to compare with" if client.get("requests_timed") else ""
+    over_alone = client.get("request_p99_over_alone")
+    return f"requests {mean:.2f}x" + (
+        f" (p99 {over_alone:.2f}x of alone)" if over_alone is not None else ""
+    )
+
+
 def _slowdown(client: dict[str, Any]) -> str:
-    """As the program feels it where measured (waiting for the GPU included), else GPU time."""
+    """As the program feels it where measured (whole requests, launches waiting for the GPU
+    included), else GPU time."""
     felt = client.get("felt_slowdown")
-    if felt is not None:
-        p99 = client.get("felt_p99")
-        start = client.get("start_felt_slowdown")
-        return (
-            f"{felt:.2f}x felt"
-            + (f", p99 >= {p99:g}x" if p99 and p99 > 1 else "")
-            + (f"; request starts {start:.2f}x" if start is not None else "")
-        )
-    return "-" if client["interference"] is None else f"{client['interference']:.2f}x"
+    if felt is None:
+        gpu_time = "-" if client["interference"] is None else f"{client['interference']:.2f}x"
+        return _requests(client) or gpu_time
+    p99 = client.get("felt_p99")
+    start = client.get("start_felt_slowdown")
+    launches = (
+        f"{felt:.2f}x felt"
+        + (f", p99 >= {p99:g}x" if p99 and p99 > 1 else "")
+        + (f"; request starts {start:.2f}x" if start is not None else "")
+    )
+    return "; ".join(part for part in (_requests(client), launches) if part)
 
 
 def status_table(status: dict[str, Any]) -> Table:

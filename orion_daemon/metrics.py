@@ -353,4 +353,11 @@ def _client_families(gpu: str, clients: list[dict[str, Any]]) -> list[Any]:
             "p99 of its launches that ran alone since it joined (`orion status`'s "
             "felt_p99_over_alone: the tail against its own scatter without BE).",
             c, c.get("felt_p99_over_alone"))  # fmt: skip
+        add(gauge, "orion_client_request_slowdown_ratio", "An HP's requests timed whole (first "
+            "launch call to the end of the last kernel) over its requests alone, over the last "
+            "seconds (`orion status`'s request_slowdown).",
+            c, c.get("request_slowdown"))  # fmt: skip
+        add(gauge, "orion_client_request_p99_over_alone_ratio", "The p99 of its requests' ratios "
+            "over the same of its requests alone (`orion status`'s request_p99_over_alone).",
+            c, c.get("request_p99_over_alone"))  # fmt: skip
     return list(made.values())

@@ -36,6 +36,16 @@ HELD_REASONS = (
 """Reasons a BE launch waited (the library counts each blocked launch once per reason)."""
 
 
+REQUEST_FIGURES = (
+    "requests_timed",
+    "request_slowdown",
+    "request_p99",
+    "request_alone_p99",
+    "request_p99_over_alone",
+)
+"""The status fields of an HP's requests timed whole (request_figures); None for a BE client."""
+
+
 @dataclass(frozen=True)
 class ClientSample:
     """One reading of the counters rates are taken from: launches (launches per second), the
@@ -57,6 +67,13 @@ class ClientSample:
     start_felt_expected_ns: int = 0
     start_felt_samples: int = 0
     start_felt_slower: tuple[int, ...] = ()
+    requests_timed: int = 0  # an HP's requests timed whole (layout 22)
+    request_ns: int = 0  # of those compared with its requests alone: their time and reference
+    request_expected_ns: int = 0
+    request_samples: int = 0
+    request_slower: tuple[int, ...] = ()
+    request_alone_samples: int = 0
+    request_alone_slower: tuple[int, ...] = ()
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
@@ -75,6 +92,13 @@ class ClientSample:
             start_felt_expected_ns=int(stats.get("start_felt_expected_ns", 0)),
             start_felt_samples=int(stats.get("start_felt_samples", 0)),
             start_felt_slower=tuple(int(n) for n in stats.get("start_felt_slower", ())),
+            requests_timed=int(stats.get("requests_timed", 0)),
+            request_ns=int(stats.get("request_ns", 0)),
+            request_expected_ns=int(stats.get("request_expected_ns", 0)),
+            request_samples=int(stats.get("request_samples", 0)),
+            request_slower=tuple(int(n) for n in stats.get("request_slower", ())),
+            request_alone_samples=int(stats.get("request_alone_samples", 0)),
+            request_alone_slower=tuple(int(n) for n in stats.get("request_alone_slower", ())),
         )
 
 
@@ -178,15 +202,52 @@ def _alone_tail(samples: list[ClientSample]) -> dict[float, float] | None:
     return felt_tail(last.felt_alone_samples, last.felt_alone_slower)
 
 
+def _p99_over_alone(
+    recent_tail: dict[float, float] | None, alone_tail: dict[float, float] | None
+) -> tuple[float | None, float | None]:
+    """(the p99 of a tail alone, a recent tail's p99 over it), both interpolated
+    (tail_quantile); the ratio None without both."""
+    alone = tail_quantile(alone_tail)
+    recent = tail_quantile(recent_tail)
+    if alone is None or recent is None:
+        return alone, None
+    return alone, recent / alone
+
+
 def felt_p99_over_alone(samples: list[ClientSample]) -> tuple[float | None, float | None]:
     """(the p99 of the HP's felt launches alone, the recent felt p99 over it): a tail read
     against the HP's own scatter without BE, not against 1.0 (tail_quantile, interpolated).
     Measured to be read beside the p99 ratio; the latency loop does not act on it."""
-    alone = tail_quantile(_alone_tail(samples))
-    recent = tail_quantile(_felt_tail(samples))
-    if alone is None or recent is None:
-        return alone, None
-    return alone, recent / alone
+    return _p99_over_alone(_felt_tail(samples), _alone_tail(samples))
+
+
+def request_figures(samples: list[ClientSample]) -> dict[str, Any]:
+    """An HP's requests timed whole (first launch call to the end of its last kernel, against
+    the median of its requests alone; request_timer.h), over the samples kept: their mean
+    slowdown, the p99 of their ratios from below (felt_p99), and that p99 interpolated over the
+    p99 of its requests alone since it joined (the figure to read beside a measured p99 ratio).
+    None where too few were timed, and all None before a request ran alone (nothing to compare
+    with: ``requests_timed`` then says requests were timed)."""
+    figures: dict[str, Any] = dict.fromkeys(REQUEST_FIGURES)
+    figures["requests_timed"] = samples[-1].requests_timed if samples else 0
+    if len(samples) < 2:
+        return figures
+    first, last = samples[0], samples[-1]
+    mean = interference(
+        last.request_ns - first.request_ns, last.request_expected_ns - first.request_expected_ns
+    )
+    tail = _tail_growth(
+        last.request_samples - first.request_samples, first.request_slower, last.request_slower
+    )
+    alone_tail = felt_tail(last.request_alone_samples, last.request_alone_slower)
+    alone_p99, over_alone = _p99_over_alone(tail, alone_tail)
+    figures.update(
+        request_slowdown=None if mean is None else round(mean, 4),
+        request_p99=felt_p99(tail),
+        request_alone_p99=None if alone_p99 is None else round(alone_p99, 4),
+        request_p99_over_alone=None if over_alone is None else round(over_alone, 4),
+    )
+    return figures
 
 
 def recent_reading(samples: list[ClientSample], period_s: float) -> Reading | None:
@@ -309,6 +370,10 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         # which one felt launch in 64 of an eager HP seldom is. Shown and recorded only.
         "start_felt_slowdown": None if start_mean is None else round(start_mean, 4),
         "start_felt_p99": start_p99,
+        # The HP's requests timed whole, from the first launch call to the end of the last
+        # kernel, against its requests alone (request_figures): what a service's own timing of
+        # its requests would say, queueing before the first launch apart. Shown and recorded.
+        **(request_figures(samples) if client.role == "hp" else dict.fromkeys(REQUEST_FIGURES)),
         "latency_target_ms": client.latency_target_ms,
         "hp_context": client.hp_context,
         "sm_percent": client.sm_percent,

@@ -274,6 +274,10 @@ class PairFigures:
     hp_felt_p99: list[float] = field(default_factory=list)
     hp_felt_p99_over_alone: list[float] = field(default_factory=list)
     hp_start_felt_p99: list[float] = field(default_factory=list)
+    hp_request_slowdown: list[float] = field(default_factory=list)
+    """The HP's requests timed whole by the daemon (``request_slowdown``, and their p99 over
+    alone's, ``request_p99_over_alone``), sample by sample."""
+    hp_request_p99_over_alone: list[float] = field(default_factory=list)
     hp_gpu_ms_per_request: list[float] = field(default_factory=list)
     """The HP's request shape as the daemon last showed it in each round (``request_shape``,
     counted since the HP joined): what suits its ``--hp-context``."""
@@ -315,6 +319,8 @@ class PairFigures:
             "hp_felt_p99_shown": _mean(self.hp_felt_p99),
             "hp_felt_p99_over_alone_shown": _mean(self.hp_felt_p99_over_alone),
             "hp_start_felt_p99_shown": _mean(self.hp_start_felt_p99),
+            "hp_request_slowdown_shown": _mean(self.hp_request_slowdown),
+            "hp_request_p99_over_alone_shown": _mean(self.hp_request_p99_over_alone),
             "hp_gpu_ms_per_request_shown": _mean(self.hp_gpu_ms_per_request),
             "hp_launches_per_request_shown": _mean(self.hp_launches_per_request),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
@@ -454,6 +460,8 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             result.hp_felt_p99 += _status_figure(cell, "hp", "felt_p99")
             result.hp_felt_p99_over_alone += _status_figure(cell, "hp", "felt_p99_over_alone")
             result.hp_start_felt_p99 += _status_figure(cell, "hp", "start_felt_p99")
+            result.hp_request_slowdown += _status_figure(cell, "hp", "request_slowdown")
+            result.hp_request_p99_over_alone += _status_figure(cell, "hp", "request_p99_over_alone")
             # Counted since the HP joined: the last sample holds the most of them.
             for shown, key in (
                 (result.hp_gpu_ms_per_request, "gpu_ms_per_request"),
@@ -640,14 +648,24 @@ def _shown_slowdown(pair: dict[str, Any]) -> str:
     felt, gpu_time = pair.get("hp_felt_slowdown_shown"), pair.get("hp_interference_shown")
     p99, over_alone = pair.get("hp_felt_p99_shown"), pair.get("hp_felt_p99_over_alone_shown")
     starts = pair.get("hp_start_felt_p99_shown")
+    requests = pair.get("hp_request_slowdown_shown")
+    request_p99 = pair.get("hp_request_p99_over_alone_shown")
+    whole = (
+        f"requests {requests:.2f}"
+        + (f", p99 over alone {request_p99:.2f}" if request_p99 is not None else "")
+        + "; "
+        if requests is not None
+        else ""
+    )
     if felt is not None:
         return (
-            f"{felt:.2f} felt"
+            whole
+            + f"{felt:.2f} felt"
             + (f", p99 >= {p99:.2f}" if p99 is not None else "")
             + (f", p99 over alone {over_alone:.2f}" if over_alone is not None else "")
             + (f", request starts p99 >= {starts:.2f}" if starts is not None else "")
         )
-    return "-" if gpu_time is None else f"{gpu_time:.2f} GPU time"
+    return whole + ("-" if gpu_time is None else f"{gpu_time:.2f} GPU time")
 
 
 def summary_table(summary: dict[str, Any]) -> pd.DataFrame:

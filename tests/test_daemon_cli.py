@@ -27,8 +27,9 @@ STATUS_FIELDS = {
     "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
     "profile_sources", "request_shape", "interference", "felt_slowdown", "felt_tail", "felt_p99",
     "felt_alone_p99", "felt_p99_over_alone",
-    "start_felt_slowdown", "start_felt_p99", "latency_target_ms", "hp_context", "sm_percent",
-    "joined_s",
+    "start_felt_slowdown", "start_felt_p99", "requests_timed", "request_slowdown", "request_p99",
+    "request_alone_p99", "request_p99_over_alone", "latency_target_ms", "hp_context",
+    "sm_percent", "joined_s",
 }  # fmt: skip
 
 
@@ -90,6 +91,7 @@ def test_status_json_gives_every_field_of_every_client(harness, daemon):
     assert (hp["name"], hp["role"], hp["latency_target_ms"]) == ("inference", "hp", 5.0)
     assert (be["name"], be["role"], be["memory_limit_bytes"]) == ("trainer", "be", 1 << 30)
     assert hp["request_shape"] is None is be["request_shape"]  # no request yet; BE has none
+    assert hp["requests_timed"] == 0 and be["requests_timed"] is None  # BE has no requests
     table = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "inference" in table.output and "trainer" in table.output
 
@@ -246,6 +248,15 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     assert "2 graphs split into 107 segments" in text
     assert "1 graphs whole (the driver did not list its edges)" in text
     assert "0.90x felt, p99 >= 2x" in text
+    # Requests timed whole, before any ran alone: said, not compared with nothing; then the
+    # ratio and the p99 against the p99 alone, first in the HP's slowdown.
+    console = Console(width=400, record=True)
+    console.print(status_table({**status, "clients": [{**hp, "requests_timed": 12}, be]}))
+    assert "requests: none alone yet to compare with; 0.90x felt" in console.export_text()
+    timed = {**hp, "requests_timed": 80, "request_slowdown": 1.12, "request_p99_over_alone": 1.3}
+    console = Console(width=400, record=True)
+    console.print(status_table({**status, "clients": [timed, be]}))
+    assert "requests 1.12x (p99 1.30x of alone); 0.90x felt" in console.export_text()
     console = Console(width=400, record=True)
     console.print(status_table({**status, "sharing": "mps", "be_sm_percent": 50.0}))
     text = console.export_text()

@@ -451,3 +451,40 @@ def test_a_shared_tail_is_read_against_the_hps_own_tail_alone():
     # no alone baseline yet (an HP that joined beside busy BE): nothing to read against
     empty = ClientSample(2.0, 0, felt_samples=400, felt_slower=later)
     assert felt_p99_over_alone([ClientSample(0.0, 0, felt_slower=zero), empty]) == (None, None)
+
+
+def test_whole_requests_are_read_against_the_hps_requests_alone():
+    # 200 requests timed over the window, 6 of them (3%) at 1.6x the alone median; the HP's
+    # requests alone scatter, 3% at 1.25x. Their mean slowdown is what the request time sums
+    # say; their p99 over the p99 alone about 1.3x; before any request ran alone, nothing but
+    # the count of requests timed.
+    from orion_daemon.status import request_figures
+
+    ratios = native_module().FELT_TAIL_RATIOS
+
+    def counts(slow: list[float]) -> tuple[int, ...]:
+        return tuple(sum(x > r for x in slow) for r in ratios)
+
+    zero = (0,) * len(ratios)
+    first = ClientSample(0.0, 0, request_slower=zero, requests_timed=3)
+    last = ClientSample(
+        2.0, 100, requests_timed=203, request_ns=226_000_000, request_expected_ns=200_000_000,
+        request_samples=200, request_slower=counts([1.6] * 6), request_alone_samples=200,
+        request_alone_slower=counts([1.25] * 6),
+    )  # fmt: skip
+    figures = request_figures([first, last])
+    assert figures["requests_timed"] == 203
+    assert figures["request_slowdown"] == pytest.approx(1.13)
+    assert figures["request_p99"] == pytest.approx(1.5)  # from below: the largest ratio passed
+    assert 1.2 < figures["request_alone_p99"] < 1.35
+    assert 1.1 < figures["request_p99_over_alone"] < 1.45
+    never_alone = replace(
+        last, request_ns=0, request_expected_ns=0, request_samples=0, request_slower=zero,
+        request_alone_samples=0, request_alone_slower=zero,
+    )  # fmt: skip
+    figures = request_figures([first, never_alone])
+    assert figures["requests_timed"] == 203
+    assert {k: v for k, v in figures.items() if k != "requests_timed"} == dict.fromkeys(
+        ("request_slowdown", "request_p99", "request_alone_p99", "request_p99_over_alone")
+    )
+    assert request_figures([])["requests_timed"] == 0

@@ -549,3 +549,70 @@ def test_a_requests_first_launch_is_timed_as_felt_apart_from_the_rest(harness, t
     # the request starts timed apart are not among them.
     assert stats["felt_samples"] <= requests * 8 // 64
     assert stats["sampled_launches"] <= requests * 8 // 64
+
+
+def test_an_hps_requests_are_timed_whole_against_its_requests_alone(harness, tmp_path):
+    # Requests of two kernels and a synchronisation, 2 ms apart: first alone, then beside a BE
+    # client with a kernel unfinished throughout (UNFINISHED) and with kernels ten times as long
+    # (the stand-in gives each process a GPU of its own, so what BE does to a request is written
+    # into the script). Each timed request is compared with the median of the requests alone
+    # before it: beside BE they read ten times slower, and none of them counts as alone.
+    per_phase = 30
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.5)))
+        be = run.add_client("be", "be", None)
+        run.publish()
+        be_go, hp_go = tmp_path / "be-go", tmp_path / "hp-go"
+        be_process = harness.start(
+            f"await {be_go} {UNFINISHED_BE}",
+            env={**run.client_environment(be), **SIMULATED_EVENTS, **UNFINISHED.env()},
+            log=tmp_path / "be.log",
+        )
+
+        def requests(kernel: str) -> str:
+            body = f"launch {kernel} 8 64 0 launch {kernel} 8 64 0 sync 0 sleep 2000"
+            return f"repeat {per_phase} {body} end"
+
+        hp_process = harness.start(
+            f"func h 500 func g 5000 {requests('h')} say alone await {hp_go} {requests('g')}",
+            env={**run.client_environment(hp), **SIMULATED_EVENTS},
+            log=tmp_path / "client0.log",
+        )
+        try:
+            assert hp_process.stdout.readline().strip() == "alone", hp_process.stderr.read()
+            be_go.touch()
+            assert be_process.stdout.readline().strip() == "started"
+            hp_go.touch()
+            assert hp_process.wait(timeout=300) == 0, hp_process.stderr.read()
+            stats = run.client_stats(hp)
+        finally:
+            for process in (hp_process, be_process):
+                process.kill()
+                process.wait(timeout=10)
+    # One request at a time is timed, whenever the timer is free at a request's start.
+    timed = stats["requests_timed"]
+    # (A launch inside a request starts one where a busy machine stalled the program for 1 ms.)
+    assert 10 <= timed <= stats["hp_requests"] and stats["hp_requests"] >= 2 * per_phase
+    # The first has no alone request before it to be compared with; every later one has.
+    assert stats["request_samples"] == timed - 1
+    alone, beside = stats["request_alone_samples"], timed - 1 - stats["request_alone_samples"]
+    assert alone <= per_phase - 1 and alone >= 4 and beside >= 5
+    # A request alone took its two 0.5-ms kernels at least; one beside BE its two 5-ms kernels.
+    # Against the alone median (over kAloneRequests), each one beside BE is slower than 2x
+    # unless the machine slowed the requests alone by more than 5 ms each.
+    ratios = native_module().FELT_TAIL_RATIOS
+    slower, alone_slower = stats["request_slower"], stats["request_alone_slower"]
+    assert slower[ratios.index(2.0)] - alone_slower[ratios.index(2.0)] >= beside - 1
+    assert stats["request_ns"] >= alone * MS + beside * 10 * MS
+    # The requests alone are the tail's baseline, counted apart (and also in the whole tail).
+    assert all(a <= b for a, b in zip(alone_slower, slower, strict=True))
+
+
+def test_requests_never_alone_are_timed_but_not_compared(harness, tmp_path):
+    # An HP whose BE neighbour has work unfinished from before its first request: no request
+    # ever ran alone, so there is nothing to compare with and none is counted as a sample (the
+    # status says the figure is unknown rather than a ratio against nothing).
+    stats = hp_requests_felt(harness, tmp_path, requests=40, gap_us=2000, be_script=UNFINISHED_BE)
+    assert stats["requests_timed"] >= 1
+    assert stats["request_samples"] == stats["request_alone_samples"] == 0
+    assert stats["request_ns"] == stats["request_expected_ns"] == 0

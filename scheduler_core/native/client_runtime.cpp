@@ -288,6 +288,9 @@ void ClientRuntime::attach_from_environment() {
     if (learning_) {
         learner_.attach(&view_.learned(index_), view_.decisions().sm_count);
         sampler_.attach(&slot.stats, &view_);
+        if (role_ == Role::kHighPriority) {
+            request_timer_.attach(&slot.stats, &view_, &hp_last_call_ns_, kRequestGapNs);
+        }
     }
     pthread_atfork(nullptr, nullptr, atfork_child);
     active_.store(true, std::memory_order_release);
@@ -629,7 +632,13 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
         launch_count % (graph ? kGraphInterferenceEvery : kInterferenceEvery) == 0;
     const bool starts_request =
         hp && (previous_call_ns == 0 || ticket->enqueue_ns >= previous_call_ns + kRequestGapNs);
-    if (starts_request) slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
+    if (starts_request) {
+        slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
+        ticket->request_mark =
+            request_timer_.start(ticket->enqueue_ns, !be_has_work(ticket->launch_ns));
+    } else if (hp) {
+        ticket->request_mark = request_timer_.marking();
+    }
     const bool request_start = starts_request && ticket->kernel.known && previous_call_ns != 0;
     if (!for_learning && !counted && !request_start) return;
     // Timed as the user feels it when nothing of its own was before it on the GPU (so all it
@@ -748,6 +757,7 @@ void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
         // A failed launch never runs, so nothing on the GPU will ever mark it finished.
         if (result != CUDA_SUCCESS) mark_finished_by_cpu(ticket.seq);
     }
+    if (ticket.request_mark && result == CUDA_SUCCESS) request_timer_.mark(ticket.own_stream);
     if (ticket.sample >= 0) {
         sampler_.end(ticket.sample, ticket.own_stream, result == CUDA_SUCCESS, ticket.sample_use);
     }

@@ -24,6 +24,7 @@
 #include "policy.h"
 #include "run_region.h"
 #include "probe_table.h"
+#include "request_timer.h"
 #include "shared_state.h"
 
 namespace orion {
@@ -57,6 +58,7 @@ struct LaunchTicket {
     bool redirected = false;   // an HP legacy-stream launch moved to the private stream
     std::uint64_t guard_seq = 0;  // BE under the GPU-side gate: the launch whose wait guards it
     int sample = -1;           // the LaunchSampler pair timing this launch, -1 if none
+    bool request_mark = false; // an HP launch of the request the RequestTimer times
     SampleUse sample_use;      // what that timing is for
 };
 
@@ -320,6 +322,7 @@ private:
     static constexpr std::uint64_t kSamplingHoldBudgetNs = 3'000'000'000;
     KernelLearner learner_;
     LaunchSampler sampler_;
+    RequestTimer request_timer_;  // HP: its requests timed whole
     // CUDA graphs gated inside (graph_gating.cpp): whether this client's graphs get gate waits;
     // the waits for `graph` (at `fixed` positions, else from the profile), nullptr or why not;
     // taking them out again; counting a graph left ungated (warned once).

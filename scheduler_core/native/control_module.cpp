@@ -405,20 +405,27 @@ public:
         out["felt_samples"] = s.felt_samples.load();
         out["felt_ns"] = s.felt_ns.load();
         out["felt_expected_ns"] = s.felt_expected_ns.load();
-        py::list slower;
-        for (const auto& count : s.felt_slower) slower.append(count.load());
-        out["felt_slower"] = slower;
+        // The tails: a count per ratio of kFeltTailPercents.
+        const auto tail = [](const std::atomic<std::uint64_t>(&counts)[kFeltTails]) {
+            py::list list;
+            for (const auto& count : counts) list.append(count.load());
+            return list;
+        };
+        out["felt_slower"] = tail(s.felt_slower);
         out["felt_alone_samples"] = s.felt_alone_samples.load();
-        py::list alone_slower;
-        for (const auto& count : s.felt_alone_slower) alone_slower.append(count.load());
-        out["felt_alone_slower"] = alone_slower;
+        out["felt_alone_slower"] = tail(s.felt_alone_slower);
         out["hp_requests"] = s.hp_requests.load();
         out["start_felt_samples"] = s.start_felt_samples.load();
         out["start_felt_ns"] = s.start_felt_ns.load();
         out["start_felt_expected_ns"] = s.start_felt_expected_ns.load();
-        py::list start_slower;
-        for (const auto& count : s.start_felt_slower) start_slower.append(count.load());
-        out["start_felt_slower"] = start_slower;
+        out["start_felt_slower"] = tail(s.start_felt_slower);
+        out["requests_timed"] = s.requests_timed.load();
+        out["request_samples"] = s.request_samples.load();
+        out["request_ns"] = s.request_ns.load();
+        out["request_expected_ns"] = s.request_expected_ns.load();
+        out["request_slower"] = tail(s.request_slower);
+        out["request_alone_samples"] = s.request_alone_samples.load();
+        out["request_alone_slower"] = tail(s.request_alone_slower);
         out["graphs_segmented"] = s.graphs_segmented.load();
         out["graph_segments"] = s.graph_segments.load();
         out["ungated_graph_why"] =

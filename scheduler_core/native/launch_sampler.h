@@ -68,12 +68,14 @@ public:
     bool claim_felt() { return !felt_busy_.exchange(true, std::memory_order_acq_rel); }
     void unclaim_felt() { felt_busy_.store(false, std::memory_order_release); }
 
+    // How long before a felt launch's call (or a timed request's first, request_timer.h) BE
+    // must have launched nothing for it to count as alone: two of the driver's timeslices
+    // (2.09 ms on an H100), so that a BE context still resident, or a BE kernel running past its
+    // estimated end, is not taken for the HP's own.
+    static constexpr std::uint64_t kAloneQuietNs = 5'000'000;
+
 private:
     static constexpr int kPairs = 32;  // samples in flight at once; bits of free_mask_
-    // How long before a felt launch's call BE must have launched nothing for it to count as
-    // alone: two of the driver's timeslices (2.09 ms on an H100), so that a BE context still
-    // resident, or a BE kernel running past its estimated end, is not taken for the HP's own.
-    static constexpr std::uint64_t kAloneQuietNs = 5'000'000;
     enum : std::uint32_t { kFree = 0, kRecording = 1, kPending = 2, kFelt = 3 };
     struct Pair {
         std::atomic<std::uint32_t> state{kFree};

@@ -63,7 +63,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 20: ClientStats::start_felt_samples, start_felt_ns, start_felt_expected_ns, start_felt_slower:
 //     an HP's request starts timed as felt, apart from its other felt launches
 // 21: ClientStats::hp_requests: every request an HP starts, timed or not (its request shape)
-constexpr std::uint32_t kLayoutVersion = 21;
+// 22: ClientStats::requests_timed, request_samples, request_ns, request_expected_ns,
+//     request_slower, request_alone_samples, request_alone_slower: an HP's requests timed whole
+constexpr std::uint32_t kLayoutVersion = 22;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -404,6 +406,18 @@ struct ClientStats {
     // kRequestGapNs, and its first. Beside its launches and GPU time, its request shape (GPU work
     // and launches per request), which tells which context suits it under MPS.
     std::atomic<std::uint64_t> hp_requests;
+    // An HP's requests timed whole (request_timer.h; layout 22): from the first launch call to
+    // the end of the last kernel. requests_timed counts every one; the rest only those timed
+    // once a reference existed (the median of its latest requests alone), against which
+    // request_ns / request_expected_ns is the mean slowdown and request_slower the tail (the
+    // felt tail's ratios); the requests alone among them, apart, are the tail's baseline.
+    std::atomic<std::uint64_t> requests_timed;
+    std::atomic<std::uint64_t> request_samples;
+    std::atomic<std::uint64_t> request_ns;
+    std::atomic<std::uint64_t> request_expected_ns;
+    std::atomic<std::uint64_t> request_slower[kFeltTails];
+    std::atomic<std::uint64_t> request_alone_samples;
+    std::atomic<std::uint64_t> request_alone_slower[kFeltTails];
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the

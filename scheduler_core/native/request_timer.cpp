@@ -1,0 +1,149 @@
+#include "request_timer.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "clock.h"
+#include "driver.h"
+#include "futex.h"
+#include "launch_sampler.h"
+#include "tracking.h"
+
+namespace orion {
+namespace {
+
+constexpr std::uint64_t kIdleWaitNs = 1'000'000'000;  // bounds a missed wake-up
+
+}  // namespace
+
+bool RequestTimer::start(std::uint64_t call_ns, bool be_idle) {
+    // Whatever was timed before has had its last launch: the gap that starts this one passed.
+    marking_.store(false, std::memory_order_release);
+    const driver::Helpers& h = driver::helpers();
+    if (stats_ == nullptr || h.event_create == nullptr || h.event_record == nullptr ||
+        h.event_synchronize == nullptr || h.ctx_get_current == nullptr) {
+        return false;
+    }
+    // Filled in while kStarting, so the thread (waiting for kOpen) reads a whole request.
+    std::uint32_t idle = kIdle;
+    if (!state_.compare_exchange_strong(idle, kStarting, std::memory_order_acq_rel)) return false;
+    CUcontext context = nullptr;
+    if (h.ctx_get_current(&context) != CUDA_SUCCESS || context == nullptr ||
+        (context_ != nullptr && context != context_)) {
+        state_.store(kIdle, std::memory_order_release);  // times the first context's requests only
+        return false;
+    }
+    if (event_ == nullptr) {
+        // In the context of the launches it follows; blocking sync, so the thread sleeps on it.
+        if (h.event_create(&event_, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING) !=
+            CUDA_SUCCESS) {
+            event_ = nullptr;
+            state_.store(kIdle, std::memory_order_release);
+            return false;
+        }
+        context_ = context;
+    }
+    call_ns_ = call_ns;
+    be_idle_ = be_idle;
+    marks_.store(0, std::memory_order_relaxed);
+    marking_.store(true, std::memory_order_release);
+    state_.store(kOpen, std::memory_order_release);
+    std::call_once(thread_once_, [this] { std::thread([this] { loop(); }).detach(); });
+    futex_wake_all(state_);
+    return true;
+}
+
+void RequestTimer::mark(CUstream stream) {
+    if (!marking_.load(std::memory_order_acquire)) return;
+    if (driver::helpers().event_record(event_, stream) != CUDA_SUCCESS) {
+        marking_.store(false, std::memory_order_release);  // the request goes untimed
+        return;
+    }
+    if (marks_.fetch_add(1, std::memory_order_acq_rel) == 0) futex_wake_all(marks_);
+}
+
+void RequestTimer::loop() {
+    // As the launch sampler's threads: orion's own calls, exempt from a program's capture.
+    if (const auto exchange = driver::helpers().thread_exchange_stream_capture_mode) {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        exchange(&mode);
+    }
+    bool context_set = false;
+    for (;;) {
+        if (const std::uint32_t state = state_.load(std::memory_order_acquire); state != kOpen) {
+            futex_wait(state_, state, kIdleWaitNs);
+            continue;
+        }
+        if (!context_set && driver::helpers().ctx_set_current != nullptr) {
+            context_set = driver::helpers().ctx_set_current(context_) == CUDA_SUCCESS;
+        }
+        std::uint64_t end_ns = 0;
+        const bool ended = follow(&end_ns);
+        marking_.store(false, std::memory_order_release);
+        if (ended && end_ns > call_ns_) {
+            const bool alone = be_idle_ && view_ != nullptr &&
+                               be_last_launch_ns(*view_) + LaunchSampler::kAloneQuietNs <= call_ns_;
+            deliver(end_ns - call_ns_, alone);
+        }
+        state_.store(kIdle, std::memory_order_release);
+    }
+}
+
+bool RequestTimer::follow(std::uint64_t* end_ns) {
+    const auto gap_left = [this] {
+        const std::uint64_t quiet_until = last_call_ns_->load(std::memory_order_relaxed) + gap_ns_;
+        const std::uint64_t now = monotonic_ns();
+        return quiet_until > now ? quiet_until - now : 0;
+    };
+    // Its first launch is marked just after the call that opened it.
+    while (marks_.load(std::memory_order_acquire) == 0) {
+        const std::uint64_t left = gap_left();
+        if (left == 0 || !marking_.load(std::memory_order_acquire)) return false;
+        futex_wait(marks_, 0, left);
+    }
+    for (;;) {
+        const std::uint32_t seen = marks_.load(std::memory_order_acquire);
+        if (driver::helpers().event_synchronize(event_) != CUDA_SUCCESS) return false;
+        *end_ns = monotonic_ns();  // the end of the latest marked launch, as the program sees it
+        // A launch marked meanwhile: its end is later. Else wait for one until the gap passes
+        // (or the next request starts); a launch marked after the wait began shows on the next
+        // turn, as the wait ends at most one gap later.
+        while (marks_.load(std::memory_order_acquire) == seen) {
+            const std::uint64_t left = gap_left();
+            if (left == 0 || !marking_.load(std::memory_order_acquire)) return true;
+            futex_wait(marks_, seen, left);
+        }
+    }
+}
+
+std::uint64_t RequestTimer::reference_ns() const {
+    if (alone_count_ == 0) return 0;
+    const std::uint32_t kept = std::min(alone_count_, kAloneRequests);
+    std::uint64_t sorted[kAloneRequests];
+    std::copy(alone_ns_, alone_ns_ + kept, sorted);
+    std::nth_element(sorted, sorted + kept / 2, sorted + kept);
+    return sorted[kept / 2];
+}
+
+void RequestTimer::deliver(std::uint64_t felt_ns, bool alone) {
+    ClientStats& stats = *stats_;
+    stats.requests_timed.fetch_add(1, std::memory_order_relaxed);
+    // Against the requests alone before it: an alone request is not compared with itself.
+    const std::uint64_t expected = reference_ns();
+    if (alone) {
+        alone_ns_[alone_count_ % kAloneRequests] = felt_ns;
+        ++alone_count_;
+    }
+    if (expected == 0) return;
+    stats.request_samples.fetch_add(1, std::memory_order_relaxed);
+    stats.request_ns.fetch_add(felt_ns, std::memory_order_relaxed);
+    stats.request_expected_ns.fetch_add(expected, std::memory_order_relaxed);
+    if (alone) stats.request_alone_samples.fetch_add(1, std::memory_order_relaxed);
+    for (std::uint32_t k = 0; k < kFeltTails; ++k) {
+        if (felt_ns * 100 <= expected * kFeltTailPercents[k]) break;  // the ratios ascend
+        stats.request_slower[k].fetch_add(1, std::memory_order_relaxed);
+        if (alone) stats.request_alone_slower[k].fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+}  // namespace orion

@@ -1,0 +1,91 @@
+// Timing an HP's requests whole, as its users feel them: from the first launch call of a
+// request to the end of its last kernel on the GPU, against the same of its requests alone.
+//
+// A request is what ClientRuntime cuts from the HP's launches: a launch call after kRequestGapNs
+// without one starts it, and it lasts until the next such gap. Launches timed one at a time
+// (launch_sampler.h) see what one launch waited for, but an eager service's request is 70-80
+// launches and a decoder's ten graphs with host work between them, and on an H200 their felt
+// slowdown missed the HP's p99 ratio by more than 20% in 9 of 28 suite cells where the mean
+// service time of whole requests missed in 2. So a request is timed end to end here.
+//
+// One request at a time, chosen when the timer is free at its start. Each launch of the timed
+// request re-records one event after it on its stream (an event record, about a microsecond,
+// and an atomic add: nothing else on the launch path; launches of requests not timed pay one
+// load). A thread of the timer's own blocks on that event (blocking sync: it sleeps), reads
+// the clock as it returns, and waits, with a timeout at the end of the gap, for a launch
+// recorded later; the last time read before the gap passes with no new launch is the request's
+// end. No wake-up on the launch path but one per timed request; no polling.
+//
+// The reference is the median of the last kAloneRequests requests that ran alone (no BE work
+// unfinished at the first call, no BE launch from LaunchSampler::kAloneQuietNs before it to the
+// end): requests are alike for a service, and a median is not moved by the odd slow one. A
+// request timed before any alone is counted as timed only: `orion status` says the figure is
+// unknown rather than comparing with nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "cuda_api.h"
+#include "shared_state.h"
+
+namespace orion {
+
+class RequestTimer {
+public:
+    RequestTimer() = default;
+    RequestTimer(const RequestTimer&) = delete;
+    RequestTimer& operator=(const RequestTimer&) = delete;
+
+    // Delivers into `stats`; reads `view` (whether BE ran near a request) and `last_call_ns`
+    // (the HP's newest launch call, kept by ClientRuntime) to tell where a request ends after
+    // `gap_ns` without a launch.
+    void attach(ClientStats* stats, const RunView* view,
+                const std::atomic<std::uint64_t>* last_call_ns, std::uint64_t gap_ns) {
+        stats_ = stats;
+        view_ = view;
+        last_call_ns_ = last_call_ns;
+        gap_ns_ = gap_ns;
+    }
+
+    // At the first launch call of a request (`call_ns`; `be_idle`: no BE work unfinished then):
+    // closes the request timed before it to further launches, and times this one if the timer
+    // is free. Returns whether this request's launches are to be marked.
+    bool start(std::uint64_t call_ns, bool be_idle);
+    // Whether launches are being marked (the launch path's one load for requests not timed).
+    bool marking() const { return marking_.load(std::memory_order_acquire); }
+    // After a launch of the timed request on `stream` went to the driver.
+    void mark(CUstream stream);
+
+    static constexpr std::uint32_t kAloneRequests = 8;  // the reference's window
+
+private:
+    enum : std::uint32_t { kIdle = 0, kStarting = 1, kOpen = 2 };
+    void loop();
+    // Follows the open request to its end; false if it never had a launch marked, or its event
+    // could not be waited for.
+    bool follow(std::uint64_t* end_ns);
+    void deliver(std::uint64_t felt_ns, bool alone);
+    std::uint64_t reference_ns() const;
+
+    ClientStats* stats_ = nullptr;
+    const RunView* view_ = nullptr;
+    const std::atomic<std::uint64_t>* last_call_ns_ = nullptr;
+    std::uint64_t gap_ns_ = 0;
+
+    std::atomic<std::uint32_t> state_{kIdle};  // futex word: the thread sleeps on it until kOpen
+    std::atomic<bool> marking_{false};
+    std::atomic<std::uint32_t> marks_{0};  // futex word: launches marked in the open request
+    std::uint64_t call_ns_ = 0;            // the open request's first call
+    bool be_idle_ = false;
+    CUevent event_ = nullptr;  // the timed request's latest launch, re-recorded by each
+    CUcontext context_ = nullptr;
+    std::once_flag thread_once_;
+
+    // The timer thread's own: durations of the latest requests alone (a ring).
+    std::uint64_t alone_ns_[kAloneRequests] = {};
+    std::uint32_t alone_count_ = 0;
+};
+
+}  // namespace orion
