@@ -616,3 +616,34 @@ def test_requests_never_alone_are_timed_but_not_compared(harness, tmp_path):
     assert stats["requests_timed"] >= 1
     assert stats["request_samples"] == stats["request_alone_samples"] == 0
     assert stats["request_ns"] == stats["request_expected_ns"] == 0
+
+
+@pytest.mark.parametrize("be_gate", ["gpu", "cpu"])
+def test_an_hp_joining_beside_be_that_never_stops_gets_requests_alone_from_holds(
+    harness, tmp_path, be_gate
+):
+    # BE keeps several 2-ms kernels on the GPU from before the HP's first request, so no request
+    # would ever find BE idle. While the timer lacks requests alone, the HP's launches ask BE to
+    # stand aside (sampling holds), and requests that start with nothing of BE able to run and
+    # end inside the hold are its requests alone: its later requests are compared with them.
+    with SchedulerRun(dataclasses.replace(settings(queue_limit_ms=10.0), be_gate=be_gate)) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 1.0)))
+        be = run.add_client("be", "be")
+        run.publish()
+        be_process = harness.start(NEVER_IDLE_BE, env=run.client_environment(be),
+                                   log=tmp_path / "be.log")  # fmt: skip
+        try:
+            assert be_process.stdout.readline().strip() == "started"
+            wait_for(lambda: run.client_stats(be)["tracked_launches"] >= 20, what="BE work")
+            hp_script = "func h 1000 repeat 60 launch h 8 64 0 sync 0 sleep 2000 end"
+            run_client(harness, tmp_path, run, hp, hp_script)
+            stats = run.client_stats(hp)
+            assert be_process.poll() is None  # BE never stopped of its own accord
+        finally:
+            be_process.kill()
+            be_process.wait(timeout=10)
+    assert stats["sampling_holds"] >= 1
+    assert stats["request_alone_samples"] >= 1
+    assert stats["request_samples"] >= stats["request_alone_samples"]
+    # Each request alone took its 1-ms kernel at least: the reference is no shorter.
+    assert stats["request_expected_ns"] >= stats["request_samples"] * MS

@@ -634,10 +634,18 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
         hp && (previous_call_ns == 0 || ticket->enqueue_ns >= previous_call_ns + kRequestGapNs);
     if (starts_request) {
         slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
-        ticket->request_mark =
-            request_timer_.start(ticket->enqueue_ns, !be_has_work(ticket->launch_ns));
+        const bool be_idle = !be_has_work(ticket->launch_ns);
+        const bool held = !be_idle && sampling_hold_in_force(view_.header(), ticket->launch_ns) &&
+                          !be_may_run(view_, ticket->launch_ns);
+        ticket->request_mark = request_timer_.start(ticket->enqueue_ns, be_idle, held);
     } else if (hp) {
         ticket->request_mark = request_timer_.marking();
+    }
+    // Beside BE work that never stops, requests alone for the timer's reference come from
+    // sampling holds (request_timer.h): each HP launch extends one while the timer wants them.
+    if (hp && request_timer_.wants_alone() && policy_holds_be_for_hp(policy_) &&
+        be_has_work(ticket->launch_ns) && extend_sampling_hold(ticket->launch_ns)) {
+        slot_->stats.sampling_holds.fetch_add(1, std::memory_order_relaxed);
     }
     const bool request_start = starts_request && ticket->kernel.known && previous_call_ns != 0;
     if (!for_learning && !counted && !request_start) return;

@@ -16,7 +16,7 @@ constexpr std::uint64_t kIdleWaitNs = 1'000'000'000;  // bounds a missed wake-up
 
 }  // namespace
 
-bool RequestTimer::start(std::uint64_t call_ns, bool be_idle) {
+bool RequestTimer::start(std::uint64_t call_ns, bool be_idle, bool held) {
     // Whatever was timed before has had its last launch: the gap that starts this one passed.
     marking_.store(false, std::memory_order_release);
     const driver::Helpers& h = driver::helpers();
@@ -45,6 +45,7 @@ bool RequestTimer::start(std::uint64_t call_ns, bool be_idle) {
     }
     call_ns_ = call_ns;
     be_idle_ = be_idle;
+    held_ = held;
     marks_.store(0, std::memory_order_relaxed);
     marking_.store(true, std::memory_order_release);
     state_.store(kOpen, std::memory_order_release);
@@ -80,11 +81,7 @@ void RequestTimer::loop() {
         std::uint64_t end_ns = 0;
         const bool ended = follow(&end_ns);
         marking_.store(false, std::memory_order_release);
-        if (ended && end_ns > call_ns_) {
-            const bool alone = be_idle_ && view_ != nullptr &&
-                               be_last_launch_ns(*view_) + LaunchSampler::kAloneQuietNs <= call_ns_;
-            deliver(end_ns - call_ns_, alone);
-        }
+        if (ended && end_ns > call_ns_) deliver(end_ns - call_ns_, ran_alone(end_ns));
         state_.store(kIdle, std::memory_order_release);
     }
 }
@@ -116,9 +113,19 @@ bool RequestTimer::follow(std::uint64_t* end_ns) {
     }
 }
 
+bool RequestTimer::ran_alone(std::uint64_t end_ns) const {
+    if (view_ == nullptr) return false;
+    if (be_idle_ && be_last_launch_ns(*view_) + LaunchSampler::kAloneQuietNs <= call_ns_) {
+        return true;
+    }
+    // Held from the first call: alone if the hold outlasted the request.
+    return held_ && sampling_hold_in_force(view_->header(), end_ns);
+}
+
 std::uint64_t RequestTimer::reference_ns() const {
-    if (alone_count_ == 0) return 0;
-    const std::uint32_t kept = std::min(alone_count_, kAloneRequests);
+    const std::uint32_t count = alone_count_.load(std::memory_order_relaxed);
+    if (count == 0) return 0;
+    const std::uint32_t kept = std::min(count, kAloneRequests);
     std::uint64_t sorted[kAloneRequests];
     std::copy(alone_ns_, alone_ns_ + kept, sorted);
     std::nth_element(sorted, sorted + kept / 2, sorted + kept);
@@ -131,8 +138,10 @@ void RequestTimer::deliver(std::uint64_t felt_ns, bool alone) {
     // Against the requests alone before it: an alone request is not compared with itself.
     const std::uint64_t expected = reference_ns();
     if (alone) {
-        alone_ns_[alone_count_ % kAloneRequests] = felt_ns;
-        ++alone_count_;
+        alone_ns_[alone_next_] = felt_ns;
+        alone_next_ = (alone_next_ + 1) % kAloneRequests;
+        const std::uint32_t count = alone_count_.load(std::memory_order_relaxed);
+        if (count < kAloneRequests) alone_count_.store(count + 1, std::memory_order_relaxed);
     }
     if (expected == 0) return;
     stats.request_samples.fetch_add(1, std::memory_order_relaxed);

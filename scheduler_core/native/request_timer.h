@@ -16,11 +16,15 @@
 // recorded later; the last time read before the gap passes with no new launch is the request's
 // end. No wake-up on the launch path but one per timed request; no polling.
 //
-// The reference is the median of the last kAloneRequests requests that ran alone (no BE work
-// unfinished at the first call, no BE launch from LaunchSampler::kAloneQuietNs before it to the
-// end): requests are alike for a service, and a median is not moved by the odd slow one. A
-// request timed before any alone is counted as timed only: `orion status` says the figure is
-// unknown rather than comparing with nothing.
+// The reference is the median of the last kAloneRequests requests that ran alone: no BE work
+// unfinished at the first call and no BE launch from LaunchSampler::kAloneQuietNs before it to
+// the end, or, for an HP that joined beside BE work that never stops, a sampling hold in force
+// from the first call (BE unable to run then: every unfinished BE launch waits at a gate wait)
+// to the end. Until it has kAloneRequests of them the timer wants alone requests, and the HP's
+// launches ask for such holds (ClientRuntime::start_sampling; the learning holds' budget bounds
+// what that costs BE). Requests are alike for a service, and a median is not moved by the odd
+// slow one. A request timed before any alone is counted as timed only: `orion status` says the
+// figure is unknown rather than comparing with nothing.
 #pragma once
 
 #include <atomic>
@@ -49,10 +53,15 @@ public:
         gap_ns_ = gap_ns;
     }
 
-    // At the first launch call of a request (`call_ns`; `be_idle`: no BE work unfinished then):
-    // closes the request timed before it to further launches, and times this one if the timer
-    // is free. Returns whether this request's launches are to be marked.
-    bool start(std::uint64_t call_ns, bool be_idle);
+    // At the first launch call of a request (`call_ns`; `be_idle`: no BE work unfinished then;
+    // `held`: a sampling hold in force and no BE work able to run): closes the request timed
+    // before it to further launches, and times this one if the timer is free. Returns whether
+    // this request's launches are to be marked.
+    bool start(std::uint64_t call_ns, bool be_idle, bool held);
+    // Whether the reference still lacks requests alone (the HP then asks for sampling holds).
+    bool wants_alone() const {
+        return alone_count_.load(std::memory_order_relaxed) < kAloneRequests;
+    }
     // Whether launches are being marked (the launch path's one load for requests not timed).
     bool marking() const { return marking_.load(std::memory_order_acquire); }
     // After a launch of the timed request on `stream` went to the driver.
@@ -66,6 +75,8 @@ private:
     // Follows the open request to its end; false if it never had a launch marked, or its event
     // could not be waited for.
     bool follow(std::uint64_t* end_ns);
+    // Whether the open request, ended at `end_ns`, ran alone (the rule above).
+    bool ran_alone(std::uint64_t end_ns) const;
     void deliver(std::uint64_t felt_ns, bool alone);
     std::uint64_t reference_ns() const;
 
@@ -79,13 +90,15 @@ private:
     std::atomic<std::uint32_t> marks_{0};  // futex word: launches marked in the open request
     std::uint64_t call_ns_ = 0;            // the open request's first call
     bool be_idle_ = false;
+    bool held_ = false;
     CUevent event_ = nullptr;  // the timed request's latest launch, re-recorded by each
     CUcontext context_ = nullptr;
     std::once_flag thread_once_;
 
     // The timer thread's own: durations of the latest requests alone (a ring).
     std::uint64_t alone_ns_[kAloneRequests] = {};
-    std::uint32_t alone_count_ = 0;
+    std::uint32_t alone_next_ = 0;                // where the next one goes
+    std::atomic<std::uint32_t> alone_count_{0};  // how many it holds; written by the thread only
 };
 
 }  // namespace orion
