@@ -59,6 +59,7 @@ SETTING_LABELS = {
     "be_gate_spacing_us": "BE gate spacing",
     "be_sm_percent": "BE SM share",
     "hp_context": "HP context",
+    "loop_reads": "latency loop reading",
 }
 """Each of :data:`orion_daemon.server.SCHEDULING` in words, for the sentence that says why a run
 cannot use a running daemon."""

@@ -20,6 +20,7 @@ from scheduler_core.settings import (
     BE_SM_PERCENT,
     HP_CONTEXT,
     HP_QUIET_US,
+    LOOP_READS,
     SHARING,
 )
 
@@ -60,6 +61,7 @@ def up_command(
     be_gate_spacing_us: Annotated[str | None, setting_option(BE_GATE_SPACING_US)] = None,
     be_sm_percent: Annotated[str | None, setting_option(BE_SM_PERCENT)] = None,
     hp_context: Annotated[str | None, setting_option(HP_CONTEXT)] = None,
+    loop_reads: Annotated[str | None, setting_option(LOOP_READS)] = None,
     be_when_daemon_gone: Annotated[
         str,
         typer.Option(
@@ -105,6 +107,7 @@ def up_command(
     be_gate_spacing = parsed(BE_GATE_SPACING_US, be_gate_spacing_us)
     be_sm = parsed(BE_SM_PERCENT, be_sm_percent)
     hp_context = parsed(HP_CONTEXT, hp_context)
+    loop_reads = parsed(LOOP_READS, loop_reads)
 
     # Before the GPU is read or anything starts: a bad address or a port in use, in one line.
     address = metrics.address_from_options(
@@ -132,6 +135,7 @@ def up_command(
         be_gate_spacing_us=be_gate_spacing,
         be_sm_percent=be_sm,
         hp_context=hp_context,
+        loop_reads=loop_reads,
         metrics_listen=None if address is None else str(address),
         metrics_allow_remote=metrics_allow_remote,
         be_when_daemon_gone=be_when_daemon_gone,

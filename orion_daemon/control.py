@@ -61,6 +61,7 @@ def check_options(
     be_gate_spacing_us: float | None = None,
     be_sm_percent: float | None = None,
     hp_context: str | None = None,
+    loop_reads: str | None = None,
 ) -> None:
     """Raises :class:`UsageError` for options no daemon runs with, before any GPU is looked at:
     `orion up` and orion.ray's :func:`~orion.ray.start_daemons` say a bad ``--policy`` as such,
@@ -89,6 +90,7 @@ def check_options(
             be_gate_spacing_us=be_gate_spacing_us,
             be_sm_percent=be_sm_percent,
             hp_context=hp_context,
+            loop_reads=loop_reads,
         )
         # the scheduler's own rule for shares (a policy that can hold work back)
         SchedulerSettings(policy=policy, sm_count=1, queue_limit_ns=0, unknown_duration_ns=0,
@@ -118,6 +120,7 @@ def gpu_settings(
     be_gate_spacing_us: float | None = None,
     be_sm_percent: float | None = None,
     hp_context: str | None = None,
+    loop_reads: str | None = None,
 ) -> DaemonSettings:
     """The settings of a daemon for GPU ``gpu`` of this machine, its facts read here (so the
     daemon itself never makes a CUDA context); what `orion up` and orion.ray's node agent start.
@@ -142,6 +145,7 @@ def gpu_settings(
         be_gate_spacing_us=be_gate_spacing_us,
         be_sm_percent=be_sm_percent,
         hp_context=hp_context,
+        loop_reads=loop_reads,
     )
     ok, problem = check_preload_library()
     if not ok:
@@ -177,6 +181,7 @@ def gpu_settings(
         be_gate_spacing_us=be_gate_spacing_us,
         be_sm_percent=be_sm_percent,
         hp_context=hp_context,
+        loop_reads=loop_reads,
     )
     if settings.sharing == "mps":  # the policy's default when none was asked for
         prerequisites.require(prerequisites.check_mps_control())

@@ -66,6 +66,7 @@ from scheduler_core.settings import (
     DEFAULT_BE_GATE_SPACING_US,
     HP_CONTEXT,
     HP_QUIET_US,
+    LOOP_READS,
     Setting,
 )
 from scheduler_core.shares import sets_a_share
@@ -168,6 +169,9 @@ class DaemonSettings:
     hp_context: str | None = None
     """:data:`scheduler_core.settings.HP_CONTEXT`: under MPS, whether the HP client is an MPS
     client too (None or ``mps``) or runs in a context of its own (``own``)."""
+    loop_reads: str | None = None
+    """:data:`scheduler_core.settings.LOOP_READS`: what the latency loop reads as the HP's
+    slowdown (unset: its declared default)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -202,6 +206,7 @@ class DaemonSettings:
                 f"(got {self.daemon_gone_hold_s:g})"
             )
         object.__setattr__(self, "hp_quiet_us", self._declared(HP_QUIET_US) or 0.0)
+        object.__setattr__(self, "loop_reads", self._declared(LOOP_READS) or LOOP_READS.default)
         spacing = self._declared(BE_GATE_SPACING_US)
         gpu_gate_spaces_waits = self.policy in GPU_GATED_POLICIES and self.be_gate == "gpu"
         if spacing is None and gpu_gate_spaces_waits:
@@ -291,6 +296,7 @@ SCHEDULING = (
     "hp_quiet_us",
     "be_gate_spacing_us",
     "be_sm_percent",
+    "loop_reads",
 )
 """The settings that decide how clients are scheduled and recorded: a run uses a running daemon
 only when these are what it needs."""
@@ -989,7 +995,9 @@ class Daemon:
         allowed = latency_control.allowed_slowdown(
             hp.latency_target_ms, alone / 1e6 if alone > 0 else None
         )
-        state = latency_control.next_control(state, _hp_reading(hp), allowed)
+        state = latency_control.next_control(
+            state, _hp_reading(hp, self.settings.loop_reads), allowed
+        )
         self._control = state
         self._apply_queue_limit(state.queue_limit_ns, state.ceiling_ns)
         self._scheduler.set_hold_long_be(state.hold_long_be)
@@ -1189,6 +1197,7 @@ class Daemon:
             "be_gate_spacing_us": self.settings.be_gate_spacing_us,
             "be_sm_percent": self.settings.be_sm_percent,
             "hp_context": self.settings.hp_context,
+            "loop_reads": self.settings.loop_reads,
             "context_bytes": self.context_bytes,
             "latency_control": self._latency_status(),
             "free_slots": self._free_slots(),
@@ -1243,14 +1252,15 @@ class Daemon:
         return self._max_clients() - len(self.clients)
 
 
-def _hp_reading(hp: Client) -> latency_control.Reading | None:
+def _hp_reading(hp: Client, reads: str) -> latency_control.Reading | None:
     """The HP's slowdown over the last control period, from the daemon's samples of its timed
-    launches (orion_daemon.status): the felt one (launch call to the end of its work, against
-    alone) where the library measured it, else the GPU-time one, with the felt tail; None
-    without timed launches."""
+    launches (orion_daemon.status): its requests timed whole where the daemon reads requests
+    (``loop_reads``) and some were timed against its requests alone, else the felt one (launch
+    call to the end of its work, against alone) where the library measured it, else the
+    GPU-time one, with the felt tail; None without timed launches."""
     from orion_daemon.status import recent_reading
 
-    return recent_reading(list(hp.samples), latency_control.CONTROL_PERIOD_S)
+    return recent_reading(list(hp.samples), latency_control.CONTROL_PERIOD_S, reads=reads)
 
 
 @functools.lru_cache(maxsize=16)

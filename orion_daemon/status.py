@@ -20,6 +20,7 @@ from scheduler_core.profile_sources import (
     tail_quantile,
     tail_slowdown,
 )
+from scheduler_core.settings import LOOP_READS
 from scheduler_core.shares import NO_CAP, NO_PROMISE
 
 HELD_REASONS = (
@@ -250,18 +251,34 @@ def request_figures(samples: list[ClientSample]) -> dict[str, Any]:
     return figures
 
 
-def recent_reading(samples: list[ClientSample], period_s: float) -> Reading | None:
+def recent_reading(
+    samples: list[ClientSample], period_s: float, reads: str = LOOP_READS.default
+) -> Reading | None:
     """The client's slowdown over the last ``period_s`` of samples, what the daemon's latency
-    loop reads (orion_daemon.latency_control): its mean as felt (launch call to the end of its
-    work, against alone) where the library timed launches so, else the GPU time of its timed
-    launches over what they took alone, and the felt tail where it is 2x or more; None without
-    timed launches in that span."""
+    loop reads (orion_daemon.latency_control). Reading ``requests`` (:data:`LOOP_READS`): the
+    mean of its requests timed whole against its requests alone, and their tail where it is 2x
+    or more, where requests were timed so in that span. Otherwise, or reading ``launches``: its
+    mean as felt (launch call to the end of its work, against alone) where the library timed
+    launches so, else the GPU time of its timed launches over what they took alone, and the
+    felt tail where it is 2x or more; None without timed launches in that span."""
     if len(samples) < 2:
         return None
     last = samples[-1]
     first = next((s for s in samples if s.time_s >= last.time_s - period_s), samples[0])
     if first is last:
         first = samples[-2]
+    if reads == "requests":
+        requests = interference(
+            last.request_ns - first.request_ns,
+            last.request_expected_ns - first.request_expected_ns,
+        )
+        if requests is not None:
+            tail = _tail_growth(
+                last.request_samples - first.request_samples,
+                first.request_slower,
+                last.request_slower,
+            )
+            return Reading(requests, tail_slowdown(tail))
     felt = interference(
         last.felt_ns - first.felt_ns, last.felt_expected_ns - first.felt_expected_ns
     )

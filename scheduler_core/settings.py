@@ -255,6 +255,21 @@ HP_CONTEXT = Setting(
     unset="for `orion up`, mps (every client under MPS); for `orion run --hp`, the daemon's",
     variable="ORION_HP_CONTEXT",
 )
+LOOP_READINGS = ("launches", "requests")
+"""What the daemon's latency loop may read as the HP's slowdown (:data:`LOOP_READS`)."""
+LOOP_READS = Setting(
+    name="loop_reads",
+    kind="choice",
+    choices=LOOP_READINGS,
+    help="What the daemon's latency loop reads as the HP's slowdown: launches (its launches "
+    "timed one at a time from their call to the end of their work, against alone) or requests "
+    "(its requests timed whole, the first launch call to the end of the last kernel, against "
+    "its requests alone; launches where none of its requests was timed against one). A "
+    "request is what the HP launches between two pauses of 1 ms: an HP that never pauses that "
+    "long has no requests to read.",
+    unset="launches",
+    default="launches",
+)
 MIN_UTIL = Setting(
     name="min_util",
     kind="fraction",
@@ -283,6 +298,7 @@ SETTINGS = (
     BE_GATE_SPACING_US,
     BE_SM_PERCENT,
     HP_CONTEXT,
+    LOOP_READS,
     MIN_UTIL,
     MAX_UTIL,
 )

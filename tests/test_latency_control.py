@@ -29,7 +29,7 @@ from orion_daemon.latency_control import (
     rebound,
 )
 from orion_daemon.server import Daemon, DaemonSettings
-from orion_daemon.status import ClientSample
+from orion_daemon.status import ClientSample, recent_reading
 from scheduler_core import native_module
 from scheduler_core.thresholds import (
     FALLBACK_QUEUE_LIMIT_NS,
@@ -342,8 +342,6 @@ def test_at_its_tightest_the_keeper_holds_long_be_work_until_the_hp_is_quiet(har
 
 
 def test_the_loop_reads_the_slowdown_as_felt_where_it_was_measured():
-    from orion_daemon.status import recent_reading
-
     def samples(*periods: tuple[float, float, float | None]) -> list[ClientSample]:
         """Cumulative counters after each (end time, GPU-time slowdown, felt slowdown) period,
         10 ms of expected work per second."""
@@ -373,8 +371,6 @@ def test_the_loop_reads_the_felt_tail_where_more_than_one_percent_is_slow():
     # A p99 target is about the slowest 1%: 3% of the felt samples slower than 4x alone moves the
     # reading to 4 even though the mean reads about as alone; 0.5% does not, nor does a tail
     # below 2x (alone jitter), nor a window of too few samples to say.
-    from orion_daemon.status import recent_reading
-
     def window(samples: int, slow: list[float], mean: float = 0.95) -> list[ClientSample]:
         """A window of `samples` felt samples, `slow` the ratios of those slower than alone."""
         expected = 10_000_000
@@ -488,3 +484,34 @@ def test_whole_requests_are_read_against_the_hps_requests_alone():
         ("request_slowdown", "request_p99", "request_alone_p99", "request_p99_over_alone")
     )
     assert request_figures([])["requests_timed"] == 0
+
+
+def test_a_loop_reading_requests_reads_them_where_they_were_timed_and_launches_elsewhere():
+    # The same two seconds: the felt launches read 1.06 (a decoder's step beside BE), its
+    # requests timed whole 1.02 against its requests alone. Reading launches (the default) the
+    # loop sees 1.06; reading requests, 1.02, and the requests' own tail, not the launches'.
+    ratios = native_module().FELT_TAIL_RATIOS
+    zero = (0,) * len(ratios)
+    first = ClientSample(0.0, 0, felt_slower=zero, request_slower=zero)
+    two_x = tuple(3 if r <= 2.0 else 0 for r in ratios)  # 3 of 100 above 2x
+    last = ClientSample(
+        2.0, 500, felt_ns=1_060_000, felt_expected_ns=1_000_000, felt_samples=100,
+        felt_slower=zero, request_ns=10_200_000, request_expected_ns=10_000_000,
+        request_samples=100, request_slower=two_x,
+    )  # fmt: skip
+    assert recent_reading([first, last], 2.0) == latency_control.Reading(1.06, None)
+    assert recent_reading([first, last], 2.0, reads="launches").mean == pytest.approx(1.06)
+    by_requests = recent_reading([first, last], 2.0, reads="requests")
+    assert by_requests.mean == pytest.approx(1.02) and by_requests.tail == 2.0
+    # No request compared with one alone in the span (none ran alone yet): the launches.
+    untimed = replace(last, request_ns=0, request_expected_ns=0, request_samples=0,
+                      request_slower=zero)  # fmt: skip
+    assert recent_reading([first, untimed], 2.0, reads="requests").mean == pytest.approx(1.06)
+
+
+def test_the_loop_reading_is_a_declared_choice_of_the_daemon():
+    assert DaemonSettings(gpu=0, sm_count=1, folder=Path(".")).loop_reads == "launches"
+    chosen = DaemonSettings(gpu=0, sm_count=1, folder=Path("."), loop_reads="requests")
+    assert chosen.loop_reads == "requests"
+    with pytest.raises(OrionError, match="loop_reads"):
+        DaemonSettings(gpu=0, sm_count=1, folder=Path("."), loop_reads="p99")
