@@ -298,9 +298,10 @@ def recent_reading(
 
 def request_shape(stats: dict[str, Any], sources: dict[str, Any]) -> dict[str, Any] | None:
     """An HP's work per request since it joined: its launches, graph launches and known GPU time
-    (profiled or learned) over the requests it started (a launch after 1 ms without one, and
-    its first; layout 21). Long GPU work or many launches per request did best in a context of
-    its own under MPS, about a millisecond in one graph in the MPS server (docs/scheduler.md).
+    (profiled or learned) over the requests it started (a launch 1 ms after its previous call
+    and its previous work's end, and its first; layout 21). Long GPU work or many launches per
+    request did best in a context of its own under MPS, about a millisecond in one graph in the
+    MPS server (docs/scheduler.md).
     None for a BE client and before an HP's first request."""
     requests = int(stats.get("hp_requests", 0))
     if requests == 0:
@@ -363,6 +364,9 @@ def client_status(client: Client, stats: dict[str, Any]) -> dict[str, Any]:
         # and the samples learned from while BE stood aside (docs/scheduler.md, sampling holds).
         "sampling_holds": int(stats.get("sampling_holds", 0)),
         "held_samples": int(stats.get("held_samples", 0)),
+        # The same holds asked by an HP's request starts, for requests alone to compare its
+        # requests timed whole with (request_timer.h).
+        "request_holds": int(stats.get("request_holds", 0)),
         "profile_sources": sources,
         "request_shape": request_shape(stats, sources) if client.role == "hp" else None,
         # GPU time of its timed launches over what they took alone (profiled or learned alone),

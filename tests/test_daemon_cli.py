@@ -25,6 +25,7 @@ STATUS_FIELDS = {
     "held_launches", "held_ms", "gate_waits", "held_by", "unknown_launches", "unknown_kernels",
     "graph_launches", "unknown_graph_launches", "graphs_gated", "graphs_ungated",
     "graphs_segmented", "graph_segments", "ungated_graph_why", "sampling_holds", "held_samples",
+    "request_holds",
     "profile_sources", "request_shape", "interference", "felt_slowdown", "felt_tail", "felt_p99",
     "felt_alone_p99", "felt_p99_over_alone",
     "start_felt_slowdown", "start_felt_p99", "requests_timed", "request_slowdown", "request_p99",

@@ -642,8 +642,33 @@ def test_an_hp_joining_beside_be_that_never_stops_gets_requests_alone_from_holds
         finally:
             be_process.kill()
             be_process.wait(timeout=10)
-    assert stats["sampling_holds"] >= 1
+    assert stats["request_holds"] >= 1
     assert stats["request_alone_samples"] >= 1
     assert stats["request_samples"] >= stats["request_alone_samples"]
     # Each request alone took its 1-ms kernel at least: the reference is no shorter.
     assert stats["request_expected_ns"] >= stats["request_samples"] * MS
+
+
+def test_a_request_of_steps_waited_for_one_by_one_is_one_request(harness, tmp_path):
+    # A decoder's request: four 1.5-ms steps, each waited for before the next is launched (a
+    # token at a time), so its launch calls are 1.5 ms apart or more; 5 ms between requests.
+    # A request ends once the HP has launched nothing for 1 ms after its work ended (its wait
+    # for the stream returned), not 1 ms after its last launch call: counted so, its steps
+    # would be requests of their own (on an H200 a decoder's requests beside BE read 0.1-0.2x of
+    # its requests alone, cut into steps whose GPU waits had grown past 1 ms).
+    requests = 20
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 1.5)))
+        run.add_client("be", "be")
+        run.publish()
+        step = "launch h 8 64 0 sync 0"
+        script = f"func h 1500 repeat {requests} repeat 4 {step} end sleep 5000 end"
+        run_client(harness, tmp_path, run, hp, script)
+        stats = run.client_stats(hp)
+    # (A request's step starts one of its own only where the machine stalled the program for
+    # 1 ms between a step's end and the next step's launch.)
+    assert requests <= stats["hp_requests"] <= requests + 4
+    assert stats["requests_timed"] >= requests // 2
+    # Each timed request is its four steps: 6 ms at least, the reference too.
+    assert stats["request_ns"] >= stats["request_samples"] * 6 * MS
+    assert stats["request_expected_ns"] >= stats["request_samples"] * 6 * MS

@@ -630,8 +630,11 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
     const bool counted =
         hp && ticket->kernel.known &&
         launch_count % (graph ? kGraphInterferenceEvery : kInterferenceEvery) == 0;
+    const std::uint64_t quiet_from =
+        std::max(previous_call_ns, hp_last_wait_ns_.load(std::memory_order_relaxed));
     const bool starts_request =
-        hp && (previous_call_ns == 0 || ticket->enqueue_ns >= previous_call_ns + kRequestGapNs);
+        hp && (previous_call_ns == 0 || (ticket->enqueue_ns >= quiet_from + kRequestGapNs &&
+                                         !request_timer_.continues(ticket->enqueue_ns)));
     if (starts_request) {
         slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
         const bool be_idle = !be_has_work(ticket->launch_ns);
@@ -642,10 +645,11 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
         ticket->request_mark = request_timer_.marking();
     }
     // Beside BE work that never stops, requests alone for the timer's reference come from
-    // sampling holds (request_timer.h): each HP launch extends one while the timer wants them.
-    if (hp && request_timer_.wants_alone() && policy_holds_be_for_hp(policy_) &&
+    // sampling holds (request_timer.h): each request's start extends one while the timer wants
+    // them, so BE stands aside through the next request too (a hold lasts kSamplingHoldNs).
+    if (starts_request && request_timer_.wants_alone() && policy_holds_be_for_hp(policy_) &&
         be_has_work(ticket->launch_ns) && extend_sampling_hold(ticket->launch_ns)) {
-        slot_->stats.sampling_holds.fetch_add(1, std::memory_order_relaxed);
+        slot_->stats.request_holds.fetch_add(1, std::memory_order_relaxed);
     }
     const bool request_start = starts_request && ticket->kernel.known && previous_call_ns != 0;
     if (!for_learning && !counted && !request_start) return;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "clock.h"
 #include "cuda_api.h"
 #include "graph_segments.h"
 #include "kernel_learning.h"
@@ -129,6 +130,14 @@ public:
 
     // The private stream HP legacy-stream launches were moved to, or nullptr if none was used.
     CUstream redirect_stream() const { return redirect_used_.load(std::memory_order_acquire) ? redirect_stream_ : nullptr; }
+
+    // A wait of the program's for a stream returned with its work done (cuStreamSynchronize, a
+    // cuStreamQuery that found it done): where an HP's request may end (kRequestGapNs below).
+    void waited() {
+        if (role_ == Role::kHighPriority && active()) {
+            hp_last_wait_ns_.store(monotonic_ns(), std::memory_order_relaxed);
+        }
+    }
 
     // Marks this client's slot as exited (normal process exit).
     void detach();
@@ -345,12 +354,16 @@ private:
     std::unordered_map<CUgraphExec, std::vector<std::uint32_t>> gated_graphs_;
     std::atomic<bool> graph_gate_warned_{false};
     std::atomic<bool> graph_restore_warned_{false};
-    // An HP's newest launch call (monotonic ns; start_sampling): a launch after a gap of
-    // kRequestGapNs or more starts a request. 1 ms: longer than the gaps inside one request of
-    // the suite's services (an eager encoder's launches, a decoder's steps), shorter than the
-    // idle between their requests at the rates they serve.
+    // An HP's newest launch call (monotonic ns; start_sampling) and the return of its newest
+    // wait for a stream (waited()): a launch kRequestGapNs or more after both starts a request,
+    // unless the request the RequestTimer follows goes on. So a decoder waiting for each step
+    // before it launches the next is one request however long a step waits for the GPU. 1 ms:
+    // longer than the gaps inside one request of the suite's services (an eager encoder's
+    // launches, the host's work between a decoder's steps), shorter than the idle between their
+    // requests at the rates they serve.
     static constexpr std::uint64_t kRequestGapNs = 1'000'000;
     std::atomic<std::uint64_t> hp_last_call_ns_{0};
+    std::atomic<std::uint64_t> hp_last_wait_ns_{0};
 
     // Each identified executable's kernel nodes and their keys: set-up, not the launch path.
     std::mutex graph_nodes_mutex_;

@@ -426,6 +426,7 @@ public:
         out["request_slower"] = tail(s.request_slower);
         out["request_alone_samples"] = s.request_alone_samples.load();
         out["request_alone_slower"] = tail(s.request_alone_slower);
+        out["request_holds"] = s.request_holds.load();
         out["graphs_segmented"] = s.graphs_segmented.load();
         out["graph_segments"] = s.graph_segments.load();
         out["ungated_graph_why"] =

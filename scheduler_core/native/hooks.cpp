@@ -268,11 +268,17 @@ CUresult also_on_moved_work(Real real, int variant, CUstream stream) {
 }
 
 CUresult stream_synchronize(int variant, CUstream stream) {
-    return also_on_moved_work(hooks::real_cuStreamSynchronize(variant), variant, stream);
+    const CUresult result =
+        also_on_moved_work(hooks::real_cuStreamSynchronize(variant), variant, stream);
+    if (result == CUDA_SUCCESS) ClientRuntime::instance().waited();
+    return result;
 }
 
 CUresult stream_query(int variant, CUstream stream) {
-    return also_on_moved_work(hooks::real_cuStreamQuery(variant), variant, stream);
+    const CUresult result =
+        also_on_moved_work(hooks::real_cuStreamQuery(variant), variant, stream);
+    if (result == CUDA_SUCCESS) ClientRuntime::instance().waited();
+    return result;
 }
 
 }  // namespace

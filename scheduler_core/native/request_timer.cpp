@@ -47,11 +47,17 @@ bool RequestTimer::start(std::uint64_t call_ns, bool be_idle, bool held) {
     be_idle_ = be_idle;
     held_ = held;
     marks_.store(0, std::memory_order_relaxed);
+    end_ns_.store(call_ns, std::memory_order_relaxed);
     marking_.store(true, std::memory_order_release);
     state_.store(kOpen, std::memory_order_release);
     std::call_once(thread_once_, [this] { std::thread([this] { loop(); }).detach(); });
     futex_wake_all(state_);
     return true;
+}
+
+bool RequestTimer::continues(std::uint64_t call_ns) const {
+    return marking_.load(std::memory_order_acquire) &&
+           call_ns < end_ns_.load(std::memory_order_acquire) + gap_ns_;
 }
 
 void RequestTimer::mark(CUstream stream) {
@@ -87,11 +93,13 @@ void RequestTimer::loop() {
 }
 
 bool RequestTimer::follow(std::uint64_t* end_ns) {
-    const auto gap_left = [this] {
-        const std::uint64_t quiet_until = last_call_ns_->load(std::memory_order_relaxed) + gap_ns_;
+    const auto gap_left = [this, end_ns] {
+        const std::uint64_t quiet_until =
+            std::max(last_call_ns_->load(std::memory_order_relaxed), *end_ns) + gap_ns_;
         const std::uint64_t now = monotonic_ns();
         return quiet_until > now ? quiet_until - now : 0;
     };
+    *end_ns = call_ns_;
     // Its first launch is marked just after the call that opened it.
     while (marks_.load(std::memory_order_acquire) == 0) {
         const std::uint64_t left = gap_left();
@@ -102,6 +110,7 @@ bool RequestTimer::follow(std::uint64_t* end_ns) {
         const std::uint32_t seen = marks_.load(std::memory_order_acquire);
         if (driver::helpers().event_synchronize(event_) != CUDA_SUCCESS) return false;
         *end_ns = monotonic_ns();  // the end of the latest marked launch, as the program sees it
+        end_ns_.store(*end_ns, std::memory_order_release);
         // A launch marked meanwhile: its end is later. Else wait for one until the gap passes
         // (or the next request starts); a launch marked after the wait began shows on the next
         // turn, as the wait ends at most one gap later.

@@ -1,8 +1,13 @@
 // Timing an HP's requests whole, as its users feel them: from the first launch call of a
 // request to the end of its last kernel on the GPU, against the same of its requests alone.
 //
-// A request is what ClientRuntime cuts from the HP's launches: a launch call after kRequestGapNs
-// without one starts it, and it lasts until the next such gap. Launches timed one at a time
+// A request is what ClientRuntime cuts from the HP's launches: a launch call kRequestGapNs or
+// more after both the call before it and the return of the program's latest wait for a stream
+// starts one, unless the request timed here goes on (continues(): its work ended less than the
+// gap before, for programs that wait otherwise). So a decoder that waits for
+// each step before launching the next is one request however long its steps wait for the GPU
+// (cut by calls alone, its steps beside BE on an H200 became requests of their own, each a tenth
+// of a request alone). Launches timed one at a time
 // (launch_sampler.h) see what one launch waited for, but an eager service's request is 70-80
 // launches and a decoder's ten graphs with host work between them, and on an H200 their felt
 // slowdown missed the HP's p99 ratio by more than 20% in 9 of 28 suite cells where the mean
@@ -13,8 +18,9 @@
 // and an atomic add: nothing else on the launch path; launches of requests not timed pay one
 // load). A thread of the timer's own blocks on that event (blocking sync: it sleeps), reads
 // the clock as it returns, and waits, with a timeout at the end of the gap, for a launch
-// recorded later; the last time read before the gap passes with no new launch is the request's
-// end. No wake-up on the launch path but one per timed request; no polling.
+// recorded later; the last time read before a gap passes with no new launch (counted from the
+// later of the last call and that end) is the request's end. No wake-up on the launch path but
+// one per timed request; no polling.
 //
 // The reference is the median of the last kAloneRequests requests that ran alone: no BE work
 // unfinished at the first call and no BE launch from LaunchSampler::kAloneQuietNs before it to
@@ -64,6 +70,11 @@ public:
     }
     // Whether launches are being marked (the launch path's one load for requests not timed).
     bool marking() const { return marking_.load(std::memory_order_acquire); }
+    // Whether a call at `call_ns`, a gap after the call before it, still belongs to the request
+    // being timed: its work ended, as the timer saw it, less than the gap before. (A program
+    // that waits for its stream is cut by when its wait returned, ClientRuntime's
+    // hp_last_wait_ns_, with no race against this thread's wake-up.)
+    bool continues(std::uint64_t call_ns) const;
     // After a launch of the timed request on `stream` went to the driver.
     void mark(CUstream stream);
 
@@ -88,6 +99,7 @@ private:
     std::atomic<std::uint32_t> state_{kIdle};  // futex word: the thread sleeps on it until kOpen
     std::atomic<bool> marking_{false};
     std::atomic<std::uint32_t> marks_{0};  // futex word: launches marked in the open request
+    std::atomic<std::uint64_t> end_ns_{0};  // when the thread saw the latest of them finish
     std::uint64_t call_ns_ = 0;            // the open request's first call
     bool be_idle_ = false;
     bool held_ = false;

@@ -64,7 +64,8 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 //     an HP's request starts timed as felt, apart from its other felt launches
 // 21: ClientStats::hp_requests: every request an HP starts, timed or not (its request shape)
 // 22: ClientStats::requests_timed, request_samples, request_ns, request_expected_ns,
-//     request_slower, request_alone_samples, request_alone_slower: an HP's requests timed whole
+//     request_slower, request_alone_samples, request_alone_slower, request_holds: an HP's
+//     requests timed whole
 constexpr std::uint32_t kLayoutVersion = 22;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
@@ -418,6 +419,9 @@ struct ClientStats {
     std::atomic<std::uint64_t> request_slower[kFeltTails];
     std::atomic<std::uint64_t> request_alone_samples;
     std::atomic<std::uint64_t> request_alone_slower[kFeltTails];
+    // Request starts that asked BE to stand aside (a sampling hold) while the timer had fewer
+    // requests alone than its reference holds; within the same budget as the learning holds.
+    std::atomic<std::uint64_t> request_holds;
 };
 
 // The GPU-side BE gates (be_gate kGpu), on a page of their own that BE clients register with the
