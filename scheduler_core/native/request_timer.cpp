@@ -132,13 +132,13 @@ bool RequestTimer::ran_alone(std::uint64_t end_ns) const {
 }
 
 std::uint64_t RequestTimer::reference_ns() const {
-    const std::uint32_t count = alone_count_.load(std::memory_order_relaxed);
-    if (count == 0) return 0;
-    const std::uint32_t kept = std::min(count, kAloneRequests);
+    // Only a full window: a median of the first two or three requests alone scatters by as much
+    // as they do, and the tail alone counted against it read the HP's own scatter as wide.
+    if (alone_count_.load(std::memory_order_relaxed) < kAloneRequests) return 0;
     std::uint64_t sorted[kAloneRequests];
-    std::copy(alone_ns_, alone_ns_ + kept, sorted);
-    std::nth_element(sorted, sorted + kept / 2, sorted + kept);
-    return sorted[kept / 2];
+    std::copy(alone_ns_, alone_ns_ + kAloneRequests, sorted);
+    std::nth_element(sorted, sorted + kAloneRequests / 2, sorted + kAloneRequests);
+    return sorted[kAloneRequests / 2];
 }
 
 void RequestTimer::deliver(std::uint64_t felt_ns, bool alone) {

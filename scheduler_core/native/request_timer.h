@@ -29,8 +29,8 @@
 // to the end. Until it has kAloneRequests of them the timer wants alone requests, and the HP's
 // launches ask for such holds (ClientRuntime::start_sampling; the learning holds' budget bounds
 // what that costs BE). Requests are alike for a service, and a median is not moved by the odd
-// slow one. A request timed before any alone is counted as timed only: `orion status` says the
-// figure is unknown rather than comparing with nothing.
+// slow one. A request timed before the window is full is counted as timed only: `orion status`
+// says the figure is unknown rather than comparing with too little.
 #pragma once
 
 #include <atomic>
