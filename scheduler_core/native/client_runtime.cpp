@@ -630,26 +630,18 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
     const bool counted =
         hp && ticket->kernel.known &&
         launch_count % (graph ? kGraphInterferenceEvery : kInterferenceEvery) == 0;
-    const std::uint64_t quiet_from =
-        std::max(previous_call_ns, hp_last_wait_ns_.load(std::memory_order_relaxed));
-    const bool starts_request =
-        hp && (previous_call_ns == 0 || (ticket->enqueue_ns >= quiet_from + kRequestGapNs &&
-                                         !request_timer_.continues(ticket->enqueue_ns)));
-    if (starts_request) {
-        slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
-        const bool be_idle = !be_has_work(ticket->launch_ns);
-        const bool held = !be_idle && sampling_hold_in_force(view_.header(), ticket->launch_ns) &&
-                          !be_may_run(view_, ticket->launch_ns);
-        ticket->request_mark = request_timer_.start(ticket->enqueue_ns, be_idle, held);
-    } else if (hp) {
-        ticket->request_mark = request_timer_.marking();
-    }
-    // Beside BE work that never stops, requests alone for the timer's reference come from
-    // sampling holds (request_timer.h): each request's start extends one while the timer wants
-    // them, so BE stands aside through the next request too (a hold lasts kSamplingHoldNs).
-    if (starts_request && request_timer_.wants_alone() && policy_holds_be_for_hp(policy_) &&
-        be_has_work(ticket->launch_ns) && extend_sampling_hold(ticket->launch_ns)) {
-        slot_->stats.request_holds.fetch_add(1, std::memory_order_relaxed);
+    bool starts_request = false;
+    if (hp) {
+        const std::uint64_t quiet_from =
+            std::max(previous_call_ns, hp_last_wait_ns_.load(std::memory_order_relaxed));
+        starts_request =
+            previous_call_ns == 0 || (ticket->enqueue_ns >= quiet_from + kRequestGapNs &&
+                                      !request_timer_.continues(ticket->enqueue_ns));
+        if (starts_request) {
+            start_request(ticket);
+        } else {
+            ticket->request_mark = request_timer_.marking();
+        }
     }
     const bool request_start = starts_request && ticket->kernel.known && previous_call_ns != 0;
     if (!for_learning && !counted && !request_start) return;
@@ -685,6 +677,22 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
         use.alone = !be_has_work(ticket->launch_ns);
         use.felt_counted = counted;
         use.request_start = request_start;
+    }
+}
+
+void ClientRuntime::start_request(LaunchTicket* ticket) {
+    slot_->stats.hp_requests.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t now_ns = ticket->launch_ns;
+    const bool be_busy = be_has_work(now_ns);
+    const bool held = be_busy && sampling_hold_in_force(view_.header(), now_ns) &&
+                      !be_may_run(view_, now_ns);
+    ticket->request_mark = request_timer_.start(ticket->enqueue_ns, !be_busy, held);
+    // Beside BE work that never stops, requests alone for the timer's reference come from
+    // sampling holds (request_timer.h): each request's start extends one while the timer wants
+    // them, so BE stands aside through the next request too (a hold lasts kSamplingHoldNs).
+    if (be_busy && request_timer_.wants_alone() && policy_holds_be_for_hp(policy_) &&
+        extend_sampling_hold(now_ns)) {
+        slot_->stats.request_holds.fetch_add(1, std::memory_order_relaxed);
     }
 }
 

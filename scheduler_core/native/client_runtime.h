@@ -195,6 +195,9 @@ private:
                         std::uint64_t launch_count, bool graph);
     // Whether a BE client has unfinished work: an HP duration measured then is not one alone.
     bool be_has_work(std::uint64_t now_ns) const;
+    // HP, the first launch of a request: counts it, has the RequestTimer time it if free (with
+    // whether it ran alone), and asks BE to stand aside while the timer lacks requests alone.
+    void start_request(LaunchTicket* ticket);
     // HP, a launch of unlearned `entry` to be timed for learning: whether its duration would be
     // one alone. If BE work may run beside it, asks BE to stand aside (a sampling hold, bounded
     // per entry and per client) so that a later launch of it is timed alone; a launch timed
