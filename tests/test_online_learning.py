@@ -675,3 +675,34 @@ def test_a_request_of_steps_waited_for_one_by_one_is_one_request(harness, tmp_pa
     # Each timed request is its four steps: 6 ms at least, the reference too.
     assert stats["request_ns"] >= stats["request_samples"] * 6 * MS
     assert stats["request_expected_ns"] >= stats["request_samples"] * 6 * MS
+
+
+def test_an_eager_request_is_timed_whole_with_few_event_records(harness, tmp_path):
+    # An eager service's request: 40 kernels of 50 us launched back to back, then waited for.
+    # Only a launch 200 us or more after the last one marked records the request timer's event
+    # (RequestTimer::kMarkSpacingNs), so a request pays for about one event record, not 40,
+    # and its end is still the end of its last kernel: the program's wait for it.
+    requests, per_request = 30, 40
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.05)))
+        run.add_client("be", "be")
+        run.publish()
+        # On a stream of its own: the legacy stream's launches are moved to a priority stream
+        # with event records of their own (stream_routing.cpp).
+        script = (
+            f"func h 50 stream s plain repeat {requests} repeat {per_request} launch h 8 64 s end "
+            "sync s sleep 3000 end"
+        )
+        log = run_client(harness, tmp_path, run, hp, script)
+        stats = run.client_stats(hp)
+    assert stats["requests_timed"] >= requests // 2
+    assert stats["request_samples"] >= 1
+    # Each timed request ran its 40 kernels one after another: 2 ms at least, from its first
+    # call to the return of the wait for its last.
+    assert stats["request_ns"] >= stats["request_samples"] * 2 * MS
+    # Event records: the launch sampler's pairs (learning, one launch in 64) and the timer's
+    # marks; a mark on every launch of every timed request would be 40 a request.
+    records = sum(1 for e in read_log(log) if e.kind == "event_record")
+    launches = requests * per_request
+    assert records <= 2 * (16 + launches // 16) + stats["requests_timed"] * 4
+    assert records < stats["requests_timed"] * per_request

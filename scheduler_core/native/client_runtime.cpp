@@ -289,7 +289,8 @@ void ClientRuntime::attach_from_environment() {
         learner_.attach(&view_.learned(index_), view_.decisions().sm_count);
         sampler_.attach(&slot.stats, &view_);
         if (role_ == Role::kHighPriority) {
-            request_timer_.attach(&slot.stats, &view_, &hp_last_call_ns_, kRequestGapNs);
+            request_timer_.attach(&slot.stats, &view_, &hp_last_call_ns_, &hp_last_wait_ns_,
+                                  kRequestGapNs);
         }
     }
     pthread_atfork(nullptr, nullptr, atfork_child);
@@ -777,7 +778,9 @@ void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
         // A failed launch never runs, so nothing on the GPU will ever mark it finished.
         if (result != CUDA_SUCCESS) mark_finished_by_cpu(ticket.seq);
     }
-    if (ticket.request_mark && result == CUDA_SUCCESS) request_timer_.mark(ticket.own_stream);
+    if (ticket.request_mark && result == CUDA_SUCCESS) {
+        request_timer_.mark(ticket.own_stream, ticket.enqueue_ns);
+    }
     if (ticket.sample >= 0) {
         sampler_.end(ticket.sample, ticket.own_stream, result == CUDA_SUCCESS, ticket.sample_use);
     }

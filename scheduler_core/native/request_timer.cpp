@@ -13,6 +13,10 @@ namespace orion {
 namespace {
 
 constexpr std::uint64_t kIdleWaitNs = 1'000'000'000;  // bounds a missed wake-up
+// How long after its last call a request whose last launches were not marked waits for the
+// program's wait to return, and how often it looks.
+constexpr std::uint64_t kUnmarkedWaitNs = 20'000'000;
+constexpr std::uint64_t kUnmarkedLookNs = 1'000'000;
 
 }  // namespace
 
@@ -48,6 +52,7 @@ bool RequestTimer::start(std::uint64_t call_ns, bool be_idle, bool held) {
     held_ = held;
     marks_.store(0, std::memory_order_relaxed);
     end_ns_.store(call_ns, std::memory_order_relaxed);
+    marked_call_ns_.store(0, std::memory_order_relaxed);
     marking_.store(true, std::memory_order_release);
     state_.store(kOpen, std::memory_order_release);
     std::call_once(thread_once_, [this] { std::thread([this] { loop(); }).detach(); });
@@ -60,8 +65,13 @@ bool RequestTimer::continues(std::uint64_t call_ns) const {
            call_ns < end_ns_.load(std::memory_order_acquire) + gap_ns_;
 }
 
-void RequestTimer::mark(CUstream stream) {
+void RequestTimer::mark(CUstream stream, std::uint64_t call_ns) {
     if (!marking_.load(std::memory_order_acquire)) return;
+    if (marks_.load(std::memory_order_relaxed) != 0 &&
+        call_ns < marked_call_ns_.load(std::memory_order_relaxed) + kMarkSpacingNs) {
+        return;  // its end: a later mark's, or the program's wait after it
+    }
+    marked_call_ns_.store(call_ns, std::memory_order_relaxed);
     if (driver::helpers().event_record(event_, stream) != CUDA_SUCCESS) {
         marking_.store(false, std::memory_order_release);  // the request goes untimed
         return;
@@ -95,7 +105,9 @@ void RequestTimer::loop() {
 bool RequestTimer::follow(std::uint64_t* end_ns) {
     const auto gap_left = [this, end_ns] {
         const std::uint64_t quiet_until =
-            std::max(last_call_ns_->load(std::memory_order_relaxed), *end_ns) + gap_ns_;
+            std::max({last_call_ns_->load(std::memory_order_relaxed), *end_ns,
+                      last_wait_ns_->load(std::memory_order_relaxed)}) +
+            gap_ns_;
         const std::uint64_t now = monotonic_ns();
         return quiet_until > now ? quiet_until - now : 0;
     };
@@ -116,8 +128,25 @@ bool RequestTimer::follow(std::uint64_t* end_ns) {
         // turn, as the wait ends at most one gap later.
         while (marks_.load(std::memory_order_acquire) == seen) {
             const std::uint64_t left = gap_left();
-            if (left == 0 || !marking_.load(std::memory_order_acquire)) return true;
-            futex_wait(marks_, seen, left);
+            const bool next_started = !marking_.load(std::memory_order_acquire);
+            if (left != 0 && !next_started) {
+                futex_wait(marks_, seen, left);
+                continue;
+            }
+            const std::uint64_t last_call = last_call_ns_->load(std::memory_order_relaxed);
+            const std::uint64_t waited = last_wait_ns_->load(std::memory_order_relaxed);
+            if (waited >= last_call) {  // the program waited for its work after its last launch
+                *end_ns = std::max(*end_ns, waited);
+                return true;
+            }
+            // Its last launch unmarked and not waited for yet: its end is the program's wait,
+            // looked for about every millisecond for a while (a program that never waits gets
+            // the end of its last marked launch).
+            if (marked_call_ns_.load(std::memory_order_relaxed) >= last_call || next_started ||
+                monotonic_ns() >= last_call + kUnmarkedWaitNs) {
+                return true;
+            }
+            futex_wait(marks_, seen, kUnmarkedLookNs);
         }
     }
 }

@@ -4,23 +4,26 @@
 // A request is what ClientRuntime cuts from the HP's launches: a launch call kRequestGapNs or
 // more after both the call before it and the return of the program's latest wait for a stream
 // starts one, unless the request timed here goes on (continues(): its work ended less than the
-// gap before, for programs that wait otherwise). So a decoder that waits for
-// each step before launching the next is one request however long its steps wait for the GPU
-// (cut by calls alone, its steps beside BE on an H200 became requests of their own, each a tenth
-// of a request alone). Launches timed one at a time
-// (launch_sampler.h) see what one launch waited for, but an eager service's request is 70-80
-// launches and a decoder's ten graphs with host work between them, and on an H200 their felt
-// slowdown missed the HP's p99 ratio by more than 20% in 9 of 28 suite cells where the mean
-// service time of whole requests missed in 2. So a request is timed end to end here.
+// gap before, for programs that wait otherwise). So a decoder that waits for each step before
+// launching the next is one request however long its steps wait for the GPU (cut by calls
+// alone, its steps beside BE on an H200 became requests of their own, each a tenth of a request
+// alone). Launches timed one at a time (launch_sampler.h) see what one launch waited for, but an
+// eager service's request is 70-80 launches and a decoder's ten graphs with host work between
+// them, and on an H200 their felt slowdown missed the HP's p99 ratio by more than 20% in 9 of 28
+// suite cells where the mean service time of whole requests missed in 2. So a request is timed
+// end to end here.
 //
-// One request at a time, chosen when the timer is free at its start. Each launch of the timed
-// request re-records one event after it on its stream (an event record, about a microsecond,
-// and an atomic add: nothing else on the launch path; launches of requests not timed pay one
-// load). A thread of the timer's own blocks on that event (blocking sync: it sleeps), reads
-// the clock as it returns, and waits, with a timeout at the end of the gap, for a launch
-// recorded later; the last time read before a gap passes with no new launch (counted from the
-// later of the last call and that end) is the request's end. No wake-up on the launch path but
-// one per timed request; no polling.
+// One request at a time, chosen when the timer is free at its start. A launch of the timed
+// request at least kMarkSpacingNs after the last one marked re-records one event after it on
+// its stream (an event record, about a microsecond, and an atomic add; other launches pay a few
+// loads, those of requests not timed one). A thread of the timer's own blocks on that event
+// (blocking sync: it sleeps), reads the clock as it returns, and waits, with a timeout at the
+// end of the gap, for a launch marked later. The request's end is the last time read before a
+// gap passes with no new launch (counted from the later of the last call and that end), or,
+// where the program waited for its stream after its last launch, that wait's return: what the
+// program itself felt, and the end of launches left unmarked. (A program that never waits gets
+// the end of its last marked launch: early by at most the work launched in kMarkSpacingNs.)
+// No wake-up on the launch path but one per timed request; no polling.
 //
 // The reference is the median of the last kAloneRequests requests that ran alone: no BE work
 // unfinished at the first call and no BE launch from LaunchSampler::kAloneQuietNs before it to
@@ -48,14 +51,16 @@ public:
     RequestTimer(const RequestTimer&) = delete;
     RequestTimer& operator=(const RequestTimer&) = delete;
 
-    // Delivers into `stats`; reads `view` (whether BE ran near a request) and `last_call_ns`
-    // (the HP's newest launch call, kept by ClientRuntime) to tell where a request ends after
-    // `gap_ns` without a launch.
+    // Delivers into `stats`; reads `view` (whether BE ran near a request), `last_call_ns` (the
+    // HP's newest launch call) and `last_wait_ns` (the return of its newest wait for a stream),
+    // both kept by ClientRuntime, to tell where a request ends after `gap_ns` without a launch.
     void attach(ClientStats* stats, const RunView* view,
-                const std::atomic<std::uint64_t>* last_call_ns, std::uint64_t gap_ns) {
+                const std::atomic<std::uint64_t>* last_call_ns,
+                const std::atomic<std::uint64_t>* last_wait_ns, std::uint64_t gap_ns) {
         stats_ = stats;
         view_ = view;
         last_call_ns_ = last_call_ns;
+        last_wait_ns_ = last_wait_ns;
         gap_ns_ = gap_ns;
     }
 
@@ -76,9 +81,13 @@ public:
     // hp_last_wait_ns_, with no race against this thread's wake-up.)
     bool continues(std::uint64_t call_ns) const;
     // After a launch of the timed request on `stream` went to the driver.
-    void mark(CUstream stream);
+    // After a launch of the timed request (called at `call_ns`) went to the driver on `stream`.
+    void mark(CUstream stream, std::uint64_t call_ns);
 
     static constexpr std::uint32_t kAloneRequests = 8;  // the reference's window
+    // The least time between two marked launches of a request: an eager request of 70-80
+    // launches in about a millisecond and a half pays for about eight event records, not 80.
+    static constexpr std::uint64_t kMarkSpacingNs = 200'000;
 
 private:
     enum : std::uint32_t { kIdle = 0, kStarting = 1, kOpen = 2 };
@@ -94,12 +103,14 @@ private:
     ClientStats* stats_ = nullptr;
     const RunView* view_ = nullptr;
     const std::atomic<std::uint64_t>* last_call_ns_ = nullptr;
+    const std::atomic<std::uint64_t>* last_wait_ns_ = nullptr;
     std::uint64_t gap_ns_ = 0;
 
     std::atomic<std::uint32_t> state_{kIdle};  // futex word: the thread sleeps on it until kOpen
     std::atomic<bool> marking_{false};
     std::atomic<std::uint32_t> marks_{0};  // futex word: launches marked in the open request
     std::atomic<std::uint64_t> end_ns_{0};  // when the thread saw the latest of them finish
+    std::atomic<std::uint64_t> marked_call_ns_{0};  // the call of the latest launch marked
     std::uint64_t call_ns_ = 0;            // the open request's first call
     bool be_idle_ = false;
     bool held_ = false;
