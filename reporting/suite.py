@@ -83,6 +83,10 @@ ORION_VARIANTS = {
         *("--sharing", "mps", "--be-sm-percent", "50", "--hp-context", "own"),
         *("--hp-quiet-us", "300", "--loop-reads", "requests"),
     ),
+    "orion-mps-hp-chooses-be70": (
+        *("--sharing", "mps", "--be-sm-percent", "70", "--hp-context", "own"),
+        *("--hp-quiet-us", "300"),
+    ),
     "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
@@ -103,6 +107,7 @@ HP_CHOOSES_MODES = frozenset(
         "orion-mps-hp-chooses-spacing300",
         "orion-mps-hp-chooses-cpu-gate",
         "orion-mps-hp-chooses-request-loop",
+        "orion-mps-hp-chooses-be70",
     }
 )
 """The modes whose HP joins with its program's own ``--hp-context`` (``hp_context`` in the suite
@@ -131,6 +136,8 @@ VARIANT_NOTES = {
     "so no BE stream waits on the GPU (resident in the server's context) when an HP request comes",
     "orion-mps-hp-chooses-request-loop": "hp-chooses with the latency loop reading the HP's "
     "requests timed whole against its requests alone, not its launches one at a time",
+    "orion-mps-hp-chooses-be70": "hp-chooses with BE kernels on 70% of the SMs beside an HP in "
+    "the MPS server (the graph encoder's JAX trainer kept 0.57-0.59 of alone on half of them)",
     "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
