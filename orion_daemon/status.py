@@ -8,7 +8,7 @@ units; ``--json`` prints exactly these dictionaries.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from orion_daemon.latency_control import Reading
@@ -78,29 +78,17 @@ class ClientSample:
 
     @classmethod
     def from_stats(cls, time_s: float, stats: dict[str, Any]) -> ClientSample:
-        return cls(
-            time_s=time_s,
-            launches=int(stats.get("launches", 0)),
-            sampled_ns=int(stats.get("sampled_ns", 0)),
-            sampled_expected_ns=int(stats.get("sampled_expected_ns", 0)),
-            felt_ns=int(stats.get("felt_ns", 0)),
-            felt_expected_ns=int(stats.get("felt_expected_ns", 0)),
-            felt_samples=int(stats.get("felt_samples", 0)),
-            felt_slower=tuple(int(n) for n in stats.get("felt_slower", ())),
-            felt_alone_samples=int(stats.get("felt_alone_samples", 0)),
-            felt_alone_slower=tuple(int(n) for n in stats.get("felt_alone_slower", ())),
-            start_felt_ns=int(stats.get("start_felt_ns", 0)),
-            start_felt_expected_ns=int(stats.get("start_felt_expected_ns", 0)),
-            start_felt_samples=int(stats.get("start_felt_samples", 0)),
-            start_felt_slower=tuple(int(n) for n in stats.get("start_felt_slower", ())),
-            requests_timed=int(stats.get("requests_timed", 0)),
-            request_ns=int(stats.get("request_ns", 0)),
-            request_expected_ns=int(stats.get("request_expected_ns", 0)),
-            request_samples=int(stats.get("request_samples", 0)),
-            request_slower=tuple(int(n) for n in stats.get("request_slower", ())),
-            request_alone_samples=int(stats.get("request_alone_samples", 0)),
-            request_alone_slower=tuple(int(n) for n in stats.get("request_alone_slower", ())),
-        )
+        """The counters of the library's statistics (``Scheduler.client_stats``) by their own
+        names: a count, or a list of counts (a tail); absent ones (an older library) 0 or ()."""
+        counters: dict[str, Any] = {}
+        for counter in fields(cls):
+            if counter.name == "time_s":
+                continue
+            if str(counter.type).startswith("tuple"):
+                counters[counter.name] = tuple(int(n) for n in stats.get(counter.name, ()))
+            else:
+                counters[counter.name] = int(stats.get(counter.name, 0))
+        return cls(time_s=time_s, **counters)
 
 
 @dataclass

@@ -706,3 +706,20 @@ def test_an_eager_request_is_timed_whole_with_few_event_records(harness, tmp_pat
     launches = requests * per_request
     assert records <= 2 * (16 + launches // 16) + stats["requests_timed"] * 4
     assert records < stats["requests_timed"] * per_request
+
+
+def test_every_counter_the_daemon_samples_is_one_the_library_keeps():
+    # The daemon reads its samples' counters from the library's statistics by name
+    # (ClientSample.from_stats): a counter renamed on one side would read 0 for good.
+    from orion_daemon.status import ClientSample
+
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp")
+        run.publish()
+        stats = run.client_stats(hp)
+    counters = {f.name for f in dataclasses.fields(ClientSample)} - {"time_s"}
+    assert counters <= set(stats)
+    sample = ClientSample.from_stats(1.0, stats)
+    tails = [c for c in counters if isinstance(stats[c], list)]
+    assert tails and all(getattr(sample, c) == tuple(stats[c]) for c in tails)
+    assert all(getattr(sample, c) == stats[c] for c in counters - set(tails))
