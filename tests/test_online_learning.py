@@ -285,6 +285,19 @@ def executions(log) -> list[tuple[int, int]]:
 NEVER_IDLE_BE = "func b 2000 say started repeat 100000 repeat 20 launch b 8 64 0 end sync 0 end"
 
 
+def start_never_idle_be(harness, tmp_path, run, be):
+    """NEVER_IDLE_BE as client `be` of `run` (its log be.log), once it has work on the GPU."""
+    process = harness.start(NEVER_IDLE_BE, env=run.client_environment(be), log=tmp_path / "be.log")
+    try:
+        assert process.stdout.readline().strip() == "started"
+        wait_for(lambda: run.client_stats(be)["tracked_launches"] >= 20, what="BE work")
+    except BaseException:
+        process.kill()
+        process.wait(timeout=10)
+        raise
+    return process
+
+
 @pytest.mark.parametrize("be_gate", ["gpu", "cpu"])
 def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_path, be_gate):
     # Before sampling holds an HP sample counted only when no BE work was unfinished, so beside
@@ -297,11 +310,8 @@ def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_p
         hp = run.add_client("hp", "hp")
         be = run.add_client("be", "be")
         run.publish()
-        be_process = harness.start(NEVER_IDLE_BE, env=run.client_environment(be),
-                                   log=tmp_path / "be.log")  # fmt: skip
+        be_process = start_never_idle_be(harness, tmp_path, run, be)
         try:
-            assert be_process.stdout.readline().strip() == "started"
-            wait_for(lambda: run.client_stats(be)["tracked_launches"] >= 20, what="BE work")
             # HP requests: a 1-ms kernel each, waited for.
             hp_script = "func h 1000 repeat 30 launch h 8 64 0 sync 0 end"
             run_client(harness, tmp_path, run, hp, hp_script)
@@ -633,11 +643,8 @@ def test_an_hp_joining_beside_be_that_never_stops_gets_requests_alone_from_holds
         hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 1.0)))
         be = run.add_client("be", "be")
         run.publish()
-        be_process = harness.start(NEVER_IDLE_BE, env=run.client_environment(be),
-                                   log=tmp_path / "be.log")  # fmt: skip
+        be_process = start_never_idle_be(harness, tmp_path, run, be)
         try:
-            assert be_process.stdout.readline().strip() == "started"
-            wait_for(lambda: run.client_stats(be)["tracked_launches"] >= 20, what="BE work")
             hp_script = "func h 1000 repeat 60 launch h 8 64 0 sync 0 sleep 2000 end"
             run_client(harness, tmp_path, run, hp, hp_script)
             stats = run.client_stats(hp)
