@@ -265,8 +265,8 @@ LOOP_READS = Setting(
     "timed one at a time from their call to the end of their work, against alone) or requests "
     "(its requests timed whole, the first launch call to the end of the last kernel, against "
     "its requests alone; launches where none of its requests was timed against one). A "
-    "request is what the HP launches between two pauses of 1 ms: an HP that never pauses that "
-    "long has no requests to read.",
+    "request is what the HP launches between two pauses of 1 ms after its work ended: an HP "
+    "that never pauses that long has no requests to read.",
     unset="launches",
     default="launches",
 )
