@@ -209,17 +209,9 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
         stats_->start_felt_ns.fetch_add(felt, std::memory_order_relaxed);
         stats_->start_felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
     }
-    for (std::uint32_t k = 0; k < kFeltTails; ++k) {
-        if (felt * 100 > expected * kFeltTailPercents[k]) {
-            if (use.felt_counted) stats_->felt_slower[k].fetch_add(1, std::memory_order_relaxed);
-            if (use.felt_counted && alone) {
-                stats_->felt_alone_slower[k].fetch_add(1, std::memory_order_relaxed);
-            }
-            if (use.request_start) {
-                stats_->start_felt_slower[k].fetch_add(1, std::memory_order_relaxed);
-            }
-        }
-    }
+    if (use.felt_counted) count_in_tail(stats_->felt_slower, felt, expected);
+    if (use.felt_counted && alone) count_in_tail(stats_->felt_alone_slower, felt, expected);
+    if (use.request_start) count_in_tail(stats_->start_felt_slower, felt, expected);
 }
 
 void LaunchSampler::deliver(const SampleUse& use, std::uint64_t duration_ns) {

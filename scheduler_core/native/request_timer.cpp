@@ -186,11 +186,8 @@ void RequestTimer::deliver(std::uint64_t felt_ns, bool alone) {
     stats.request_ns.fetch_add(felt_ns, std::memory_order_relaxed);
     stats.request_expected_ns.fetch_add(expected, std::memory_order_relaxed);
     if (alone) stats.request_alone_samples.fetch_add(1, std::memory_order_relaxed);
-    for (std::uint32_t k = 0; k < kFeltTails; ++k) {
-        if (felt_ns * 100 <= expected * kFeltTailPercents[k]) break;  // the ratios ascend
-        stats.request_slower[k].fetch_add(1, std::memory_order_relaxed);
-        if (alone) stats.request_alone_slower[k].fetch_add(1, std::memory_order_relaxed);
-    }
+    count_in_tail(stats.request_slower, felt_ns, expected);
+    if (alone) count_in_tail(stats.request_alone_slower, felt_ns, expected);
 }
 
 }  // namespace orion

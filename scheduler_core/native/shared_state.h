@@ -79,15 +79,26 @@ constexpr std::uint32_t kLearnedSlots = 2048;  // per client; power of two; kern
 constexpr std::uint32_t kLearnedNodes = 8192;  // per client: kernel nodes of its learned graphs
 constexpr std::uint32_t kLearnedNameBytes = 512 * 1024;  // per client: learned kernels' names
 constexpr std::uint32_t kLearnSamples = 8;     // durations an entry keeps (its median's window)
-constexpr std::uint32_t kLearnMinSamples = 5;
+constexpr std::uint32_t kLearnMinSamples = 5;  // a learned entry gates from this many samples on
 constexpr std::uint32_t kFeltTails = 12;
 // Felt/expected ratios whose exceedances an HP client counts (ClientStats::felt_slower), in
 // hundredths so that the launch sampler compares integers. Each step at most 1.25 times the one
 // before from 1.05 to 3x: the largest ratio more than 1% of samples exceed bounds their p99
 // from below within that step (`orion status`'s felt_p99).
 constexpr std::uint32_t kFeltTailPercents[kFeltTails] = {105, 110, 120, 135, 150, 175,
-                                                         200, 250, 300, 400, 600, 800};  // a learned entry gates from this many samples on
+                                                         200, 250, 300, 400, 600, 800};
 constexpr std::size_t kPageBytes = 4096;
+
+// Counts a sample timed at `felt_ns` against `expected_ns` alone into a tail's counters (felt
+// launches, request starts, whole requests): one more in each ratio of kFeltTailPercents it
+// exceeds, so slower[k] counts the samples above ratio k.
+inline void count_in_tail(std::atomic<std::uint64_t> (&slower)[kFeltTails], std::uint64_t felt_ns,
+                          std::uint64_t expected_ns) {
+    for (std::uint32_t k = 0; k < kFeltTails && felt_ns * 100 > expected_ns * kFeltTailPercents[k];
+         ++k) {
+        slower[k].fetch_add(1, std::memory_order_relaxed);
+    }
+}
 
 static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
 static_assert((kInflightSlots & (kInflightSlots - 1)) == 0, "ring size must be a power of two");
