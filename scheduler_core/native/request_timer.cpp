@@ -33,20 +33,12 @@ bool RequestTimer::start(std::uint64_t call_ns, bool be_idle, bool held) {
     if (!state_.compare_exchange_strong(idle, kStarting, std::memory_order_acq_rel)) return false;
     CUcontext context = nullptr;
     if (h.ctx_get_current(&context) != CUDA_SUCCESS || context == nullptr ||
-        (context_ != nullptr && context != context_)) {
+        (context_ != nullptr && context != context_) ||
+        event_failed_.load(std::memory_order_relaxed)) {
         state_.store(kIdle, std::memory_order_release);  // times the first context's requests only
         return false;
     }
-    if (event_ == nullptr) {
-        // In the context of the launches it follows; blocking sync, so the thread sleeps on it.
-        if (h.event_create(&event_, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING) !=
-            CUDA_SUCCESS) {
-            event_ = nullptr;
-            state_.store(kIdle, std::memory_order_release);
-            return false;
-        }
-        context_ = context;
-    }
+    context_ = context;
     call_ns_ = call_ns;
     be_idle_ = be_idle;
     held_ = held;
@@ -55,9 +47,23 @@ bool RequestTimer::start(std::uint64_t call_ns, bool be_idle, bool held) {
     marked_call_ns_.store(0, std::memory_order_relaxed);
     marking_.store(true, std::memory_order_release);
     state_.store(kOpen, std::memory_order_release);
-    std::call_once(thread_once_, [this] { std::thread([this] { loop(); }).detach(); });
-    futex_wake_all(state_);
-    return true;
+    return true;  // the thread is woken by the first mark, after the launch
+}
+
+bool RequestTimer::set_up() {
+    // After a launch, never between one's tracking and its call to the driver: the event (in
+    // the context of the launches it follows; blocking sync, so the thread sleeps on it) and
+    // the thread, once.
+    std::call_once(set_up_once_, [this] {
+        if (driver::helpers().event_create(
+                &event_, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            event_ = nullptr;
+            event_failed_.store(true, std::memory_order_relaxed);
+            return;
+        }
+        std::thread([this] { loop(); }).detach();
+    });
+    return event_ != nullptr;
 }
 
 bool RequestTimer::continues(std::uint64_t call_ns) const {
@@ -72,11 +78,14 @@ void RequestTimer::mark(CUstream stream, std::uint64_t call_ns) {
         return;  // its end: a later mark's, or the program's wait after it
     }
     marked_call_ns_.store(call_ns, std::memory_order_relaxed);
-    if (driver::helpers().event_record(event_, stream) != CUDA_SUCCESS) {
+    if (!set_up() || driver::helpers().event_record(event_, stream) != CUDA_SUCCESS) {
         marking_.store(false, std::memory_order_release);  // the request goes untimed
         return;
     }
-    if (marks_.fetch_add(1, std::memory_order_acq_rel) == 0) futex_wake_all(marks_);
+    if (marks_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+        futex_wake_all(state_);  // the thread, idle until a request opened
+        futex_wake_all(marks_);  // or waiting for its first mark
+    }
 }
 
 void RequestTimer::loop() {

@@ -23,7 +23,9 @@
 // where the program waited for its stream after its last launch, that wait's return: what the
 // program itself felt, and the end of launches left unmarked. (A program that never waits gets
 // the end of its last marked launch: early by at most the work launched in kMarkSpacingNs.)
-// No wake-up on the launch path but one per timed request; no polling.
+// Nothing slow between a launch's tracking and its call to the driver (the event and the
+// thread are made after the first launch marked); the thread woken once a timed request, after
+// its first launch; no polling.
 //
 // The reference is the median of the last kAloneRequests requests that ran alone: no BE work
 // unfinished at the first call and no BE launch from LaunchSampler::kAloneQuietNs before it to
@@ -114,9 +116,12 @@ private:
     std::uint64_t call_ns_ = 0;            // the open request's first call
     bool be_idle_ = false;
     bool held_ = false;
-    CUevent event_ = nullptr;  // the timed request's latest launch, re-recorded by each
+    // The event and the thread, made at the first mark (set_up); false if the event could not be.
+    bool set_up();
+    CUevent event_ = nullptr;  // the timed request's latest marked launch, re-recorded by each
+    std::atomic<bool> event_failed_{false};
     CUcontext context_ = nullptr;
-    std::once_flag thread_once_;
+    std::once_flag set_up_once_;
 
     // The timer thread's own: durations of the latest requests alone (a ring).
     std::uint64_t alone_ns_[kAloneRequests] = {};
