@@ -738,3 +738,21 @@ def test_every_counter_the_daemon_samples_is_one_the_library_keeps():
     tails = [c for c in counters if isinstance(stats[c], list)]
     assert tails and all(getattr(sample, c) == tuple(stats[c]) for c in tails)
     assert all(getattr(sample, c) == stats[c] for c in counters - set(tails))
+
+
+def test_a_request_whose_first_launch_failed_leaves_the_timer_free(harness, tmp_path):
+    # The HP's very first launch is refused by the driver (the stand-in fails it): nothing of
+    # that request ran, so nothing is timed, and the requests after it are timed as ever.
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.5)))
+        run.add_client("be", "be")
+        run.publish()
+        script = (
+            "launch_failures_ok func h 500 launch h 8 64 0 sleep 3000 "
+            "repeat 20 launch h 8 64 0 sync 0 sleep 3000 end"
+        )
+        log = run_client(harness, tmp_path, run, hp, script, {"FAKE_FAIL_LAUNCHES": "1"})
+        stats = run.client_stats(hp)
+    assert [e.kind for e in read_log(log)].count("launch_failed") == 1
+    assert stats["hp_requests"] >= 21
+    assert stats["requests_timed"] >= 10

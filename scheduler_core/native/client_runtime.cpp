@@ -778,8 +778,8 @@ void ClientRuntime::after_launch(const LaunchTicket& ticket, CUresult result) {
         // A failed launch never runs, so nothing on the GPU will ever mark it finished.
         if (result != CUDA_SUCCESS) mark_finished_by_cpu(ticket.seq);
     }
-    if (ticket.request_mark && result == CUDA_SUCCESS) {
-        request_timer_.mark(ticket.own_stream, ticket.enqueue_ns);
+    if (ticket.request_mark) {
+        request_timer_.mark(ticket.own_stream, ticket.enqueue_ns, result == CUDA_SUCCESS);
     }
     if (ticket.sample >= 0) {
         sampler_.end(ticket.sample, ticket.own_stream, result == CUDA_SUCCESS, ticket.sample_use);

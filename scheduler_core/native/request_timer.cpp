@@ -71,14 +71,23 @@ bool RequestTimer::continues(std::uint64_t call_ns) const {
            call_ns < end_ns_.load(std::memory_order_acquire) + gap_ns_;
 }
 
-void RequestTimer::mark(CUstream stream, std::uint64_t call_ns) {
+void RequestTimer::mark(CUstream stream, std::uint64_t call_ns, bool launched) {
     if (!marking_.load(std::memory_order_acquire)) return;
     if (marks_.load(std::memory_order_relaxed) != 0 &&
         call_ns < marked_call_ns_.load(std::memory_order_relaxed) + kMarkSpacingNs) {
         return;  // its end: a later mark's, or the program's wait after it
     }
+    if (!set_up()) {
+        marking_.store(false, std::memory_order_release);  // no event: nothing is timed
+        return;
+    }
+    if (!launched) {
+        // Nothing ran to mark; the thread ends the request if nothing of it ever is.
+        futex_wake_all(state_);
+        return;
+    }
     marked_call_ns_.store(call_ns, std::memory_order_relaxed);
-    if (!set_up() || driver::helpers().event_record(event_, stream) != CUDA_SUCCESS) {
+    if (driver::helpers().event_record(event_, stream) != CUDA_SUCCESS) {
         marking_.store(false, std::memory_order_release);  // the request goes untimed
         return;
     }

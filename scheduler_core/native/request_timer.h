@@ -83,8 +83,9 @@ public:
     // hp_last_wait_ns_, with no race against this thread's wake-up.)
     bool continues(std::uint64_t call_ns) const;
     // After a launch of the timed request on `stream` went to the driver.
-    // After a launch of the timed request (called at `call_ns`) went to the driver on `stream`.
-    void mark(CUstream stream, std::uint64_t call_ns);
+    // After a launch of the timed request (called at `call_ns`) went to the driver on `stream`
+    // (`launched`: and the driver took it).
+    void mark(CUstream stream, std::uint64_t call_ns, bool launched);
 
     static constexpr std::uint32_t kAloneRequests = 8;  // the reference's window
     // The least time between two marked launches of a request: an eager request of 70-80

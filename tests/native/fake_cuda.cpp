@@ -479,6 +479,16 @@ CUresult instantiate(const char* api, void** exec, void* graph) {
 CUresult record_launch(const char* api, void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, void* stream) {
     auto* fn = static_cast<FakeFunction*>(f);
+    // FAKE_FAIL_LAUNCHES=N: the process's first N kernel launches fail (CUDA_ERROR_LAUNCH_FAILED)
+    // and run nothing, as a launch the driver refuses.
+    static std::atomic<long> failing{[] {
+        const char* text = std::getenv("FAKE_FAIL_LAUNCHES");
+        return text != nullptr ? std::strtol(text, nullptr, 10) : 0L;
+    }()};
+    if (failing.load() > 0 && failing.fetch_sub(1) > 0) {
+        log_line(std::string("launch_failed ") + fn->name);
+        return 719;
+    }
     char buffer[512];
     std::snprintf(buffer, sizeof(buffer), "launch %s %s grid=%u,%u,%u block=%u,%u,%u stream=%s", api,
                   fn->name, gx, gy, gz, bx, by, bz, stream_text(stream).c_str());

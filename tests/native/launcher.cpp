@@ -123,6 +123,7 @@ namespace {
 
 void* g_handle = nullptr;
 std::string g_route = "getproc";
+bool g_launch_failures_allowed = false;  // "launch_failures_ok": a failed launch says so, goes on
 std::map<std::string, void*> g_functions;
 std::map<std::string, void*> g_streams;
 std::map<std::string, void*> g_graphs;  // graphs being built, by name
@@ -390,6 +391,9 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
             need(2);
             g_route = t[pos + 1];
             pos += 2;
+        } else if (cmd == "launch_failures_ok") {
+            g_launch_failures_allowed = true;
+            pos += 1;
         } else if (cmd == "func" || cmd == "library_kernel") {
             need(3);
             auto make = reinterpret_cast<MakeFn>(dlsym(
@@ -415,7 +419,8 @@ size_t run(const std::vector<std::string>& t, size_t pos, bool in_block) {
                 r = reinterpret_cast<CoopFn>(resolve("cuLaunchCooperativeKernel"))(
                     f, grid, 1, 1, block, 1, 1, 0, stream, nullptr);
             }
-            if (r != 0) usage("launch failed");
+            if (r != 0 && !g_launch_failures_allowed) usage("launch failed");
+            if (r != 0) std::printf("launch failed %d\n", static_cast<int>(r));
             pos += 5;
         } else if (cmd == "graph") {
             need(2);
