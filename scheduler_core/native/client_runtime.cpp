@@ -622,7 +622,7 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
                                    std::uint64_t launch_count, bool graph) {
     // Besides learning, an HP client times one launch in kInterferenceEvery (graphs: each a
     // request, so more often) of those with a duration alone to compare with, and, as felt only,
-    // the first launch of each request (see ClientStats::start_felt_samples).
+    // the first launch of each request (see ClientStats::start_felt).
     constexpr std::uint64_t kInterferenceEvery = 64;
     constexpr std::uint64_t kGraphInterferenceEvery = 4;
     const bool hp = role_ == Role::kHighPriority;

@@ -402,30 +402,25 @@ public:
         out["sampled_expected_ns"] = s.sampled_expected_ns.load();
         out["sampling_holds"] = s.sampling_holds.load();
         out["held_samples"] = s.held_samples.load();
-        out["felt_samples"] = s.felt_samples.load();
-        out["felt_ns"] = s.felt_ns.load();
-        out["felt_expected_ns"] = s.felt_expected_ns.load();
-        // The tails: a count per ratio of kFeltTailPercents.
-        const auto tail = [](const std::atomic<std::uint64_t>(&counts)[kFeltTails]) {
-            py::list list;
-            for (const auto& count : counts) list.append(count.load());
-            return list;
+        // A tally's counters under its prefix; a tail is a count per ratio of kFeltTailPercents.
+        const auto tally = [&out](const std::string& prefix, const FeltTally& t) {
+            const auto tail = [](const std::atomic<std::uint64_t>(&counts)[kFeltTails]) {
+                py::list list;
+                for (const auto& count : counts) list.append(count.load());
+                return list;
+            };
+            out[(prefix + "_samples").c_str()] = t.samples.load();
+            out[(prefix + "_ns").c_str()] = t.ns.load();
+            out[(prefix + "_expected_ns").c_str()] = t.expected_ns.load();
+            out[(prefix + "_slower").c_str()] = tail(t.slower);
+            out[(prefix + "_alone_samples").c_str()] = t.alone_samples.load();
+            out[(prefix + "_alone_slower").c_str()] = tail(t.alone_slower);
         };
-        out["felt_slower"] = tail(s.felt_slower);
-        out["felt_alone_samples"] = s.felt_alone_samples.load();
-        out["felt_alone_slower"] = tail(s.felt_alone_slower);
+        tally("felt", s.felt);
         out["hp_requests"] = s.hp_requests.load();
-        out["start_felt_samples"] = s.start_felt_samples.load();
-        out["start_felt_ns"] = s.start_felt_ns.load();
-        out["start_felt_expected_ns"] = s.start_felt_expected_ns.load();
-        out["start_felt_slower"] = tail(s.start_felt_slower);
+        tally("start_felt", s.start_felt);
         out["requests_timed"] = s.requests_timed.load();
-        out["request_samples"] = s.request_samples.load();
-        out["request_ns"] = s.request_ns.load();
-        out["request_expected_ns"] = s.request_expected_ns.load();
-        out["request_slower"] = tail(s.request_slower);
-        out["request_alone_samples"] = s.request_alone_samples.load();
-        out["request_alone_slower"] = tail(s.request_alone_slower);
+        tally("request", s.request);
         out["request_holds"] = s.request_holds.load();
         out["graphs_segmented"] = s.graphs_segmented.load();
         out["graph_segments"] = s.graph_segments.load();

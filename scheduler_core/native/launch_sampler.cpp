@@ -198,20 +198,8 @@ void LaunchSampler::time_felt(Pair& pair, CUcontext* current) {
     }
     const std::uint64_t expected = use.expected_ns + static_cast<std::uint64_t>(
                                                          std::max<std::int64_t>(overhead_ns_, 0));
-    if (use.felt_counted) {
-        stats_->felt_samples.fetch_add(1, std::memory_order_relaxed);
-        stats_->felt_ns.fetch_add(felt, std::memory_order_relaxed);
-        stats_->felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
-        if (alone) stats_->felt_alone_samples.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (use.request_start) {
-        stats_->start_felt_samples.fetch_add(1, std::memory_order_relaxed);
-        stats_->start_felt_ns.fetch_add(felt, std::memory_order_relaxed);
-        stats_->start_felt_expected_ns.fetch_add(expected, std::memory_order_relaxed);
-    }
-    if (use.felt_counted) count_in_tail(stats_->felt_slower, felt, expected);
-    if (use.felt_counted && alone) count_in_tail(stats_->felt_alone_slower, felt, expected);
-    if (use.request_start) count_in_tail(stats_->start_felt_slower, felt, expected);
+    if (use.felt_counted) stats_->felt.record(felt, expected, alone);
+    if (use.request_start) stats_->start_felt.record(felt, expected, alone);
 }
 
 void LaunchSampler::deliver(const SampleUse& use, std::uint64_t duration_ns) {

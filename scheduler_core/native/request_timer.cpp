@@ -200,12 +200,7 @@ void RequestTimer::deliver(std::uint64_t felt_ns, bool alone) {
         if (count < kAloneRequests) alone_count_.store(count + 1, std::memory_order_relaxed);
     }
     if (expected == 0) return;
-    stats.request_samples.fetch_add(1, std::memory_order_relaxed);
-    stats.request_ns.fetch_add(felt_ns, std::memory_order_relaxed);
-    stats.request_expected_ns.fetch_add(expected, std::memory_order_relaxed);
-    if (alone) stats.request_alone_samples.fetch_add(1, std::memory_order_relaxed);
-    count_in_tail(stats.request_slower, felt_ns, expected);
-    if (alone) count_in_tail(stats.request_alone_slower, felt_ns, expected);
+    stats.request.record(felt_ns, expected, alone);
 }
 
 }  // namespace orion

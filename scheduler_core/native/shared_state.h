@@ -66,7 +66,9 @@ constexpr std::uint64_t kMagic = 0x4e55524e4f49524fULL;  // the bytes "ORIONRUN"
 // 22: ClientStats::requests_timed, request_samples, request_ns, request_expected_ns,
 //     request_slower, request_alone_samples, request_alone_slower, request_holds: an HP's
 //     requests timed whole
-constexpr std::uint32_t kLayoutVersion = 22;
+// 23: ClientStats::felt, start_felt and request as one FeltTally each (same counters, start_felt
+//     with a tail of its request starts alone)
+constexpr std::uint32_t kLayoutVersion = 23;
 constexpr std::uint32_t kMaxClients = 16;
 constexpr std::uint32_t kKernelSlots = 8192;    // per client; power of two; profiles have < 2000
 constexpr std::uint32_t kInflightSlots = 4096;  // per client; power of two; > any launch queue
@@ -81,7 +83,7 @@ constexpr std::uint32_t kLearnedNameBytes = 512 * 1024;  // per client: learned 
 constexpr std::uint32_t kLearnSamples = 8;     // durations an entry keeps (its median's window)
 constexpr std::uint32_t kLearnMinSamples = 5;  // a learned entry gates from this many samples on
 constexpr std::uint32_t kFeltTails = 12;
-// Felt/expected ratios whose exceedances an HP client counts (ClientStats::felt_slower), in
+// Felt/expected ratios whose exceedances an HP client counts (FeltTally::slower), in
 // hundredths so that the launch sampler compares integers. Each step at most 1.25 times the one
 // before from 1.05 to 3x: the largest ratio more than 1% of samples exceed bounds their p99
 // from below within that step (`orion status`'s felt_p99).
@@ -89,16 +91,32 @@ constexpr std::uint32_t kFeltTailPercents[kFeltTails] = {105, 110, 120, 135, 150
                                                          200, 250, 300, 400, 600, 800};
 constexpr std::size_t kPageBytes = 4096;
 
-// Counts a sample timed at `felt_ns` against `expected_ns` alone into a tail's counters (felt
-// launches, request starts, whole requests): one more in each ratio of kFeltTailPercents it
-// exceeds, so slower[k] counts the samples above ratio k.
-inline void count_in_tail(std::atomic<std::uint64_t> (&slower)[kFeltTails], std::uint64_t felt_ns,
-                          std::uint64_t expected_ns) {
-    for (std::uint32_t k = 0; k < kFeltTails && felt_ns * 100 > expected_ns * kFeltTailPercents[k];
-         ++k) {
-        slower[k].fetch_add(1, std::memory_order_relaxed);
+// HP work timed as the user feels it (felt launches, request starts, whole requests), against
+// what the same took alone: the mean slowdown is ns / expected_ns; slower[k] counts the samples
+// above ratio kFeltTailPercents[k] (the tail a p99 target is about, which a mean hardly shows);
+// the samples that ran alone, apart, are the tail's baseline: what the HP scatters by without
+// BE, so that a shared tail is read against it rather than against 1.0. One tally per kind of
+// sample, all counted by record(), so that every tail follows the same rule.
+struct FeltTally {
+    std::atomic<std::uint64_t> samples;
+    std::atomic<std::uint64_t> ns;
+    std::atomic<std::uint64_t> expected_ns;
+    std::atomic<std::uint64_t> slower[kFeltTails];
+    std::atomic<std::uint64_t> alone_samples;
+    std::atomic<std::uint64_t> alone_slower[kFeltTails];
+
+    void record(std::uint64_t felt_ns, std::uint64_t expected, bool alone) noexcept {
+        samples.fetch_add(1, std::memory_order_relaxed);
+        ns.fetch_add(felt_ns, std::memory_order_relaxed);
+        expected_ns.fetch_add(expected, std::memory_order_relaxed);
+        if (alone) alone_samples.fetch_add(1, std::memory_order_relaxed);
+        for (std::uint32_t k = 0; k < kFeltTails && felt_ns * 100 > expected * kFeltTailPercents[k];
+             ++k) {
+            slower[k].fetch_add(1, std::memory_order_relaxed);
+            if (alone) alone_slower[k].fetch_add(1, std::memory_order_relaxed);
+        }
     }
-}
+};
 
 static_assert((kKernelSlots & (kKernelSlots - 1)) == 0, "kernel table size must be a power of two");
 static_assert((kInflightSlots & (kInflightSlots - 1)) == 0, "ring size must be a power of two");
@@ -384,52 +402,32 @@ struct ClientStats {
     std::atomic<std::uint64_t> graphs_gated;      // instantiations given gate wait nodes
     std::atomic<std::uint64_t> graph_gate_waits;  // the wait nodes they were given
     std::atomic<std::uint64_t> graphs_ungated;    // graphs orion could not rewrite (run whole)
-    // An HP client's launches timed as the user feels them (layout 11): from the launch call to
-    // the end of its work on the GPU, for launches that found the client's own queue empty, and
-    // what the same took alone (its duration alone plus the client's measured overhead alone:
-    // launching and noticing the end). Their ratio is `orion status`'s `felt_slowdown`.
-    std::atomic<std::uint64_t> felt_samples;
-    std::atomic<std::uint64_t> felt_ns;
-    std::atomic<std::uint64_t> felt_expected_ns;
+    // An HP client's launches timed as the user feels them (layout 11; one tally since 23): from
+    // the launch call to the end of its work on the GPU, for launches that found the client's own
+    // queue empty, and what the same took alone (its duration alone plus the client's measured
+    // overhead alone: launching and noticing the end). Their ratio is `orion status`'s
+    // `felt_slowdown`; alone as the launch sampler means it (layout 18): no BE work unfinished at
+    // the call, no BE launch from kAloneQuietNs before it to its end.
+    FeltTally felt;
     // BE graphs split into segments (graph_segments.h; layout 12): instantiations split, and the
     // segments they were split into.
     std::atomic<std::uint64_t> graphs_segmented;
     std::atomic<std::uint64_t> graph_segments;
-    // The felt slowdown's tail: felt samples that took more than kFeltTailRatios[k] times their
-    // expected time. felt_ns / felt_expected_ns is a mean, which a few percent of requests each
-    // slowed many times over hardly move; a p99 target is about those.
-    std::atomic<std::uint64_t> felt_slower[kFeltTails];
-    // The same tail of the felt launches that ran alone (layout 18; alone as the launch sampler
-    // means it: no BE work unfinished at the call, no BE launch from kAloneQuietNs before it to
-    // its end), counted also above: what the HP's own launches scatter by without BE, so that a
-    // shared tail is read against it rather than against 1.0.
-    std::atomic<std::uint64_t> felt_alone_samples;
-    std::atomic<std::uint64_t> felt_alone_slower[kFeltTails];
     // An HP's request starts timed as felt (layout 20): its first launch after launching nothing
     // for kRequestGapNs, with its own queue empty, timed whenever the felt timer is free. That
     // launch is where a BE context left resident between requests costs the HP a switch, and an
     // eager HP's felt launches above are one in 64 of its launches, seldom a request's first.
     // Kept apart, so the figures above (what the latency loop reads) are sampled as before.
-    std::atomic<std::uint64_t> start_felt_samples;
-    std::atomic<std::uint64_t> start_felt_ns;
-    std::atomic<std::uint64_t> start_felt_expected_ns;
-    std::atomic<std::uint64_t> start_felt_slower[kFeltTails];
+    FeltTally start_felt;
     // Every request an HP started (layout 21): its launches after launching nothing for
     // kRequestGapNs, and its first. Beside its launches and GPU time, its request shape (GPU work
     // and launches per request), which tells which context suits it under MPS.
     std::atomic<std::uint64_t> hp_requests;
     // An HP's requests timed whole (request_timer.h; layout 22): from the first launch call to
-    // the end of the last kernel. requests_timed counts every one; the rest only those timed
-    // once a reference existed (the median of its latest requests alone), against which
-    // request_ns / request_expected_ns is the mean slowdown and request_slower the tail (the
-    // felt tail's ratios); the requests alone among them, apart, are the tail's baseline.
+    // the end of the last kernel. requests_timed counts every one; the tally only those timed
+    // once a reference existed (the median of its latest requests alone).
     std::atomic<std::uint64_t> requests_timed;
-    std::atomic<std::uint64_t> request_samples;
-    std::atomic<std::uint64_t> request_ns;
-    std::atomic<std::uint64_t> request_expected_ns;
-    std::atomic<std::uint64_t> request_slower[kFeltTails];
-    std::atomic<std::uint64_t> request_alone_samples;
-    std::atomic<std::uint64_t> request_alone_slower[kFeltTails];
+    FeltTally request;
     // Request starts that asked BE to stand aside (a sampling hold) while the timer had fewer
     // requests alone than its reference holds; within the same budget as the learning holds.
     std::atomic<std::uint64_t> request_holds;
