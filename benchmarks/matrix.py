@@ -98,7 +98,7 @@ from reporting.benchmark import (
 from reporting.rundata import RunData
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES, DEFAULT_BE_GATE
 from scheduler_core.settings import SHARING
-from scheduler_core.sharing import default_be_graph_gate
+from scheduler_core.sharing import policy_be_graph_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,15 +219,15 @@ class Cell:
     @property
     def name(self) -> str:
         """``orion``, ``orion@200us``, ``orion@200us@gpu-gate``, ``orion@gpu-gate@timeslice``,
-        ``orion@gpu-gate@inside-graphs@timeslice``, ``mps-share@be50``: the same as the report's
-        run label (MPS, the policies' default sharing, and the sharing mode's default BE graph
-        gate are not named)."""
+        ``orion@gpu-gate@inside-graphs``, ``mps-share@be50``: the same as the report's run label
+        (MPS, the policies' default sharing, and the policy's default BE graph gate there are not
+        named)."""
         name = self.policy
         if self.queue_limit_us is not None:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
-        if self.be_graph_gate not in (None, default_be_graph_gate(self.sharing)):
+        if self.be_graph_gate not in (None, policy_be_graph_gate(self.policy, self.sharing)):
             name += f"@{self.be_graph_gate}-graphs"
         if self.sharing == "timeslice":
             name += "@timeslice"

@@ -81,7 +81,7 @@ def _shown(field: str, value: Any) -> str:
     if field == "be_sm_percent":
         return "every SM" if value is None else f"{value:g}%"
     if field == "hp_context":
-        return "mps" if value is None else value
+        return "its own (time-sliced)" if value is None else value
     if isinstance(value, bool):
         return "on" if value else "off"
     return repr(value)

@@ -37,7 +37,7 @@ from orion_common.errors import OrionError
 from scheduler_core.run_state import DEFAULT_BE_GATE, BeGraphGate
 from scheduler_core.settings import MAX_UTIL, MEMORY_LIMIT, MIN_UTIL, SHARING
 from scheduler_core.shares import promises_problem, share_problem, shares_problem
-from scheduler_core.sharing import Sharing, default_be_graph_gate
+from scheduler_core.sharing import Sharing, policy_be_graph_gate
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -245,8 +245,11 @@ class JobsConfig(StrictModel):
 
     @property
     def be_graph_gate(self) -> str:
-        """How the run holds BE graphs: ``run.be_graph_gate``, else its sharing mode's default."""
-        return self.run.be_graph_gate or default_be_graph_gate(self.policy.sharing)
+        """How the run holds BE graphs: ``run.be_graph_gate``, else the default of the HP's side
+        of its sharing."""
+        return self.run.be_graph_gate or policy_be_graph_gate(
+            self.policy.native_policy, self.policy.sharing
+        )
 
     @property
     def hp_client(self) -> ClientConfig | None:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from orion_common.errors import OrionError
-from scheduler_core.sharing import NATIVE_SHARINGS, SHARING_REASONS, Sharing, sharing_problem
+from scheduler_core.sharing import (
+    NATIVE_SHARINGS,
+    SHARING_REASONS,
+    Sharing,
+    default_hp_context,
+    hp_sharing,
+    sharing_problem,
+)
 
 NativePolicy = Literal["passthrough", "priority", "reef", "orion", "quota"]
 
@@ -60,6 +67,12 @@ class Policy:
     def uses_mps(self) -> bool:
         """Clients run under a private MPS daemon the runner starts."""
         return self.sharing == "mps"
+
+    @property
+    def hp_sharing(self) -> str | None:
+        """How its HP meets BE work (:func:`scheduler_core.sharing.hp_sharing`): time-sliced
+        where its HP runs in a context of its own beside the MPS server, as orion's does."""
+        return hp_sharing(self.sharing, default_hp_context(self.native_policy, self.sharing))
 
     def sharing_problem(self, sharing: str | None) -> str | None:
         """Why this policy cannot share the GPU as ``sharing`` says (None: it can, or unset)."""

@@ -261,7 +261,7 @@ def _settings(config: JobsConfig, sm_count: int, profiles: dict[str, Any]) -> An
         be_graph_gate=config.be_graph_gate,
         quotas=any(sets_a_share(c.min_util, c.max_util) for c in config.clients),
         quota_window_ns=round(config.run.quota_window_s * 1e9),
-        hp_priority_stream=hp_priority_stream(_sharing(config)),
+        hp_priority_stream=hp_priority_stream(config.policy.hp_sharing),
     )
 
 

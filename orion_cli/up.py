@@ -23,6 +23,7 @@ from scheduler_core.settings import (
     LOOP_READS,
     SHARING,
 )
+from scheduler_core.sharing import default_sharing
 
 
 @handle_errors
@@ -103,7 +104,7 @@ def up_command(
     sharing = parsed(SHARING, sharing)
     be_gate = parsed(BE_GATE, be_gate) or DEFAULT_BE_GATE
     be_graph_gate = parsed(BE_GRAPH_GATE, be_graph_gate)
-    hp_quiet = parsed(HP_QUIET_US, hp_quiet_us) or 0.0
+    hp_quiet = parsed(HP_QUIET_US, hp_quiet_us)
     be_gate_spacing = parsed(BE_GATE_SPACING_US, be_gate_spacing_us)
     be_sm = parsed(BE_SM_PERCENT, be_sm_percent)
     hp_context = parsed(HP_CONTEXT, hp_context)
@@ -149,9 +150,12 @@ def up_command(
         os.chdir(folder)  # as start_detached: no source checkout shadows the installed orion
         os.execv(arguments[0], arguments)
     record = start_detached(settings)
+    fell_back = sharing is None and settings.sharing != default_sharing(policy)
     console.print(
         f"orion daemon for GPU {gpu} ({settings.gpu_name}) running: pid {record['pid']}, policy "
-        f"{policy}, sharing {settings.sharing}\nstate folder {folder} (log: {record['log']})\n"
+        f"{policy}, sharing {settings.sharing}"
+        + (" (nvidia-cuda-mps-control not found: its default, mps, needs it)" if fell_back else "")
+        + f"\nstate folder {folder} (log: {record['log']})\n"
         f"join it with `orion run --gpu {gpu} --hp|--be -- COMMAND`"
         + ("" if address is None else f"\nmetrics at {address.url}"),
         highlight=False,

@@ -35,12 +35,13 @@ COUNTER_PERMISSION_HINT = (
 )
 MPS_HINT = (
     "install the NVIDIA driver's MPS tools (nvidia-cuda-mps-control) or put them on PATH, "
-    "or pick a policy without MPS: dedicated or timeslice, orion (time-sliced by default), or "
-    "reef with run.sharing 'timeslice'"
+    "or pick a policy without MPS: dedicated or timeslice, or orion or reef with run.sharing "
+    "'timeslice' (`orion up --sharing timeslice`; `orion up` with no sharing options runs orion "
+    "time-sliced by itself where MPS is missing)"
 )
 MPS_POLICIES_NOTE = (
-    "needed by the mps, mps-priority, mps-share, priority, reef and quota policies (orion: with "
-    "run.sharing 'mps')"
+    "needed by the mps, mps-priority, mps-share, priority, reef, orion and quota policies "
+    "(reef, orion and quota: unless run.sharing is 'timeslice')"
 )
 
 

@@ -159,33 +159,53 @@ def gpu_settings(
             f"no NVIDIA GPU {gpu} that CUDA can use on this machine",
             hint="`orion doctor` shows what is missing",
         )
-    settings = DaemonSettings(
-        gpu=gpu,
-        sm_count=facts.sm_count,
-        folder=folder,
-        policy=policy,
-        sharing=sharing,
-        gpu_uuid=sysinfo.gpu_uuid(gpu),
-        gpu_name=facts.name,
-        memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
-        queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
-        shares=shares,
-        be_gate=be_gate,
-        be_graph_gate=be_graph_gate,
-        stop_with_pid=stop_with_pid,
-        metrics_listen=metrics_listen,
-        metrics_allow_remote=metrics_allow_remote,
-        be_when_daemon_gone=be_when_daemon_gone,
-        daemon_gone_hold_s=daemon_gone_hold_s,
-        hp_quiet_us=hp_quiet_us,
-        be_gate_spacing_us=be_gate_spacing_us,
-        be_sm_percent=be_sm_percent,
-        hp_context=hp_context,
-        loop_reads=loop_reads,
-    )
-    if settings.sharing == "mps":  # the policy's default when none was asked for
-        prerequisites.require(prerequisites.check_mps_control())
+
+    def settings_for(sharing: str | None) -> DaemonSettings:
+        return DaemonSettings(
+            gpu=gpu,
+            sm_count=facts.sm_count,
+            folder=folder,
+            policy=policy,
+            sharing=sharing,
+            gpu_uuid=sysinfo.gpu_uuid(gpu),
+            gpu_name=facts.name,
+            memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
+            queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
+            shares=shares,
+            be_gate=be_gate,
+            be_graph_gate=be_graph_gate,
+            stop_with_pid=stop_with_pid,
+            metrics_listen=metrics_listen,
+            metrics_allow_remote=metrics_allow_remote,
+            be_when_daemon_gone=be_when_daemon_gone,
+            daemon_gone_hold_s=daemon_gone_hold_s,
+            hp_quiet_us=hp_quiet_us,
+            be_gate_spacing_us=be_gate_spacing_us,
+            be_sm_percent=be_sm_percent,
+            hp_context=hp_context,
+            loop_reads=loop_reads,
+        )
+
+    settings = settings_for(sharing)
+    if settings.sharing != "mps":
+        return settings
+    mps = prerequisites.check_mps_control()
+    if not mps.ok and mps_is_only_the_default(policy, sharing, hp_context, be_sm_percent):
+        return settings_for("timeslice")  # `orion status` and `orion up` say which it runs
+    prerequisites.require(mps)
     return settings
+
+
+def mps_is_only_the_default(
+    policy: str, sharing: str | None, hp_context: str | None, be_sm_percent: float | None
+) -> bool:
+    """Whether MPS is only the policy's default here, nothing asked for needing it, and the
+    policy runs time-sliced too: a machine without the MPS tools then runs it time-sliced,
+    as orion ran before MPS became its default, rather than refusing to start."""
+    from scheduler_core.sharing import NATIVE_SHARINGS
+
+    asked = sharing is not None or hp_context is not None or be_sm_percent is not None
+    return not asked and "timeslice" in NATIVE_SHARINGS.get(policy, ())
 
 
 def _log_tail(path: Path, lines: int = 5) -> str:

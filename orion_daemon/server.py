@@ -73,10 +73,12 @@ from scheduler_core.shares import sets_a_share
 from scheduler_core.sharing import (
     be_sm_share_applies,
     default_be_graph_gate,
+    default_hp_context,
     default_sharing,
     hp_priority_stream,
     hp_sharing,
     native_sharing_problem,
+    policy_defaults,
 )
 
 TICK_S = 0.1
@@ -155,9 +157,10 @@ class DaemonSettings:
     ``hold`` trades BE's progress for HP's latency while a daemon is stopped or stalled."""
     daemon_gone_hold_s: float = DAEMON_GONE_HOLD_S
     """Under ``hold``, how long BE holds for a silent daemon before it runs ungated."""
-    hp_quiet_us: float = 0.0
+    hp_quiet_us: float | None = None
     """:data:`scheduler_core.settings.HP_QUIET_US`: the HP's quiet spell BE work waits out under
-    reef and orion (0: off)."""
+    reef and orion (0: off; None: the policy's, :func:`scheduler_core.sharing.policy_defaults`,
+    resolved here once)."""
     be_gate_spacing_us: float | None = None
     """:data:`scheduler_core.settings.BE_GATE_SPACING_US`: the least BE work let onto the GPU
     between two waits on a BE stream's GPU-side gate. Unset, it becomes
@@ -165,10 +168,11 @@ class DaemonSettings:
     and stays None (nothing to space) elsewhere."""
     be_sm_percent: float | None = None
     """:data:`scheduler_core.settings.BE_SM_PERCENT`: under MPS, the SMs a BE client's kernels
-    may use (None: all)."""
+    may use beside an HP in the server (None: all; unset under MPS, the policy's)."""
     hp_context: str | None = None
     """:data:`scheduler_core.settings.HP_CONTEXT`: under MPS, whether the HP client is an MPS
-    client too (None or ``mps``) or runs in a context of its own (``own``)."""
+    client too (``mps``) or runs in a context of its own (``own``); unset under MPS, the
+    policy's; None time-sliced."""
     loop_reads: str | None = None
     """:data:`scheduler_core.settings.LOOP_READS`: what the latency loop reads as the HP's
     slowdown (unset: its declared default)."""
@@ -181,10 +185,17 @@ class DaemonSettings:
         problem = native_sharing_problem(self.policy, self.sharing)
         if problem is not None:
             raise OrionError(problem)
+        defaults = policy_defaults(self.policy)
         if self._declared(HP_CONTEXT) is not None:
             self._under_mps_only(
                 "hp_context", "time-sliced, every client has a context of its own already"
             )
+        elif self.sharing == "mps":
+            # BE graphs gated inside stop at waits that keep the MPS server on the GPU, which an
+            # HP of its own context would wait for the timeslice of: asked for, the HP joins them.
+            inside = self._declared(BE_GRAPH_GATE) == "inside"
+            default = default_hp_context(self.policy, self.sharing)
+            object.__setattr__(self, "hp_context", "mps" if inside else default)
         if self._declared(BE_GATE) is None:
             object.__setattr__(self, "be_gate", DEFAULT_BE_GATE)
         if self._declared(BE_GRAPH_GATE) is None:
@@ -205,7 +216,8 @@ class DaemonSettings:
                 f"daemon_gone_hold_s must be over 0 and at most {MAX_DAEMON_GONE_HOLD_S:g} s "
                 f"(got {self.daemon_gone_hold_s:g})"
             )
-        object.__setattr__(self, "hp_quiet_us", self._declared(HP_QUIET_US) or 0.0)
+        quiet = self._declared(HP_QUIET_US)
+        object.__setattr__(self, "hp_quiet_us", defaults.hp_quiet_us if quiet is None else quiet)
         object.__setattr__(self, "loop_reads", self._declared(LOOP_READS) or LOOP_READS.default)
         spacing = self._declared(BE_GATE_SPACING_US)
         gpu_gate_spaces_waits = self.policy in GPU_GATED_POLICIES and self.be_gate == "gpu"
@@ -220,6 +232,8 @@ class DaemonSettings:
             )
         if self._declared(BE_SM_PERCENT) is not None:
             self._under_mps_only("be_sm_percent", "only MPS partitions SMs between clients")
+        elif self.sharing == "mps":
+            object.__setattr__(self, "be_sm_percent", defaults.be_sm_percent)
         if not self.attach_timeout_s > 0:
             raise OrionError(f"attach_timeout_s must be positive (got {self.attach_timeout_s})")
         if self.metrics_listen is not None:  # checked, and kept in one spelling

@@ -61,7 +61,7 @@ from reporting.stats import (
 )
 from scheduler_core.profile_sources import SOURCES, profile_sources
 from scheduler_core.run_state import BE_GRAPH_GATES
-from scheduler_core.sharing import default_be_graph_gate
+from scheduler_core.sharing import policy_be_graph_gate
 
 POLICY_DEDICATED = "dedicated"
 HP_P99_SLOWDOWN_MAX = 1.05
@@ -226,15 +226,16 @@ def policy_label(run: RunData) -> str:
 
 def graph_gate_setting(run: RunData) -> str | None:
     """How a policy that holds BE graphs held them (``run.be_graph_gate``) when that differs from
-    its sharing mode's default, a knob named in the label: ``"whole"`` (admitted whole behind
-    their launch's gate) under MPS, ``"inside"`` (wait nodes inside them) time-sliced. None
-    otherwise, and for a run that does not record it."""
+    the policy's default there (``policy_be_graph_gate``), a knob named in the label:
+    ``"whole"`` (admitted whole behind their launch's gate), ``"inside"`` (wait nodes inside
+    them) where its HP meets BE time-sliced. None otherwise, and for a run that does not record
+    it."""
     run_section = run.config.get("run")
     setting = run_section.get("be_graph_gate") if isinstance(run_section, dict) else None
     if run.policy not in GRAPH_GATING_POLICIES or setting not in BE_GRAPH_GATES:
         return None
     sharing = "timeslice" if time_sliced(run) else "mps"
-    return None if setting == default_be_graph_gate(sharing) else setting
+    return None if setting == policy_be_graph_gate(run.policy, sharing) else setting
 
 
 def hp_alone(run: RunData) -> bool:

@@ -101,6 +101,7 @@ mode itself costs the HP (the preload library on every launch, the daemon, MPS's
 floor under every pair of that HP; so it is shown with the pairs but never scored as one."""
 HP_CHOOSES_MODES = frozenset(
     {
+        ORION_MODE,  # orion's defaults run BE under MPS, so an HP may choose the server
         "orion-mps-hp-chooses",
         "orion-mps-hp-chooses-spacing50",
         "orion-mps-hp-chooses-spacing25",

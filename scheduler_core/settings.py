@@ -24,7 +24,9 @@ from orion_common.sizes import ACCEPTED as SIZE_FORMAT
 from orion_common.sizes import MAX_SIZE, parse_size
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES
 from scheduler_core.shares import NO_CAP, NO_PROMISE, share_problem
-from scheduler_core.sharing import HP_CONTEXTS, SHARINGS
+from scheduler_core.sharing import HP_CONTEXTS, SHARINGS, policy_defaults
+
+_ORION = policy_defaults("orion")  # what orion runs with unless told (the help says it)
 
 UNSET_WORD = "none"
 """What a person types for "unset" (a CLI option, an environment variable); ``None`` in code."""
@@ -172,8 +174,8 @@ SHARING = Setting(
     help="How the clients share the GPU: mps (clients of one private MPS daemon, whose kernels "
     "run at once) or timeslice (contexts of their own that the driver switches between; "
     "orion's GPU gates still hold BE work while HP has work).",
-    unset="the policy's default (timeslice for orion, mps for the others; priority runs under "
-    "mps only)",
+    unset="the policy's default (mps; orion's HP in a context of its own beside the MPS server, "
+    "see --hp-context; priority runs under mps only)",
 )
 BE_GATE = Setting(
     name="be_gate",
@@ -207,7 +209,8 @@ HP_QUIET_US = Setting(
     "client has launched nothing for this long, so BE stays out of the short gaps between the "
     "kernels of one HP request (time-sliced, each gap BE gets into costs the HP two context "
     "switches). 0: off.",
-    unset="0 (off: BE work may run in any gap of the HP's work)",
+    unset=f"{_ORION.hp_quiet_us:g} us under orion, 0 (off: BE work may run in any gap of the HP's "
+    "work) under the other policies",
 )
 DEFAULT_BE_GATE_SPACING_US = 100.0
 """The spacing a daemon uses where its GPU gate spaces waits and none is asked for. A wait before
@@ -239,7 +242,9 @@ BE_SM_PERCENT = Setting(
     "HP's p99 from 2.9x to 2.1x of alone, at 0.87 of BE's throughput. A BE client joining while "
     "no HP can run beside it (the daemon's --hp-context own and no HP joined in mps) keeps every "
     "SM: time-sliced against such an HP, a share would only slow it.",
-    unset="100 (BE kernels may use every SM)",
+    unset=f"under --sharing mps, {_ORION.be_sm_percent:g} under orion (BE beside an HP in the MPS "
+    "server; every SM while no HP runs there) and 100 under the other policies; time-sliced, "
+    "every SM",
 )
 HP_CONTEXT = Setting(
     name="hp_context",
@@ -252,7 +257,8 @@ HP_CONTEXT = Setting(
     "work resident). Measured: an LLM decoder (long requests of many steps) did best in own, a "
     "graph encoder (short requests) in mps. `orion up` sets the daemon's default, `orion run "
     "--hp` the joining HP's own.",
-    unset="for `orion up`, mps (every client under MPS); for `orion run --hp`, the daemon's",
+    unset=f"for `orion up`, {_ORION.hp_context} under orion, mps under the other policies (or "
+    "mps where --be-graph-gate inside is asked for); for `orion run --hp`, the daemon's",
     variable="ORION_HP_CONTEXT",
 )
 LOOP_READINGS = ("launches", "requests")

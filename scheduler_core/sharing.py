@@ -17,6 +17,7 @@ read it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 Sharing = Literal["mps", "timeslice"]
@@ -26,21 +27,67 @@ NATIVE_SHARINGS: dict[str, tuple[Sharing, ...]] = {
     "passthrough": ("mps", "timeslice"),
     "priority": ("mps",),
     "reef": ("mps", "timeslice"),
-    "orion": ("timeslice", "mps"),
+    "orion": ("mps", "timeslice"),
     "quota": ("mps", "timeslice"),
 }
 """The modes each native policy runs in, its default first.
 
 The gating policies (reef, orion, quota) hold BE work with gates on the GPU, which work across
-contexts as across MPS clients. Defaults follow the benchmark protocol (``benchmarks/matrix.py
---sharings mps,timeslice``, 60-s runs, interleaved rounds; ``docs/scheduler.md``, "Sharing
-without MPS"): orion time-sliced beat orion under MPS on HP in all three rounds measured on an
-H100, with BE alike (HP p99 1.12x [1.05, 1.18] of dedicated with BE 0.81, against 1.21x
-[1.10, 1.39] with BE 0.78), so orion defaults to ``timeslice``; for reef the two modes traded
-places from round to round (1.09x [1.01, 1.18] time-sliced, 1.10x [1.03, 1.18] under MPS, BE
-0.87 and 0.86), so reef keeps MPS; quota is not measured yet and keeps MPS.
+contexts as across MPS clients. orion runs under MPS with its HP in a context of its own
+(:data:`POLICY_DEFAULTS`): for the HP that is time slicing, which beat orion with the HP in the
+MPS server on an H100 (60-s runs, three interleaved rounds, ``docs/scheduler.md``, "Sharing
+without MPS": HP p99 1.12x [1.05, 1.18] of dedicated with BE 0.81, against 1.21x [1.10, 1.39]
+with BE 0.78), while the BE clients share one MPS server and run beside each other rather than
+in turns. For reef the two modes traded places from round to round (1.09x [1.01, 1.18]
+time-sliced, 1.10x [1.03, 1.18] under MPS, BE 0.87 and 0.86), so reef keeps MPS with its HP in
+the server; quota is not measured yet and keeps MPS.
 ``priority`` orders work by stream priority alone, which holds between streams of one context or
 of MPS's clients, never between contexts the driver time-slices."""
+
+
+@dataclass(frozen=True)
+class PolicyDefaults:
+    """How a native policy arranges its clients where its daemon is not told otherwise (`orion
+    up`'s and a jobs file's unset options): one declaration, read by the daemon's settings and
+    by the help and docs that say what unset means."""
+
+    hp_context: str = "mps"
+    """Under MPS, where the HP runs (:data:`HP_CONTEXTS`)."""
+    be_sm_percent: float | None = None
+    """Under MPS, the SM share of a BE client beside an HP in the server (None: every SM)."""
+    hp_quiet_us: float = 0.0
+    """The HP's quiet spell BE work waits out (0: off)."""
+
+
+POLICY_DEFAULTS: dict[str, PolicyDefaults] = {
+    "orion": PolicyDefaults(hp_context="own", be_sm_percent=50.0, hp_quiet_us=300.0),
+}
+"""Each native policy's arrangement where it differs from :class:`PolicyDefaults`'s.
+
+orion's is the arrangement its suite of program pairs did best in, under ``orion up`` without
+profiles (one H200, ``benchmarks/results/nvidia-h200/suite-hp-chooses/``, ``be-sm-share/``,
+``suite-mps-variants/``): the BE clients in one MPS server on every SM, the HP in a context of its
+own time-sliced against it, and no BE work let onto the GPU until the HP has launched nothing for
+300 us (time-sliced, each gap of an HP request BE gets into costs the HP two context switches).
+Time-sliced with no quiet spell (orion's arrangement before), the same twelve pairs had a worst
+pair of 1.40x and 2.52x of alone in two rounds (geometric means 1.17x and 1.48x); arranged so, 10
+of 11 pairs that ran were within 1.25x (geometric mean 1.13x), the worst at 1.53x in a 20-s round
+(the LLM decoder beside a BE graph server) and at 1.05-1.16x in four later rounds of that pair.
+An HP that joins the server (``orion run --hp --hp-context mps``: a graph encoder of short
+requests did best there, 1.08x against 1.10-3.00x in a context of its own) has BE beside it on
+half the SMs: 1.05-1.10x of alone beside one trainer, 1.21x beside two."""
+
+
+def policy_defaults(native_policy: str) -> PolicyDefaults:
+    """The arrangement ``native_policy`` runs with where nothing is asked for."""
+    return POLICY_DEFAULTS.get(native_policy, PolicyDefaults())
+
+
+def default_hp_context(native_policy: str, sharing: str | None) -> str | None:
+    """Where the HP of ``native_policy`` runs under ``sharing`` when nothing says: the policy's
+    context under MPS, None time-sliced (every client has a context of its own)."""
+    return policy_defaults(native_policy).hp_context if sharing == "mps" else None
+
 
 SHARING_REASONS: dict[str, str] = {
     "priority": "stream priorities order work inside one context or between MPS clients, not "
@@ -131,6 +178,14 @@ def be_sm_share_applies(daemon_hp_context: str | None, joined_hp_contexts: Itera
     fixed as a client starts, so a BE client that joined on every SM keeps them when an HP joins
     the server later (the daemon says so at that HP's join)."""
     return (daemon_hp_context or "mps") == "mps" or "mps" in joined_hp_contexts
+
+
+def policy_be_graph_gate(native_policy: str, sharing: str | None) -> str:
+    """How ``native_policy`` holds BE graphs under ``sharing`` when nothing says: by the HP's
+    side of its sharing, its HP where the policy puts it (orion's, in a context of its own
+    beside the MPS server, meets BE time-sliced). What a jobs file, a daemon and a report's
+    label all take for the default."""
+    return default_be_graph_gate(hp_sharing(sharing, default_hp_context(native_policy, sharing)))
 
 
 def hp_priority_stream(sharing: str | None) -> bool:

@@ -43,9 +43,9 @@ def test_queue_limits_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_pat
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
         "priority",
-        "orion@timeslice",
-        "orion@100us@timeslice",
-        "orion@2500us@timeslice",
+        "orion",
+        "orion@100us",
+        "orion@2500us",
         "reef",
         "reef@100us",
         "reef@2500us",
@@ -58,8 +58,8 @@ def test_be_gates_sweep_only_the_gated_policies(matrix, monkeypatch, tmp_path) -
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
         "mps",
-        "orion@cpu-gate@timeslice",
-        "orion@gpu-gate@timeslice",
+        "orion@cpu-gate",
+        "orion@gpu-gate",
     ]
     group = matrix.Group("resnet50", "low", "resnet50-train")
     jobs = matrix.cell_jobs(group, cells[2][1], 15.0, tmp_path)
@@ -86,24 +86,24 @@ def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_the
     # segments).
     assert [cell.key for cell in planned] == [
         "dedicated", "mps", "reef@gpu-gate", "reef@gpu-gate@whole-graphs",
-        "reef@gpu-gate@segments-graphs", "orion@gpu-gate@inside-graphs@timeslice",
-        "orion@gpu-gate@whole-graphs@timeslice", "orion@gpu-gate@timeslice",
+        "reef@gpu-gate@segments-graphs", "orion@gpu-gate@inside-graphs",
+        "orion@gpu-gate@whole-graphs", "orion@gpu-gate",
         "dedicated#2", "mps#2", "reef@gpu-gate#2", "reef@gpu-gate@whole-graphs#2",
-        "reef@gpu-gate@segments-graphs#2", "orion@gpu-gate@inside-graphs@timeslice#2",
-        "orion@gpu-gate@whole-graphs@timeslice#2", "orion@gpu-gate@timeslice#2",
+        "reef@gpu-gate@segments-graphs#2", "orion@gpu-gate@inside-graphs#2",
+        "orion@gpu-gate@whole-graphs#2", "orion@gpu-gate#2",
     ]  # fmt: skip
     jobs = {cell.key: cell.jobs for cell in planned}
-    assert jobs["orion@gpu-gate@timeslice"]["run"]["be_graph_gate"] == "segments"
-    assert jobs["orion@gpu-gate@whole-graphs@timeslice"]["run"]["be_graph_gate"] == "whole"
-    assert jobs["orion@gpu-gate@inside-graphs@timeslice"]["run"]["be_graph_gate"] == "inside"
+    assert jobs["orion@gpu-gate"]["run"]["be_graph_gate"] == "segments"
+    assert jobs["orion@gpu-gate@whole-graphs"]["run"]["be_graph_gate"] == "whole"
+    assert jobs["orion@gpu-gate@inside-graphs"]["run"]["be_graph_gate"] == "inside"
     assert jobs["reef@gpu-gate@whole-graphs"]["run"]["be_graph_gate"] == "whole"
     assert jobs["reef@gpu-gate@segments-graphs"]["run"]["be_graph_gate"] == "segments"
     assert jobs["reef@gpu-gate"]["run"]["be_graph_gate"] == "inside"
     assert "be_graph_gate" not in jobs["mps"]["run"]
     for key in (
-        "orion@gpu-gate@timeslice",
-        "orion@gpu-gate@whole-graphs@timeslice",
-        "orion@gpu-gate@inside-graphs@timeslice",
+        "orion@gpu-gate",
+        "orion@gpu-gate@whole-graphs",
+        "orion@gpu-gate@inside-graphs",
         "reef@gpu-gate",
         "reef@gpu-gate@whole-graphs",
         "reef@gpu-gate@segments-graphs",
@@ -135,19 +135,17 @@ def test_profile_sources_give_online_cells_whose_clients_carry_no_profile(
     planned = matrix.planned_runs(parse(matrix, monkeypatch, tmp_path, *scenario, *sources))
     cells = matrix.cells_of(args)
     assert [matrix.cell_key(cell, round_) for round_, cell in cells] == [
-        "dedicated", "mps", "orion@gpu-gate@timeslice", "orion@gpu-gate@timeslice@online",
-        "dedicated#2", "mps#2", "orion@gpu-gate@timeslice#2", "orion@gpu-gate@timeslice@online#2",
+        "dedicated", "mps", "orion@gpu-gate", "orion@gpu-gate@online",
+        "dedicated#2", "mps#2", "orion@gpu-gate#2", "orion@gpu-gate@online#2",
     ]  # fmt: skip
     online = next(cell.jobs for cell in planned if cell.key.endswith("@online"))
-    offline = next(cell.jobs for cell in planned if cell.key == "orion@gpu-gate@timeslice")
+    offline = next(cell.jobs for cell in planned if cell.key == "orion@gpu-gate")
     assert {c["profile_source"] for c in online["clients"]} == {"online"}
     assert all("profile_source" not in c for c in offline["clients"])
     run = RunData.__new__(RunData)
     object.__setattr__(run, "config", online)
     object.__setattr__(run, "policy", "orion")
-    assert (
-        policy_label(run) == "orion@gpu-gate@timeslice@online"
-    )  # the report names it as the matrix does
+    assert policy_label(run) == "orion@gpu-gate@online"  # the report names it as the matrix does
     with pytest.raises(SystemExit):
         parse(matrix, monkeypatch, tmp_path, "--profile-sources", "learned")
 
@@ -167,7 +165,7 @@ def test_without_queue_limits_every_policy_runs_once_with_the_derived_bound(
     args = parse(matrix, monkeypatch, tmp_path, "--policies", "dedicated,orion")
     assert matrix.planned_cells(args.policies, args.queue_limits) == [
         (1, matrix.Cell("dedicated")),
-        (1, matrix.Cell("orion", sharing="timeslice")),
+        (1, matrix.Cell("orion", sharing="mps")),
     ]
 
 
@@ -194,14 +192,14 @@ def test_repeats_run_every_cell_round_after_round(matrix, monkeypatch, tmp_path)
     # Round 1 keeps the plain names, so a one-round matrix.json stays valid when rounds are added.
     assert [matrix.cell_key(cell, r) for r, cell in cells] == [
         "dedicated",
-        "orion@timeslice",
-        "orion@500us@timeslice",
+        "orion",
+        "orion@500us",
         "dedicated#2",
-        "orion@timeslice#2",
-        "orion@500us@timeslice#2",
+        "orion#2",
+        "orion@500us#2",
     ]
     assert [matrix.split_cell_key(matrix.cell_key(cell, r)) for r, cell in cells][-1] == (
-        "orion@500us@timeslice",
+        "orion@500us",
         2,
     )
 
@@ -215,10 +213,10 @@ def test_hp_alone_cells_run_the_hp_client_without_be_last_in_every_round(
     cells = matrix.cells_of(args)
     assert [matrix.cell_key(cell, r) for r, cell in cells] == [
         "dedicated",
-        "orion@gpu-gate@timeslice",
+        "orion@gpu-gate",
         "mps@hp-alone",
         "dedicated#2",
-        "orion@gpu-gate@timeslice#2",
+        "orion@gpu-gate#2",
         "mps@hp-alone#2",
     ]
     group = matrix.Group("resnet50-graph", "low", "resnet50-train")
@@ -333,13 +331,13 @@ def test_sharings_sweep_the_policies_that_run_either_way(matrix, monkeypatch, tm
     cells = matrix.cells_of(default)
     assert [matrix.cell_key(cell) for _, cell in cells] == [
         "dedicated",
-        "orion@gpu-gate@timeslice",
+        "orion@gpu-gate",
         "reef@gpu-gate",
     ]
     assert [
         matrix.cell_jobs(group, cell, 15.0, tmp_path)["run"].get("sharing") for _, cell in cells
     ] == [
         None,
-        "timeslice",
+        "mps",
         "mps",
     ]

@@ -57,7 +57,7 @@ def test_rounds_interleave_with_dedicated_first_and_knob_cells(matrix, tmp_path)
         "priority",
         "mps-share@be30",
         "mps-share@be70",
-        "orion@200us@timeslice",  # orion's default mode, named
+        "orion@200us",  # orion's default mode, MPS, not named
     ]
     assert names(cells) == [f"{n}#1" for n in round_] + [f"{n}#2" for n in round_]
 
@@ -66,9 +66,9 @@ def test_dedicated_is_planned_even_when_not_asked_for(matrix) -> None:
     cells = matrix.planned_cells(["orion"], [None], 2)
     assert names(cells) == [
         "dedicated#1",
-        "orion@timeslice#1",
+        "orion#1",
         "dedicated#2",
-        "orion@timeslice#2",
+        "orion#2",
     ]
 
 

@@ -103,7 +103,7 @@ BEFORE_THE_GPU = [
     ),
     (
         "up: --hp-context time-sliced",
-        ["up", "--hp-context", "own", "--state-dir", "{tmp}/state"],
+        ["up", "--sharing", "timeslice", "--hp-context", "own", "--state-dir", "{tmp}/state"],
         "hp_context applies under sharing 'mps' only (this daemon shares by 'timeslice')",
     ),
     (

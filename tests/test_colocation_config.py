@@ -722,7 +722,7 @@ def test_gating_policies_run_under_mps_or_time_sliced(policy: str, sharing: str)
         ("mps-share", "mps"),
         ("priority", "mps"),
         ("reef", "mps"),
-        ("orion", "timeslice"),
+        ("orion", "mps"),
         ("quota", "mps"),
     ],
 )
@@ -1103,6 +1103,7 @@ def test_policy_table() -> None:
         "mps-share",
         "priority",
         "reef",
+        "orion",
         "quota",
     ]
     assert {p: POLICIES[p].native_policy for p in POLICY_NAMES} == {
@@ -1190,8 +1191,9 @@ def test_an_eager_profile_for_a_graph_client_is_a_warning(
 @pytest.mark.parametrize(
     ("run", "gate"),
     [
-        ({"policy": "orion"}, "segments"),  # time-sliced by default
-        ({"policy": "orion", "sharing": "mps"}, "inside"),
+        # under MPS with its HP in a context of its own, time-sliced against BE's server
+        ({"policy": "orion"}, "segments"),
+        ({"policy": "orion", "sharing": "timeslice"}, "segments"),
         ({"policy": "reef"}, "inside"),  # MPS by default
         ({"policy": "reef", "sharing": "timeslice"}, "segments"),
         ({"policy": "orion", "be_graph_gate": "inside"}, "inside"),  # said: kept

@@ -215,7 +215,7 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
             {"shares": True},
             "quota window 2 s where this run needs 1 s",
         ),
-        ({"hp_quiet_us": 300}, {}, "HP quiet spell 300 us where this run needs off"),
+        ({"hp_quiet_us": 0}, {}, "HP quiet spell off where this run needs 300 us"),  # orion's
         (
             {},
             {"be_gate_spacing_us": 250},
@@ -229,12 +229,12 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
         (
             {"sharing": "mps", "be_sm_percent": 70},
             {"sharing": "mps"},
-            "BE SM share 70% where this run needs every SM",
+            "BE SM share 70% where this run needs 50%",  # orion's beside an HP in the server
         ),
         (
-            {"sharing": "mps", "hp_context": "own"},
+            {"sharing": "mps", "hp_context": "mps"},
             {"sharing": "mps"},
-            "HP context own where this run needs mps",
+            "HP context mps where this run needs own",  # orion's
         ),
         ({"gpu_name": "another", "memory_bytes": 1}, {}, None),  # facts, not scheduling
     ],
@@ -249,14 +249,30 @@ def test_what_a_run_needs_of_a_running_daemon(
     assert difference == said
 
 
-@pytest.mark.parametrize(("sharing", "gate"), [("mps", "inside"), ("timeslice", "segments")])
-def test_a_daemon_holds_be_graphs_by_its_sharing_modes_default(sharing: str, gate: str) -> None:
-    settings = DaemonSettings(gpu=0, sm_count=132, folder=Path("/x"), sharing=sharing)
+@pytest.mark.parametrize(
+    ("policy", "sharing", "gate"),
+    [
+        ("reef", "mps", "inside"),  # the HP in the MPS server beside BE
+        ("orion", "mps", "segments"),  # the HP in a context of its own: time-sliced against BE
+        ("orion", "timeslice", "segments"),
+        ("reef", "timeslice", "segments"),
+    ],
+)
+def test_a_daemon_holds_be_graphs_by_the_hps_side_of_its_sharing(
+    policy: str, sharing: str, gate: str
+) -> None:
+    settings = DaemonSettings(
+        gpu=0, sm_count=132, folder=Path("/x"), policy=policy, sharing=sharing
+    )
     assert settings.be_graph_gate == gate
     told = DaemonSettings(
-        gpu=0, sm_count=132, folder=Path("/x"), sharing=sharing, be_graph_gate="inside"
-    )
+        gpu=0, sm_count=132, folder=Path("/x"), policy=policy, sharing=sharing,
+        be_graph_gate="inside",
+    )  # fmt: skip
     assert told.be_graph_gate == "inside"
+    # Asked for inside, an HP of an MPS daemon runs in the server, where a graph stopped at a
+    # wait keeps nothing from it.
+    assert told.hp_context == ("mps" if sharing == "mps" else None)
 
 
 def test_every_scheduling_setting_is_said_in_words_when_a_running_daemon_differs() -> None:

@@ -245,9 +245,9 @@ def test_an_hp_joining_with_its_profile_sets_the_be_queue_bound(daemon):
 @pytest.mark.parametrize(
     ("policy", "sharing", "expected"),
     [
-        ("orion", "", "timeslice"),
+        ("orion", "", "mps"),
         ("reef", "", "mps"),
-        ("orion", "mps", "mps"),
+        ("orion", "timeslice", "timeslice"),
         ("quota", "timeslice", "timeslice"),
     ],
 )
@@ -256,6 +256,36 @@ def test_the_sharing_mode_defaults_to_the_policys(tmp_path, policy, sharing, exp
 
     settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, policy=policy, sharing=sharing)
     assert settings.sharing == expected
+
+
+@pytest.mark.parametrize(
+    ("policy", "sharing", "arrangement"),
+    [
+        # orion's: the HP in a context of its own beside BE's MPS server, BE on every SM but
+        # beside an HP that joins the server (half the SMs then), a 300-us quiet spell
+        ("orion", None, ("own", 50.0, 300.0)),
+        ("orion", "timeslice", (None, None, 300.0)),
+        ("reef", None, ("mps", None, 0.0)),
+        ("quota", "timeslice", (None, None, 0.0)),
+    ],
+)
+def test_a_daemon_told_nothing_runs_its_policys_arrangement(tmp_path, policy, sharing, arrangement):
+    from orion_daemon.server import DaemonSettings
+
+    settings = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, policy=policy, sharing=sharing)
+    assert (settings.hp_context, settings.be_sm_percent, settings.hp_quiet_us) == arrangement
+    # What daemon.json keeps reads back as the same daemon.
+    assert DaemonSettings.parse_json(settings.to_json()) == settings
+
+
+def test_what_a_daemon_is_told_overrides_its_policys_arrangement(tmp_path):
+    from orion_daemon.server import DaemonSettings
+
+    settings = DaemonSettings(
+        gpu=0, sm_count=132, folder=tmp_path, policy="orion", sharing="mps", hp_context="mps",
+        be_sm_percent=70, hp_quiet_us=0,
+    )  # fmt: skip
+    assert (settings.hp_context, settings.be_sm_percent, settings.hp_quiet_us) == ("mps", 70, 0)
 
 
 @pytest.mark.parametrize(

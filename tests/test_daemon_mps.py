@@ -207,7 +207,7 @@ def test_a_be_sm_share_is_given_to_be_clients_under_mps_and_refused_time_sliced(
     from orion_daemon.server import Daemon, DaemonSettings
 
     settings = DaemonSettings(
-        gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent="70"
+        gpu=0, sm_count=132, folder=tmp_path, sharing="mps", be_sm_percent="70", hp_context="mps"
     )
     assert settings.be_sm_percent == 70.0  # as typed, parsed once by its declaration
     mps = SimpleNamespace(environment={})
@@ -289,15 +289,19 @@ def test_an_hp_in_a_context_of_its_own_stays_out_of_the_mps_server_its_be_client
     # The HP meets BE work time-sliced: BE graphs split into segments as time-sliced, not
     # stopped at wait nodes inside (which would keep the server's context on the GPU).
     assert settings.be_graph_gate == "segments"
-    every_client_in_mps = DaemonSettings(gpu=0, sm_count=132, folder=tmp_path, sharing="mps")
-    assert every_client_in_mps.hp_context is None
+    every_client_in_mps = DaemonSettings(
+        gpu=0, sm_count=132, folder=tmp_path, sharing="mps", hp_context="mps"
+    )
     assert every_client_in_mps.be_graph_gate == "inside"
 
 
 @pytest.mark.parametrize(
     ("settings", "said"),
     [
-        ({"hp_context": "own"}, "hp_context applies under sharing 'mps' only"),  # time-sliced
+        (
+            {"sharing": "timeslice", "hp_context": "own"},
+            "hp_context applies under sharing 'mps' only",
+        ),
         ({"sharing": "mps", "hp_context": "apart"}, "hp_context must be one of mps, own"),
     ],
 )
@@ -391,8 +395,8 @@ def test_a_be_client_beside_an_hp_in_a_context_of_its_own_keeps_every_sm(
         daemon.close()
     in_server = tmp_path / "in-server"
     in_server.mkdir()
-    daemon = mps_daemon(in_server, monkeypatch, be_sm_percent=50)
-    try:  # every client in the server (the default): each BE client at its share
+    daemon = mps_daemon(in_server, monkeypatch, be_sm_percent=50, hp_context="mps")
+    try:  # every client in the server: each BE client at its share
         assert daemon.join("be", "trainer")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     finally:
         daemon.close()
@@ -435,7 +439,7 @@ def test_an_hp_context_the_daemon_cannot_give_is_refused_with_what_to_start_inst
 
     # Every client under MPS, BE graphs gated inside: a BE graph stopped at a wait keeps the
     # server on the GPU, which an HP in its own context would wait a timeslice for.
-    daemon = mps_daemon(tmp_path, monkeypatch)
+    daemon = mps_daemon(tmp_path, monkeypatch, hp_context="mps")
     try:
         with pytest.raises(OrionError, match="gates BE graphs inside") as inside:
             daemon.join("hp", "decoder", hp_context="own")

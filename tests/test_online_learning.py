@@ -692,6 +692,35 @@ def test_a_request_of_steps_waited_for_one_by_one_is_one_request(harness, tmp_pa
     assert stats["request_expected_ns"] >= stats["request_samples"] * 6 * MS
 
 
+def test_requests_that_queue_are_compared_per_launch_with_the_requests_alone(harness, tmp_path):
+    # A service whose requests queue: after 12 requests of two 0.5-ms kernels 3 ms apart, the
+    # next ones come two at a time, the second's first launch right after the first's wait,
+    # so the cut (1 ms without a launch after the work ended) takes each pair for one request
+    # (on an H200 the decoder's timed requests held 53-57 graphs where one holds 32). All run
+    # alone, so the service is no slower: compared per launch with the requests alone, a pair
+    # reads as fast as one request alone, not twice as slow.
+    single, pairs = 12, 16
+    with SchedulerRun(settings()) as run:
+        hp = run.add_client("hp", "hp", kernel_table(("h", 8, 64, 8, "compute", 0.5)))
+        run.add_client("be", "be")
+        run.publish()
+        one = "launch h 8 64 0 launch h 8 64 0 sync 0"
+        script = (
+            f"func h 500 repeat {single} {one} sleep 3000 end "
+            f"repeat {pairs} {one} {one} sleep 3000 end"
+        )
+        run_client(harness, tmp_path, run, hp, script)
+        stats = run.client_stats(hp)
+    # (A busy machine that stalls the program for 1 ms between a pair's two halves cuts it.)
+    assert single + pairs <= stats["hp_requests"] <= single + 2 * pairs
+    assert stats["request_samples"] >= pairs // 2
+    assert stats["request_samples"] == stats["request_alone_samples"]
+    # Each timed request is compared with as many launches of the reference as it made: the
+    # pairs' time against twice a single request's, so the mean stays near 1 (read whole, a
+    # pair would be 2x of the median request, and the mean of four singles and 16 pairs 1.8x).
+    assert stats["request_ns"] < 1.5 * stats["request_expected_ns"]
+
+
 def test_an_eager_request_is_timed_whole_with_few_event_records(harness, tmp_path):
     # An eager service's request: 40 kernels of 50 us launched back to back, then waited for.
     # Only a launch 200 us or more after the last one marked records the request timer's event

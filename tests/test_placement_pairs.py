@@ -98,7 +98,7 @@ def test_pair_matrix_from_synthetic_runs(tmp_path: Path) -> None:
     matrix = parse_pair_matrix(document)
     assert matrix.device == "nvidia-h200" and matrix.policy == "orion"
     # orion's default sharing mode is written into the matrix, so a plan runs the jobs as measured.
-    assert matrix.settings == {"queue_limit_us": 200, "sharing": "timeslice"}
+    assert matrix.settings == {"queue_limit_us": 200, "sharing": "mps"}
     # and how long each cell was measured, so a plan from it runs that long by default
     assert matrix.duration_s == spec.duration_s == 60.0
     # pooled alone p99 of 1..100 and 2..200 ms; BE 32 samples per 0.5 s
@@ -262,10 +262,10 @@ def test_pair_cells_run_in_the_matrix_sharing_mode(tmp_path: Path) -> None:
     from placement.pairs import Cell, cell_jobs
 
     default = parse_pairs_jobs(spec_data())
-    under_mps = parse_pairs_jobs({**spec_data(), "settings": {"sharing": "mps"}})
+    sliced = parse_pairs_jobs({**spec_data(), "settings": {"sharing": "timeslice"}})
     pair = Cell(1, ("search", "a"))
-    assert cell_jobs(default, pair, tmp_path)["run"]["sharing"] == "timeslice"
-    assert cell_jobs(under_mps, pair, tmp_path)["run"]["sharing"] == "mps"
+    assert cell_jobs(default, pair, tmp_path)["run"]["sharing"] == "mps"
+    assert cell_jobs(sliced, pair, tmp_path)["run"]["sharing"] == "timeslice"
     be_only = cell_jobs(default, Cell(1, ("a", "b")), tmp_path)["run"]  # plain MPS, one way only
     assert be_only["policy"] == "mps" and "sharing" not in be_only
     alone = cell_jobs(default, Cell(1, ("search",)), tmp_path)["run"]

@@ -87,8 +87,8 @@ def test_a_runtime_env_that_cannot_work_is_refused_where_it_is_declared(argument
 
 
 def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
-    """`orion up` without --sharing runs the policy's default (orion: time-sliced); the node
-    agents start their daemons with the same, from the same rule."""
+    """`orion up` without --sharing runs the policy's default (orion: MPS, its HP in a context
+    of its own); the node agents start their daemons with the same, from the same rule."""
     import inspect
 
     from orion.ray.agent import DaemonOptions, start_daemons
@@ -100,7 +100,8 @@ def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
     settings = DaemonSettings(
         gpu=0, sm_count=1, folder=tmp_path, policy=agents.policy, sharing=agents.sharing
     )
-    assert settings.sharing == default_sharing("orion") == "timeslice"
+    assert settings.sharing == default_sharing("orion") == "mps"
+    assert settings.hp_context == "own"
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,10 @@ def test_start_daemons_uses_the_sharing_orion_up_uses(tmp_path):
         # `orion up`'s options by their declarations, and its rules between them
         ({"hp_context": "apart"}, "hp_context must be one of mps, own"),
         ({"sharing": "mps", "be_sm_percent": 0}, "be_sm_percent must be 1 to 100"),
-        ({"be_sm_percent": 50}, "be_sm_percent applies under sharing 'mps' only"),
+        (
+            {"sharing": "timeslice", "be_sm_percent": 50},
+            "be_sm_percent applies under sharing 'mps' only",
+        ),
         ({"be_graph_gate": "bogus"}, "be_graph_gate must be one of inside, whole, segments"),
         ({"hp_quiet_us": -1}, "hp_quiet_us must be 0 to"),
     ],

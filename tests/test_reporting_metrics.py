@@ -339,12 +339,14 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
     tmp_path: Path, runs
 ) -> None:
     # run.be_graph_gate is a knob of a policy that holds BE graphs (reef, orion, quota), named
-    # when it differs from its sharing mode's default: "inside" under MPS, "segments" time-sliced
-    # (a run without run.sharing shared through MPS); a policy that gates nothing ignores it.
+    # when it differs from the policy's default there: "inside" where its HP runs in the MPS
+    # server beside BE (reef, quota), "segments" where it meets BE time-sliced (orion's HP, in a
+    # context of its own beside the server; any time-sliced run); a run without run.sharing
+    # shared through MPS; a policy that gates nothing ignores it.
     made = []
     for name, policy, be_gate, setting, sharing in (
         ("orion-whole", "orion", "gpu", "whole", None),
-        ("orion-inside", "orion", "gpu", "inside", "mps"),
+        ("reef-inside", "reef", "gpu", "inside", "mps"),
         ("quota-whole", "quota", None, "whole", None),
         ("mps-whole", "mps", None, "whole", None),
         ("orion-ts-inside", "orion", "gpu", "inside", "timeslice"),
@@ -364,7 +366,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         made.append(load_run(run_dir))
     assert [policy_label(run) for run in made] == [
         "orion@gpu-gate@whole-graphs",
-        "orion@gpu-gate",
+        "reef@gpu-gate",
         "quota@whole-graphs",
         "mps",
         "orion@gpu-gate@inside-graphs@timeslice",

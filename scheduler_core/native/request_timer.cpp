@@ -43,6 +43,7 @@ bool RequestTimer::start(std::uint64_t call_ns, bool be_idle, bool held) {
     be_idle_ = be_idle;
     held_ = held;
     marks_.store(0, std::memory_order_relaxed);
+    launches_.store(0, std::memory_order_relaxed);
     end_ns_.store(call_ns, std::memory_order_relaxed);
     marked_call_ns_.store(0, std::memory_order_relaxed);
     marking_.store(true, std::memory_order_release);
@@ -73,6 +74,8 @@ bool RequestTimer::continues(std::uint64_t call_ns) const {
 
 void RequestTimer::mark(CUstream stream, std::uint64_t call_ns, bool launched) {
     if (!marking_.load(std::memory_order_acquire)) return;
+    // Reset only by the next timed request's start, after the thread has read it.
+    launches_.fetch_add(1, std::memory_order_relaxed);
     if (marks_.load(std::memory_order_relaxed) != 0 &&
         call_ns < marked_call_ns_.load(std::memory_order_relaxed) + kMarkSpacingNs) {
         return;  // its end: a later mark's, or the program's wait after it
@@ -115,7 +118,10 @@ void RequestTimer::loop() {
         std::uint64_t end_ns = 0;
         const bool ended = follow(&end_ns);
         marking_.store(false, std::memory_order_release);
-        if (ended && end_ns > call_ns_) deliver(end_ns - call_ns_, ran_alone(end_ns));
+        if (ended && end_ns > call_ns_) {
+            deliver(end_ns - call_ns_, launches_.load(std::memory_order_relaxed),
+                    ran_alone(end_ns));
+        }
         state_.store(kIdle, std::memory_order_release);
     }
 }
@@ -188,13 +194,14 @@ std::uint64_t RequestTimer::reference_ns() const {
     return sorted[kAloneRequests / 2];
 }
 
-void RequestTimer::deliver(std::uint64_t felt_ns, bool alone) {
+void RequestTimer::deliver(std::uint64_t felt_ns, std::uint32_t launches, bool alone) {
     ClientStats& stats = *stats_;
     stats.requests_timed.fetch_add(1, std::memory_order_relaxed);
+    launches = std::max<std::uint32_t>(launches, 1);
     // Against the requests alone before it: an alone request is not compared with itself.
-    const std::uint64_t expected = reference_ns();
+    const std::uint64_t expected = reference_ns() * launches;
     if (alone) {
-        alone_ns_[alone_next_] = felt_ns;
+        alone_ns_[alone_next_] = felt_ns / launches;
         alone_next_ = (alone_next_ + 1) % kAloneRequests;
         const std::uint32_t count = alone_count_.load(std::memory_order_relaxed);
         if (count < kAloneRequests) alone_count_.store(count + 1, std::memory_order_relaxed);
