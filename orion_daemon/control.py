@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -159,39 +160,40 @@ def gpu_settings(
             f"no NVIDIA GPU {gpu} that CUDA can use on this machine",
             hint="`orion doctor` shows what is missing",
         )
-
-    def settings_for(sharing: str | None) -> DaemonSettings:
-        return DaemonSettings(
-            gpu=gpu,
-            sm_count=facts.sm_count,
-            folder=folder,
-            policy=policy,
-            sharing=sharing,
-            gpu_uuid=sysinfo.gpu_uuid(gpu),
-            gpu_name=facts.name,
-            memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
-            queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
-            shares=shares,
-            be_gate=be_gate,
-            be_graph_gate=be_graph_gate,
-            stop_with_pid=stop_with_pid,
-            metrics_listen=metrics_listen,
-            metrics_allow_remote=metrics_allow_remote,
-            be_when_daemon_gone=be_when_daemon_gone,
-            daemon_gone_hold_s=daemon_gone_hold_s,
-            hp_quiet_us=hp_quiet_us,
-            be_gate_spacing_us=be_gate_spacing_us,
-            be_sm_percent=be_sm_percent,
-            hp_context=hp_context,
-            loop_reads=loop_reads,
-        )
-
-    settings = settings_for(sharing)
+    settings = DaemonSettings(
+        gpu=gpu,
+        sm_count=facts.sm_count,
+        folder=folder,
+        policy=policy,
+        sharing=sharing,
+        gpu_uuid=sysinfo.gpu_uuid(gpu),
+        gpu_name=facts.name,
+        memory_bytes=None if facts.memory_total_mib is None else facts.memory_total_mib << 20,
+        queue_limit_ns=None if queue_limit_us is None else round(queue_limit_us * 1000),
+        shares=shares,
+        be_gate=be_gate,
+        be_graph_gate=be_graph_gate,
+        stop_with_pid=stop_with_pid,
+        metrics_listen=metrics_listen,
+        metrics_allow_remote=metrics_allow_remote,
+        be_when_daemon_gone=be_when_daemon_gone,
+        daemon_gone_hold_s=daemon_gone_hold_s,
+        hp_quiet_us=hp_quiet_us,
+        be_gate_spacing_us=be_gate_spacing_us,
+        be_sm_percent=be_sm_percent,
+        hp_context=hp_context,
+        loop_reads=loop_reads,
+    )
     if settings.sharing != "mps":
         return settings
     mps = prerequisites.check_mps_control()
     if not mps.ok and mps_is_only_the_default(policy, sharing, hp_context, be_sm_percent):
-        return settings_for("timeslice")  # `orion status` and `orion up` say which it runs
+        # As asked, but time-sliced: what was resolved for MPS is resolved again.
+        # (`orion up` and `orion status` say which it runs.)
+        return replace(
+            settings, sharing="timeslice", hp_context=None, be_sm_percent=None,
+            hp_quiet_us=hp_quiet_us, be_graph_gate=be_graph_gate,
+        )  # fmt: skip
     prerequisites.require(mps)
     return settings
 

@@ -277,3 +277,29 @@ def test_the_status_table_says_how_graphs_were_held_and_the_felt_tail():
     assert "1,401 requests: 1.34 ms of GPU work, 5.4 launches (1.0 graphs) each" in " ".join(
         console.export_text().split()
     )
+
+
+def test_orion_up_runs_orion_time_sliced_where_the_mps_tools_are_missing(tmp_path, monkeypatch):
+    """orion's default arrangement runs its BE clients under MPS; on a machine without MPS's
+    tools `orion up` with no sharing options starts anyway, time-sliced, and says why, while
+    `--sharing mps` asked for is refused with what to install."""
+    from orion_common import sysinfo
+
+    monkeypatch.setenv("ORION_STAND_IN_GPUS", json.dumps([{"uuid": "GPU-0", "name": "stand-in"}]))
+    monkeypatch.setattr(sysinfo, "find_mps_control", lambda: None)
+    runner = CliRunner()
+    started = runner.invoke(app, ["up", "--state-dir", str(tmp_path / "state")])
+    try:
+        assert started.exit_code == 0, started.output
+        assert "sharing timeslice (nvidia-cuda-mps-control not found" in started.output
+        record = json.loads((tmp_path / "state" / "gpu0" / "daemon.json").read_text())
+        settings = record["settings"]
+        assert settings["sharing"] == "timeslice" and settings["hp_context"] is None
+        assert settings["hp_quiet_us"] == 300  # the rest of orion's arrangement holds
+    finally:
+        stopped = runner.invoke(app, ["down", "--state-dir", str(tmp_path / "state")])
+    assert stopped.exit_code == 0, stopped.output
+    asked = runner.invoke(app, ["up", "--sharing", "mps", "--state-dir", str(tmp_path / "other")])
+    assert asked.exit_code == 1
+    assert "nvidia-cuda-mps-control was not found" in asked.output
+    assert "orion up --sharing timeslice" in asked.output
