@@ -513,8 +513,10 @@ LaunchTicket ClientRuntime::before_launch(const LaunchShape& shape, CUstream str
         } else {
             if (learning_) {
                 KernelSighting sighting{ticket.key, shape.function};
-                std::copy(shape.grid, shape.grid + 3, sighting.grid);
-                std::copy(shape.block, shape.block + 3, sighting.block);
+                for (int i = 0; i < 3; ++i) {  // element-wise: std::copy became two memmove calls
+                    sighting.grid[i] = shape.grid[i];
+                    sighting.block[i] = shape.block[i];
+                }
                 sighting.shared_bytes = shape.shared_bytes;
                 use_learned(learner_.kernel(sighting), &ticket, &sample_to_learn);
             }

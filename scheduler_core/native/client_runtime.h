@@ -285,6 +285,7 @@ private:
     ClientSlot* slot_ = nullptr;
 
     std::once_flag completion_once_;
+    std::atomic<bool> completion_ready_{false};  // completion_once_ has run (the launch path's check)
     std::once_flag words_once_;
     bool words_mapped_ = false;
     std::atomic<std::uint32_t> completion_mode_{static_cast<std::uint32_t>(CompletionMode::kNone)};

@@ -28,6 +28,9 @@ bool ClientRuntime::ensure_completion_words() {
 }
 
 void ClientRuntime::ensure_completion_tracking() {
+    // Every tracked launch comes here: after the first, one acquire load instead of a
+    // std::call_once (in a shared library two thread-local writes through __tls_get_addr each).
+    if (completion_ready_.load(std::memory_order_acquire)) return;
     std::call_once(completion_once_, [this] {
         // The HP client estimates its finish times unless the run asks for GPU writes: a write is
         // one more driver call after every HP launch, on the path whose latency the scheduler is
@@ -48,6 +51,7 @@ void ClientRuntime::ensure_completion_tracking() {
         completion_mode_.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
         slot_->completion_mode.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
     });
+    completion_ready_.store(true, std::memory_order_release);  // after the call: all it did is seen
 }
 
 std::uint64_t ClientRuntime::track_launch(const KernelInfo& kernel, std::uint64_t key,

@@ -134,7 +134,7 @@ void* next_symbol(const char* symbol, const void* caller) {
 }  // namespace
 
 void* real_function(HookId id, int variant) {
-    if (!has_per_thread_variant(id)) variant = kLegacy;
+    if (variant != kLegacy && !has_per_thread_variant(id)) variant = kLegacy;
     void* fn = g_real[static_cast<int>(id)][variant].load(std::memory_order_acquire);
     if (fn != nullptr) return fn;
     fn = driver::lookup(base_name(id), variant == kPerThread);

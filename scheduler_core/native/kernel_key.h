@@ -24,11 +24,20 @@ inline std::uint64_t hash_name(const char* name) {
 inline std::uint64_t kernel_key(std::uint64_t name_hash, std::uint32_t grid_x, std::uint32_t grid_y,
                                 std::uint32_t grid_z, std::uint32_t block_x, std::uint32_t block_y,
                                 std::uint32_t block_z) {
+    // FNV-1a over the four little-endian bytes of each dimension. A zero byte only multiplies by
+    // the prime, so a dimension's zero high bytes are applied as one multiplication by the
+    // prime's power (the same value mod 2^64): one multiplication for a dimension below 256,
+    // not four, on every launch.
+    constexpr std::uint64_t kPrimePower[5] = {1, kFnvPrime, kFnvPrime * kFnvPrime,
+                                              kFnvPrime * kFnvPrime * kFnvPrime,
+                                              kFnvPrime * kFnvPrime * kFnvPrime * kFnvPrime};
     std::uint64_t hash = name_hash;
     for (std::uint32_t dim : {grid_x, grid_y, grid_z, block_x, block_y, block_z}) {
-        for (int byte = 0; byte < 4; ++byte) {
+        const int bytes = dim > 0xffffffU ? 4 : dim > 0xffffU ? 3 : dim > 0xffU ? 2 : 1;
+        for (int byte = 0; byte < bytes - 1; ++byte) {
             hash = (hash ^ ((dim >> (8 * byte)) & 0xffU)) * kFnvPrime;
         }
+        hash = (hash ^ ((dim >> (8 * (bytes - 1))) & 0xffU)) * kPrimePower[5 - bytes];
     }
     return hash == 0 ? 1 : hash;  // 0 marks an empty table slot
 }

@@ -46,10 +46,11 @@ CUstream ClientRuntime::redirect_legacy_launch() {
     CUcontext context = nullptr;
     if (h.ctx_get_current(&context) != CUDA_SUCCESS || context != redirect_context_) return nullptr;
     // Each thread records its own event, so concurrent launches need no lock.
-    thread_local CUevent event = nullptr;
-    if (event == nullptr && h.event_create(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-        event = nullptr;
-        return nullptr;
+    thread_local CUevent thread_event = nullptr;
+    CUevent event = thread_event;  // read once: each use of a thread_local costs a __tls_get_addr
+    if (event == nullptr) {
+        if (h.event_create(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+        thread_event = event;
     }
     // The launch must still wait for everything the legacy stream would have waited for.
     if (h.event_record(event, cu_stream_legacy()) != CUDA_SUCCESS ||
@@ -68,10 +69,11 @@ void ClientRuntime::join_legacy_stream() {
     // would no longer wait for the moved kernel. Making the legacy stream wait for the moved
     // launch keeps every ordering the program wrote: later legacy work, and through the legacy
     // stream's implicit synchronisation every later blocking-stream launch, comes after it.
-    thread_local CUevent done = nullptr;
-    if (done == nullptr && h.event_create(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-        done = nullptr;
-        return;
+    thread_local CUevent thread_done = nullptr;
+    CUevent done = thread_done;  // read once: each use of a thread_local costs a __tls_get_addr
+    if (done == nullptr) {
+        if (h.event_create(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+        thread_done = done;
     }
     if (h.event_record(done, redirect_stream_) == CUDA_SUCCESS) {
         h.stream_wait_event(cu_stream_legacy(), done, 0);
