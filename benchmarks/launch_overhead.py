@@ -93,30 +93,49 @@ def build(out_dir: Path) -> Path:
     return binary
 
 
-def measurement_cpu() -> int:
-    """The CPU every measured process is pinned to: the highest one this process may use, so
-    that scheduler migrations and differences between cores do not land in the comparison."""
-    return max(os.sched_getaffinity(0))
+def measurement_cpus(count: int) -> set[int]:
+    """The CPUs every measured process is pinned to: the highest ``count`` this process may use,
+    so that scheduler migrations and differences between cores do not land in the comparison.
+    One CPU puts the hook's helper threads on the launching thread's CPU; two let them run
+    beside it, which splits their cost from the launch path's own."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if count > len(allowed):
+        raise SystemExit(f"--cpus {count}: this process may use only {len(allowed)} CPUs")
+    return set(allowed[-count:])
+
+
+# What empty_launch prints per round after "round <i>": name value pairs.
+MEASURES = (
+    "call_ns",
+    "total_ns",
+    "thread_cpu_ns",
+    "process_cpu_ns",
+    "thread_switches",
+    "process_switches",
+)
 
 
 def run_once(
-    binary: Path, env: dict[str, str], launches: int, stream: str = "own"
-) -> list[tuple[float, float]]:
-    cpu = measurement_cpu()
+    binary: Path, env: dict[str, str], launches: int, stream: str, cpus: set[int]
+) -> list[dict[str, float]]:
     done = subprocess.run(
         [str(binary), str(launches), "3", stream],
         env=env,
         capture_output=True,
         text=True,
         check=False,
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
     )
     if done.returncode != 0:
         raise SystemExit(f"empty_launch failed: {done.stderr.strip()}")
     rounds = []
     for line in done.stdout.splitlines():
-        parts = line.split()
-        rounds.append((float(parts[3]), float(parts[5])))
+        parts = line.split()[2:]
+        measured = {name: float(value) for name, value in zip(parts[::2], parts[1::2], strict=True)}
+        missing = [name for name in MEASURES if name not in measured]
+        if missing:
+            raise SystemExit(f"empty_launch printed {line!r}, without {', '.join(missing)}")
+        rounds.append(measured)
     return rounds
 
 
@@ -145,6 +164,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7, help="processes per variant")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--cpus", type=int, default=1, help="CPUs each measured process is pinned to (1 or more)"
+    )
+    parser.add_argument(
+        "--variants",
+        type=lambda text: [item.strip() for item in text.split(",") if item.strip()],
+        default=list(VARIANTS),
+        help=f"which to run, comma-separated ('no library' always runs): {', '.join(VARIANTS)}",
+    )
+    parser.add_argument(
         "--streams",
         type=lambda text: [item for item in text.split(",") if item],
         default=list(STREAMS),
@@ -154,6 +182,15 @@ def main() -> int:
     unknown = [stream for stream in args.streams if stream not in STREAMS]
     if unknown or not args.streams:
         parser.error(f"--streams takes {', '.join(STREAMS)}, got {','.join(args.streams)}")
+    if args.cpus < 1:
+        parser.error(f"--cpus takes 1 or more, got {args.cpus}")
+    strange = [variant for variant in args.variants if variant not in VARIANTS]
+    if strange:
+        parser.error(f"--variants takes {', '.join(VARIANTS)}; not {', '.join(strange)}")
+    variants = [
+        variant for variant in VARIANTS if variant == "no library" or variant in args.variants
+    ]
+    cpus = measurement_cpus(args.cpus)
     gpu = gpu_facts(0)
     if gpu is None or gpu.sm_count is None:
         raise SystemExit("no CUDA GPU visible")
@@ -171,13 +208,15 @@ def main() -> int:
             be_gate=be_gate,
         )
 
-    cells = [(variant, stream) for stream in args.streams for variant in VARIANTS]
+    cells = [(variant, stream) for stream in args.streams for variant in variants]
     samples: dict[tuple[str, str], dict[str, list[float]]] = {
-        cell: {"call": [], "total": []} for cell in cells
+        cell: {measure: [] for measure in MEASURES} for cell in cells
     }
     with contextlib.ExitStack() as stack:
         runs = {}
         for variant, (policy, role, hp_completion, be_gate) in RUN_VARIANTS.items():
+            if variant not in variants:
+                continue
             run = stack.enter_context(SchedulerRun(settings(policy, hp_completion, be_gate)))
             # One slot per process: a slot is owned by the first process that joins it.
             processes = args.repeats * len(args.streams)
@@ -193,15 +232,15 @@ def main() -> int:
                 else:
                     run, indices = runs[variant]
                     env = run.client_environment(next(indices))
-                for call_ns, total_ns in run_once(binary, env, args.launches, stream):
-                    samples[variant, stream]["call"].append(call_ns)
-                    samples[variant, stream]["total"].append(total_ns)
+                for measured in run_once(binary, env, args.launches, stream, cpus):
+                    for measure in MEASURES:
+                        samples[variant, stream][measure].append(measured[measure])
         client_stats = {variant: run.stats()["r0"] for variant, (run, _) in runs.items()}
 
     baseline = {
         stream: (
-            statistics.median(samples["no library", stream]["call"]),
-            statistics.median(samples["no library", stream]["total"]),
+            statistics.median(samples["no library", stream]["call_ns"]),
+            statistics.median(samples["no library", stream]["total_ns"]),
         )
         for stream in args.streams
     }
@@ -210,6 +249,7 @@ def main() -> int:
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([sys.executable, *sys.argv]),
         "launches_per_round": args.launches,
+        "cpus": sorted(cpus),
         "environment": software_summary(),
         "nvcc": subprocess.run(
             [shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc", "--version"],
@@ -223,11 +263,10 @@ def main() -> int:
             f"{variant} / {stream} stream": {
                 "variant": variant,
                 "stream": stream,
-                "call_ns": summarize(samples[variant, stream]["call"]),
-                "total_ns": summarize(samples[variant, stream]["total"]),
-                "added_call_ns": statistics.median(samples[variant, stream]["call"])
+                **{measure: summarize(samples[variant, stream][measure]) for measure in MEASURES},
+                "added_call_ns": statistics.median(samples[variant, stream]["call_ns"])
                 - baseline[stream][0],
-                "added_total_ns": statistics.median(samples[variant, stream]["total"])
+                "added_total_ns": statistics.median(samples[variant, stream]["total_ns"])
                 - baseline[stream][1],
             }
             for variant, stream in cells
@@ -247,18 +286,25 @@ def main() -> int:
         "",
         f"Command: `{results['command']}` (empty kernel, {args.launches} launches per round, "
         f"3 rounds per process, {args.repeats} processes per variant, variants interleaved, every "
-        f"process pinned to CPU {measurement_cpu()}).",
+        f"process pinned to CPU {','.join(map(str, sorted(cpus)))}).",
+        "",
+        "CPU time per launch: the launching thread's, and every thread's (the hook's helpers "
+        "included); context switches per 1,000 launches, the launching thread's and every "
+        "thread's (medians).",
         "",
         "| variant | stream | enqueue ns/launch (median) | p10-p90 | added vs no library | "
-        "until GPU done ns/launch | added |",
-        "|---|---|---|---|---|---|---|",
+        "until GPU done ns/launch | added | CPU ns/launch: thread, process | "
+        "switches/1k launches: thread, process |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["variants"].values():
         call, total = row["call_ns"], row["total_ns"]
         lines.append(
             f"| {row['variant']} | {row['stream']} | {call['median']:.0f} | "
             f"{call['p10']:.0f}-{call['p90']:.0f} | "
-            f"{row['added_call_ns']:+.0f} | {total['median']:.0f} | {row['added_total_ns']:+.0f} |"
+            f"{row['added_call_ns']:+.0f} | {total['median']:.0f} | {row['added_total_ns']:+.0f} | "
+            f"{row['thread_cpu_ns']['median']:.0f}, {row['process_cpu_ns']['median']:.0f} | "
+            f"{row['thread_switches']['median']:.2f}, {row['process_switches']['median']:.2f} |"
         )
     (out_dir / "launch_overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
