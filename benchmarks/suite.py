@@ -14,8 +14,11 @@ Programs join in the pair's order (``be-first``: the trainers are running when t
 starts; ``hp-first``: the service runs, alone under orion for ``--learn-s`` seconds, before the
 trainers join). The measured window opens once every program of the cell has written its ready
 mark (its warm-up is over) and lasts ``--window`` seconds; then every program is stopped with
-SIGINT and writes its record. ``reporting/suite.py`` turns the records into ratios with
-intervals; ``orion report OUT`` prints them.
+SIGINT and writes its record. The HP's Poisson arrivals start over from their seed where the
+window opens (the suite names that time in ``hp.csv.window``), so its alone run and every mode
+serve the same arrivals in their windows and a p99 ratio compares like with like.
+``reporting/suite.py`` turns the records into ratios with intervals; ``orion report OUT`` prints
+them.
 
 Several GPUs run pairs at once, a worker process per GPU: the pairs are spread over the GPUs
 (pairs with the same HP program together, so its alone run serves them all), and every GPU runs
@@ -465,6 +468,11 @@ class Worker:
                     time.sleep(self.args.learn_s)  # the daemon sees the HP alone first
             start = max(ready.values()) + self.args.settle_s
             end = start + cell["window_s"]
+            for client in clients.values():
+                if self.suite.programs[client["program"]].role == "hp":
+                    # Its arrivals start over from their seed here (program_io.Schedule), so
+                    # that alone and every mode serve the same arrivals in the window.
+                    (folder / f"{client['out']}.window").write_text(f"{start:.6f}\n")
             next_sample = time.time() + self.args.status_every_s / 2
             while time.time() < end:
                 for key, process in processes.items():

@@ -235,6 +235,16 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
     # hp-first: the service was ready before the trainers started
     assert both["ready"]["hp"] < min(both["ready"]["trainer"], both["ready"]["trainer-b"])
     assert both["window"][0] >= max(both["ready"].values())
+    # The service's alone run and the pair served the same arrivals in their windows: its
+    # schedule started over from its seed where each window opened. (One arrival may differ:
+    # one of the old schedule taken just as a window opened, on a machine too busy to notice.)
+    alone = cells["alone-service"]
+    offsets = [
+        arrivals_in_window(out / "round0/gpu0" / name, cell["window"])
+        for name, cell in (("alone-service", alone), ("timeslice-service+trainer+trainer-b", both))
+    ]
+    matched = np.abs(offsets[0][:, None] - offsets[1][None, :]).min(axis=0) < 2e-5
+    assert len(offsets[1]) > 10 and matched.sum() >= len(offsets[1]) - 1
     # Each cell ran the round's copy of the scripts, kept beside its results.
     copy = out / "round0" / "programs"
     assert sorted(p.name for p in copy.glob("*.py")) == sorted(
@@ -255,6 +265,14 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
         "alone-broken-service",
         "timeslice-broken-service+trainer",
     }
+
+
+def arrivals_in_window(cell: Path, window: list[float]) -> np.ndarray:
+    """The HP's arrivals inside a cell's window, as seconds from the window's opening."""
+    frame = pd.read_csv(cell / "hp.csv")
+    start, end = window
+    inside = frame["arrival_unix_s"].between(start, end, inclusive="left")
+    return frame.loc[inside, "arrival_unix_s"].to_numpy() - start
 
 
 def test_an_hp_alone_under_a_mode_is_shown_beside_the_pairs_and_never_scored(

@@ -8,6 +8,11 @@ how they report, so that a benchmark can line up several of them on one clock:
 - each writes ``OUT.ready`` (the Unix time, one line) once its warm-up is over (models built,
   graphs captured, XLA and Inductor compiled), so that a benchmark can start the measured window
   when every program sharing the GPU is in its steady state;
+- a service's Poisson arrivals start over from their seed at the time a benchmark writes into
+  ``OUT.window`` (Unix time, one line), so that every run compared (alone, and beside each
+  neighbour) serves the very same arrivals in its measured window: a p99 of a few hundred
+  requests is set by the window's largest burst, and two windows cut from different stretches
+  of one schedule differ by their bursts more than by their neighbours;
 - a service writes one row per request (``REQUEST_COLUMNS``), a trainer or batch job one row per
   point at which it waited for the GPU anyway (``PROGRESS_COLUMNS``: the work done so far), all
   times as Unix seconds, so a throughput can be taken over exactly the window another program
@@ -129,17 +134,66 @@ def poisson_arrivals(rate: float, duration: float, seed: int) -> np.ndarray:
     return arrivals[arrivals < duration]
 
 
-def _wait_until(moment: float, stop: Stop) -> None:
+class Schedule:
+    """A Poisson schedule of arrivals (``perf_counter`` times) that starts over from its seed
+    once ``OUT.window`` names the time the measured window opens: the arrivals of the old
+    schedule before that time are still served (they have arrived), and from it on the window
+    gets the seed's own sequence."""
+
+    def __init__(self, rate: float, duration: float, seed: int, out: str, clock: Clock) -> None:
+        self.offsets = poisson_arrivals(rate, duration, seed)
+        self.window_file = Path(f"{out}.window")
+        self.clock = clock
+        self.base = time.perf_counter()
+        self.next_index = 0
+        self.restarted = False
+
+    def _window_opens(self) -> float | None:
+        """The window's opening as a ``perf_counter`` time, once the benchmark has named it."""
+        if self.restarted:
+            return None
+        try:
+            text = self.window_file.read_text().strip()
+        except OSError:
+            return None
+        if not text:
+            return None
+        unix = float(text)
+        return self.base + (unix - self.clock.unix(self.base))
+
+    def upcoming(self) -> float | None:
+        """The next arrival, the window's schedule taken up where it opens before it; None
+        once the schedule is spent."""
+        arrival = (
+            self.base + float(self.offsets[self.next_index])
+            if self.next_index < len(self.offsets)
+            else None
+        )
+        opens = self._window_opens()
+        if opens is not None and (arrival is None or arrival >= opens):
+            self.base, self.next_index, self.restarted = opens, 0, True
+            arrival = self.base + float(self.offsets[0]) if len(self.offsets) else None
+        return arrival
+
+    def take(self) -> None:
+        self.next_index += 1
+
+
+def _wait_until(moment: float, stop: Stop, schedule: Schedule | None = None) -> bool:
     """Sleeps until half a millisecond before ``moment`` (``perf_counter`` time), in slices
-    short enough to notice a stop, then spins: a request starts on time, not a scheduler tick
-    late."""
+    short enough to notice a stop or a window named for ``schedule``, then spins: a request
+    starts on time, not a scheduler tick late. False if the schedule changed under the wait
+    (the arrival waited for is no longer the next one)."""
     while not stop.requested:
+        if schedule is not None and schedule.upcoming() != moment:
+            return False
         left = moment - time.perf_counter() - 0.0005
         if left <= 0:
             break
         time.sleep(min(0.05, left))
     while time.perf_counter() < moment:
         pass
+    return True
 
 
 def serve(
@@ -153,34 +207,36 @@ def serve(
     extra_columns: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """A service's measured part: requests arrive as a Poisson process of ``rate`` per second
-    (or back to back, ``closed_loop``) and are served in arrival order by ``handle(index)``,
+    (started over where ``OUT.window`` says: :class:`Schedule`), or back to back
+    (``closed_loop``), and are served in arrival order by ``handle(index)``,
     which returns when the request's result is ready, with the values of ``extra_columns`` for
     the request if there are any (a decoder's time per token, say). Latency counts from the
     arrival, so time spent queueing behind earlier requests counts, as a user sees it. Call it
     after the warm-up; it writes the ready mark first."""
     stop = Stop()
     clock = Clock()
-    arrivals = None if closed_loop else poisson_arrivals(rate, duration, seed)
     rows = []
     mark_ready(out)
     start = time.perf_counter()
+    schedule = None if closed_loop else Schedule(rate, duration, seed, out, clock)
     for index in itertools.count():
         if stop.requested or time.perf_counter() - start >= duration:
             break
-        if arrivals is None:
-            arrival = time.perf_counter() - start
-        elif index < len(arrivals):
-            arrival = float(arrivals[index])
-            _wait_until(start + arrival, stop)
-            if stop.requested:
-                break
+        if schedule is None:
+            arrival = time.perf_counter()
         else:
-            break
+            upcoming = schedule.upcoming()
+            while upcoming is not None and not _wait_until(upcoming, stop, schedule):
+                upcoming = schedule.upcoming()
+            if upcoming is None or stop.requested:
+                break
+            arrival = upcoming
+            schedule.take()
         begin = time.perf_counter()
         extra = handle(index) or ()
         end = time.perf_counter()
-        rows.append((index, clock.unix(start + arrival), clock.unix(begin), clock.unix(end),
-                     (end - start - arrival) * 1e3, *extra))  # fmt: skip
+        rows.append((index, clock.unix(arrival), clock.unix(begin), clock.unix(end),
+                     (end - arrival) * 1e3, *extra))  # fmt: skip
     with open(out, "w", newline="") as handle_out:
         writer = csv.writer(handle_out)
         writer.writerow((*REQUEST_COLUMNS, *extra_columns))
