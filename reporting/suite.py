@@ -88,6 +88,7 @@ ORION_VARIANTS = {
         *("--hp-quiet-us", "300"),
     ),
     "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
+    "orion-hp-server": ("--hp-context", "mps"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
@@ -141,6 +142,8 @@ VARIANT_NOTES = {
     "the MPS server (the graph encoder's JAX trainer kept 0.57-0.59 of alone on half of them)",
     "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
+    "orion-hp-server": "orion's defaults with every HP in the MPS server, BE kernels on half "
+    "the SMs beside it (no context switch per request; what the graph encoder chooses)",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",

@@ -723,7 +723,7 @@ def test_requests_that_queue_are_compared_per_launch_with_the_requests_alone(har
 
 def test_an_eager_request_is_timed_whole_with_few_event_records(harness, tmp_path):
     # An eager service's request: 40 kernels of 50 us launched back to back, then waited for.
-    # Only a launch 200 us or more after the last one marked records the request timer's event
+    # Only a launch 1 ms or more after the last one marked records the request timer's event
     # (RequestTimer::kMarkSpacingNs), so a request pays for about one event record, not 40,
     # and its end is still the end of its last kernel: the program's wait for it.
     requests, per_request = 30, 40

@@ -623,8 +623,9 @@ void ClientRuntime::use_learned(LearnedEntry* entry, LaunchTicket* ticket, bool*
 void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool clean,
                                    std::uint64_t launch_count, bool graph) {
     // Besides learning, an HP client times one launch in kInterferenceEvery (graphs: each a
-    // request, so more often) of those with a duration alone to compare with, and, as felt only,
-    // the first launch of each request (see ClientStats::start_felt).
+    // request, so more often) of those with a duration alone to compare with (as felt too, at
+    // most one in LaunchSampler::kFeltSpacingNs), and, as felt only, the first launch of each
+    // request (see ClientStats::start_felt).
     constexpr std::uint64_t kInterferenceEvery = 64;
     constexpr std::uint64_t kGraphInterferenceEvery = 4;
     const bool hp = role_ == Role::kHighPriority;
@@ -660,7 +661,7 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
     if (!for_learning && !counted) {
         // A request's start, for the felt figure alone: timed only if the felt timer is free,
         // and left out of the GPU-time figures (`interference`), which stay one in 64.
-        if (!own_queue_empty() || !sampler_.claim_felt()) return;
+        if (!own_queue_empty() || !sampler_.claim_felt(ticket->enqueue_ns, false)) return;
         use.gpu_time_counted = false;
         ticket->sample = sampler_.begin(ticket->own_stream);
         if (ticket->sample < 0) {
@@ -675,7 +676,7 @@ void ClientRuntime::start_sampling(LaunchTicket* ticket, bool for_learning, bool
     ticket->sample = sampler_.begin(ticket->own_stream);
     // Not a learning sample as felt: one writer per entry.
     if (ticket->sample >= 0 && (counted || request_start) && !use.learn && own_queue_empty() &&
-        sampler_.claim_felt()) {
+        sampler_.claim_felt(ticket->enqueue_ns, !request_start)) {
         use.call_ns = ticket->enqueue_ns;
         use.alone = !be_has_work(ticket->launch_ns);
         use.felt_counted = counted;

@@ -63,10 +63,25 @@ public:
     // Just after it: records the second event and queues the pair for reading, or gives the pair
     // back when the launch failed.
     void end(int pair, CUstream stream, bool launched, const SampleUse& use);
-    // Whether the launch about to end() may be timed as felt (set SampleUse::call_ns): one at a
-    // time. A claim is given back by end() (or by unclaim_felt() if the launch is not timed).
-    bool claim_felt() { return !felt_busy_.exchange(true, std::memory_order_acq_rel); }
+    // Whether the launch about to end(), called at `call_ns`, may be timed as felt (set
+    // SampleUse::call_ns): one at a time, and, where `spaced`, kFeltSpacingNs or more after the
+    // last felt launch claimed. A claim is given back by end() (or by unclaim_felt() if the
+    // launch is not timed).
+    bool claim_felt(std::uint64_t call_ns, bool spaced) {
+        if (spaced && call_ns < last_felt_call_ns_.load(std::memory_order_relaxed) + kFeltSpacingNs) {
+            return false;
+        }
+        if (felt_busy_.exchange(true, std::memory_order_acq_rel)) return false;
+        last_felt_call_ns_.store(call_ns, std::memory_order_relaxed);
+        return true;
+    }
     void unclaim_felt() { felt_busy_.store(false, std::memory_order_release); }
+    // The least time between felt launches chosen by count (a request's first is timed apart):
+    // each wakes the felt thread from a blocking event wait, and on an H200 the hook's helper
+    // threads, woken so thousands of times a second by a back-to-back launch loop, took 0.5 us
+    // of CPU per launch from the launching thread's CPU, or slowed its launches by as much from
+    // a CPU of their own (benchmarks/results/nvidia-h200/launch-overhead-cpus).
+    static constexpr std::uint64_t kFeltSpacingNs = 1'000'000;
 
     // How long before a felt launch's call (or a timed request's first, request_timer.h) BE
     // must have launched nothing for it to count as alone: two of the driver's timeslices
@@ -101,6 +116,7 @@ private:
     std::atomic<std::uint32_t> pending_{0};  // pairs queued for reading; the reader's futex word
     std::once_flag reader_once_;
     std::atomic<bool> felt_busy_{false};
+    std::atomic<std::uint64_t> last_felt_call_ns_{0};
     std::atomic<std::uint32_t> felt_posted_{0};  // futex word: bumped when a pair is handed over
     std::atomic<int> felt_pair_{-1};
     std::once_flag felt_once_;

@@ -96,8 +96,11 @@ public:
 
     static constexpr std::uint32_t kAloneRequests = 8;  // the reference's window
     // The least time between two marked launches of a request: an eager request of 70-80
-    // launches in about a millisecond and a half pays for about eight event records, not 80.
-    static constexpr std::uint64_t kMarkSpacingNs = 200'000;
+    // launches in about a millisecond and a half pays for two event records, not 80, and wakes
+    // the timer's thread twice (at 200 us, eight wakes of a blocking event wait a request: on an
+    // H200 the hook's helper threads took 0.5 us of CPU per launch of a back-to-back loop,
+    // benchmarks/results/nvidia-h200/launch-overhead-cpus).
+    static constexpr std::uint64_t kMarkSpacingNs = 1'000'000;
 
 private:
     enum : std::uint32_t { kIdle = 0, kStarting = 1, kOpen = 2 };
