@@ -148,10 +148,67 @@ def ratio_over_rounds_ci(
     samples = [(as_sample(shared), as_sample(alone)) for shared, alone in pairs]
     if not samples or any(len(s) == 0 or len(d) == 0 for s, d in samples):
         return (float("nan"),) * 3
+
+    def ratio(sample: tuple[np.ndarray, np.ndarray]) -> float:
+        shared, alone = sample
+        return statistic(shared[np.newaxis])[0] / statistic(alone[np.newaxis])[0]
+
+    def resampled(
+        sample: tuple[np.ndarray, np.ndarray], count: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        shared, alone = sample
+        return _resampled(shared, count, rng, statistic) / _resampled(alone, count, rng, statistic)
+
+    return _geometric_mean_over_rounds(samples, ratio, resampled, confidence, resamples, seed)
+
+
+def paired_ratio_over_rounds_ci(
+    rounds: Sequence[SampleLike],
+    statistic: Statistic,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """shared / dedicated over rounds whose two runs served the same requests (the same
+    arrivals): ``rounds`` holds one sample of rows ``(shared value, dedicated value)`` per
+    round, a row per request both runs served.
+
+    As :func:`ratio_over_rounds_ci`, except that within a round the rows are resampled together:
+    a request drawn is drawn in both runs. The noise the two runs share (a burst of arrivals that
+    queues in both) then moves both statistics alike and cancels in the ratio instead of widening
+    its interval; what is left is the difference the sharing made.
+    """
+    _check(confidence, resamples)
+    samples = [as_sample(rows) for rows in rounds]
+    if any(sample.ndim != 2 or sample.shape[1] != 2 for sample in samples if len(sample)):
+        raise ValueError("paired_ratio_over_rounds_ci takes rows of (shared, dedicated) values")
+    if not samples or any(len(sample) == 0 for sample in samples):
+        return (float("nan"),) * 3
+
+    def of_rows(batch: np.ndarray) -> np.ndarray:
+        return statistic(batch[:, :, 0]) / statistic(batch[:, :, 1])
+
+    def ratio(sample: np.ndarray) -> float:
+        return float(of_rows(sample[np.newaxis])[0])
+
+    def resampled(sample: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        return _resampled(sample, count, rng, of_rows)
+
+    return _geometric_mean_over_rounds(samples, ratio, resampled, confidence, resamples, seed)
+
+
+def _geometric_mean_over_rounds(
+    samples: Sequence[Any],
+    ratio: Callable[[Any], float],
+    resampled: Callable[[Any, int, np.random.Generator], np.ndarray],
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> Interval:
+    """The two-level bootstrap of a geometric mean of per-round ratios: rounds drawn with
+    replacement, then each drawn round's ``resampled`` ratios (``count`` of them at once)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.array(
-            [statistic(s[np.newaxis])[0] / statistic(d[np.newaxis])[0] for s, d in samples]
-        )
+        ratios = np.array([ratio(sample) for sample in samples])
     if not (np.isfinite(ratios).all() and (ratios > 0).all()):
         return (float("nan"),) * 3
     point = float(np.exp(np.log(ratios).mean()))
@@ -159,15 +216,13 @@ def ratio_over_rounds_ci(
     rounds = len(samples)
     picks = rng.integers(0, rounds, size=(resamples, rounds))
     log_ratios = np.empty((resamples, rounds))
-    for index, (shared, alone) in enumerate(samples):
+    for index, sample in enumerate(samples):
         slots = picks == index
         count = int(slots.sum())
         if count == 0:
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
-            log_ratios[slots] = np.log(
-                _resampled(shared, count, rng, statistic) / _resampled(alone, count, rng, statistic)
-            )
+            log_ratios[slots] = np.log(resampled(sample, count, rng))
     boot = np.exp(log_ratios.mean(axis=1))
     return (point, *_central(boot, confidence))
 

@@ -9,7 +9,10 @@ in it was past its warm-up, so:
 - the HP's p99 is taken over the requests that arrived in its cell's window, against the same
   program's alone run in the same round on the same GPU, and combined over rounds as the
   headline's ratios are (:func:`reporting.stats.ratio_over_rounds_ci`: geometric mean, two-level
-  bootstrap interval);
+  bootstrap interval); where every round's HP served the same arrivals as its alone run (the
+  suite's services start their schedule over where each window opens), request by request
+  (:func:`paired_requests`, :func:`reporting.stats.paired_ratio_over_rounds_ci`), so that a
+  burst of arrivals that queues in both runs does not widen the interval;
 - a BE program's throughput is its work done over exactly that window (interpolated between its
   progress records), against its alone run the same way.
 
@@ -32,6 +35,7 @@ from orion_common.errors import OrionError
 from reporting.stats import (
     bootstrap_percentile_ci,
     mean_statistic,
+    paired_ratio_over_rounds_ci,
     percentile_statistic,
     ratio_over_rounds_ci,
     throughput_statistic,
@@ -225,24 +229,74 @@ def _read(path: Path) -> pd.DataFrame:
     raise FileNotFoundError(f"{path} is missing")
 
 
-def hp_latencies(cell: Cell, client: str) -> np.ndarray:
-    """Latencies (ms) of the requests that arrived inside the cell's window."""
+PAIRED_WITHIN_S = 5e-6
+"""Two windows' requests are the same arrival where their times from their windows' openings
+agree this closely: both are one schedule's offsets (``program_io.Schedule``), written to the
+microsecond, while two arrivals of a Poisson schedule at 100/s fall this close one time in 2,000."""
+PAIRED_SHARE_AT_LEAST = 0.9
+"""A shared cell's HP is compared request by request with its alone run only where this share of
+either window's requests paired (cells run before the HP's arrivals were paired pair by chance
+only, and are compared as independent samples)."""
+
+
+def hp_requests(cell: Cell, client: str) -> pd.DataFrame:
+    """The requests that arrived inside the cell's window: their arrival from the window's
+    opening (``offset_s``), latency (ms, from the arrival) and service time (ms, a request's
+    start to its end: its wait in the service's own queue left out). The mean service time
+    against alone is the slowdown the HP's GPU work took on, which orion's felt slowdown
+    estimates from its launches: the yardstick that figure is read against."""
     start, end = cell.window
     frame = _read(cell.output(client))
-    inside = (frame["arrival_unix_s"] >= start) & (frame["arrival_unix_s"] < end)
-    return frame.loc[inside, "latency_ms"].to_numpy(dtype=float)
+    inside = frame.loc[(frame["arrival_unix_s"] >= start) & (frame["arrival_unix_s"] < end)]
+    return pd.DataFrame(
+        {
+            "offset_s": (inside["arrival_unix_s"] - start).to_numpy(dtype=float),
+            "latency_ms": inside["latency_ms"].to_numpy(dtype=float),
+            "service_ms": (inside["end_unix_s"] - inside["start_unix_s"]).to_numpy(dtype=float)
+            * 1e3,
+        }
+    )
+
+
+def hp_latencies(cell: Cell, client: str) -> np.ndarray:
+    """Latencies (ms) of the requests that arrived inside the cell's window."""
+    return hp_requests(cell, client)["latency_ms"].to_numpy()
 
 
 def hp_service_ms(cell: Cell, client: str) -> np.ndarray:
-    """Service times (ms, a request's start to its end: its wait in the service's own queue left
-    out) of the requests that arrived inside the cell's window. Their mean against alone is the
-    slowdown the HP's GPU work took on, which orion's felt slowdown estimates from its launches:
-    the yardstick that figure is read against."""
-    start, end = cell.window
-    frame = _read(cell.output(client))
-    inside = (frame["arrival_unix_s"] >= start) & (frame["arrival_unix_s"] < end)
-    served = frame.loc[inside, "end_unix_s"] - frame.loc[inside, "start_unix_s"]
-    return served.to_numpy(dtype=float) * 1e3
+    """Service times (ms) of the requests that arrived inside the cell's window."""
+    return hp_requests(cell, client)["service_ms"].to_numpy()
+
+
+def paired_requests(shared: pd.DataFrame, alone: pd.DataFrame) -> pd.DataFrame | None:
+    """The requests of two windows that were the same arrival (:data:`PAIRED_WITHIN_S`), one
+    row each: ``latency_ms``, ``service_ms`` of the shared run and ``alone_latency_ms``,
+    ``alone_service_ms``; None where too few paired (:data:`PAIRED_SHARE_AT_LEAST`)."""
+    if shared.empty or alone.empty:
+        return None
+    alone = alone.sort_values("offset_s", ignore_index=True)
+    offsets = alone["offset_s"].to_numpy()
+    wanted = shared["offset_s"].to_numpy()
+    right = np.clip(np.searchsorted(offsets, wanted), 0, len(offsets) - 1)
+    left = np.clip(right - 1, 0, len(offsets) - 1)
+    nearest = np.where(
+        np.abs(offsets[left] - wanted) <= np.abs(offsets[right] - wanted), left, right
+    )
+    close = np.abs(offsets[nearest] - wanted) <= PAIRED_WITHIN_S
+    # One alone request for one shared request: the first shared one to claim it keeps it.
+    close &= ~pd.Series(np.where(close, nearest, -1)).duplicated().to_numpy()
+    paired = int(close.sum())
+    if paired < PAIRED_SHARE_AT_LEAST * max(len(shared), len(alone)):
+        return None
+    matched = alone.iloc[nearest[close]].reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "latency_ms": shared["latency_ms"].to_numpy()[close],
+            "service_ms": shared["service_ms"].to_numpy()[close],
+            "alone_latency_ms": matched["latency_ms"].to_numpy(),
+            "alone_service_ms": matched["service_ms"].to_numpy(),
+        }
+    )
 
 
 def be_work_rows(cell: Cell, client: str) -> np.ndarray:
@@ -303,6 +357,9 @@ class PairFigures:
     loop: list[dict[str, Any]] = field(default_factory=list)
     """The daemon's latency loop as each status sample showed it (``latency_control``)."""
     hp_service_mean_ratio: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    hp_arrivals_paired: bool = False
+    """Whether every round's HP served the same arrivals as its alone run, so that its ratios
+    were taken request by request (:func:`paired_requests`), over the requests that paired."""
 
     @property
     def be_together(self) -> float:
@@ -342,6 +399,7 @@ class PairFigures:
             "hp_gpu_ms_per_request_shown": _mean(self.hp_gpu_ms_per_request),
             "hp_launches_per_request_shown": _mean(self.hp_launches_per_request),
             "hp_service_mean_ratio": interval(self.hp_service_mean_ratio),
+            "hp_arrivals_paired": self.hp_arrivals_paired,
             **loop_figures(self.loop),
             "reference_doubts": self.reference_doubts(),
             "failures": self.failures,
@@ -439,6 +497,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
         result = PairFigures(pair, mode, first["order"], first["hp"], list(first["be"]))
         hp_pairs: list[tuple[np.ndarray, np.ndarray]] = []
         service_pairs: list[tuple[np.ndarray, np.ndarray]] = []
+        paired_rounds: list[pd.DataFrame | None] = []
         be_pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {b: [] for b in result.bes}
         for cell in sorted(group, key=lambda c: c.record["round"]):
             where = f"round {cell.record['round']}, GPU {cell.record['gpu']}"
@@ -452,9 +511,14 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
                 result.failures.append(f"{where}: no alone run of {', '.join(missing)}")
                 continue
             try:
-                shared_hp = hp_latencies(cell, "hp")
-                alone_hp = hp_latencies(references[result.hp], "hp")
-                served = (hp_service_ms(cell, "hp"), hp_service_ms(references[result.hp], "hp"))
+                shared_requests = hp_requests(cell, "hp")
+                alone_requests = hp_requests(references[result.hp], "hp")
+                shared_hp = shared_requests["latency_ms"].to_numpy()
+                alone_hp = alone_requests["latency_ms"].to_numpy()
+                served = (
+                    shared_requests["service_ms"].to_numpy(),
+                    alone_requests["service_ms"].to_numpy(),
+                )
                 be_rows = {
                     name: (be_work_rows(cell, name), be_work_rows(references[name], name))
                     for name in result.bes
@@ -467,6 +531,7 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
                 continue
             hp_pairs.append((shared_hp, alone_hp))
             service_pairs.append(served)
+            paired_rounds.append(paired_requests(shared_requests, alone_requests))
             for name, rows in be_rows.items():
                 be_pairs[name].append(rows)
             result.rounds += 1
@@ -487,9 +552,23 @@ def pair_figures(cells: list[Cell]) -> list[PairFigures]:
             ):
                 shown += _status_figure(cell, "hp", "request_shape", key)[-1:]
             result.loop += _loop_samples(cell)
-        if hp_pairs:
+        result.hp_arrivals_paired = bool(paired_rounds) and all(
+            rows is not None for rows in paired_rounds
+        )
+        if result.hp_arrivals_paired:
+            # Every round served its alone run's arrivals: compared request by request.
+            rounds = [rows for rows in paired_rounds if rows is not None]
+            result.hp_p99_ratio = paired_ratio_over_rounds_ci(
+                [rows[["latency_ms", "alone_latency_ms"]] for rows in rounds],
+                percentile_statistic(99.0),
+            )
+            result.hp_service_mean_ratio = paired_ratio_over_rounds_ci(
+                [rows[["service_ms", "alone_service_ms"]] for rows in rounds], mean_statistic
+            )
+        elif hp_pairs:
             result.hp_p99_ratio = ratio_over_rounds_ci(hp_pairs, percentile_statistic(99.0))
             result.hp_service_mean_ratio = ratio_over_rounds_ci(service_pairs, mean_statistic)
+        if hp_pairs:
             result.be_ratios = {
                 name: ratio_over_rounds_ci(rows, throughput_statistic)
                 for name, rows in be_pairs.items()

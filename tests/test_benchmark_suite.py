@@ -31,6 +31,7 @@ from reporting.suite import (  # noqa: E402
     hp_latencies,
     hp_service_ms,
     loop_figures,
+    paired_requests,
     summarise,
 )
 
@@ -261,6 +262,7 @@ def test_a_suite_of_stand_in_programs_runs_and_a_failed_cell_is_never_a_number(
     good = rows["service+trainer+trainer-b"]
     assert good["rounds"] == 1 and good["hp_p99_ratio"]["ratio"] > 0, good["failures"]
     assert set(good["be_ratios"]) == {"trainer", "trainer-b"}
+    assert good["hp_arrivals_paired"]  # compared request by request
     assert {c["cell"].split("/")[-1] for c in summary["failed_cells"]} == {
         "alone-broken-service",
         "timeslice-broken-service+trainer",
@@ -328,6 +330,34 @@ def test_hp_latency_counts_the_requests_that_arrived_in_the_window(tmp_path: Pat
     assert list(latencies) == [20.0, 30.0]
 
 
+def _requests(offsets: list[float], latency: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"offset_s": offsets, "latency_ms": [latency] * len(offsets),
+         "service_ms": [latency / 2] * len(offsets)}
+    )  # fmt: skip
+
+
+def test_requests_of_the_same_arrivals_pair_and_windows_of_other_arrivals_do_not() -> None:
+    offsets = [0.0101, 0.0254, 0.0255, 0.0800, 0.1200, 0.2000, 0.2500, 0.3100, 0.3900, 0.4000]
+    # The shared window: the same arrivals to within a microsecond, in another order, and one
+    # arrival of the old schedule taken as the window opened.
+    shared = _requests([*(o + 1e-6 for o in reversed(offsets)), 0.0003], latency=3.0)
+    rows = paired_requests(shared, _requests(offsets, latency=2.0))
+    assert rows is not None and len(rows) == len(offsets)
+    assert (rows["latency_ms"] == 3.0).all() and (rows["alone_latency_ms"] == 2.0).all()
+    assert (rows["alone_service_ms"] == 1.0).all()
+    # Two arrivals 100 us apart are two requests, each paired with its own.
+    assert sorted(paired_requests(_requests(offsets, 3.0), _requests(offsets, 2.0)).index) == list(
+        range(len(offsets))
+    )
+    # Windows cut from different stretches of one schedule share an arrival only by chance.
+    assert (
+        paired_requests(_requests([o + 0.003 for o in offsets], 3.0), _requests(offsets, 2.0))
+        is None
+    )
+    assert paired_requests(_requests([], 3.0), _requests(offsets, 2.0)) is None
+
+
 def test_hp_service_time_leaves_out_the_wait_in_the_services_own_queue(tmp_path: Path) -> None:
     frame = pd.DataFrame({"request": range(3), "arrival_unix_s": [1.0, 2.0, 3.0],
                           "start_unix_s": [1.0, 2.5, 3.0], "end_unix_s": [1.002, 2.504, 3.5],
@@ -362,6 +392,12 @@ def test_the_committed_run_scores_its_worst_pair(committed: Path) -> None:
         if row["rounds"]:
             served = row["hp_service_mean_ratio"]
             assert served["low"] <= served["ratio"] <= served["high"], row["pair"]
+    # Run before the HP's arrivals were paired: where the HP started first, its windows were
+    # cut from different stretches of one schedule, and are compared as independent samples.
+    # (Started last, the window opened at its ready mark, as its schedule did, alone too.)
+    assert not any(
+        row["hp_arrivals_paired"] for row in summary["pairs"] if row["order"] == "hp-first"
+    )
 
 
 def test_every_mode_is_scored_as_the_suite_scores_orion(committed: Path) -> None:
