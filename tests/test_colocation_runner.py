@@ -164,7 +164,10 @@ def test_timeslice_run_through_the_command_line_survives_a_killed_client(
     summary = client_summary(run).set_index("client")
     assert summary.loc["hp", "count"] > 0
     assert summary.loc["hp", "p99_ms"] > 0
-    assert summary.loc["be", "count"] > 0
+    # The rows the BE client wrote before it was killed are kept (the one the operator saw at
+    # least; on a busy machine its first iteration can end after the 2.5-s window, so it need
+    # not count in the summary).
+    assert len(run.tables["be"]) >= 1 and run.tables["be"]["end_s"].notna().all()
     assert run.tables["hp"]["end_s"].notna().all()  # the HP table is intact
     assert_latency_from_arrival(run.tables["hp"])
     stats = json.loads((run_dir / "scheduler.json").read_text())
