@@ -471,8 +471,11 @@ class Worker:
             for client in clients.values():
                 if self.suite.programs[client["program"]].role == "hp":
                     # Its arrivals start over from their seed here (program_io.Schedule), so
-                    # that alone and every mode serve the same arrivals in the window.
-                    (folder / f"{client['out']}.window").write_text(f"{start:.6f}\n")
+                    # that alone and every mode serve the same arrivals in the window. Renamed
+                    # into place: the service never reads half of the time.
+                    written = folder / f"{client['out']}.window.part"
+                    written.write_text(f"{start:.6f}\n")
+                    written.replace(folder / f"{client['out']}.window")
             next_sample = time.time() + self.args.status_every_s / 2
             while time.time() < end:
                 for key, process in processes.items():
