@@ -274,29 +274,21 @@ def paired_requests(shared: pd.DataFrame, alone: pd.DataFrame) -> pd.DataFrame |
     ``alone_service_ms``; None where too few paired (:data:`PAIRED_SHARE_AT_LEAST`)."""
     if shared.empty or alone.empty:
         return None
-    alone = alone.sort_values("offset_s", ignore_index=True)
-    offsets = alone["offset_s"].to_numpy()
-    wanted = shared["offset_s"].to_numpy()
-    right = np.clip(np.searchsorted(offsets, wanted), 0, len(offsets) - 1)
-    left = np.clip(right - 1, 0, len(offsets) - 1)
-    nearest = np.where(
-        np.abs(offsets[left] - wanted) <= np.abs(offsets[right] - wanted), left, right
-    )
-    close = np.abs(offsets[nearest] - wanted) <= PAIRED_WITHIN_S
+    matched = pd.merge_asof(
+        shared.sort_values("offset_s"),
+        alone.sort_values("offset_s")
+        .rename(columns=lambda c: f"alone_{c}")
+        .assign(offset_s=lambda frame: frame["alone_offset_s"]),
+        on="offset_s",
+        direction="nearest",
+        tolerance=PAIRED_WITHIN_S,
+    ).dropna(subset=["alone_offset_s"])
     # One alone request for one shared request: the first shared one to claim it keeps it.
-    close &= ~pd.Series(np.where(close, nearest, -1)).duplicated().to_numpy()
-    paired = int(close.sum())
-    if paired < PAIRED_SHARE_AT_LEAST * max(len(shared), len(alone)):
+    matched = matched.drop_duplicates(subset="alone_offset_s")
+    if len(matched) < PAIRED_SHARE_AT_LEAST * max(len(shared), len(alone)):
         return None
-    matched = alone.iloc[nearest[close]].reset_index(drop=True)
-    return pd.DataFrame(
-        {
-            "latency_ms": shared["latency_ms"].to_numpy()[close],
-            "service_ms": shared["service_ms"].to_numpy()[close],
-            "alone_latency_ms": matched["latency_ms"].to_numpy(),
-            "alone_service_ms": matched["service_ms"].to_numpy(),
-        }
-    )
+    columns = ["latency_ms", "service_ms", "alone_latency_ms", "alone_service_ms"]
+    return matched[columns].reset_index(drop=True)
 
 
 def be_work_rows(cell: Cell, client: str) -> np.ndarray:
