@@ -93,6 +93,8 @@ ORION_VARIANTS = {
     ),
     "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
     "orion-hp-server": ("--hp-context", "mps"),
+    "orion-be60": ("--be-sm-percent", "60"),
+    "orion-be100": ("--be-sm-percent", "100"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
@@ -114,6 +116,8 @@ HP_CHOOSES_MODES = frozenset(
         "orion-mps-hp-chooses-cpu-gate",
         "orion-mps-hp-chooses-request-loop",
         "orion-mps-hp-chooses-be70",
+        "orion-be60",
+        "orion-be100",
     }
 )
 """The modes whose HP joins with its program's own ``--hp-context`` (``hp_context`` in the suite
@@ -148,6 +152,10 @@ VARIANT_NOTES = {
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
     "orion-hp-server": "orion's defaults with every HP in the MPS server, BE kernels on half "
     "the SMs beside it (no context switch per request; what the graph encoder chooses)",
+    "orion-be60": "orion's defaults with BE kernels on 60% of the SMs (not half) beside an HP "
+    "that chose the MPS server (the graph encoder's JAX trainer kept 0.56 of alone on half)",
+    "orion-be100": "orion's defaults with BE kernels on every SM beside an HP that chose the "
+    "MPS server (as a BE client that joined before it has them)",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",
