@@ -95,6 +95,7 @@ ORION_VARIANTS = {
     "orion-hp-server": ("--hp-context", "mps"),
     "orion-be60": ("--be-sm-percent", "60"),
     "orion-be100": ("--be-sm-percent", "100"),
+    "orion-hp-server-be100": ("--hp-context", "mps", "--be-sm-percent", "100"),
     "orion-q100": ("--queue-limit-us", "100"),
     "orion-spacing1": ("--be-gate-spacing-us", "1"),
     "orion-quiet-cpu": ("--hp-quiet-us", "300", "--be-gate", "cpu"),
@@ -156,6 +157,8 @@ VARIANT_NOTES = {
     "that chose the MPS server (the graph encoder's JAX trainer kept 0.56 of alone on half)",
     "orion-be100": "orion's defaults with BE kernels on every SM beside an HP that chose the "
     "MPS server (as a BE client that joined before it has them)",
+    "orion-hp-server-be100": "orion's defaults with every HP in the MPS server and BE kernels "
+    "on every SM beside it, held by orion's gates alone",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",
