@@ -98,7 +98,7 @@ from reporting.benchmark import (
 from reporting.rundata import RunData
 from scheduler_core.run_state import BE_GATES, BE_GRAPH_GATES, DEFAULT_BE_GATE
 from scheduler_core.settings import SHARING
-from scheduler_core.sharing import policy_be_graph_gate
+from scheduler_core.sharing import DEFAULT_RUN_BE_GRAPH_GATE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,7 +227,7 @@ class Cell:
             name += f"@{self.queue_limit_us:g}us"
         if self.be_gate is not None:
             name += f"@{self.be_gate}-gate"
-        if self.be_graph_gate not in (None, policy_be_graph_gate(self.policy, self.sharing)):
+        if self.be_graph_gate not in (None, DEFAULT_RUN_BE_GRAPH_GATE):
             name += f"@{self.be_graph_gate}-graphs"
         if self.sharing == "timeslice":
             name += "@timeslice"
@@ -695,9 +695,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[None],
         help="how reef and orion hold the BE client's CUDA graphs, one cell each: inside (wait "
         "nodes in the graph every queue limit of work) or whole (each graph admitted whole "
-        "behind its launch's gate); the sharing mode's default (inside under mps, whole "
-        "time-sliced) is the plain cell, the other is named <policy>@inside-graphs or "
-        "<policy>@whole-graphs; default: not set, the sharing mode's default",
+        "behind its launch's gate) or segments (each graph split into pieces launched through "
+        "the gate); the default (segments) is the plain cell, the others are named "
+        "<policy>@inside-graphs or <policy>@whole-graphs; default: not set, the default",
     )
     parser.add_argument(
         "--sharings",

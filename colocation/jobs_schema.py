@@ -37,7 +37,7 @@ from orion_common.errors import OrionError
 from scheduler_core.run_state import DEFAULT_BE_GATE, BeGraphGate
 from scheduler_core.settings import MAX_UTIL, MEMORY_LIMIT, MIN_UTIL, SHARING
 from scheduler_core.shares import promises_problem, share_problem, shares_problem
-from scheduler_core.sharing import Sharing, policy_be_graph_gate
+from scheduler_core.sharing import DEFAULT_RUN_BE_GRAPH_GATE, Sharing
 from workloads.registry import WorkloadInfo, get_workload_info
 
 CLIENT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -76,8 +76,8 @@ class RunConfig(StrictModel):
     # drains).
     be_gate: Literal["cpu", "gpu"] = DEFAULT_BE_GATE
     # How the CUDA graphs of gated clients are held (scheduler_core.run_state.BeGraphGate: wait
-    # nodes inside, whole, or split into segments). None: the sharing mode's default
-    # (scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING; JobsConfig.be_graph_gate).
+    # nodes inside, whole, or split into segments). None: every policy's default
+    # (scheduler_core.sharing.DEFAULT_RUN_BE_GRAPH_GATE; JobsConfig.be_graph_gate).
     be_graph_gate: BeGraphGate | None = None
     # The sliding window over which clients' min_util / max_util shares of GPU time hold.
     quota_window_s: Annotated[float, Field(gt=0, le=60)] = 1.0
@@ -245,11 +245,8 @@ class JobsConfig(StrictModel):
 
     @property
     def be_graph_gate(self) -> str:
-        """How the run holds BE graphs: ``run.be_graph_gate``, else the default of the HP's side
-        of its sharing."""
-        return self.run.be_graph_gate or policy_be_graph_gate(
-            self.policy.native_policy, self.policy.sharing
-        )
+        """How the run holds BE graphs: ``run.be_graph_gate``, else every policy's default."""
+        return self.run.be_graph_gate or DEFAULT_RUN_BE_GRAPH_GATE
 
     @property
     def hp_client(self) -> ClientConfig | None:

@@ -35,10 +35,10 @@ GRAPH_GATING_POLICIES = (*GATING_POLICIES, "quota")
 under quota) are held within the queue limit; the jobs file's ``run.be_graph_gate`` (kept in the
 run's config) says how: ``inside`` (gate waits inside each graph), ``segments`` (each graph split
 into pieces launched through the gate) or ``whole`` (not rewritten: admitted whole behind its
-launch's gate). Left unset, it is the sharing mode's default (inside under MPS, segments
-time-sliced: ``scheduler_core.sharing.BE_GRAPH_GATE_BY_SHARING``), and run.json records which.
-Reports name the setting only where it is not its sharing mode's default (``reef@whole-graphs``,
-``orion@inside-graphs@timeslice``)."""
+launch's gate). Left unset, it is every policy's default (segments:
+``scheduler_core.sharing.DEFAULT_RUN_BE_GRAPH_GATE``; inside under MPS for runs made before
+2026-12-02), and run.json records which. Reports name the setting only where it is not that
+default (``reef@whole-graphs``, ``orion@inside-graphs@timeslice``)."""
 
 RUN_JSON = "run.json"
 CLIENTS_DIR = "clients"

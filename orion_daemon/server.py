@@ -71,8 +71,8 @@ from scheduler_core.settings import (
 )
 from scheduler_core.shares import sets_a_share
 from scheduler_core.sharing import (
+    DEFAULT_RUN_BE_GRAPH_GATE,
     be_sm_share_applies,
-    default_be_graph_gate,
     default_hp_context,
     default_sharing,
     hp_priority_stream,
@@ -132,8 +132,8 @@ class DaemonSettings:
     quota_window_ns: int = 1_000_000_000  # the window GPU-time shares are counted over
     be_gate: str = DEFAULT_BE_GATE
     be_graph_gate: str | None = None
-    """:data:`scheduler_core.settings.BE_GRAPH_GATE`; None: the HP's side of the sharing decides
-    (:func:`scheduler_core.sharing.default_be_graph_gate`), resolved here once."""
+    """:data:`scheduler_core.settings.BE_GRAPH_GATE`; None: every policy's default
+    (:data:`scheduler_core.sharing.DEFAULT_RUN_BE_GRAPH_GATE`), resolved here once."""
     hp_completion: str = "estimate"
     trace: bool = False  # the library keeps a kernel trace, which a run's records copy out
     mps_folder: Path | None = None  # where the MPS daemon's folders go (None: the state folder)
@@ -199,11 +199,7 @@ class DaemonSettings:
         if self._declared(BE_GATE) is None:
             object.__setattr__(self, "be_gate", DEFAULT_BE_GATE)
         if self._declared(BE_GRAPH_GATE) is None:
-            object.__setattr__(
-                self,
-                "be_graph_gate",
-                default_be_graph_gate(hp_sharing(self.sharing, self.hp_context)),
-            )
+            object.__setattr__(self, "be_graph_gate", DEFAULT_RUN_BE_GRAPH_GATE)
         if self.sm_count < 1:
             raise OrionError(f"sm_count must be positive (got {self.sm_count})")
         if self.be_when_daemon_gone not in BE_WHEN_DAEMON_GONE:

@@ -61,7 +61,7 @@ from reporting.stats import (
 )
 from scheduler_core.profile_sources import SOURCES, profile_sources
 from scheduler_core.run_state import BE_GRAPH_GATES
-from scheduler_core.sharing import policy_be_graph_gate
+from scheduler_core.sharing import DEFAULT_RUN_BE_GRAPH_GATE
 
 POLICY_DEDICATED = "dedicated"
 HP_P99_SLOWDOWN_MAX = 1.05
@@ -234,8 +234,7 @@ def graph_gate_setting(run: RunData) -> str | None:
     setting = run_section.get("be_graph_gate") if isinstance(run_section, dict) else None
     if run.policy not in GRAPH_GATING_POLICIES or setting not in BE_GRAPH_GATES:
         return None
-    sharing = "timeslice" if time_sliced(run) else "mps"
-    return None if setting == policy_be_graph_gate(run.policy, sharing) else setting
+    return None if setting == DEFAULT_RUN_BE_GRAPH_GATE else setting
 
 
 def hp_alone(run: RunData) -> bool:

@@ -93,7 +93,6 @@ ORION_VARIANTS = {
     ),
     "orion-mps-hp-own-allsm": ("--sharing", "mps", "--hp-context", "own", "--hp-quiet-us", "300"),
     "orion-hp-server": ("--hp-context", "mps"),
-    "orion-be60": ("--be-sm-percent", "60"),
     "orion-be100": ("--be-sm-percent", "100"),
     "orion-hp-server-be100": ("--hp-context", "mps", "--be-sm-percent", "100"),
     "orion-q100": ("--queue-limit-us", "100"),
@@ -117,7 +116,6 @@ HP_CHOOSES_MODES = frozenset(
         "orion-mps-hp-chooses-cpu-gate",
         "orion-mps-hp-chooses-request-loop",
         "orion-mps-hp-chooses-be70",
-        "orion-be60",
         "orion-be100",
     }
 )
@@ -151,14 +149,13 @@ VARIANT_NOTES = {
     "the MPS server (the graph encoder's JAX trainer kept 0.57-0.59 of alone on half of them)",
     "orion-mps-hp-own-allsm": "BE clients under MPS on every SM, the HP in a context of its own "
     "(time-sliced against them, never beside their kernels), BE out of its gaps under 300 us",
-    "orion-hp-server": "orion's defaults with every HP in the MPS server, BE kernels on half "
-    "the SMs beside it (no context switch per request; what the graph encoder chooses)",
-    "orion-be60": "orion's defaults with BE kernels on 60% of the SMs (not half) beside an HP "
-    "that chose the MPS server (the graph encoder's JAX trainer kept 0.56 of alone on half)",
+    "orion-hp-server": "orion's defaults with every HP in the MPS server (no context switch per "
+    "request; what the graph encoder chooses), BE at the default SM share beside it (half the "
+    "SMs until 2026-12-02, every SM since)",
     "orion-be100": "orion's defaults with BE kernels on every SM beside an HP that chose the "
-    "MPS server (as a BE client that joined before it has them)",
+    "MPS server (as a BE client that joined before it has them; the default since 2026-12-02)",
     "orion-hp-server-be100": "orion's defaults with every HP in the MPS server and BE kernels "
-    "on every SM beside it, held by orion's gates alone",
+    "on every SM beside it, held by orion's gates alone (orion-hp-server since 2026-12-02)",
     "orion-q100": "BE queue bound and gate spacing fixed at 100 us, the latency loop off",
     "orion-spacing1": "a BE gate wait per queue limit of BE work, as before the 100-us default",
     "orion-quiet-cpu": "quiet spell, BE held on the CPU",

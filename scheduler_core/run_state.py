@@ -60,8 +60,8 @@ GPU gate, at the same HP p99 within the runs' intervals."""
 BeGraphGate = Literal["inside", "whole", "segments"]
 BE_GRAPH_GATES: tuple[str, ...] = get_args(BeGraphGate)
 DEFAULT_BE_GRAPH_GATE = "inside"
-"""For settings made without a sharing mode (the library's own); runs and daemons pass their
-mode's (:func:`scheduler_core.sharing.default_be_graph_gate`)."""
+"""For settings made without a sharing mode (the library's own); runs and daemons pass theirs
+(:data:`scheduler_core.sharing.DEFAULT_RUN_BE_GRAPH_GATE`)."""
 MAX_HP_QUIET_NS = 1_000_000_000
 """The longest quiet spell of the HP a run may ask for (``SchedulerSettings.hp_quiet_ns``; the
 library's ``kMaxHpQuietNs``)."""

@@ -196,9 +196,9 @@ BE_GRAPH_GATE = Setting(
     "or whole (graphs run as the program made them, admitted whole behind their launch's "
     "gate). Except whole, an arriving HP request finds at most one gate spacing (the larger of "
     "the queue limit and --be-gate-spacing-us) of a BE graph let through.",
-    unset="segments when the HP is time-sliced against BE (--sharing timeslice, or --hp-context "
-    "own: a graph stopped at a wait node inside it keeps its context on the GPU), inside when "
-    "HP and BE are clients of one MPS server",
+    unset="segments, under every sharing mode (time-sliced, a graph stopped at a wait node "
+    "inside it keeps its context on the GPU; under MPS, an HP joining beside BE graphs that "
+    "never stop could not be learned while they were gated inside)",
 )
 HP_QUIET_US = Setting(
     name="hp_quiet_us",
@@ -242,9 +242,7 @@ BE_SM_PERCENT = Setting(
     "HP's p99 from 2.9x to 2.1x of alone, at 0.87 of BE's throughput. A BE client joining while "
     "no HP can run beside it (the daemon's --hp-context own and no HP joined in mps) keeps every "
     "SM: time-sliced against such an HP, a share would only slow it.",
-    unset=f"under --sharing mps, {_ORION.be_sm_percent:g} under orion (BE beside an HP in the MPS "
-    "server; every SM while no HP runs there) and 100 under the other policies; time-sliced, "
-    "every SM",
+    unset="every SM (100) under every policy; time-sliced, every SM",
 )
 HP_CONTEXT = Setting(
     name="hp_context",

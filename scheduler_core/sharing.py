@@ -60,7 +60,7 @@ class PolicyDefaults:
 
 
 POLICY_DEFAULTS: dict[str, PolicyDefaults] = {
-    "orion": PolicyDefaults(hp_context="own", be_sm_percent=50.0, hp_quiet_us=300.0),
+    "orion": PolicyDefaults(hp_context="own", hp_quiet_us=300.0),
 }
 """Each native policy's arrangement where it differs from :class:`PolicyDefaults`'s.
 
@@ -75,7 +75,12 @@ of 11 pairs that ran were within 1.25x (geometric mean 1.13x), the worst at 1.53
 (the LLM decoder beside a BE graph server) and at 1.05-1.16x in four later rounds of that pair.
 An HP that joins the server (``orion run --hp --hp-context mps``: a graph encoder of short
 requests did best there, 1.08x against 1.10-3.00x in a context of its own) has BE beside it on
-half the SMs: 1.05-1.10x of alone beside one trainer, 1.21x beside two."""
+every SM, held by orion's gates alone. BE was on half the SMs there until the HP's arrivals were
+paired across cells (one H200, 25-s rounds, ``benchmarks/results/nvidia-h200/be-every-sm/``):
+the graph encoder beside the JAX trainer went from 1.11x [1.08, 1.15] with BE at 0.56 on half the
+SMs to 1.14x [1.10, 1.20] with BE at 0.78 on all of them, and the ResNet-50 graph service in the
+server beside its trainer from 1.13x [1.07, 1.19] with BE at 0.60 to 1.08x [1.06, 1.13] with BE at
+0.79."""
 
 
 def policy_defaults(native_policy: str) -> PolicyDefaults:
@@ -126,24 +131,29 @@ def default_sharing(native_policy: str) -> Sharing:
     return NATIVE_SHARINGS[native_policy][0]
 
 
-BE_GRAPH_GATE_BY_SHARING: dict[Sharing, str] = {"mps": "inside", "timeslice": "segments"}
+DEFAULT_RUN_BE_GRAPH_GATE = "segments"
 """How the CUDA graphs of gated clients are held when nothing says (``run.be_graph_gate``,
-``orion up --be-graph-gate``), by sharing mode. Time-sliced, graphs gated inside lost on both
-figures: a BE client replaying a ResNet-50 bs4 graph beside the graph headline under orion (H100,
-two interleaved rounds of 60-s runs, ``docs/scheduler.md``, "Best-effort graphs, gated inside")
-gave HP p99 2.99x [2.69, 3.30] of dedicated with BE 0.61 gated inside, 1.82x [1.66, 1.97] with BE
-0.93 admitted whole: a graph stopped at a wait node inside it keeps its context on the GPU until
-the driver's timeslice ends. Admitted whole, an HP request waits for a whole BE graph (the suite's
-worst pair, an LLM decoder beside a BE graph server, went to 45.7x). So time-sliced runs split BE
-graphs into ``segments`` launched one after another through the gate, as eager BE work is, with
-nothing of the graph left on the GPU between two of them. Under MPS, where no context switch
-waits on a graph stopped at a wait node, they are gated ``inside``."""
+``orion up --be-graph-gate``), under every policy and sharing mode: split into ``segments``
+launched one after another through the gate, as eager BE work is, with nothing of the graph on the
+GPU between two of them.
 
+Time-sliced, graphs gated ``inside`` lost on both figures: a BE client replaying a ResNet-50 bs4
+graph beside the graph headline under orion (H100, two interleaved rounds of 60-s runs,
+``docs/scheduler.md``, "Best-effort graphs, gated inside") gave HP p99 2.99x [2.69, 3.30] of
+dedicated with BE 0.61 gated inside, 1.82x [1.66, 1.97] with BE 0.93 admitted whole: a graph
+stopped at a wait node inside it keeps its context on the GPU until the driver's timeslice ends.
+Admitted ``whole``, an HP request waits for a whole BE graph (the suite's worst pair, an LLM
+decoder beside a BE graph server, went to 45.7x).
 
-def default_be_graph_gate(sharing: str | None) -> str:
-    """How BE graphs are held under ``sharing`` when the run does not say. A policy that shares
-    nothing (``None``: dedicated) holds no graph; it reads as not time-sliced, as reports do."""
-    return BE_GRAPH_GATE_BY_SHARING["timeslice" if sharing == "timeslice" else "mps"]
+Under MPS graphs were gated inside until an HP in the server was seen never to learn beside a JAX
+trainer (one H200, ``benchmarks/results/nvidia-h200/be-every-sm/``): a graph gated inside that
+has passed its launch's wait reads as running to the HP's sampling holds (tracking.h,
+``be_may_run``) even while it stands at a wait inside, and XLA keeps one in flight at all times,
+so 4,150 holds took no clean sample and the HP's kernels stayed unknown for the whole run (the
+latency loop waiting for the HP throughout). Split into segments, each held segment waits at its
+own launch's wait, and the same service beside the same trainer in its own context was learned
+from 988 held samples; the graph encoder in the server beside it, its JAX graphs split, was
+learned too and kept 1.11-1.14x of alone."""
 
 
 HP_CONTEXTS = ("mps", "own")
@@ -178,14 +188,6 @@ def be_sm_share_applies(daemon_hp_context: str | None, joined_hp_contexts: Itera
     fixed as a client starts, so a BE client that joined on every SM keeps them when an HP joins
     the server later (the daemon says so at that HP's join)."""
     return (daemon_hp_context or "mps") == "mps" or "mps" in joined_hp_contexts
-
-
-def policy_be_graph_gate(native_policy: str, sharing: str | None) -> str:
-    """How ``native_policy`` holds BE graphs under ``sharing`` when nothing says: by the HP's
-    side of its sharing, its HP where the policy puts it (orion's, in a context of its own
-    beside the MPS server, meets BE time-sliced). What a jobs file, a daemon and a report's
-    label all take for the default."""
-    return default_be_graph_gate(hp_sharing(sharing, default_hp_context(native_policy, sharing)))
 
 
 def hp_priority_stream(sharing: str | None) -> bool:

@@ -82,14 +82,13 @@ def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_the
     )
     planned = matrix.planned_runs(args)
     # Every setting in every round, interleaved with the other cells; those that differ from
-    # their sharing mode's default are named (reef under MPS: inside; orion time-sliced:
-    # segments).
+    # the default (segments) are named.
     assert [cell.key for cell in planned] == [
-        "dedicated", "mps", "reef@gpu-gate", "reef@gpu-gate@whole-graphs",
-        "reef@gpu-gate@segments-graphs", "orion@gpu-gate@inside-graphs",
+        "dedicated", "mps", "reef@gpu-gate@inside-graphs", "reef@gpu-gate@whole-graphs",
+        "reef@gpu-gate", "orion@gpu-gate@inside-graphs",
         "orion@gpu-gate@whole-graphs", "orion@gpu-gate",
-        "dedicated#2", "mps#2", "reef@gpu-gate#2", "reef@gpu-gate@whole-graphs#2",
-        "reef@gpu-gate@segments-graphs#2", "orion@gpu-gate@inside-graphs#2",
+        "dedicated#2", "mps#2", "reef@gpu-gate@inside-graphs#2", "reef@gpu-gate@whole-graphs#2",
+        "reef@gpu-gate#2", "orion@gpu-gate@inside-graphs#2",
         "orion@gpu-gate@whole-graphs#2", "orion@gpu-gate#2",
     ]  # fmt: skip
     jobs = {cell.key: cell.jobs for cell in planned}
@@ -97,8 +96,8 @@ def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_the
     assert jobs["orion@gpu-gate@whole-graphs"]["run"]["be_graph_gate"] == "whole"
     assert jobs["orion@gpu-gate@inside-graphs"]["run"]["be_graph_gate"] == "inside"
     assert jobs["reef@gpu-gate@whole-graphs"]["run"]["be_graph_gate"] == "whole"
-    assert jobs["reef@gpu-gate@segments-graphs"]["run"]["be_graph_gate"] == "segments"
-    assert jobs["reef@gpu-gate"]["run"]["be_graph_gate"] == "inside"
+    assert jobs["reef@gpu-gate"]["run"]["be_graph_gate"] == "segments"
+    assert jobs["reef@gpu-gate@inside-graphs"]["run"]["be_graph_gate"] == "inside"
     assert "be_graph_gate" not in jobs["mps"]["run"]
     for key in (
         "orion@gpu-gate",
@@ -106,7 +105,7 @@ def test_be_graph_gates_sweep_only_the_gated_policies_named_as_reports_label_the
         "orion@gpu-gate@inside-graphs",
         "reef@gpu-gate",
         "reef@gpu-gate@whole-graphs",
-        "reef@gpu-gate@segments-graphs",
+        "reef@gpu-gate@inside-graphs",
     ):
         run = RunData.__new__(RunData)
         object.__setattr__(run, "config", jobs[key])

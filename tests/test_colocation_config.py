@@ -1194,18 +1194,16 @@ def test_an_eager_profile_for_a_graph_client_is_a_warning(
         # under MPS with its HP in a context of its own, time-sliced against BE's server
         ({"policy": "orion"}, "segments"),
         ({"policy": "orion", "sharing": "timeslice"}, "segments"),
-        ({"policy": "reef"}, "inside"),  # MPS by default
+        ({"policy": "reef"}, "segments"),  # MPS by default, its HP in the server
         ({"policy": "reef", "sharing": "timeslice"}, "segments"),
         ({"policy": "orion", "be_graph_gate": "inside"}, "inside"),  # said: kept
         ({"policy": "reef", "be_graph_gate": "whole"}, "whole"),
     ],
 )
-def test_be_graphs_are_held_by_the_sharing_modes_default_unless_the_run_says(
-    run: dict, gate: str
-) -> None:
+def test_be_graphs_are_split_into_segments_unless_the_run_says(run: dict, gate: str) -> None:
     """Time-sliced, a BE graph stopped at a wait node inside it keeps its context on the GPU
-    (docs/scheduler.md), so a time-sliced run splits BE graphs into segments unless it says
-    otherwise; run.json records which."""
+    (docs/scheduler.md), and under MPS one reads as running to an HP's sampling holds, so a run
+    splits BE graphs into segments unless it says otherwise; run.json records which."""
     data = base()
     data["run"].update(run)
     config = parse_jobs(data, DATA)

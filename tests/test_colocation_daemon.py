@@ -229,7 +229,7 @@ def test_the_daemon_a_run_starts_is_that_runs_alone(tmp_path: Path) -> None:
         (
             {"sharing": "mps", "be_sm_percent": 70},
             {"sharing": "mps"},
-            "BE SM share 70% where this run needs 50%",  # orion's beside an HP in the server
+            "BE SM share 70% where this run needs every SM",  # orion's default
         ),
         (
             {"sharing": "mps", "hp_context": "mps"},
@@ -252,13 +252,13 @@ def test_what_a_run_needs_of_a_running_daemon(
 @pytest.mark.parametrize(
     ("policy", "sharing", "gate"),
     [
-        ("reef", "mps", "inside"),  # the HP in the MPS server beside BE
+        ("reef", "mps", "segments"),  # the HP in the MPS server beside BE
         ("orion", "mps", "segments"),  # the HP in a context of its own: time-sliced against BE
         ("orion", "timeslice", "segments"),
         ("reef", "timeslice", "segments"),
     ],
 )
-def test_a_daemon_holds_be_graphs_by_the_hps_side_of_its_sharing(
+def test_a_daemon_splits_be_graphs_unless_told_whatever_its_sharing(
     policy: str, sharing: str, gate: str
 ) -> None:
     settings = DaemonSettings(

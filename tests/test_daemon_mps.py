@@ -286,13 +286,14 @@ def test_an_hp_in_a_context_of_its_own_stays_out_of_the_mps_server_its_be_client
     # No HP can run beside it in the server: every SM (its share would only slow it).
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in be
     assert set(hp) | set(be) <= ANSWER_VARIABLES
-    # The HP meets BE work time-sliced: BE graphs split into segments as time-sliced, not
-    # stopped at wait nodes inside (which would keep the server's context on the GPU).
+    # The HP meets BE work time-sliced: BE graphs split into segments, not stopped at wait
+    # nodes inside (which would keep the server's context on the GPU). Beside an HP in the
+    # server too: a graph stopped inside reads as running to the HP's sampling holds.
     assert settings.be_graph_gate == "segments"
     every_client_in_mps = DaemonSettings(
         gpu=0, sm_count=132, folder=tmp_path, sharing="mps", hp_context="mps"
     )
-    assert every_client_in_mps.be_graph_gate == "inside"
+    assert every_client_in_mps.be_graph_gate == "segments"
 
 
 @pytest.mark.parametrize(
@@ -437,9 +438,9 @@ def test_an_hp_context_the_daemon_cannot_give_is_refused_with_what_to_start_inst
 ) -> None:
     from daemon_harness import RunningDaemon
 
-    # Every client under MPS, BE graphs gated inside: a BE graph stopped at a wait keeps the
-    # server on the GPU, which an HP in its own context would wait a timeslice for.
-    daemon = mps_daemon(tmp_path, monkeypatch, hp_context="mps")
+    # Every client under MPS, BE graphs gated inside (asked for): a BE graph stopped at a wait
+    # keeps the server on the GPU, which an HP in its own context would wait a timeslice for.
+    daemon = mps_daemon(tmp_path, monkeypatch, hp_context="mps", be_graph_gate="inside")
     try:
         with pytest.raises(OrionError, match="gates BE graphs inside") as inside:
             daemon.join("hp", "decoder", hp_context="own")

@@ -25,6 +25,7 @@ from native_harness import (
 )
 
 from scheduler_core import SchedulerRun, SchedulerSettings, native_module
+from scheduler_core.sharing import DEFAULT_RUN_BE_GRAPH_GATE
 
 SM_COUNT = 132
 
@@ -358,6 +359,50 @@ def test_an_hp_joining_beside_be_work_that_never_stops_is_learned(harness, tmp_p
         if not any(b_start < end and start < b_end for b_start, b_end in be_runs)
     ]
     assert len(alone) >= 5
+
+
+# A BE client replaying a graph back to back (as XLA does each training step): ten 2-ms kernels,
+# five replays to a step, a synchronisation between steps.
+NEVER_IDLE_GRAPH_BE = (
+    "func b 2000 graph_new G " + "graph_node G b 8 64 " * 10 + "graph_inst G flags say started "
+    "repeat 100000 repeat 5 graph_run G 0 end sync 0 end"
+)
+
+
+def test_an_hp_joining_beside_be_graphs_that_never_stop_is_learned_under_the_default(
+    harness, tmp_path
+):
+    # Gated inside (the MPS default before), a BE graph past its launch's wait read as running
+    # to the HP's holds even while it stood at a wait inside it: beside a JAX trainer on an H200
+    # the HP took no held sample in 4,150 holds and stayed unknown. Split into segments (every
+    # policy's default now), each held segment waits at a gate of its own, so a hold drains BE.
+    run_settings = dataclasses.replace(
+        settings(queue_limit_ms=10.0), be_gate="gpu", be_graph_gate=DEFAULT_RUN_BE_GRAPH_GATE
+    )
+    with SchedulerRun(run_settings) as run:
+        hp = run.add_client("hp", "hp")
+        be = run.add_client("be", "be")
+        run.publish()
+        be_process = harness.start(
+            NEVER_IDLE_GRAPH_BE, env=run.client_environment(be), log=tmp_path / "be.log"
+        )
+        try:
+            assert be_process.stdout.readline().strip() == "started"
+            wait_for(lambda: run.client_stats(be)["graph_launches"] >= 3, what="BE graphs")
+            run_client(
+                harness, tmp_path, run, hp, "func h 1000 repeat 30 launch h 8 64 0 sync 0 end"
+            )
+            entry = learned_by_key(run, hp)[key("h", 8, 64)]
+            hp_stats = run.client_stats(hp)
+            be_stats = run.client_stats(be)
+            assert be_process.poll() is None  # BE never stopped of its own accord
+        finally:
+            be_process.kill()
+            be_process.wait(timeout=10)
+    assert be_stats["graphs_segmented"] == 1 and be_stats["graphs_ungated"] == 0
+    assert entry["samples"] >= 5
+    assert entry["duration_ns"] >= MS
+    assert hp_stats["held_samples"] >= 5  # learned in holds, BE's segments waiting at gates
 
 
 def hp_requests_felt(

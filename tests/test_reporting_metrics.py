@@ -339,14 +339,14 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
     tmp_path: Path, runs
 ) -> None:
     # run.be_graph_gate is a knob of a policy that holds BE graphs (reef, orion, quota), named
-    # when it differs from the policy's default there: "inside" where its HP runs in the MPS
-    # server beside BE (reef, quota), "segments" where it meets BE time-sliced (orion's HP, in a
-    # context of its own beside the server; any time-sliced run); a run without run.sharing
+    # when it differs from the default, "segments" under every sharing mode (runs made before
+    # 2026-12-02 gated inside under MPS, and are named so now); a run without run.sharing
     # shared through MPS; a policy that gates nothing ignores it.
     made = []
     for name, policy, be_gate, setting, sharing in (
         ("orion-whole", "orion", "gpu", "whole", None),
         ("reef-inside", "reef", "gpu", "inside", "mps"),
+        ("reef-segments", "reef", "gpu", "segments", "mps"),
         ("quota-whole", "quota", None, "whole", None),
         ("mps-whole", "mps", None, "whole", None),
         ("orion-ts-inside", "orion", "gpu", "inside", "timeslice"),
@@ -366,6 +366,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
         made.append(load_run(run_dir))
     assert [policy_label(run) for run in made] == [
         "orion@gpu-gate@whole-graphs",
+        "reef@gpu-gate@inside-graphs",
         "reef@gpu-gate",
         "quota@whole-graphs",
         "mps",
@@ -375,6 +376,7 @@ def test_a_run_that_admitted_graphs_whole_is_labelled_apart_from_one_gating_them
     ]
     assert [run_settings(run) for run in made] == [
         {"be_gate": "gpu", "be_graph_gate": "whole"},
+        {"be_gate": "gpu", "be_graph_gate": "inside"},
         {"be_gate": "gpu"},
         {"be_graph_gate": "whole"},
         {},

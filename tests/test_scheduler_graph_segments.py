@@ -24,7 +24,7 @@ from native_harness import (
 )
 
 from scheduler_core import SchedulerRun, SchedulerSettings, native_module
-from scheduler_core.sharing import default_be_graph_gate
+from scheduler_core.sharing import DEFAULT_RUN_BE_GRAPH_GATE
 
 
 @pytest.fixture(scope="module")
@@ -249,9 +249,7 @@ def test_an_hp_arrival_finds_at_most_one_piece_of_a_be_graph_let_through(harness
     seen.assert_at_most_one_piece_beside_hp()
 
 
-def test_time_sliced_runs_split_graphs_and_the_header_says_so():
-    assert default_be_graph_gate("timeslice") == "segments"
-    assert default_be_graph_gate("mps") == "inside"
-    settings = dataclasses.replace(split_settings(), be_graph_gate="segments")
+def test_runs_split_graphs_unless_told_and_the_header_says_so():
+    settings = dataclasses.replace(split_settings(), be_graph_gate=DEFAULT_RUN_BE_GRAPH_GATE)
     with SchedulerRun(settings) as run:
         assert native_module().Run.attach(run.name, run.decisions_path).be_graph_gate == "segments"
