@@ -87,6 +87,11 @@ READY_TIMEOUT_S = 420.0
 STOP_TIMEOUT_S = 60.0
 POLL_S = 0.5
 """How often a cell's window checks that its programs still run."""
+WINDOW_LEAD_S = 0.5
+"""The least time between naming a window's opening to the HP (``hp.csv.window``) and the
+opening: the service restarts its arrivals there only if it reads the name first. The ready marks
+are found by polling, so on a busy machine ``--settle-s`` after the last one can already be past
+when the runner gets to it, and the HP would have served old arrivals inside the window."""
 
 
 class Program(BaseModel):
@@ -466,7 +471,7 @@ class Worker:
                     ready[key] = self.wait_ready(key, folder / f"{key}.csv", processes[key])
                 if state is not None and group[0][0] == "hp" and index + 1 < len(groups):
                     time.sleep(self.args.learn_s)  # the daemon sees the HP alone first
-            start = max(ready.values()) + self.args.settle_s
+            start = max(max(ready.values()) + self.args.settle_s, time.time() + WINDOW_LEAD_S)
             end = start + cell["window_s"]
             for client in clients.values():
                 if self.suite.programs[client["program"]].role == "hp":
