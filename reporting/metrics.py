@@ -226,10 +226,9 @@ def policy_label(run: RunData) -> str:
 
 def graph_gate_setting(run: RunData) -> str | None:
     """How a policy that holds BE graphs held them (``run.be_graph_gate``) when that differs from
-    the policy's default there (``policy_be_graph_gate``), a knob named in the label:
+    the default (``DEFAULT_RUN_BE_GRAPH_GATE``, segments), a knob named in the label:
     ``"whole"`` (admitted whole behind their launch's gate), ``"inside"`` (wait nodes inside
-    them) where its HP meets BE time-sliced. None otherwise, and for a run that does not record
-    it."""
+    them). None otherwise, and for a run that does not record it."""
     run_section = run.config.get("run")
     setting = run_section.get("be_graph_gate") if isinstance(run_section, dict) else None
     if run.policy not in GRAPH_GATING_POLICIES or setting not in BE_GRAPH_GATES:
