@@ -242,7 +242,7 @@ BE_SM_PERCENT = Setting(
     "HP's p99 from 2.9x to 2.1x of alone, at 0.87 of BE's throughput. A BE client joining while "
     "no HP can run beside it (the daemon's --hp-context own and no HP joined in mps) keeps every "
     "SM: time-sliced against such an HP, a share would only slow it.",
-    unset="every SM (100) under every policy; time-sliced, every SM",
+    unset="every SM (100), under every policy",
 )
 HP_CONTEXT = Setting(
     name="hp_context",
