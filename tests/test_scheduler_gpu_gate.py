@@ -82,6 +82,13 @@ def not_started(log: Path) -> bool:
     return not calls(log, "exec_start")
 
 
+def wait_for_hp_to_close_gates(run: SchedulerRun) -> None:
+    """Until HP's launch is published and has closed the BE gates (it bumps ``hp_activity``
+    after both). Its ``launches`` count comes first, before either: a BE launch made in between
+    passes a gate still open."""
+    wait_for(lambda: run.gate_stats()["hp_activity"] >= 1, what="HP's launch to close the gates")
+
+
 def hp_kernel_end_ns(tmp_path: Path) -> int:
     return next(e for e in read_log(tmp_path / "hp.log") if e.kind == "exec_end").time_ns
 
@@ -232,7 +239,7 @@ def test_orion_opens_the_gate_beside_hp_only_for_work_that_fits(
         )
         be_process = None
         try:
-            wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+            wait_for_hp_to_close_gates(run)
             be_process = harness.start(BE_SCRIPT, env=run.client_environment(be), log=be_log)
             # HP's kernel runs until released: work that fits beside it finishes before that;
             # work that does not has all its launch calls in and waits on the GPU.
@@ -255,7 +262,7 @@ def test_orion_opens_the_gate_beside_hp_only_for_work_that_fits(
 def test_without_stream_waits_held_launches_wait_in_their_thread(harness, tmp_path):
     with SchedulerRun(gate_settings()) as run:
         _, be, hp_process = start_hp_kernel(harness, tmp_path, run)
-        wait_for(lambda: run.stats()["hp"]["launches"] == 1, what="HP's launch")
+        wait_for_hp_to_close_gates(run)
         env = {**run.client_environment(be), "FAKE_NO_WAIT_VALUE": "1"}
         result = harness.run(BE_SCRIPT, env=env, log=tmp_path / "be.log")
         assert result.returncode == 0, result.stderr
